@@ -1,0 +1,40 @@
+"""Exceptions that name their cause.
+
+Every error onetrip raises on purpose derives from `OnetripError`, so callers can
+catch one type; the subclasses say which input was wrong.
+"""
+
+from __future__ import annotations
+
+
+class OnetripError(Exception):
+    """Base class for errors raised by onetrip on purpose."""
+
+
+class InvalidIdentifierError(OnetripError, ValueError):
+    """A schema, table prefix or other SQL identifier failed validation."""
+
+
+class DimensionMismatchError(OnetripError, ValueError):
+    """An embedding's length differs from the dimension the schema was built with."""
+
+
+class ConnectionFailedError(OnetripError, ConnectionError):
+    """The database could not be reached (DSN wrong, server down, timeout)."""
+
+
+class ServerRequirementError(OnetripError):
+    """The server lacks something onetrip needs (pgvector, a minimum version)."""
+
+
+class SchemaMissingError(OnetripError):
+    """The sections/documents tables are not there: run `onetrip init` first."""
+
+
+class InputDocumentError(OnetripError, ValueError):
+    """A document could not be read or parsed (empty, binary, bad UTF-8, missing)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path = path
+        self.reason = reason
