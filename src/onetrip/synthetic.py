@@ -1,0 +1,113 @@
+"""Synthetic corpora with a real heading hierarchy and clustered embeddings.
+
+For tests and benchmarks: topic -> document -> section, where each section's
+vector is its document's vector plus noise and each document's vector is its
+topic's centroid plus noise. Clustered, unlike uniform noise, so HNSW behaves
+as it does on real embeddings (neighbors are meaningful, recall is not trivial).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .store import DocumentRecord
+
+
+@dataclass(frozen=True)
+class SyntheticSection:
+    section_id: str
+    parent_section_id: str | None
+    sequence_index: int
+    level: int
+    heading: str
+    heading_path: tuple[str, ...]
+    content: str
+    token_count: int
+    anchor: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class SyntheticDocument:
+    record: DocumentRecord
+    sections: list[SyntheticSection]
+    embeddings: np.ndarray
+
+
+def _unit(x: np.ndarray) -> np.ndarray:
+    return x / np.linalg.norm(x, axis=-1, keepdims=True)
+
+
+def heading_tree(rng: np.random.Generator, n_sections: int, max_level: int = 3) -> list[int]:
+    """Levels for n sections in document order: starts at 1, never jumps down more than one level."""
+    levels = [1]
+    for _ in range(n_sections - 1):
+        prev = levels[-1]
+        choices = [lv for lv in range(1, max_level + 1) if lv <= prev + 1]
+        weights = np.array([1.0 if lv < prev else 2.0 if lv == prev else 2.5 for lv in choices])
+        levels.append(int(rng.choice(choices, p=weights / weights.sum())))
+    return levels
+
+
+def generate(
+    n_sections: int,
+    *,
+    dim: int = 384,
+    sections_per_doc: tuple[int, int] = (5, 40),
+    n_topics: int | None = None,
+    seed: int = 0,
+    doc_prefix: str = "doc",
+) -> Iterator[SyntheticDocument]:
+    """Yield documents until ``n_sections`` sections have been produced."""
+    rng = np.random.default_rng(seed)
+    n_topics = n_topics or max(4, int(np.sqrt(n_sections / 20)))
+    topics = _unit(rng.standard_normal((n_topics, dim)).astype(np.float32))
+    made = 0
+    d = 0
+    while made < n_sections:
+        n = int(min(rng.integers(sections_per_doc[0], sections_per_doc[1] + 1), n_sections - made))
+        topic = int(rng.integers(n_topics))
+        doc_vec = _unit(topics[topic] + 0.5 * _unit(rng.standard_normal(dim).astype(np.float32)))
+        levels = heading_tree(rng, n)
+        doc_id = f"{doc_prefix}{d:07d}"
+        sections: list[SyntheticSection] = []
+        stack: list[tuple[int, str, str]] = []  # (level, section_id, heading)
+        for i, level in enumerate(levels):
+            while stack and stack[-1][0] >= level:
+                stack.pop()
+            parent = stack[-1][1] if stack else None
+            sid = f"s{i}"
+            heading = f"Topic {topic} doc {d} section {i}"
+            path = tuple(h for _, _, h in stack) + (heading,)
+            content = f"Body of {doc_id} section {i} (level {level}, topic {topic}). " * 3
+            sections.append(SyntheticSection(sid, parent, i, level, heading, path, content, 40, sid))
+            stack.append((level, sid, heading))
+        noise = _unit(rng.standard_normal((n, dim)).astype(np.float32))
+        emb = _unit(doc_vec[None, :] + 0.6 * noise).astype(np.float32)
+        h = hashlib.sha256(f"{seed}:{doc_id}:{n}".encode()).hexdigest()
+        record = DocumentRecord(doc_id, f"synthetic://{doc_id}", f"Synthetic document {d}", h, {"topic": topic})
+        yield SyntheticDocument(record, sections, emb)
+        made += n
+        d += 1
+
+
+def query_vectors(n: int, *, dim: int = 384, n_topics: int = 8, seed: int = 1) -> np.ndarray:
+    """Clustered query vectors (same construction as documents, different seed)."""
+    rng = np.random.default_rng(seed)
+    topics = _unit(rng.standard_normal((n_topics, dim)).astype(np.float32))
+    picks = topics[rng.integers(n_topics, size=n)]
+    return _unit(picks + 0.7 * _unit(rng.standard_normal((n, dim)).astype(np.float32))).astype(np.float32)
+
+
+def corpus_query_vectors(docs: list[SyntheticDocument], n: int, *, seed: int = 1) -> np.ndarray:
+    """Queries near actual sections of a corpus: a random section's vector plus noise."""
+    rng = np.random.default_rng(seed)
+    allv = np.concatenate([d.embeddings for d in docs])
+    idx = rng.integers(len(allv), size=n)
+    dim = allv.shape[1]
+    return _unit(allv[idx] + 0.8 * _unit(rng.standard_normal((n, dim)).astype(np.float32))).astype(np.float32)

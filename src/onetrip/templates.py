@@ -1,0 +1,168 @@
+"""Render the Jinja SQL templates under ``sql/templates`` for one dialect.
+
+The templates are the single source of onetrip's SQL. Python renders them with
+psycopg binds (``%(name)s``) and runs the result; ``onetrip sql render`` writes
+the same templates with psql variables (``:'name'``) or Oracle binds
+(``:name``) into ``sql/postgres`` and ``sql/oracle`` for DBAs.
+
+Rules that keep the output safe and predictable:
+- StrictUndefined: a missing template variable is an error, not an empty string.
+- Identifiers come only from a validated `Layout`; they are never user text.
+- Values are never rendered: templates can only emit bind placeholders via
+  ``param(name, kind)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import jinja2
+
+from .identifiers import quote_ident, validate_identifier, validate_prefix
+
+Dialect = Literal["postgres", "oracle"]
+BindStyle = Literal["psycopg", "psql", "oracle"]
+
+DEFAULT_DIM = 384
+MAX_DIM = 16000  # pgvector's hard limit for the vector type
+
+
+def templates_dir() -> Path:
+    """Where the .sql.j2 files live: inside the wheel, or in the source checkout."""
+    packaged = Path(__file__).with_name("sql_templates")
+    if packaged.is_dir():
+        return packaged
+    source = Path(__file__).resolve().parents[2] / "sql" / "templates"
+    if source.is_dir():
+        return source
+    raise FileNotFoundError(f"SQL templates not found in {packaged} or {source}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where onetrip's tables live and how wide their embeddings are."""
+
+    dim: int = DEFAULT_DIM
+    schema: str | None = None
+    prefix: str = ""
+
+    def __post_init__(self) -> None:
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or not 1 <= self.dim <= MAX_DIM:
+            raise ValueError(f"embedding dimension must be an integer from 1 to {MAX_DIM}, got {self.dim!r}")
+        if self.schema is not None:
+            validate_identifier(self.schema, "schema name")
+        validate_prefix(self.prefix)
+
+    def table(self, base: str) -> str:
+        """Schema-qualified, quoted name of one of onetrip's tables."""
+        name = quote_ident(validate_identifier(self.prefix + base, "table name"))
+        return f"{quote_ident(self.schema)}.{name}" if self.schema else name
+
+    def object_name(self, base: str) -> str:
+        """Unqualified name for an index or constraint (they live in the table's schema)."""
+        return quote_ident(validate_identifier(self.prefix + base, "object name"))
+
+    @property
+    def names(self) -> dict[str, str]:
+        return {
+            "documents_pk": self.object_name("documents_pkey"),
+            "sections_pk": self.object_name("sections_pkey"),
+            "sections_doc_fk": self.object_name("sections_doc_id_fkey"),
+            "seq_index": self.object_name("sections_doc_seq_key"),
+            "parent_index": self.object_name("sections_doc_parent_idx"),
+            "hnsw_index": self.object_name("sections_embedding_hnsw"),
+        }
+
+    @property
+    def tables(self) -> dict[str, str]:
+        return {"documents": self.table("documents"), "sections": self.table("sections")}
+
+
+def _param_renderer(binds: BindStyle, dialect: Dialect):
+    """Return ``param(name, kind)``: the placeholder for one bind value."""
+
+    def param(name: str, kind: str = "text") -> str:
+        validate_identifier(name, "bind parameter name")
+        if binds == "psycopg":
+            ph = f"%({name})s"
+        elif binds == "psql":
+            ph = f":{name}" if kind in ("int", "float") else f":'{name}'"
+        else:
+            ph = f":{name}"
+        if dialect == "postgres" and kind == "vector":
+            return f"{ph}::vector"
+        if dialect == "postgres" and kind in ("text[]", "jsonb"):
+            return f"{ph}::{kind}"
+        return ph
+
+    return param
+
+
+class _Dispatcher:
+    """dbt-style dispatch: ``dispatch.distance`` is ``<dialect>__distance``."""
+
+    def __init__(self, module: Any, dialect: Dialect) -> None:
+        self._module = module
+        self._dialect = dialect
+
+    def __getattr__(self, name: str) -> Any:
+        macro = getattr(self._module, f"{self._dialect}__{name}", None)
+        if macro is None:
+            raise jinja2.UndefinedError(f"no macro {self._dialect}__{name} in macros.sql.j2")
+        return macro
+
+
+@lru_cache(maxsize=1)
+def _environment() -> jinja2.Environment:
+    return jinja2.Environment(
+        loader=jinja2.FileSystemLoader(str(templates_dir())),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+        lstrip_blocks=False,
+    )
+
+
+EDITIONS = {"postgres": "PostgreSQL", "oracle": "Oracle Database 23ai"}
+
+
+def render(
+    name: str,
+    *,
+    layout: Layout = Layout(),
+    dialect: Dialect = "postgres",
+    binds: BindStyle | None = None,
+    header: bool = False,
+    **options: Any,
+) -> str:
+    """Render template ``name`` (without ``.sql.j2``) to SQL text.
+
+    ``options`` are the per-call switches a template reads (include_parent, ...);
+    they change the statement's shape, never its values.
+    """
+    if dialect not in EDITIONS:
+        raise ValueError(f"unknown dialect {dialect!r}: expected one of {sorted(EDITIONS)}")
+    if binds is None:
+        binds = "psycopg" if dialect == "postgres" else "oracle"
+    env = _environment()
+    base: dict[str, Any] = {
+        "dialect": dialect,
+        "edition": EDITIONS[dialect],
+        "dim": layout.dim,
+        "schema": layout.schema,
+        "schema_q": quote_ident(layout.schema) if layout.schema else None,
+        "prefix": layout.prefix,
+        "t": layout.tables,
+        "names": layout.names,
+        "header": header,
+        "param": _param_renderer(binds, dialect),
+        "binds": binds,
+    }
+    macros = env.get_template("macros.sql.j2").make_module(base)
+    context = {**base, "dispatch": _Dispatcher(macros, dialect), **options}
+    sql = env.get_template(f"{name}.sql.j2").render(context)
+    return sql.strip() + "\n"

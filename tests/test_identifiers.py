@@ -1,0 +1,75 @@
+"""Hostile identifiers are refused before any SQL is built; bad DSNs fail clearly."""
+
+from __future__ import annotations
+
+import pytest
+
+from onetrip import ConnectionFailedError, InvalidIdentifierError, Layout, Retriever, connect
+from onetrip.identifiers import quote_ident, validate_identifier
+from onetrip.templates import render
+
+HOSTILE = [
+    'sections"; DROP TABLE documents; --',
+    "x;y",
+    "a b",
+    "a--b",
+    "a/*c*/",
+    "Sections",          # upper case would need quoting and differs from sections
+    "sect\u0456ons",     # Cyrillic i look-alike
+    "\u0455ections",     # Cyrillic s look-alike
+    "sections\u200b",    # zero-width space
+    "ﬁle",               # ligature that NFKC-normalises to 'file'
+    "1abc",
+    "",
+    "a" * 64,
+    "select",
+    "tab\tle",
+    "new\nline",
+    "quote'd",
+    "back`tick",
+    "dollar$",
+    "$1",
+]
+
+
+@pytest.mark.parametrize("name", HOSTILE)
+def test_hostile_schema_names_are_refused(name):
+    with pytest.raises(InvalidIdentifierError):
+        Layout(schema=name)
+
+
+@pytest.mark.parametrize("name", [h for h in HOSTILE if h and h != "select"])
+def test_hostile_prefixes_are_refused(name):
+    with pytest.raises(InvalidIdentifierError) as e:
+        Layout(prefix=name)
+    assert "prefix" in str(e.value)
+
+
+def test_error_names_the_value_and_rule():
+    with pytest.raises(InvalidIdentifierError, match=r"schema name 'a;b' is not allowed: use lower-case ASCII"):
+        Layout(schema="a;b")
+
+
+def test_valid_names_render_bare_and_reserved_words_are_refused():
+    assert quote_ident(validate_identifier("tenant_42")) == "tenant_42"
+    with pytest.raises(InvalidIdentifierError, match="reserved"):
+        validate_identifier("order")
+    sql = render("retrieve", layout=Layout(schema="kb", prefix="v2_"), related=[], include_parent=False,
+                 include_neighbors=False)
+    assert "FROM kb.v2_sections s" in sql
+
+
+def test_hostile_prefix_via_retriever_touches_no_database(db):
+    with pytest.raises(InvalidIdentifierError):
+        Retriever(db, prefix="x; DROP TABLE sections; --")
+
+
+def test_unreachable_dsn_is_a_clear_error():
+    with pytest.raises(ConnectionFailedError, match=r"could not connect to PostgreSQL at .*port=1\b"):
+        connect("host=127.0.0.1 port=1 dbname=nothing user=nobody password=secret connect_timeout=2")
+
+
+def test_password_is_not_echoed_in_errors():
+    with pytest.raises(ConnectionFailedError) as e:
+        connect("host=127.0.0.1 port=1 dbname=x user=u password=hunter2 connect_timeout=2")
+    assert "hunter2" not in str(e.value)

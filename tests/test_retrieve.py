@@ -1,0 +1,170 @@
+"""The one-round-trip query against a real PostgreSQL + pgvector."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onetrip import DimensionMismatchError, Retriever, SchemaMissingError, init_schema
+from onetrip.retrieve import retrieval_sql
+from onetrip.store import replace_document
+from onetrip.synthetic import corpus_query_vectors, generate
+from onetrip.templates import Layout
+
+from .reference import multi_call_search
+
+
+def load(db, n_sections: int, *, seed: int = 0, layout: Layout = Layout(dim=32)):
+    init_schema(db, layout)
+    docs = list(generate(n_sections, dim=layout.dim, seed=seed, sections_per_doc=(3, 25)))
+    for d in docs:
+        replace_document(db, layout, d.record, d.sections, d.embeddings)
+    return docs
+
+
+@pytest.fixture
+def corpus(db):
+    return load(db, 600)
+
+
+def test_single_statement_equals_multi_call_reference(db, corpus):
+    r = Retriever(db)
+    queries = corpus_query_vectors(corpus, 60, seed=7)
+    levels = set()
+    compared = 0
+    for q in queries:
+        k = int(np.random.default_rng(int(q[0] * 1e6) % 2**32).integers(1, 12))
+        got = r.search(q, k=k)
+        want = multi_call_search(db, "sections", q, k)
+        assert len(got) == len(want) == k
+        for g, w in zip(got, want):
+            assert g.section == w.section
+            assert g.distance == pytest.approx(w.distance, abs=1e-6)
+            assert g.parent == w.parent
+            assert g.prev == w.prev
+            assert g.next == w.next
+            levels.add(g.section.heading_level)
+            compared += 1
+    assert compared >= 50 * 1
+    assert levels >= {1, 2, 3}, "the corpus must exercise a real 3-level hierarchy"
+
+
+def test_one_statement_per_search(db, corpus, statement_log):
+    r = Retriever(db)
+    q = corpus_query_vectors(corpus, 3, seed=3)
+    for parent, neighbors in [(True, True), (True, False), (False, True), (False, False)]:
+        with statement_log.watch(db) as w:
+            hits = r.search(q[0], k=7, parent=parent, neighbors=neighbors)
+        assert len(hits) == 7
+        assert len(w.statements) == 1, w.statements
+        assert w.statements[0].lstrip().startswith("WITH hits AS MATERIALIZED")
+
+
+def test_options_change_sql_not_statement_count(db, corpus):
+    layout = Retriever(db).layout
+    full = retrieval_sql(layout, parent=True, neighbors=True)
+    bare = retrieval_sql(layout, parent=False, neighbors=False)
+    assert "LEFT JOIN" in full and "LEFT JOIN" not in bare
+    hits = Retriever(db).search(corpus_query_vectors(corpus, 1)[0], k=5, parent=False, neighbors=False)
+    assert all(h.parent is None and h.prev is None and h.next is None for h in hits)
+
+
+def test_boundaries(db, corpus):
+    r = Retriever(db)
+    doc = corpus[0]
+    by_seq = {s.sequence_index: s for s in doc.sections}
+    last = len(doc.sections) - 1
+    # Querying with a section's own vector makes it the top hit.
+    first_hit = r.search(doc.embeddings[0], k=1)[0]
+    assert (first_hit.section.doc_id, first_hit.section.sequence_index) == (doc.record.doc_id, 0)
+    assert first_hit.prev is None and first_hit.next.section_id == by_seq[1].section_id
+    assert first_hit.parent is None  # the first section is a root (level 1)
+    last_hit = r.search(doc.embeddings[last], k=1)[0]
+    assert last_hit.section.sequence_index == last and last_hit.next is None
+    assert last_hit.prev.sequence_index == last - 1
+
+
+def test_hit_whose_neighbor_is_also_a_hit(db, corpus):
+    r = Retriever(db)
+    doc = corpus[1]
+    q = doc.embeddings[2] + doc.embeddings[3]
+    hits = r.search(q / np.linalg.norm(q), k=2)
+    seqs = sorted(h.section.sequence_index for h in hits if h.section.doc_id == doc.record.doc_id)
+    if seqs != [2, 3]:
+        pytest.skip("the two sections were not the top-2; corpus geometry changed")
+    a, b = sorted(hits, key=lambda h: h.section.sequence_index)
+    assert a.next.section_id == b.section.section_id and b.prev.section_id == a.section.section_id
+    assert len(hits) == 2  # one row per hit, not one per neighbor
+
+
+def test_k_larger_than_table_and_empty_table(db):
+    layout = Layout(dim=32)
+    init_schema(db, layout)
+    r = Retriever(db)
+    assert r.search(np.ones(32, np.float32), k=10) == []
+    load(db, 12, seed=5)
+    total = db.execute("SELECT count(*) FROM sections").fetchone()[0]
+    hits = r.search(np.ones(32, np.float32), k=1000)
+    assert len(hits) == total
+    dists = [h.distance for h in hits]
+    assert dists == sorted(dists)
+
+
+def test_explain_uses_hnsw_inside_the_cte(db):
+    load(db, 3000, seed=11)
+    db.execute("ANALYZE sections")
+    r = Retriever(db)
+    q = np.random.default_rng(0).standard_normal(32).astype(np.float32)
+    stmt = retrieval_sql(r.layout)
+    from pgvector import Vector
+
+    plan = "\n".join(row[0] for row in db.execute("EXPLAIN " + stmt, {"query_embedding": Vector(q), "k": 10}))
+    cte = plan.split("CTE hits", 1)[1].split("->  Nested Loop", 1)[0] if "CTE hits" in plan else ""
+    assert "Index Scan using sections_embedding_hnsw" in cte, plan
+    assert "Order By: (embedding <=>" in cte, plan
+    assert "Seq Scan on sections" not in cte, plan
+
+
+def test_ordering_by_similarity_expression_would_lose_the_index(db):
+    """Guards the pitfall the template avoids: ORDER BY 1 - distance gets a Seq Scan."""
+    load(db, 3000, seed=11)
+    db.execute("ANALYZE sections")
+    from pgvector import Vector
+
+    q = Vector(np.random.default_rng(0).standard_normal(32).astype(np.float32))
+    plan = "\n".join(r[0] for r in db.execute(
+        "EXPLAIN SELECT section_id FROM sections ORDER BY 1 - (embedding <=> %s) DESC LIMIT 10", (q,)))
+    assert "Seq Scan" in plan and "hnsw" not in plan
+
+
+def test_wrong_dimension_is_a_clear_error(db, corpus):
+    r = Retriever(db)
+    with pytest.raises(DimensionMismatchError, match="has 31 dimensions but the sections table stores vector\\(32\\)"):
+        r.search(np.ones(31, np.float32))
+    with pytest.raises(ValueError, match="k must be between 1"):
+        r.search(np.ones(32, np.float32), k=0)
+
+
+def test_missing_schema_is_a_clear_error(db):
+    with pytest.raises(SchemaMissingError, match="run `onetrip init`"):
+        Retriever(db)
+    with pytest.raises(SchemaMissingError, match="other_sections"):
+        Retriever(db, prefix="other_")
+
+
+def test_init_twice_is_harmless_and_dim_mismatch_is_refused(db):
+    init_schema(db, Layout(dim=32))
+    init_schema(db, Layout(dim=32))
+    with pytest.raises(DimensionMismatchError, match="already exists as vector\\(32\\)"):
+        init_schema(db, Layout(dim=64))
+
+
+def test_schema_and_prefix_layouts_are_isolated(db):
+    a = Layout(dim=8, schema="tenant_a", prefix="kb_")
+    init_schema(db, a)
+    init_schema(db, Layout(dim=8))
+    tables = {r[0] for r in db.execute(
+        "SELECT schemaname || '.' || tablename FROM pg_tables WHERE tablename LIKE '%%sections'")}
+    assert {"tenant_a.kb_sections", "public.sections"} <= tables
+    r = Retriever(db, schema="tenant_a", prefix="kb_")
+    assert r.layout.dim == 8 and r.search(np.ones(8), k=3) == []
