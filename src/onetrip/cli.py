@@ -1,0 +1,260 @@
+"""The ``onetrip`` command: every library feature, under the same names.
+
+    onetrip init                 create tables and indexes (idempotent)
+    onetrip ingest PATH...       parse, embed and load documents
+    onetrip search "question"    top-K hits with parent and neighbors
+    onetrip sql render           write the PostgreSQL / Oracle SQL editions
+    onetrip demo                 the README's main job, on the embedded server
+
+Every command takes --dsn (default $ONETRIP_DSN, else the embedded server),
+--schema and --prefix. Errors are printed as one line naming the cause, with
+exit status 2 (bad input) or 1 (anything else).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from .errors import InputDocumentError, InvalidIdentifierError, OnetripError
+
+DEMO_QUESTIONS = [
+    "Is tennis elbow covered by the travel insurance?",
+    "How often should I descale the espresso machine?",
+    "Can help desk staff work from home?",
+]
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
+    p.add_argument("--schema", default=None, help="schema of onetrip's tables (default: search_path)")
+    p.add_argument("--prefix", default="", help="table name prefix (default: none)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="onetrip", description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("init", help="create the schema (safe to run twice)")
+    _common(p)
+    p.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384, MiniLM)")
+
+    p = sub.add_parser("ingest", help="ingest Markdown, HTML and text files or folders")
+    _common(p)
+    p.add_argument("paths", nargs="+", help="files or folders")
+    p.add_argument("--force", action="store_true", help="re-ingest even when the content hash is unchanged")
+    p.add_argument("--json", action="store_true", help="print the summary as JSON")
+
+    p = sub.add_parser("search", help="search and print hits with parent and neighbors")
+    _common(p)
+    p.add_argument("query", help="the question")
+    p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
+    p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
+    p.add_argument("--json", action="store_true", help="print JSON instead of text")
+
+    p = sub.add_parser("sql", help="SQL editions for DBAs")
+    sql_sub = p.add_subparsers(dest="sql_command", required=True)
+    r = sql_sub.add_parser("render", help="write the rendered SQL editions")
+    r.add_argument("--dialect", choices=["postgres", "oracle", "all"], default="all")
+    r.add_argument("--dim", type=int, default=384)
+    r.add_argument("--schema", default=None)
+    r.add_argument("--prefix", default="")
+    r.add_argument("--out", default="sql", help="output folder (default: ./sql)")
+    r.add_argument("--stdout", action="store_true", help="print instead of writing files")
+
+    p = sub.add_parser("demo", help="ingest the bundled sample corpus and answer sample questions")
+    _common(p)
+    return parser
+
+
+def _layout(args: argparse.Namespace, dim: int = 384) -> Any:
+    from .templates import Layout
+
+    return Layout(dim=dim, schema=args.schema, prefix=args.prefix)
+
+
+def hit_to_json(hit: Any) -> dict[str, Any]:
+    """The --json shape of one hit (also used by the HTTP service)."""
+
+    def related(rec: Any) -> dict[str, Any] | None:
+        if rec is None:
+            return None
+        return {"section_id": rec.section_id, "sequence_index": rec.sequence_index,
+                "heading_path": list(rec.heading_path), "content": rec.content}
+
+    s = hit.section
+    return {
+        "rank": hit.rank, "distance": hit.distance, "doc_id": s.doc_id, "section_id": s.section_id,
+        "sequence_index": s.sequence_index, "heading_path": list(s.heading_path), "anchor": s.anchor,
+        "content": s.content, "parent": related(hit.parent), "prev": related(hit.prev), "next": related(hit.next),
+    }
+
+
+def _print_hits(hits: list[Any], console: Any) -> None:
+    from rich.panel import Panel
+    from rich.text import Text
+
+    if not hits:
+        console.print("no hits (is anything ingested? try `onetrip ingest PATH`)")
+        return
+
+    def snippet(text: str, n: int = 300) -> str:
+        text = " ".join(text.split())
+        return text if len(text) <= n else text[: n - 1] + "…"
+
+    for hit in hits:
+        s = hit.section
+        body = Text()
+        if hit.parent is not None:
+            body.append("parent  ", style="bold cyan")
+            body.append(" > ".join(hit.parent.heading_path) + "\n", style="cyan")
+        if hit.prev is not None:
+            body.append("prev    ", style="dim")
+            body.append(f"{' > '.join(hit.prev.heading_path) or '(preface)'}: {snippet(hit.prev.content, 120)}\n",
+                        style="dim")
+        body.append(snippet(s.content) + "\n")
+        if hit.next is not None:
+            body.append("next    ", style="dim")
+            body.append(f"{' > '.join(hit.next.heading_path) or '(preface)'}: {snippet(hit.next.content, 120)}",
+                        style="dim")
+        title = f"#{hit.rank}  {s.doc_id} :: {' > '.join(s.heading_path) or '(preface)'}  (distance {hit.distance:.3f})"
+        console.print(Panel(body, title=title, title_align="left"))
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    from .connection import connect
+    from .schema import init_schema
+
+    layout = _layout(args, args.dim)
+    with connect(args.dsn) as conn:
+        init_schema(conn, layout)
+    print(f"schema ready: {layout.tables['documents']}, {layout.tables['sections']} (vector({layout.dim}))")
+    return 0
+
+
+def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json: bool) -> Any:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from .connection import connect
+    from .embedders import SentenceTransformerEmbedder
+    from .ingest import ingest_paths, iter_files
+    from .schema import init_schema
+
+    embedder = SentenceTransformerEmbedder()
+    layout = _layout(args, 384)
+    total = sum(1 for _ in iter_files(paths))
+    console = Console(stderr=True)
+    with connect(args.dsn) as conn:
+        layout = init_schema(conn, layout)
+        with Progress(
+            TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("docs"),
+            TextColumn("{task.fields[sections]} sections, {task.fields[rate]:.1f}/s"),
+            TimeElapsedColumn(), console=console, disable=quiet_json or not console.is_terminal,
+        ) as progress:
+            task = progress.add_task("ingest", total=total, sections=0, rate=0.0)
+
+            def on_progress(path: str, rep: Any) -> None:
+                done = rep.new + rep.changed + rep.unchanged + len(rep.failed)
+                rate = rep.sections / rep.seconds if rep.seconds else 0.0
+                progress.update(task, completed=done, sections=rep.sections, rate=rate)
+
+            report = ingest_paths(conn, paths, layout=layout, embedder=embedder, force=force,
+                                  on_progress=on_progress)
+    return report
+
+
+def cmd_ingest(args: argparse.Namespace) -> int:
+    report = _ingest(args, args.paths, args.force, args.json)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        rate = report.sections / report.seconds if report.seconds else 0.0
+        print(f"documents: {report.new} new, {report.changed} changed, {report.unchanged} unchanged, "
+              f"{len(report.failed)} failed; {report.sections} sections in {report.seconds:.1f}s ({rate:.1f}/s; "
+              f"parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, load {report.load_seconds:.1f}s)")
+        for path, reason in report.failed:
+            print(f"  failed: {path}: {reason}", file=sys.stderr)
+    return 0 if not report.failed else 3
+
+
+def cmd_search(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .retrieve import Retriever
+
+    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
+        hits = r.search(args.query, k=args.k, parent=not args.no_parent, neighbors=not args.no_neighbors)
+    if args.json:
+        print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
+    else:
+        _print_hits(hits, Console())
+    return 0
+
+
+def cmd_sql(args: argparse.Namespace) -> int:
+    from .editions import render_edition, write_editions
+    from .templates import Layout
+
+    layout = Layout(dim=args.dim, schema=args.schema, prefix=args.prefix)
+    dialects = ["postgres", "oracle"] if args.dialect == "all" else [args.dialect]
+    if args.stdout:
+        for d in dialects:
+            for name, text in render_edition(d, layout).items():  # type: ignore[arg-type]
+                print(f"-- ===== {d}/{name} =====\n{text}")
+        return 0
+    for path in write_editions(Path(args.out), dialects, layout):  # type: ignore[arg-type]
+        print(f"wrote {path}")
+    return 0
+
+
+def cmd_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from .retrieve import Retriever
+
+    corpus = Path(__file__).with_name("demo_corpus")
+    report = _ingest(args, [str(corpus)], False, True)
+    console = Console()
+    console.print(f"[bold]demo corpus[/]: {report.new} new, {report.changed} changed, "
+                  f"{report.unchanged} unchanged, {len(report.failed)} failed documents "
+                  f"({report.sections} sections written)")
+    if report.failed:
+        for p, reason in report.failed:
+            console.print(f"[red]failed[/] {p}: {reason}")
+        return 1
+    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
+        for q in DEMO_QUESTIONS:
+            console.rule(f"[bold]{q}")
+            _print_hits(r.search(q, k=2), console)
+    return 0
+
+
+COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql": cmd_sql, "demo": cmd_demo}
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    args = build_parser().parse_args(argv)
+    try:
+        return COMMANDS[args.command](args)
+    except (InvalidIdentifierError, InputDocumentError, ValueError) as e:
+        print(f"onetrip: error: {e}", file=sys.stderr)
+        return 2
+    except OnetripError as e:
+        print(f"onetrip: error: {e}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,67 @@
+"""The rendered SQL editions that DBAs copy: ``sql/postgres`` and ``sql/oracle``.
+
+Each file is a template from ``sql/templates`` rendered with a header and the
+edition's bind syntax (psql variables for PostgreSQL, ``:name`` for Oracle).
+`write_editions` writes them; `check_editions` reports stale checked-in files.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from .templates import Dialect, Layout, render
+
+FULL_EXPANSION = {
+    "related": [("parent", "p"), ("prev", "pv"), ("next", "nx")],
+    "include_parent": True,
+    "include_neighbors": True,
+}
+
+
+@dataclass(frozen=True)
+class EditionFile:
+    name: str  # file name inside the edition folder
+    template: str
+    options: dict
+
+
+def edition_files(dialect: Dialect) -> list[EditionFile]:
+    """What each edition holds."""
+    files = [
+        EditionFile("schema.sql", "schema", {}),
+        EditionFile("retrieve.sql", "retrieve", FULL_EXPANSION),
+    ]
+    return files
+
+
+def render_edition(dialect: Dialect, layout: Layout = Layout()) -> dict[str, str]:
+    """File name -> SQL text for one edition."""
+    binds = "psql" if dialect == "postgres" else "oracle"
+    return {
+        f.name: render(f.template, layout=layout, dialect=dialect, binds=binds, header=True, **f.options)
+        for f in edition_files(dialect)
+    }
+
+
+def write_editions(out_dir: Path, dialects: list[Dialect], layout: Layout = Layout()) -> list[Path]:
+    written = []
+    for d in dialects:
+        folder = out_dir / d
+        folder.mkdir(parents=True, exist_ok=True)
+        for name, text in render_edition(d, layout).items():
+            path = folder / name
+            path.write_text(text)
+            written.append(path)
+    return written
+
+
+def stale_files(sql_dir: Path, layout: Layout = Layout()) -> list[str]:
+    """Checked-in files that differ from a fresh default rendering (empty = up to date)."""
+    stale = []
+    for d in ("postgres", "oracle"):
+        for name, text in render_edition(d, layout).items():  # type: ignore[arg-type]
+            path = sql_dir / d / name
+            if not path.exists() or path.read_text() != text:
+                stale.append(f"{d}/{name}")
+    return stale

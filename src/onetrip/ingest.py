@@ -1,0 +1,184 @@
+"""Ingestion: files -> parsed sections -> embeddings -> one atomic write per document.
+
+Files are read and hashed first; a document whose bytes are unchanged since
+the stored revision is skipped before any parsing or embedding. Parsed
+documents are embedded in batches across documents (small pages would waste
+the model's batch otherwise) and each is then written in its own transaction
+(see `store.replace_document`). A bad file is reported and skipped; it never
+aborts the batch and never leaves partial rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psycopg
+
+from .embedders import Embedder
+from .errors import InputDocumentError, OnetripError
+from .sections import ParsedDocument, parse_file
+from .store import DocumentRecord, StoreResult, current_hash, replace_document
+from .templates import Layout
+
+SUFFIXES = {".md", ".markdown", ".html", ".htm", ".txt", ".text", ".rst"}
+
+
+@dataclass
+class IngestReport:
+    """What an ingest run did, for the CLI summary and for callers."""
+
+    new: int = 0
+    changed: int = 0
+    unchanged: int = 0
+    failed: list[tuple[str, str]] = field(default_factory=list)
+    sections: int = 0
+    parse_seconds: float = 0.0
+    embed_seconds: float = 0.0
+    load_seconds: float = 0.0
+    documents: int = 0
+
+    @property
+    def seconds(self) -> float:
+        return self.parse_seconds + self.embed_seconds + self.load_seconds
+
+    def as_dict(self) -> dict[str, object]:
+        return {
+            "documents": self.documents, "new": self.new, "changed": self.changed,
+            "unchanged": self.unchanged, "failed": [{"path": p, "reason": r} for p, r in self.failed],
+            "sections": self.sections, "parse_seconds": round(self.parse_seconds, 3),
+            "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
+        }
+
+
+def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
+    """Yield (file, root) pairs: files as given, folders walked in sorted order.
+
+    A path that does not exist is yielded too, so it is reported as a failure.
+    """
+    for raw in paths:
+        p = Path(raw)
+        if p.is_dir():
+            for f in sorted(p.rglob("*")):
+                if f.is_file() and f.suffix.lower() in SUFFIXES and not any(
+                    part.startswith(".") for part in f.relative_to(p).parts
+                ):
+                    yield f, p
+        else:
+            yield p, p.parent
+
+
+def doc_id_for(path: Path, root: Path) -> str:
+    """A stable document id: the path relative to the folder it was found in."""
+    try:
+        return path.resolve().relative_to(root.resolve()).as_posix()
+    except ValueError:
+        return path.name
+
+
+def embedding_text(title: str, heading_path: Sequence[str], content: str) -> str:
+    """What the model sees: a context line (title and heading path), then the verbatim content."""
+    crumbs = " > ".join(h for h in (title, *heading_path) if h)
+    return f"{crumbs}\n\n{content}" if crumbs else content
+
+
+@dataclass
+class _Pending:
+    record: DocumentRecord
+    parsed: ParsedDocument
+    path: str
+
+
+def ingest_paths(
+    conn: psycopg.Connection,
+    paths: Iterable[str | Path],
+    *,
+    layout: Layout,
+    embedder: Embedder,
+    force: bool = False,
+    batch_sections: int = 256,
+    on_progress: Callable[[str, IngestReport], None] | None = None,
+    doc_id: Callable[[Path, Path], str] = doc_id_for,
+) -> IngestReport:
+    """Ingest files and folders; returns counts of new/changed/unchanged/failed documents."""
+    report = IngestReport()
+    if embedder.dim != layout.dim:
+        raise OnetripError(
+            f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
+            f"stores vector({layout.dim})"
+        )
+    pending: list[_Pending] = []
+
+    def flush() -> None:
+        if not pending:
+            return
+        texts = [
+            embedding_text(p.parsed.title, s.heading_path, s.content) for p in pending for s in p.parsed.sections
+        ]
+        t0 = time.perf_counter()
+        vectors = embedder.embed_documents(texts)
+        report.embed_seconds += time.perf_counter() - t0
+        offset = 0
+        for p in pending:
+            n = len(p.parsed.sections)
+            t0 = time.perf_counter()
+            try:
+                res: StoreResult = replace_document(
+                    conn, layout, p.record, p.parsed.sections, vectors[offset : offset + n], force=force
+                )
+            except (OnetripError, ValueError, psycopg.Error) as e:
+                report.failed.append((p.path, f"{type(e).__name__}: {e}"))
+            else:
+                if res.outcome == "new":
+                    report.new += 1
+                elif res.outcome == "changed":
+                    report.changed += 1
+                else:
+                    report.unchanged += 1
+                report.sections += res.sections
+            report.load_seconds += time.perf_counter() - t0
+            offset += n
+            if on_progress:
+                on_progress(p.path, report)
+        pending.clear()
+
+    for path, root in iter_files(paths):
+        report.documents += 1
+        shown = str(path)
+        t0 = time.perf_counter()
+        try:
+            if not path.exists():
+                raise InputDocumentError(shown, "no such file or directory")
+            data = path.read_bytes() if path.is_file() else b""
+            digest = hashlib.sha256(data).hexdigest()
+            did = doc_id(path, root)
+            if not force and current_hash(conn, layout, did) == digest:
+                report.unchanged += 1
+                report.parse_seconds += time.perf_counter() - t0
+                if on_progress:
+                    on_progress(shown, report)
+                continue
+            parsed = parse_file(path)
+        except InputDocumentError as e:
+            report.failed.append((shown, e.reason))
+            report.parse_seconds += time.perf_counter() - t0
+            if on_progress:
+                on_progress(shown, report)
+            continue
+        except (OSError, UnicodeError, ValueError) as e:
+            report.failed.append((shown, f"{type(e).__name__}: {e}"))
+            report.parse_seconds += time.perf_counter() - t0
+            continue
+        report.parse_seconds += time.perf_counter() - t0
+        record = DocumentRecord(
+            doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
+            metadata={**parsed.metadata, "format": parsed.format},
+        )
+        pending.append(_Pending(record, parsed, shown))
+        if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
+            flush()
+    flush()
+    return report
