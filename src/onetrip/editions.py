@@ -12,6 +12,9 @@ from pathlib import Path
 
 from .templates import Dialect, Layout, render
 
+#: ef_search pinned by the PostgreSQL function wrapper (pgvector's default is 40).
+DEFAULT_EF_SEARCH = 100
+
 FULL_EXPANSION = {
     "related": [("parent", "p"), ("prev", "pv"), ("next", "nx")],
     "include_parent": True,
@@ -32,16 +35,23 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
         EditionFile("schema.sql", "schema", {}),
         EditionFile("retrieve.sql", "retrieve", FULL_EXPANSION),
     ]
+    if dialect == "postgres":
+        files.append(EditionFile("retrieve_function.sql", "retrieve_function",
+                                 {**FULL_EXPANSION, "ef_search": DEFAULT_EF_SEARCH, "binds": "function"}))
+    else:
+        files.append(EditionFile("retrieve_macro.sql", "retrieve_macro", {**FULL_EXPANSION, "binds": "function"}))
     return files
 
 
 def render_edition(dialect: Dialect, layout: Layout = Layout()) -> dict[str, str]:
     """File name -> SQL text for one edition."""
-    binds = "psql" if dialect == "postgres" else "oracle"
-    return {
-        f.name: render(f.template, layout=layout, dialect=dialect, binds=binds, header=True, **f.options)
-        for f in edition_files(dialect)
-    }
+    default_binds = "psql" if dialect == "postgres" else "oracle"
+    out = {}
+    for f in edition_files(dialect):
+        options = dict(f.options)
+        binds = options.pop("binds", default_binds)
+        out[f.name] = render(f.template, layout=layout, dialect=dialect, binds=binds, header=True, **options)
+    return out
 
 
 def write_editions(out_dir: Path, dialects: list[Dialect], layout: Layout = Layout()) -> list[Path]:

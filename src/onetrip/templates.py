@@ -24,7 +24,7 @@ import jinja2
 from .identifiers import quote_ident, validate_identifier, validate_prefix
 
 Dialect = Literal["postgres", "oracle"]
-BindStyle = Literal["psycopg", "psql", "oracle"]
+BindStyle = Literal["psycopg", "psql", "oracle", "function"]
 
 DEFAULT_DIM = 384
 MAX_DIM = 16000  # pgvector's hard limit for the vector type
@@ -61,6 +61,11 @@ class Layout:
         name = quote_ident(validate_identifier(self.prefix + base, "table name"))
         return f"{quote_ident(self.schema)}.{name}" if self.schema else name
 
+    def qualified(self, base: str) -> str:
+        """Schema-qualified name for a function or view."""
+        name = self.object_name(base)
+        return f"{quote_ident(self.schema)}.{name}" if self.schema else name
+
     def object_name(self, base: str) -> str:
         """Unqualified name for an index or constraint (they live in the table's schema)."""
         return quote_ident(validate_identifier(self.prefix + base, "object name"))
@@ -74,6 +79,7 @@ class Layout:
             "seq_index": self.object_name("sections_doc_seq_key"),
             "parent_index": self.object_name("sections_doc_parent_idx"),
             "hnsw_index": self.object_name("sections_embedding_hnsw"),
+            "retrieve_function": self.qualified("retrieve_sections"),
         }
 
     @property
@@ -86,6 +92,8 @@ def _param_renderer(binds: BindStyle, dialect: Dialect):
 
     def param(name: str, kind: str = "text") -> str:
         validate_identifier(name, "bind parameter name")
+        if binds == "function":  # inside a function body: the parameter's own name
+            return name
         if binds == "psycopg":
             ph = f"%({name})s"
         elif binds == "psql":

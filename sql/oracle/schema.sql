@@ -1,0 +1,62 @@
+-- =============================================================================
+-- onetrip: schema.sql (Oracle Database 23ai edition)
+-- -----------------------------------------------------------------------------
+-- Purpose   Tables and indexes for section-level retrieval: one row per document,
+--           one row per section (the unit that is embedded and searched), with
+--           the section tree (parent_section_id) and document order
+--           (sequence_index) stored next to the embedding.
+-- Requires  Oracle Database 23ai (23.4+): VECTOR type, vector indexes, JSON type,
+--           CREATE ... IF NOT EXISTS.
+--           This edition is validated by parsing (sqlglot, Oracle dialect) and
+--           golden files, NOT by execution: no Oracle server was available.
+-- Params    embedding dimension 384; schema (search_path);
+--           table prefix ''.
+-- Creates   documents      (doc_id primary key)
+--           sections       (primary key (doc_id, section_id))
+--           sections_doc_seq_key  unique (doc_id, sequence_index): neighbor joins
+--           sections_doc_parent_idx  (doc_id, parent_section_id): child lookups
+--           sections_embedding_hnsw  in-memory neighbor graph, COSINE
+-- Re-run    Safe: every statement is IF NOT EXISTS.
+-- =============================================================================
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id            VARCHAR2(512) NOT NULL,
+    source_uri        VARCHAR2(512) NOT NULL,
+    title             VARCHAR2(4000),
+    revision          NUMBER(10) DEFAULT 1 NOT NULL,
+    content_hash      VARCHAR2(512) NOT NULL,
+    metadata          JSON DEFAULT '{}' NOT NULL,
+    token_count       NUMBER(10) DEFAULT 0 NOT NULL,
+    section_count     NUMBER(10) DEFAULT 0 NOT NULL,
+    ingested_at       TIMESTAMP WITH TIME ZONE DEFAULT SYSTIMESTAMP NOT NULL,
+    CONSTRAINT documents_pkey PRIMARY KEY (doc_id)
+);
+
+CREATE TABLE IF NOT EXISTS sections (
+    doc_id            VARCHAR2(512) NOT NULL,
+    section_id        VARCHAR2(512) NOT NULL,
+    parent_section_id VARCHAR2(512),
+    sequence_index    NUMBER(10) NOT NULL,
+    heading_level     NUMBER(3) NOT NULL,
+    heading           VARCHAR2(4000),
+    heading_path      JSON DEFAULT '[]' NOT NULL,
+    anchor            VARCHAR2(512),
+    content           CLOB NOT NULL,
+    token_count       NUMBER(10) NOT NULL,
+    embedding         VECTOR(384, FLOAT32) NOT NULL,
+    metadata          JSON DEFAULT '{}' NOT NULL,
+    CONSTRAINT sections_pkey PRIMARY KEY (doc_id, section_id),
+    CONSTRAINT sections_doc_id_fkey FOREIGN KEY (doc_id)
+        REFERENCES documents (doc_id) ON DELETE CASCADE
+);
+
+CREATE UNIQUE INDEX IF NOT EXISTS sections_doc_seq_key
+    ON sections (doc_id, sequence_index);
+
+CREATE INDEX IF NOT EXISTS sections_doc_parent_idx
+    ON sections (doc_id, parent_section_id);
+
+CREATE VECTOR INDEX IF NOT EXISTS sections_embedding_hnsw
+    ON sections (embedding)
+    ORGANIZATION INMEMORY NEIGHBOR GRAPH
+    DISTANCE COSINE
+    WITH TARGET ACCURACY 95;

@@ -1,0 +1,59 @@
+-- =============================================================================
+-- onetrip: schema.sql (PostgreSQL edition)
+-- -----------------------------------------------------------------------------
+-- Purpose   Tables and indexes for section-level retrieval: one row per document,
+--           one row per section (the unit that is embedded and searched), with
+--           the section tree (parent_section_id) and document order
+--           (sequence_index) stored next to the embedding.
+-- Requires  PostgreSQL 13+ (tested on 18), pgvector 0.8+ (CREATE EXTENSION vector).
+-- Params    embedding dimension 384; schema (search_path);
+--           table prefix ''.
+-- Creates   documents      (doc_id primary key)
+--           sections       (primary key (doc_id, section_id))
+--           sections_doc_seq_key  unique (doc_id, sequence_index): neighbor joins
+--           sections_doc_parent_idx  (doc_id, parent_section_id): child lookups
+--           sections_embedding_hnsw  HNSW, vector_cosine_ops
+-- Re-run    Safe: every statement is IF NOT EXISTS.
+-- =============================================================================
+CREATE EXTENSION IF NOT EXISTS vector;
+
+CREATE TABLE IF NOT EXISTS documents (
+    doc_id            text NOT NULL,
+    source_uri        text NOT NULL,
+    title             text,
+    revision          integer DEFAULT 1 NOT NULL,
+    content_hash      text NOT NULL,
+    metadata          jsonb DEFAULT '{}' NOT NULL,
+    token_count       integer DEFAULT 0 NOT NULL,
+    section_count     integer DEFAULT 0 NOT NULL,
+    ingested_at       timestamptz DEFAULT now() NOT NULL,
+    CONSTRAINT documents_pkey PRIMARY KEY (doc_id)
+);
+
+CREATE TABLE IF NOT EXISTS sections (
+    doc_id            text NOT NULL,
+    section_id        text NOT NULL,
+    parent_section_id text,
+    sequence_index    integer NOT NULL,
+    heading_level     smallint NOT NULL,
+    heading           text,
+    heading_path      text[] DEFAULT '{}' NOT NULL,
+    anchor            text,
+    content           text NOT NULL,
+    token_count       integer NOT NULL,
+    embedding         vector(384) NOT NULL,
+    metadata          jsonb DEFAULT '{}' NOT NULL,
+    CONSTRAINT sections_pkey PRIMARY KEY (doc_id, section_id),
+    CONSTRAINT sections_doc_id_fkey FOREIGN KEY (doc_id)
+        REFERENCES documents (doc_id) ON DELETE CASCADE
+);
+
+CREATE UNIQUE INDEX IF NOT EXISTS sections_doc_seq_key
+    ON sections (doc_id, sequence_index);
+
+CREATE INDEX IF NOT EXISTS sections_doc_parent_idx
+    ON sections (doc_id, parent_section_id);
+
+CREATE INDEX IF NOT EXISTS sections_embedding_hnsw
+    ON sections USING hnsw (embedding vector_cosine_ops)
+    WITH (m = 16, ef_construction = 64);

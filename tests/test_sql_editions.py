@@ -1,0 +1,182 @@
+"""The checked-in SQL editions: fresh, runnable in psql as they are, and equal to the Python API."""
+
+from __future__ import annotations
+
+import csv
+import io
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onetrip import Retriever
+from onetrip.editions import DEFAULT_EF_SEARCH, render_edition, stale_files
+from onetrip.sqlcheck import check_roundtrip, parse_statements, psql_vars_to_binds
+from onetrip.store import replace_document
+from onetrip.synthetic import corpus_query_vectors, generate
+from onetrip.templates import Layout
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+
+
+def psql_binary() -> str:
+    import pgserver._commands as c
+
+    return str(Path(c.POSTGRES_BIN_PATH) / "psql")
+
+
+def run_psql(dsn: str, *args: str) -> list[dict[str, str]]:
+    out = subprocess.run(
+        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn, *args],
+        check=True, capture_output=True, text=True,
+    ).stdout
+    # psql prints one CSV table per statement; retrieve.sql has exactly one result.
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+def vec_literal(v: np.ndarray) -> str:
+    return "[" + ",".join(f"{x:.8f}" for x in v) + "]"
+
+
+def test_checked_in_editions_are_fresh():
+    stale = stale_files(SQL_DIR)
+    assert not stale, f"stale SQL editions {stale}: run `onetrip sql render`"
+
+
+def test_every_postgres_statement_parses_and_keeps_vector_operators():
+    for name, text in render_edition("postgres").items():
+        if "$function$" in text:
+            # The wrapper parses as a whole; its dollar-quoted body is checked as a query of its own.
+            assert parse_statements(text, "postgres")
+            text = text.split("$function$")[1]
+        checked = check_roundtrip(psql_vars_to_binds(text))
+        assert checked, name
+        if name != "schema.sql":
+            assert any("<=>" in (c.roundtrip or "") for c in checked), name
+
+
+@pytest.mark.parametrize("dialect", ["postgres", "oracle"])
+def test_headers_tell_a_dba_what_they_need(dialect):
+    for name, text in render_edition(dialect).items():
+        head = text.split("-- =====", 2)[1]
+        for key in ("Purpose", "Requires"):
+            assert key in head, f"{dialect}/{name} header lacks {key}"
+        if name != "schema.sql":
+            for key in ("Params", "Plan"):
+                assert key in head, f"{dialect}/{name} header lacks {key}"
+        if dialect == "oracle":
+            assert "validated by parsing" in head and "NOT by execution" in head
+
+
+@pytest.fixture
+def loaded(db, dsn):
+    # Create the schema with the checked-in file itself, through psql.
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn,
+                    "-f", str(SQL_DIR / "postgres" / "schema.sql")], check=True, capture_output=True)
+    layout = Layout()
+    docs = list(generate(400, dim=384, seed=3, sections_per_doc=(3, 20)))
+    for d in docs:
+        replace_document(db, layout, d.record, d.sections, d.embeddings)
+    return docs
+
+
+def _key(rows: list[dict[str, str]]) -> list[tuple]:
+    return [(r["doc_id"], r["section_id"], r["parent_id"] or None, r["prev_id"] or None, r["next_id"] or None,
+             r["content"], r["parent_content"] or None, r["next_content"] or None) for r in rows]
+
+
+def _api_key(hits) -> list[tuple]:
+    return [(h.section.doc_id, h.section.section_id, h.parent and h.parent.section_id,
+             h.prev and h.prev.section_id, h.next and h.next.section_id, h.section.content,
+             h.parent and h.parent.content, h.next and h.next.content) for h in hits]
+
+
+def test_psql_runs_retrieve_sql_as_is_and_matches_the_api(db, dsn, loaded):
+    r = Retriever(db)
+    for q in corpus_query_vectors(loaded, 5, seed=9):
+        rows = run_psql(dsn, "-v", "k=5", "-v", f"query_embedding={vec_literal(q)}",
+                        "-f", str(SQL_DIR / "postgres" / "retrieve.sql"))
+        hits = r.search(q, k=5)
+        assert len(rows) == 5
+        assert _key(rows) == _api_key(hits)
+        for row, hit in zip(rows, hits):
+            assert float(row["distance"]) == pytest.approx(hit.distance, abs=1e-5)
+
+
+def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn,
+                    "-f", str(SQL_DIR / "postgres" / "retrieve_function.sql")], check=True, capture_output=True)
+    r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
+    for q in corpus_query_vectors(loaded, 5, seed=10):
+        rows = run_psql(dsn, "-c", f"SELECT * FROM retrieve_sections('{vec_literal(q)}'::vector, 7)")
+        assert _key(rows) == _api_key(r.search(q, k=7))
+    # The function pins ef_search for its own execution only.
+    assert db.execute("SHOW hnsw.ef_search").fetchone()[0] == str(DEFAULT_EF_SEARCH)
+    with db.cursor() as cur:
+        cur.execute("RESET hnsw.ef_search")
+        cur.execute("SELECT count(*) FROM retrieve_sections(%s::vector, 3)", (vec_literal(loaded[0].embeddings[0]),))
+        assert cur.fetchone()[0] == 3
+        assert cur.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
+
+
+def test_function_body_plan_uses_hnsw_when_prepared(db, loaded):
+    """The wrapper's body runs with its arguments as parameters, through the plan cache.
+
+    A forced generic plan would estimate LIMIT $2 as 10% of the table and pick a
+    Seq Scan; under the default plan_cache_mode the custom plans (index scan)
+    stay cheaper than the generic one, so the cache keeps choosing them. This
+    checks that after more executions than the cache's five-custom-plan warm-up.
+    """
+    layout = Layout()
+    for d in generate(3000, dim=384, seed=4, sections_per_doc=(10, 40), doc_prefix="more"):
+        replace_document(db, layout, d.record, d.sections, d.embeddings)
+    body = render_edition("postgres")["retrieve_function.sql"].split("$function$")[1]
+    body = body.replace("query_embedding", "$1").replace("LIMIT k", "LIMIT $2")
+    db.execute("ANALYZE sections")
+    db.execute(f"PREPARE wrapped(vector, integer) AS {body}")
+    q = vec_literal(loaded[0].embeddings[1])
+    for _ in range(8):
+        db.execute(f"EXECUTE wrapped('{q}', 5)")
+    plan = "\n".join(r[0] for r in db.execute(f"EXPLAIN EXECUTE wrapped('{q}', 5)"))
+    hits_part = plan.split("CTE hits", 1)[1]
+    assert "Index Scan using sections_embedding_hnsw" in hits_part, plan
+
+
+def test_rendering_with_a_hostile_schema_never_reaches_sql():
+    from onetrip import InvalidIdentifierError
+
+    for bad in ['x"; drop table sections; --', "kb;", "k\u0431", "K"]:
+        with pytest.raises(InvalidIdentifierError):
+            render_edition("postgres", Layout(schema=bad))
+
+
+def _code(text: str) -> str:
+    """SQL without -- comments (headers mention constructs by name)."""
+    return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
+
+
+def test_oracle_edition_pins_each_oracle_construct():
+    files = {name: (SQL_DIR / "oracle" / name).read_text() for name in ("schema.sql", "retrieve.sql", "retrieve_macro.sql")}
+    schema, query, macro = (_code(files[n]) for n in ("schema.sql", "retrieve.sql", "retrieve_macro.sql"))
+    assert "embedding         VECTOR(384, FLOAT32) NOT NULL" in schema
+    assert "CREATE VECTOR INDEX IF NOT EXISTS sections_embedding_hnsw" in schema
+    assert "ORGANIZATION INMEMORY NEIGHBOR GRAPH" in schema and "DISTANCE COSINE" in schema
+    assert "heading_path      JSON" in schema and "CLOB" in schema
+    for q in (query, macro):
+        assert "VECTOR_DISTANCE(s.embedding, :query_embedding, COSINE)" in q or \
+            "VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)" in q
+        assert "FETCH APPROX FIRST" in q and "ROWS ONLY" in q
+        assert "SELECT /*+ MATERIALIZE */" in q
+        assert "AS MATERIALIZED" not in q and "LIMIT" not in q
+        assert "<=>" not in q and "%(" not in q and "::" not in q
+        # No AS before table aliases (Oracle rejects it); column aliases keep AS.
+        import re
+        assert not re.search(r"\b(FROM|JOIN)\s+\w+\s+AS\s+\w+", q), "table alias with AS"
+        assert "LEFT JOIN sections p" in q and "LEFT JOIN sections nx" in q
+    assert ":query_embedding" in query and ":k" in query
+    assert "SQL_MACRO(TABLE)" in macro and "RETURN q'~" in macro and macro.rstrip().endswith("/")
+    # Every join carries doc_id in both editions (shard/partition-local joins).
+    for text in (query, _code((SQL_DIR / "postgres" / "retrieve.sql").read_text())):
+        for alias in ("p", "pv", "nx"):
+            assert f"ON {alias}.doc_id = h.doc_id" in text
