@@ -1,0 +1,29 @@
+"""A cheap deterministic embedder for DB tests that do not need semantic vectors.
+
+It is an `Embedder` like any user's plug-in, not a stand-in for the database.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+import numpy as np
+
+
+class HashEmbedder:
+    name = "hash-test"
+
+    def __init__(self, dim: int = 384) -> None:
+        self.dim = dim
+
+    def _one(self, text: str) -> np.ndarray:
+        seed = int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "little")
+        v = np.random.default_rng(seed).standard_normal(self.dim).astype(np.float32)
+        return v / np.linalg.norm(v)
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        return np.stack([self._one(t) for t in texts]) if texts else np.zeros((0, self.dim), np.float32)
+
+    def embed_query(self, text: str) -> np.ndarray:
+        return self._one(text)

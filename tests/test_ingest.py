@@ -1,0 +1,196 @@
+"""Ingestion into a real database: bad files, unchanged/changed documents, atomic re-ingest."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from onetrip import Retriever, connect, init_schema
+from onetrip.ingest import ingest_paths
+from onetrip.sections import parse_file
+from onetrip.store import DocumentRecord, replace_document
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+
+PAD = " This sentence pads the section so that it is not merged away as a tiny one."
+DOC_V1 = f"# Guide\n\nIntro text for version one.{PAD}\n\n## Setup\n\nInstall it.{PAD}\n\n## Use\n\nRun it daily.{PAD}\n"
+DOC_V2 = (f"# Guide\n\nIntro text for version two.{PAD}\n\n## Setup\n\nInstall it twice.{PAD}\n\n"
+          f"## Use\n\nRun it.{PAD}\n\n## FAQ\n\nNone.{PAD}\n")
+
+
+def rows(db, doc_id: str) -> list[tuple]:
+    return db.execute(
+        "SELECT section_id, content FROM sections WHERE doc_id = %s ORDER BY sequence_index", (doc_id,)
+    ).fetchall()
+
+
+def test_bad_files_are_reported_per_file_and_never_abort_the_batch(db, tmp_path):
+    init_schema(db)
+    good = tmp_path / "good.md"
+    good.write_text(DOC_V1)
+    (tmp_path / "empty.md").write_text("")
+    (tmp_path / "blank.txt").write_text("  \n\n ")
+    (tmp_path / "binary.md").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00IHDR" * 10)
+    (tmp_path / "latin1.md").write_bytes("# Caf\xe9\n\nna\xefve".encode("latin-1"))
+    (tmp_path / "noheadings.html").write_text("<html><body><p>Just a paragraph.</p></body></html>")
+    (tmp_path / "broken.html").write_text("<html><body><h1>Title<p>unclosed <b>tags <div>everywhere")
+    (tmp_path / "broken.md").write_text("# Title\n\n```python\nnever closed fence\n# not a heading\n")
+    missing = tmp_path / "missing.md"
+    report = ingest_paths(db, [tmp_path, missing], layout=Layout(), embedder=HashEmbedder())
+    failed = dict(report.failed)
+    assert set(failed) == {str(tmp_path / n) for n in ("empty.md", "blank.txt", "binary.md", "latin1.md")} | {
+        str(missing)}
+    assert "empty" in failed[str(tmp_path / "empty.md")]
+    assert "binary" in failed[str(tmp_path / "binary.md")]
+    assert "UTF-8" in failed[str(tmp_path / "latin1.md")]
+    assert "no such file" in failed[str(missing)]
+    assert report.new == 4  # good.md, noheadings.html, broken.html, broken.md
+    stored = {r[0] for r in db.execute("SELECT doc_id FROM documents")}
+    assert stored == {"good.md", "noheadings.html", "broken.html", "broken.md"}
+    # Failed files left no rows at all.
+    assert db.execute("SELECT count(*) FROM sections WHERE doc_id NOT IN (SELECT doc_id FROM documents)").fetchone()[0] == 0
+    # The fence is not closed, so '# not a heading' stayed code.
+    assert not any("not a heading" == r[0] for r in db.execute("SELECT heading FROM sections WHERE doc_id='broken.md'"))
+
+
+def test_five_megabyte_single_paragraph(db, tmp_path):
+    init_schema(db)
+    big = tmp_path / "big.txt"
+    big.write_text(("word " * 12 + "end. ") * 90_000)  # ~5.4 MB, sentences but no paragraphs
+    assert big.stat().st_size > 5_000_000
+    report = ingest_paths(db, [big], layout=Layout(), embedder=HashEmbedder())
+    assert report.failed == [] and report.new == 1
+    n, max_tokens = db.execute("SELECT count(*), max(token_count) FROM sections").fetchone()
+    assert n > 1000 and max_tokens <= 256
+
+
+def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
+    init_schema(db)
+    f = tmp_path / "guide.md"
+    f.write_text(DOC_V1)
+    emb = HashEmbedder()
+    assert ingest_paths(db, [f], layout=Layout(), embedder=emb).new == 1
+    again = ingest_paths(db, [f], layout=Layout(), embedder=emb)
+    assert (again.new, again.changed, again.unchanged) == (0, 0, 1)
+    f.write_text(DOC_V2)
+    changed = ingest_paths(db, [f], layout=Layout(), embedder=emb)
+    assert changed.changed == 1
+    assert db.execute("SELECT revision FROM documents WHERE doc_id='guide.md'").fetchone()[0] == 2
+    assert any("FAQ" in c for _, c in rows(db, "guide.md")) or any(
+        "None." in c for _, c in rows(db, "guide.md"))
+    assert not any("version one" in c for _, c in rows(db, "guide.md"))
+
+
+class ExplodingContent:
+    """A section whose content raises when COPY reads it: a failure mid-write."""
+
+    def __init__(self, base):
+        self._base = base
+
+    def __getattr__(self, name):
+        if name == "content":
+            raise RuntimeError("disk on fire")
+        return getattr(self._base, name)
+
+
+def _parsed(tmp_path: Path, text: str):
+    p = tmp_path / "doc.md"
+    p.write_text(text)
+    return parse_file(p)
+
+
+def test_failed_reingest_leaves_previous_revision_served(db, tmp_path):
+    layout = Layout()
+    init_schema(db, layout)
+    emb = HashEmbedder()
+    v1 = _parsed(tmp_path, DOC_V1)
+    replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h1"), v1.sections,
+                     emb.embed_documents([s.content for s in v1.sections]))
+    before = rows(db, "doc")
+    v2 = _parsed(tmp_path, DOC_V2)
+    broken = list(v2.sections)
+    assert len(broken) == 4
+    broken[2] = ExplodingContent(broken[2])
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h2"), broken,
+                         emb.embed_documents([s.content for s in v2.sections]))
+    assert rows(db, "doc") == before
+    assert db.execute("SELECT content_hash, revision FROM documents WHERE doc_id='doc'").fetchone() == ("h1", 1)
+    hits = Retriever(db).search(emb.embed_query(before[0][1]), k=3)
+    assert {h.section.section_id for h in hits} <= {sid for sid, _ in before}
+
+
+def _slow_reingest(dsn: str, tmp: str, ready: str) -> None:
+    """Child process: start replacing the document, then stall mid-COPY until killed."""
+    conn = connect(dsn)
+    v2 = parse_file(Path(tmp) / "v2.md")
+    emb = HashEmbedder()
+
+    class Stall:
+        def __init__(self, base):
+            self._base = base
+
+        def __getattr__(self, name):
+            if name == "content":
+                Path(ready).write_text("deleted old rows, copying")
+                time.sleep(60)
+            return getattr(self._base, name)
+
+    sections = list(v2.sections)
+    sections[1] = Stall(sections[1])
+    replace_document(conn, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h2"), sections,
+                     emb.embed_documents([s.content for s in v2.sections]))
+
+
+def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
+    layout = Layout()
+    init_schema(db, layout)
+    emb = HashEmbedder()
+    v1 = _parsed(tmp_path, DOC_V1)
+    (tmp_path / "v2.md").write_text(DOC_V2)
+    replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h1"), v1.sections,
+                     emb.embed_documents([s.content for s in v1.sections]))
+    before = rows(db, "doc")
+    ready = tmp_path / "ready"
+    proc = mp.get_context("spawn").Process(target=_slow_reingest, args=(dsn, str(tmp_path), str(ready)))
+    proc.start()
+    for _ in range(600):
+        if ready.exists():
+            break
+        time.sleep(0.05)
+    assert ready.exists(), "child never reached the middle of the write"
+    # Mid-transaction: readers still see the old revision in full.
+    assert rows(db, "doc") == before
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.join(10)
+    # The server notices the dead client and rolls back; wait for its lock to go.
+    for _ in range(200):
+        busy = db.execute("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'").fetchone()[0]
+        if not busy:
+            break
+        time.sleep(0.05)
+    assert rows(db, "doc") == before
+    assert db.execute("SELECT revision FROM documents WHERE doc_id='doc'").fetchone()[0] == 1
+
+
+def test_wrong_embedding_dimension_is_refused_before_writing(db, tmp_path):
+    from onetrip import DimensionMismatchError
+
+    init_schema(db)
+    v1 = _parsed(tmp_path, DOC_V1)
+    with pytest.raises(DimensionMismatchError, match="have 128 dimensions but the sections table stores vector\\(384\\)"):
+        replace_document(db, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h"), v1.sections,
+                         np.zeros((len(v1.sections), 128), np.float32))
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+    from onetrip.errors import OnetripError
+
+    with pytest.raises(OnetripError, match="makes 64-d vectors"):
+        ingest_paths(db, [tmp_path / "doc.md"], layout=Layout(), embedder=HashEmbedder(64))
