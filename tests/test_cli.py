@@ -1,0 +1,66 @@
+"""The CLI end to end on the test database, as a user runs it (real embedder, real server)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+DEMO = Path(__file__).resolve().parents[1] / "src" / "onetrip" / "demo_corpus"
+
+
+def onetrip(*args: str, dsn: str | None = None) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    cmd = [sys.executable, "-m", "onetrip.cli", *args] + (["--dsn", dsn] if dsn else [])
+    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_init_ingest_search_json(dsn, tmp_path):
+    assert onetrip("init", dsn=dsn).returncode == 0
+    assert onetrip("init", dsn=dsn).returncode == 0  # twice is harmless
+    (tmp_path / "empty.md").write_text("")
+    res = onetrip("ingest", str(DEMO), str(tmp_path / "empty.md"), "--json", dsn=dsn)
+    assert res.returncode == 3, res.stderr  # one file failed: reported, batch completed
+    summary = json.loads(res.stdout)
+    assert summary["new"] == 3 and summary["failed"][0]["reason"].startswith("empty")
+    again = json.loads(onetrip("ingest", str(DEMO), "--json", dsn=dsn).stdout)
+    assert (again["new"], again["changed"], again["unchanged"]) == (0, 0, 3)
+
+    res = onetrip("search", "Is tennis elbow covered?", "-k", "3", "--json", dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    hits = json.loads(res.stdout)
+    assert len(hits) == 3
+    for h in hits:
+        assert {"doc_id", "section_id", "sequence_index", "heading_path", "content", "distance",
+                "parent", "prev", "next"} <= set(h)
+        for rel in ("parent", "prev", "next"):
+            assert h[rel] is None or {"section_id", "content"} <= set(h[rel])
+    top = hits[0]
+    assert top["doc_id"] == "travel-insurance-policy.md"
+    assert "tennis elbow" in top["content"] or "tennis elbow" in (top["next"] or {}).get("content", "")
+
+    text = onetrip("search", "descaling", "-k", "1", dsn=dsn)
+    assert text.returncode == 0 and "Descaling" in text.stdout
+
+
+def test_errors_are_one_clear_line(dsn):
+    res = onetrip("search", "x", "--prefix", "bad;name", dsn=dsn)
+    assert res.returncode == 2 and "table prefix 'bad;name' is not allowed" in res.stderr
+    assert "Traceback" not in res.stderr
+    res = onetrip("search", "x", dsn="host=127.0.0.1 port=1 dbname=x connect_timeout=2")
+    assert res.returncode == 1 and "could not connect to PostgreSQL" in res.stderr
+    res = onetrip("search", "x", dsn=dsn)
+    assert res.returncode == 1 and "run `onetrip init` first" in res.stderr
+
+
+def test_sql_render_writes_both_editions(tmp_path):
+    res = onetrip("sql", "render", "--out", str(tmp_path), "--dim", "768", "--schema", "kb")
+    assert res.returncode == 0, res.stderr
+    pg = (tmp_path / "postgres" / "schema.sql").read_text()
+    ora = (tmp_path / "oracle" / "schema.sql").read_text()
+    assert "vector(768)" in pg and "kb.sections" in pg
+    assert "VECTOR(768, FLOAT32)" in ora
+    bad = onetrip("sql", "render", "--out", str(tmp_path), "--schema", "x;drop")
+    assert bad.returncode == 2 and "schema name" in bad.stderr
