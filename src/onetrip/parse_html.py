@@ -1,0 +1,408 @@
+"""HTML to neutral blocks, tuned for the DocBook output of the PostgreSQL manual.
+
+Why a custom walk instead of get_text(): sections in that manual are `div`s
+(sect1..5, refsect1..3, ...) whose titles sit in a `div.titlepage` or a direct
+`h2`, and evidence is quoted against visible text, so inline markup must add no
+spaces or line breaks while block elements must start new lines.
+
+Rules:
+* A section container is a `div` with one of SECTION_CLASSES. Its level is its
+  nesting depth among containers; its anchor is its id (a container without an
+  id, like `refsynopsisdiv`, takes the id of the innermost enclosing one, since
+  that is the source location of its text). Its title is the first heading in
+  its leading `div.titlepage`/`div.refnamediv` or a leading direct heading.
+* Other h1-h6 outside content blocks are headings too: level = h-number when no
+  container is open, else depth + (h-number - container title h-number);
+  anchor = own id, else an `<a id|name>` inside, else a GitHub-style slug.
+* Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
+  are content, as are `p.title` captions of tables/examples/figures.
+* Content that follows a nested container inside its parent (DocBook
+  footnotes) gets a repeated heading of the parent, so it is not attributed to
+  the last subsection.
+* Dropped: head, script, style, navheader, navfooter, the in-page toc, <nav>.
+* Tables are one block: rows on lines (header rows first), cells joined " | ".
+"""
+
+from __future__ import annotations
+
+import re
+import warnings
+from collections.abc import Iterable
+
+from bs4 import BeautifulSoup, NavigableString, PageElement, Tag
+from bs4.element import PreformattedString
+
+from onetrip.parse_markdown import GithubSlugger
+from onetrip.sections import Block, ContentBlock, HeadingBlock
+
+SECTION_CLASSES = frozenset(
+    "sect1 sect2 sect3 sect4 sect5 section simplesect chapter appendix preface "
+    "refentry refsect1 refsect2 refsect3 refsynopsisdiv partintro part reference "
+    "book set article index bibliography glossary".split()
+)
+DROP_CLASSES = frozenset({"navheader", "navfooter", "toc"})
+DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
+HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+_HEADING_SET = frozenset(HEADINGS)
+
+# div classes that are one content block: headings inside them are not sections
+_BLOCK_DIV_KINDS = {
+    "note": "other",
+    "tip": "other",
+    "warning": "other",
+    "caution": "other",
+    "important": "other",
+    "sidebar": "other",
+    "titlepage": "other",
+    "bibliodiv": "other",
+    "indexdiv": "other",
+    "blockquote": "quote",
+}
+_BLOCK_TAG_KINDS = {
+    "p": "paragraph",
+    "address": "paragraph",
+    "figcaption": "paragraph",
+    "caption": "paragraph",
+    "dt": "paragraph",
+    "dd": "paragraph",
+    "li": "paragraph",
+    "pre": "code",
+    "ul": "list",
+    "ol": "list",
+    "dl": "list",
+    "menu": "list",
+    "blockquote": "quote",
+}
+# elements that start a new line inside a block
+_BREAKING = frozenset(
+    "p div pre li dd dt ul ol dl menu table thead tbody tfoot tr td th caption "
+    "blockquote h1 h2 h3 h4 h5 h6 hr br section article aside header footer main "
+    "figure figcaption address details summary form fieldset center".split()
+)
+_PARAGRAPH_BREAK = frozenset({"p", "li", "dt"})  # blank line: preferred split points
+_WS = re.compile(r"\s+")
+
+
+def _classes(tag: Tag) -> list[str]:
+    value = tag.get("class")
+    if value is None:
+        return []
+    return value if isinstance(value, list) else str(value).split()
+
+
+def _dropped(tag: Tag) -> bool:
+    return tag.name in DROP_TAGS or not DROP_CLASSES.isdisjoint(_classes(tag))
+
+
+def _is_container(tag: Tag) -> bool:
+    return tag.name == "div" and not SECTION_CLASSES.isdisjoint(_classes(tag))
+
+
+def _is_text(node: PageElement) -> bool:
+    return isinstance(node, NavigableString) and not isinstance(node, PreformattedString)
+
+
+def _collapse(text: str) -> str:
+    return _WS.sub(" ", text).strip()
+
+
+class _Text:
+    """Accumulates visible text: collapses whitespace outside <pre>, tracks line breaks."""
+
+    def __init__(self) -> None:
+        self.parts: list[str] = []
+        self.pending = 0  # newlines owed before the next text
+        self.line_start = True
+
+    def add(self, text: str, pre: bool = False) -> None:
+        if not pre:
+            text = _WS.sub(" ", text)
+            if self.line_start or self.pending or (self.parts and self.parts[-1].endswith(" ")):
+                text = text.lstrip(" ")
+            if not text:
+                return
+        elif not text:
+            return
+        if self.pending and self.parts:
+            self.parts[-1] = self.parts[-1].rstrip(" ")
+            self.parts.append("\n" * self.pending)
+        self.pending = 0
+        self.parts.append(text)
+        self.line_start = text.endswith("\n")
+
+    def newline(self, n: int = 1) -> None:
+        if self.parts:
+            self.pending = max(self.pending, n)
+        self.line_start = True
+
+    def value(self, keep_indent: bool = False) -> str:
+        text = "".join(self.parts)
+        return text.strip("\n").rstrip() if keep_indent else text.strip()
+
+    def __bool__(self) -> bool:
+        return any(p.strip() for p in self.parts)
+
+
+def _flat_text(tag: Tag) -> str:
+    """Text of a table cell on one line: block boundaries become spaces."""
+    out: list[str] = []
+
+    def rec(node: Tag) -> None:
+        for child in node.children:
+            if isinstance(child, Tag):
+                if _dropped(child):
+                    continue
+                breaking = child.name in _BREAKING
+                if breaking:
+                    out.append(" ")
+                rec(child)
+                if breaking:
+                    out.append(" ")
+            elif _is_text(child):
+                out.append(str(child))
+
+    rec(tag)
+    return _collapse("".join(out))
+
+
+def _table(table: Tag) -> tuple[str, int]:
+    """(text, header line count): one row per line, header rows first."""
+    rows = [tr for tr in table.find_all("tr") if tr.find_parent("table") is table]
+
+    def rank(tr: Tag) -> int:
+        parent = tr.parent.name if tr.parent is not None else ""
+        return {"thead": 0, "tfoot": 2}.get(parent, 1)
+
+    rows.sort(key=rank)  # stable: document order within each group
+    lines: list[str] = []
+    header = 0
+    for tr in rows:
+        cells = tr.find_all(("td", "th"), recursive=False)
+        texts = [_flat_text(c) for c in cells]
+        if not any(texts):
+            continue
+        if rank(tr) == 0 or (not lines and cells and all(c.name == "th" for c in cells)):
+            if len(lines) == header:
+                header += 1
+        lines.append(" | ".join(texts))
+    return "\n".join(lines), header
+
+
+class _Walker:
+    """Walks the body once, emitting HeadingBlocks and ContentBlocks in order."""
+
+    def __init__(self) -> None:
+        self.blocks: list[Block] = []
+        self.loose = _Text()  # text that sits directly in transparent containers
+        self.containers: list[tuple[int, str | None, int | None]] = []  # depth, anchor, title hN
+        self.consumed: set[int] = set()  # id() of headings used as container titles
+        self.slugger = GithubSlugger()
+
+    # -- output helpers
+    def flush(self) -> None:
+        if self.loose:
+            self.blocks.append(ContentBlock("other", self.loose.value()))
+        self.loose = _Text()
+
+    def heading(self, level: int, text: str, anchor: str | None) -> None:
+        self.flush()
+        self.blocks.append(HeadingBlock(min(max(level, 1), 6), text, anchor))
+
+    # -- dispatch
+    def node(self, node: PageElement) -> None:
+        if not isinstance(node, Tag):
+            if _is_text(node):
+                self.loose.add(str(node))
+            return
+        if _dropped(node):
+            return
+        name = node.name
+        if _is_container(node):
+            self.container(node)
+        elif name in _HEADING_SET:
+            if id(node) not in self.consumed:
+                self.free_heading(node)
+        elif name == "table":
+            self.flush()
+            for cap in node.find_all("caption", recursive=False):
+                self.content(cap, "paragraph")
+            text, header = _table(node)
+            if text:
+                self.blocks.append(ContentBlock("table", text, header))
+        elif name in _BLOCK_TAG_KINDS:
+            self.content(node, _BLOCK_TAG_KINDS[name])
+        elif name == "div" and (kind := self.block_div_kind(node)):
+            self.content(node, kind)
+        elif name in ("br", "hr"):
+            self.loose.newline(1)
+            if name == "hr":
+                self.flush()
+        elif name in _BREAKING:  # transparent block container (div, section, ...)
+            self.flush()
+            self.children(node.children)
+            self.flush()
+        else:  # inline element in a transparent container
+            self.children(node.children)
+
+    def children(self, nodes: Iterable[PageElement]) -> None:
+        for child in list(nodes):
+            self.node(child)
+
+    @staticmethod
+    def block_div_kind(tag: Tag) -> str | None:
+        for cls in _classes(tag):
+            if cls in _BLOCK_DIV_KINDS:
+                return _BLOCK_DIV_KINDS[cls]
+        return None
+
+    # -- sections
+    def container(self, tag: Tag) -> None:
+        title = _find_title(tag)
+        depth = (self.containers[-1][0] if self.containers else 0) + 1
+        own_id = tag.get("id")
+        anchor = str(own_id) if own_id else (self.containers[-1][1] if self.containers else None)
+        heading = _flat_text(title) if title is not None else ""
+        if title is not None:
+            self.consumed.add(id(title))
+        if anchor is None and heading:
+            anchor = self.slugger(heading) or None
+        hn = int(title.name[1]) if title is not None else None
+        self.heading(depth, heading, anchor)
+        self.containers.append((depth, anchor, hn))
+        after_nested = False
+        for child in list(tag.children):
+            if isinstance(child, Tag) and _is_container(child):
+                self.node(child)
+                after_nested = True
+                continue
+            if after_nested and _has_text(child):
+                self.heading(depth, heading, anchor)  # resume the parent section
+                after_nested = False
+            self.node(child)
+        self.flush()
+        self.containers.pop()
+
+    def free_heading(self, tag: Tag) -> None:
+        n = int(tag.name[1])
+        if self.containers:
+            depth, _, title_hn = self.containers[-1]
+            level = depth + max(1, n - (title_hn if title_hn is not None else n - 1))
+        else:
+            level = n
+        text = _flat_text(tag)
+        anchor = tag.get("id")
+        if not anchor:
+            inner = tag.find("a", attrs={"id": True}) or tag.find("a", attrs={"name": True})
+            if inner is not None:
+                anchor = inner.get("id") or inner.get("name")
+        self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
+
+    # -- content blocks
+    def content(self, tag: Tag, kind: str) -> None:
+        self.flush()
+        buf = _Text()
+        pre = tag.name == "pre"
+        _inline(tag, buf, pre, self.consumed)
+        text = buf.value(keep_indent=pre)
+        if text:
+            self.blocks.append(ContentBlock(kind, text))
+
+
+def _has_text(node: PageElement) -> bool:
+    if isinstance(node, Tag):
+        return not _dropped(node) and bool(node.get_text().strip())
+    return _is_text(node) and bool(str(node).strip())
+
+
+def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
+    """Visible text of a content block: inline markup adds nothing, blocks add newlines.
+
+    `skip` holds headings already used as section titles (e.g. in a titlepage).
+    """
+    for child in tag.children:
+        if not isinstance(child, Tag):
+            if _is_text(child):
+                buf.add(str(child), pre)
+            continue
+        if _dropped(child) or id(child) in skip:
+            continue
+        name = child.name
+        if name == "br":
+            buf.newline(1)
+        elif name == "table":
+            text, _ = _table(child)
+            buf.newline(2)
+            buf.add(text, pre=True)
+            buf.newline(2)
+        elif name == "pre":
+            buf.newline(1)
+            _inline(child, buf, True, skip)
+            buf.newline(1)
+        elif name in _BREAKING:
+            n = 2 if name in _PARAGRAPH_BREAK else 1
+            buf.newline(n)
+            _inline(child, buf, pre, skip)
+            buf.newline(n)
+        else:
+            _inline(child, buf, pre, skip)
+
+
+def _find_title(container: Tag) -> Tag | None:
+    """The container's own title: in a leading titlepage/refnamediv, or a leading heading."""
+    for child in container.children:
+        if not isinstance(child, Tag):
+            if _is_text(child) and str(child).strip():
+                return None
+            continue
+        if child.name in _HEADING_SET:
+            return child
+        classes = _classes(child)
+        if child.name == "div" and ("titlepage" in classes or "refnamediv" in classes):
+            found = child.find(HEADINGS)
+            if isinstance(found, Tag):
+                return found
+            continue
+        if child.name in ("a", "div") and not child.get_text().strip():
+            continue  # index-term anchors, empty wrappers
+        return None
+    return None
+
+
+def _metadata(soup: BeautifulSoup, title: str) -> dict:
+    meta: dict = {}
+    if title:
+        meta["title"] = title
+    for tag in soup.find_all("meta"):
+        name = tag.get("name") or tag.get("property")
+        content = tag.get("content")
+        if name and content is not None:
+            meta[str(name)] = str(content)
+    links: dict[str, str] = {}
+    for tag in soup.find_all("link"):
+        rel = tag.get("rel")
+        rels = rel if isinstance(rel, list) else str(rel or "").split()
+        for r in rels:
+            if r in ("prev", "next", "up", "home", "canonical") and tag.get("href"):
+                links[r] = str(tag["href"])
+    up = soup.find("a", attrs={"accesskey": "u"})
+    if isinstance(up, Tag) and up.get("href") and "up" not in links:
+        links["up"] = str(up["href"])
+    if links:
+        meta["links"] = links
+    return meta
+
+
+def parse_html(text: str) -> tuple[str, list[Block], dict]:
+    """(title, blocks, metadata) for an HTML page; title is the <title> text."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        # class stays a plain string: building per-tag class lists costs ~15% of parse time
+        soup = BeautifulSoup(text, "lxml", multi_valued_attributes=None)
+    title_tag = soup.find("title")
+    title = _collapse(title_tag.get_text()) if isinstance(title_tag, Tag) else ""
+    metadata = _metadata(soup, title)
+    root = soup.body if isinstance(soup.body, Tag) else soup
+    walker = _Walker()
+    walker.children(root.children)
+    walker.flush()
+    return title, walker.blocks, metadata

@@ -1,0 +1,173 @@
+"""Markdown to neutral blocks, keeping every block's verbatim source lines.
+
+Why markdown-it tokens rather than regexes: they know that `#` inside a fenced
+code block is not a heading, that setext underlines make headings, and where each
+top-level block starts and ends (`token.map`), so block text can be sliced from
+the source instead of being re-rendered.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import re
+from typing import Any
+
+from markdown_it import MarkdownIt
+from markdown_it.token import Token
+from mdit_py_plugins.front_matter import front_matter_plugin
+
+from onetrip.sections import Block, ContentBlock, HeadingBlock
+
+_KINDS = {
+    "paragraph_open": "paragraph",
+    "fence": "code",
+    "code_block": "code",
+    "bullet_list_open": "list",
+    "ordered_list_open": "list",
+    "blockquote_open": "quote",
+    "table_open": "table",
+}
+
+_SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
+
+
+def _parser() -> MarkdownIt:
+    return MarkdownIt("commonmark").enable("table").use(front_matter_plugin)
+
+
+class GithubSlugger:
+    """GitHub-style heading anchors: lowercase, punctuation dropped, spaces to '-', -n for repeats."""
+
+    def __init__(self) -> None:
+        self._seen: dict[str, int] = {}
+
+    @staticmethod
+    def slug(text: str) -> str:
+        return _SLUG_DROP.sub("", text.strip().lower()).replace(" ", "-")
+
+    def __call__(self, text: str) -> str:
+        base = result = self.slug(text)
+        while result in self._seen:
+            self._seen[base] += 1
+            result = f"{base}-{self._seen[base]}"
+        self._seen[result] = 0
+        return result
+
+
+def _plain(inline: Token | None) -> str:
+    """Rendered text of an inline token (markup dropped, code spans kept)."""
+    if inline is None or not inline.children:
+        return inline.content.strip() if inline is not None else ""
+    out: list[str] = []
+    for child in inline.children:
+        if child.type in ("text", "code_inline"):
+            out.append(child.content)
+        elif child.type in ("softbreak", "hardbreak"):
+            out.append(" ")
+        elif child.type == "image":
+            out.append(_plain(child))
+    return re.sub(r"\s+", " ", "".join(out)).strip()
+
+
+def _jsonable(value: Any) -> Any:
+    """Front matter goes into JSON columns: dates become ISO strings, the rest str()."""
+    if isinstance(value, dict):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set)):
+        return [_jsonable(v) for v in value]
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (_dt.date, _dt.datetime, _dt.time)):
+        return value.isoformat()
+    return str(value)
+
+
+def _simple_front_matter(raw: str) -> dict:
+    """`key: value` lines, for when PyYAML is missing or the YAML is invalid."""
+    out: dict[str, str] = {}
+    for line in raw.splitlines():
+        key, sep, value = line.partition(":")
+        if sep and key.strip() and not line.startswith((" ", "\t", "-", "#")):
+            out[key.strip()] = value.strip().strip("'\"")
+    return out
+
+
+def parse_front_matter(raw: str) -> dict:
+    """YAML when PyYAML is importable, else simple `key: value` lines."""
+    try:
+        import yaml
+    except ImportError:  # pragma: no cover - PyYAML is usually present
+        return _simple_front_matter(raw)
+    try:
+        data = yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return _simple_front_matter(raw)
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        return {"front_matter": _jsonable(data)}
+    return _jsonable(data)
+
+
+def _top_level(tokens: list[Token]) -> list[Token]:
+    """Opening or self-closing block tokens at nesting level 0, in order."""
+    return [t for t in tokens if t.level == 0 and t.nesting >= 0 and t.map is not None]
+
+
+def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
+    """(title, blocks, front-matter metadata) for a markdown document.
+
+    Title: front matter `title`, else the first h1, else "". Only top-level
+    headings are section headings (a heading inside a list or quote is content).
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    tokens = _parser().parse(text)
+    top = _top_level(tokens)
+    index = {id(t): i for i, t in enumerate(tokens)}
+    slugger = GithubSlugger()
+
+    metadata: dict = {}
+    blocks: list[Block] = []
+    first_h1 = ""
+
+    def gap(start: int, end: int) -> None:
+        """Source lines no token claims (e.g. link definitions) stay as content."""
+        chunk = "\n".join(lines[start:end]).strip("\n").rstrip()
+        if chunk.strip():
+            blocks.append(ContentBlock("other", chunk))
+
+    covered = 0
+    for i, tok in enumerate(top):
+        assert tok.map is not None
+        start, end = tok.map
+        next_start = top[i + 1].map[0] if i + 1 < len(top) else len(lines)  # type: ignore[index]
+        if start > covered:
+            gap(covered, start)
+        if tok.type == "front_matter":
+            metadata = parse_front_matter(tok.content)
+            covered = end
+            continue
+        if tok.type == "heading_open":
+            level = int(tok.tag[1])
+            inline = tokens[index[id(tok)] + 1]
+            heading = _plain(inline)
+            anchor = slugger(heading) or None
+            raw = "\n".join(lines[start:end]).strip()
+            blocks.append(HeadingBlock(level, heading, anchor, raw))
+            if level == 1 and not first_h1:
+                first_h1 = heading
+            gap(end, next_start)
+            covered = next_start
+            continue
+        kind = _KINDS.get(tok.type, "other")
+        body = "\n".join(lines[start:next_start]).rstrip().strip("\n")
+        header_lines = 2 if kind == "table" else 0
+        if body.strip():
+            blocks.append(ContentBlock(kind, body, header_lines))
+        covered = next_start
+    if covered < len(lines):
+        gap(covered, len(lines))
+
+    title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
+    return (title or first_h1 or "").strip(), blocks, metadata

@@ -1,0 +1,543 @@
+"""Where sections are made: parser blocks in, a valid section tree out.
+
+Parsers (`parse_markdown`, `parse_html`, plain text) emit a flat list of blocks in
+document order; `build_sections` turns it into `Section`s. Rules, in order:
+
+1. Tree. A heading's parent is the nearest earlier heading with a lower level
+   number (h1 -> h3: the h3's parent is the h1). Text before the first heading is
+   a preface (level 0, heading "", path ()) whose parent is None; it is never a
+   parent itself.
+2. Merge. A section whose content has fewer than `min_tokens` tokens is merged
+   forward into the next section only when that next section has the same parent
+   (i.e. it is a sibling, so the tiny section has no children). Its heading line
+   and content are prepended to the next section's content and recorded in
+   `metadata["merged"]`. Tiny sections followed by their own children
+   (heading-only parents), and tiny last children, are kept as they are. Because
+   only childless sections disappear, no parent_section_id can dangle.
+   Merging runs back to front so runs of tiny siblings fold into one section.
+3. Split. Content over `max_tokens` is cut at block boundaries first, then
+   paragraphs, lines (lists, code), sentences, word groups, words and, last,
+   characters; pieces are packed greedily into parts. A block that fits is never
+   cut, so a table or code block that fits stays whole in one part. An oversized
+   table is cut by rows, repeating its header rows in every part. Parts share the
+   parent, level, heading and heading path; children point at the first part.
+4. Ids. sequence_index is contiguous from 0. section_id is the anchor (else
+   f"s{sequence_index}"); later parts get f"{id}~{n}" (n = 2, 3, ...), and a
+   colliding anchor gets the first free f"{anchor}~{n}".
+
+Merging hides the tiny section's anchor from `Section.anchor`; `section_anchors`
+lists every anchor whose text a section holds (pass min_tokens=0 to never merge).
+
+Counting is linear: each block is counted once (blocks far over budget in
+characters are never counted whole, only their pieces), pieces are counted in
+batches, and with the built-in counter part counts are sums (BERT counts add
+across whitespace joins). Other counters get each multi-piece part recounted; a
+counter that is not additive may then exceed max_tokens slightly.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Union
+
+from onetrip.errors import InputDocumentError
+from onetrip.tokens import DEFAULT_MAX_TOKENS, TokenCounter, count_tokens, count_tokens_batch
+
+DEFAULT_MIN_TOKENS = 20
+
+BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
+
+_CHARS_PER_TOKEN_CAP = 16
+"""A text longer than this many characters per budget token is taken to be over
+budget without counting it whole: it is cut first and only its pieces are counted
+(real text averages 4-6 characters per word piece)."""
+
+
+# --------------------------------------------------------------------------- model
+
+
+@dataclass(frozen=True)
+class Section:
+    """One retrievable unit: a heading's own text (or a part of it) plus its place in the tree."""
+
+    section_id: str
+    parent_section_id: str | None
+    sequence_index: int
+    level: int
+    heading: str
+    heading_path: tuple[str, ...]
+    content: str
+    token_count: int
+    anchor: str | None
+    metadata: dict = field(default_factory=dict)
+
+
+@dataclass
+class ParsedDocument:
+    """A parsed file: its sections in document order plus document-level facts."""
+
+    title: str
+    sections: list[Section]
+    metadata: dict
+    format: str  # "markdown" | "html" | "text"
+
+
+@dataclass(frozen=True)
+class HeadingBlock:
+    """A heading as found by a parser; `raw` is its verbatim source (used when merged)."""
+
+    level: int
+    text: str
+    anchor: str | None = None
+    raw: str = ""
+
+
+@dataclass(frozen=True)
+class ContentBlock:
+    """Body text between headings; `header_lines` = table lines to repeat when split."""
+
+    kind: str  # one of BLOCK_KINDS
+    text: str
+    header_lines: int = 0
+
+
+Block = Union[HeadingBlock, ContentBlock]
+
+
+# ------------------------------------------------------------------ token counting
+
+
+class _Counter:
+    """Wraps a TokenCounter with batching and knowledge of additivity."""
+
+    def __init__(self, fn: TokenCounter) -> None:
+        self.fn = fn
+        builtin = fn is count_tokens
+        self.additive = builtin
+        self._batch: Callable[[Sequence[str]], list[int]] | None = (
+            count_tokens_batch if builtin else None
+        )
+
+    def one(self, text: str) -> int:
+        return self.fn(text)
+
+    def many(self, texts: Sequence[str]) -> list[int]:
+        if self._batch is not None:
+            return self._batch(texts)
+        return [self.fn(t) for t in texts]
+
+
+# ------------------------------------------------------------------ text splitting
+
+
+@dataclass(frozen=True)
+class _Piece:
+    text: str
+    tokens: int
+    joiner: str  # text that precedes this piece when it is not first in a part
+
+
+_PARAGRAPH_SEP = re.compile(r"(\n(?:[ \t]*\n)+)")
+_LINE_SEP = re.compile(r"(\n+)")
+_SENTENCE_SEP = re.compile(r"[.!?\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*(\s+)")
+_WORD_SEP = re.compile(r"(\s+)")
+
+_STRATEGIES: dict[str, tuple[str, ...]] = {
+    "code": ("lines", "wordgroups", "words", "chars"),
+    "list": ("paragraphs", "lines", "sentences", "wordgroups", "words", "chars"),
+    "table": ("lines", "sentences", "wordgroups", "words", "chars"),
+}
+_DEFAULT_STRATEGY = ("paragraphs", "sentences", "wordgroups", "words", "chars")
+
+
+def _spans(text: str, sep: re.Pattern[str]) -> list[tuple[int, int]]:
+    """Non-blank stretches of `text` between separator matches (group 1)."""
+    out: list[tuple[int, int]] = []
+    pos = 0
+    for m in sep.finditer(text):
+        start, end = m.span(1)
+        if text[pos:start].strip():
+            out.append((pos, start))
+        pos = end
+    if text[pos:].strip():
+        out.append((pos, len(text)))
+    return out
+
+
+def _units(text: str, how: str, max_tokens: int) -> list[tuple[str, str]]:
+    """(joiner, unit) pairs; joining them reproduces `text` without its outer whitespace."""
+    if how == "paragraphs":
+        spans = _spans(text, _PARAGRAPH_SEP)
+    elif how == "lines":
+        spans = _spans(text, _LINE_SEP)
+    elif how == "sentences":
+        spans = _spans(text, _SENTENCE_SEP)
+    elif how in ("words", "wordgroups"):
+        spans = _spans(text, _WORD_SEP)
+        if how == "wordgroups":
+            size = max(1, max_tokens // 8)
+            spans = [
+                (spans[i][0], spans[min(i + size, len(spans)) - 1][1])
+                for i in range(0, len(spans), size)
+            ]
+    else:  # pragma: no cover - guarded by _STRATEGIES
+        raise ValueError(how)
+    out: list[tuple[str, str]] = []
+    prev_end: int | None = None
+    for start, end in spans:
+        joiner = "" if prev_end is None else text[prev_end:start]
+        out.append((joiner, text[start:end]))
+        prev_end = end
+    return out
+
+
+def _char_pieces(text: str, counter: _Counter, max_tokens: int) -> list[_Piece]:
+    """Last resort for a giant 'word': the widest character windows that fit the budget.
+
+    Windows join with "" (mid-word), where counts are not additive, so `_pack`
+    never puts two of them in one part; they are sized to be nearly full instead.
+    """
+    out: list[_Piece] = []
+    i, n = 0, len(text)
+    while i < n:
+        width = max(1, max_tokens)
+        tokens = counter.one(text[i : i + width])
+        if tokens <= max_tokens:  # grow while it fits
+            while i + width < n and width < 64 * max_tokens:
+                wider = counter.one(text[i : i + 2 * width])
+                if wider > max_tokens:
+                    break
+                width, tokens = 2 * width, wider
+        else:  # shrink until it fits
+            while tokens > max_tokens and width > 1:
+                width //= 2
+                tokens = counter.one(text[i : i + width])
+        out.append(_Piece(text[i : i + width], tokens, ""))
+        i += width
+    return out
+
+
+def _pieces(
+    text: str, strategies: tuple[str, ...], counter: _Counter, max_tokens: int
+) -> list[_Piece]:
+    """Cut `text` (known or assumed to be over budget) into pieces that each fit."""
+    if not strategies or strategies[0] == "chars":
+        return _char_pieces(text, counter, max_tokens)
+    units = _units(text, strategies[0], max_tokens)
+    if not units:
+        return []
+    if len(units) == 1:  # this level cannot cut it; try the next one
+        return _pieces(units[0][1], strategies[1:], counter, max_tokens)
+    big = _CHARS_PER_TOKEN_CAP * max_tokens
+    counts = iter(counter.many([u for _, u in units if len(u) <= big]))
+    out: list[_Piece] = []
+    for joiner, unit in units:
+        tokens = next(counts) if len(unit) <= big else None
+        if tokens is not None and tokens <= max_tokens:
+            out.append(_Piece(unit, tokens, joiner))
+        else:
+            sub = _pieces(unit, strategies[1:], counter, max_tokens)
+            if sub:
+                sub[0] = replace(sub[0], joiner=joiner)
+            out.extend(sub)
+    return out
+
+
+def _table_pieces(block: ContentBlock, counter: _Counter, max_tokens: int) -> list[_Piece]:
+    """Cut an oversized table by rows; every chunk starts with the header rows."""
+    lines = block.text.split("\n")
+    head = lines[: block.header_lines]
+    header = "\n".join(head)
+    header_tokens = counter.one(header) if head else 0
+    if header_tokens > max_tokens // 2:  # a header that big cannot be repeated
+        head, header, header_tokens = [], "", 0
+    rows = [r for r in lines[len(head) :] if r.strip()]
+    counts = counter.many(rows)
+    budget = max_tokens - header_tokens
+    out: list[_Piece] = []
+    cur: list[str] = []
+    cur_tokens = 0
+
+    def flush() -> None:
+        nonlocal cur, cur_tokens
+        if cur:
+            text = "\n".join(([header] if header else []) + cur)
+            out.append(_Piece(text, header_tokens + cur_tokens, "\n"))
+        cur, cur_tokens = [], 0
+
+    for row, tokens in zip(rows, counts):
+        if tokens > budget:
+            flush()
+            sub = _pieces(row, _STRATEGIES["table"][1:], counter, max_tokens)
+            if sub:
+                sub[0] = replace(sub[0], joiner="\n")
+            out.extend(sub)
+            continue
+        if cur and cur_tokens + tokens > budget:
+            flush()
+        cur.append(row)
+        cur_tokens += tokens
+    flush()
+    return out
+
+
+def _pack(pieces: list[_Piece], max_tokens: int) -> list[list[_Piece]]:
+    """Greedy: fill a part until the next piece would overflow it."""
+    parts: list[list[_Piece]] = []
+    cur: list[_Piece] = []
+    total = 0
+    for p in pieces:
+        if cur and (total + p.tokens > max_tokens or not p.joiner):
+            parts.append(cur)
+            cur, total = [], 0
+        cur.append(p)
+        total += p.tokens
+    if cur:
+        parts.append(cur)
+    return parts
+
+
+# --------------------------------------------------------------------- tree build
+
+
+@dataclass(eq=False)
+class _Node:
+    level: int
+    heading: str
+    raw_heading: str
+    anchor: str | None
+    path: tuple[str, ...]
+    parent: _Node | None
+    blocks: list[ContentBlock] = field(default_factory=list)
+    counts: list[int | None] = field(default_factory=list)
+    merged: list[dict] = field(default_factory=list)
+
+    def tokens(self) -> int | None:
+        """Sum of block counts, None when some block was too big to count whole."""
+        if any(c is None for c in self.counts):
+            return None
+        return sum(c for c in self.counts if c is not None)
+
+
+def _tree(blocks: Sequence[Block]) -> list[_Node]:
+    nodes: list[_Node] = []
+    stack: list[_Node] = []
+    current: _Node | None = None
+    for b in blocks:
+        if isinstance(b, HeadingBlock):
+            level = min(max(int(b.level), 1), 6)
+            while stack and stack[-1].level >= level:
+                stack.pop()
+            parent = stack[-1] if stack else None
+            path = (parent.path if parent else ()) + (b.text,)
+            current = _Node(level, b.text, b.raw or b.text, b.anchor, path, parent)
+            nodes.append(current)
+            stack.append(current)
+        else:
+            if not b.text.strip():
+                continue
+            if current is None:
+                current = _Node(0, "", "", None, (), None)
+                nodes.append(current)
+            current.blocks.append(b)
+    return nodes
+
+
+def _count_blocks(nodes: list[_Node], counter: _Counter, max_tokens: int) -> None:
+    """One batch for the whole document; blocks surely over budget stay uncounted (None)."""
+    big = _CHARS_PER_TOKEN_CAP * max_tokens
+    counts = iter(counter.many([b.text for n in nodes for b in n.blocks if len(b.text) <= big]))
+    for n in nodes:
+        n.counts = [next(counts) if len(b.text) <= big else None for b in n.blocks]
+
+
+def _merge_tiny(nodes: list[_Node], counter: _Counter, min_tokens: int) -> list[_Node]:
+    """Fold tiny childless sections into their next sibling (see module docstring)."""
+    out = list(nodes)
+    for i in range(len(out) - 2, -1, -1):
+        node, nxt = out[i], out[i + 1]
+        tokens = node.tokens()
+        if tokens is None or tokens >= min_tokens or nxt.parent is not node.parent:
+            continue
+        head: list[ContentBlock] = []
+        head_counts: list[int | None] = []
+        if node.raw_heading.strip():
+            head.append(ContentBlock("other", node.raw_heading.strip()))
+            head_counts.append(counter.one(head[0].text))
+        nxt.blocks = head + node.blocks + nxt.blocks
+        nxt.counts = head_counts + node.counts + nxt.counts
+        info = {"heading": node.heading, "anchor": node.anchor, "level": node.level}
+        nxt.merged = node.merged + [info] + nxt.merged
+        del out[i]
+    return out
+
+
+def _split(node: _Node, counter: _Counter, max_tokens: int) -> list[tuple[str, int]]:
+    """The node's content as one or more (text, token_count) parts."""
+    if not node.blocks:
+        return [("", 0)]
+    total = node.tokens()
+    if total is not None and total <= max_tokens:
+        text = "\n\n".join(b.text for b in node.blocks)
+        if len(node.blocks) > 1 and not counter.additive:
+            total = counter.one(text)
+        return [(text, total)]
+    pieces: list[_Piece] = []
+    for b, c in zip(node.blocks, node.counts):
+        if c is not None and c <= max_tokens:
+            sub = [_Piece(b.text, c, "\n\n")]
+        elif b.kind == "table":
+            sub = _table_pieces(b, counter, max_tokens)
+        else:
+            strategies = _STRATEGIES.get(b.kind, _DEFAULT_STRATEGY)
+            sub = _pieces(b.text, strategies, counter, max_tokens)
+        if sub:
+            sub[0] = replace(sub[0], joiner="\n\n")
+        pieces.extend(sub)
+    parts: list[tuple[str, int]] = []
+    for group in _pack(pieces, max_tokens):
+        text = group[0].text + "".join(p.joiner + p.text for p in group[1:])
+        exact = counter.additive or len(group) == 1
+        parts.append((text, sum(p.tokens for p in group) if exact else counter.one(text)))
+    return parts
+
+
+def _unique(base: str, used: set[str]) -> str:
+    if base not in used:
+        return base
+    n = 2
+    while f"{base}~{n}" in used:
+        n += 1
+    return f"{base}~{n}"
+
+
+def build_sections(
+    blocks: Sequence[Block],
+    *,
+    count_tokens: TokenCounter = count_tokens,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    min_tokens: int = DEFAULT_MIN_TOKENS,
+) -> list[Section]:
+    """Turn parser blocks into a valid section tree (rules in the module docstring)."""
+    if max_tokens < 1:
+        raise ValueError("max_tokens must be >= 1")
+    counter = _Counter(count_tokens)
+    nodes = _tree(blocks)
+    _count_blocks(nodes, counter, max_tokens)
+    nodes = _merge_tiny(nodes, counter, min_tokens)
+
+    sections: list[Section] = []
+    used: set[str] = set()
+    first_id: dict[int, str] = {}
+    for node in nodes:
+        parts = _split(node, counter, max_tokens)
+        base_id = _unique(node.anchor or f"s{len(sections)}", used)
+        used.add(base_id)
+        first_id[id(node)] = base_id
+        parent_id = first_id[id(node.parent)] if node.parent is not None else None
+        for k, (text, tokens) in enumerate(parts, start=1):
+            if k == 1:
+                sid = base_id
+            else:
+                sid = _unique(f"{base_id}~{k}", used)
+                used.add(sid)
+            meta: dict = {}
+            if len(parts) > 1:
+                meta.update(part=k, parts=len(parts))
+            if k == 1 and node.merged:
+                meta["merged"] = list(node.merged)
+            sections.append(
+                Section(
+                    section_id=sid,
+                    parent_section_id=parent_id,
+                    sequence_index=len(sections),
+                    level=node.level,
+                    heading=node.heading,
+                    heading_path=node.path,
+                    content=text,
+                    token_count=tokens,
+                    anchor=node.anchor,
+                    metadata=meta,
+                )
+            )
+    return sections
+
+
+def section_anchors(section: Section) -> tuple[str, ...]:
+    """Every source anchor whose text this section holds: its own, then merged ones."""
+    merged = [m.get("anchor") for m in section.metadata.get("merged", [])]
+    return tuple(a for a in [section.anchor, *merged] if a)
+
+
+# ---------------------------------------------------------------------- file entry
+
+_MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".mkdn"}
+_HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+
+
+def _read_text(path: Path) -> str:
+    """Read a document as UTF-8, rejecting what cannot be a text document."""
+    shown = str(path)
+    if not path.exists():
+        raise InputDocumentError(shown, "path does not exist")
+    if path.is_dir():
+        raise InputDocumentError(shown, "is a directory, not a file")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise InputDocumentError(shown, f"cannot read file: {exc.strerror or exc}") from exc
+    if not data:
+        raise InputDocumentError(shown, "empty file (0 bytes)")
+    nul = data.find(b"\x00", 0, 8192)
+    if nul >= 0:
+        raise InputDocumentError(shown, f"binary file (NUL byte at offset {nul})")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise InputDocumentError(
+            shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason})"
+        ) from exc
+    text = text.removeprefix("\ufeff")
+    if not text.strip():
+        raise InputDocumentError(shown, "empty file (whitespace only)")
+    return text
+
+
+def parse_file(
+    path: str | Path,
+    *,
+    count_tokens: TokenCounter = count_tokens,
+    max_tokens: int = DEFAULT_MAX_TOKENS,
+    min_tokens: int = DEFAULT_MIN_TOKENS,
+) -> ParsedDocument:
+    """Parse a markdown, HTML or plain-text file into sections (format by suffix)."""
+    path = Path(path)
+    text = _read_text(path)
+    suffix = path.suffix.lower()
+    blocks: list[Block]
+    if suffix in _MARKDOWN_SUFFIXES:
+        from onetrip.parse_markdown import parse_markdown
+
+        title, blocks, metadata = parse_markdown(text)
+        fmt = "markdown"
+    elif suffix in _HTML_SUFFIXES:
+        from onetrip.parse_html import parse_html
+
+        title, blocks, metadata = parse_html(text)
+        fmt = "html"
+        if not any(isinstance(b, ContentBlock) and b.text.strip() for b in blocks) and not any(
+            isinstance(b, HeadingBlock) and b.text.strip() for b in blocks
+        ):
+            raise InputDocumentError(str(path), "HTML has no visible text")
+    else:
+        title, blocks, metadata = "", [ContentBlock("paragraph", text.strip("\n"))], {}
+        fmt = "text"
+    sections = build_sections(
+        blocks, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens
+    )
+    if not sections:
+        raise InputDocumentError(str(path), f"no text content found in {fmt} document")
+    return ParsedDocument(title=title or path.stem, sections=sections, metadata=metadata, format=fmt)

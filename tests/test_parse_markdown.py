@@ -1,0 +1,164 @@
+"""Markdown parsing: headings from markdown-it tokens, verbatim block text, front matter."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from onetrip.parse_markdown import GithubSlugger, parse_front_matter, parse_markdown
+from onetrip.sections import ContentBlock, HeadingBlock, Section, build_sections, parse_file
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def tree(sections: list[Section]) -> list[tuple]:
+    return [
+        (s.section_id, s.parent_section_id, s.sequence_index, s.level, s.heading_path)
+        for s in sections
+    ]
+
+
+def sections_of(md: str, max_tokens: int = 256) -> list[Section]:
+    _, blocks, _ = parse_markdown(md)
+    return build_sections(blocks, count_tokens=words, max_tokens=max_tokens, min_tokens=0)
+
+
+def test_hash_lines_in_fenced_code_are_not_headings() -> None:
+    md = (
+        "# Setup\n\nRun this:\n\n```bash\n# install\npip install onetrip\n"
+        "## not a heading either\n```\n\n## Next\n\nDone.\n"
+    )
+    secs = sections_of(md)
+    assert tree(secs) == [
+        ("setup", None, 0, 1, ("Setup",)),
+        ("next", "setup", 1, 2, ("Setup", "Next")),
+    ]
+    code = "```bash\n# install\npip install onetrip\n## not a heading either\n```"
+    assert secs[0].content == "Run this:\n\n" + code
+
+
+def test_setext_headings_count() -> None:
+    md = "Title\n=====\n\nIntro.\n\nPart\n----\n\nBody.\n"
+    title, blocks, _ = parse_markdown(md)
+    assert title == "Title"
+    assert [b for b in blocks if isinstance(b, HeadingBlock)] == [
+        HeadingBlock(1, "Title", "title", "Title\n====="),
+        HeadingBlock(2, "Part", "part", "Part\n----"),
+    ]
+    assert tree(build_sections(blocks, count_tokens=words, min_tokens=0)) == [
+        ("title", None, 0, 1, ("Title",)),
+        ("part", "title", 1, 2, ("Title", "Part")),
+    ]
+
+
+def test_skipped_levels_and_preface() -> None:
+    md = "Preface text.\n\n# A\n\na\n\n### A deep\n\nd\n\n## A two\n\nt\n\n# B\n\nb\n"
+    assert tree(sections_of(md)) == [
+        ("s0", None, 0, 0, ()),
+        ("a", None, 1, 1, ("A",)),
+        ("a-deep", "a", 2, 3, ("A", "A deep")),
+        ("a-two", "a", 3, 2, ("A", "A two")),
+        ("b", None, 4, 1, ("B",)),
+    ]
+
+
+def test_nested_lists_are_one_verbatim_block() -> None:
+    md = "# L\n\n- one\n  - one.a\n    1. deep\n- two\n\n  continued para\n\nAfter.\n"
+    _, blocks, _ = parse_markdown(md)
+    assert blocks[1:] == [
+        ContentBlock("list", "- one\n  - one.a\n    1. deep\n- two\n\n  continued para"),
+        ContentBlock("paragraph", "After."),
+    ]
+
+
+def test_headings_inside_quotes_and_lists_are_content() -> None:
+    md = "# Real\n\n> # quoted\n\n- # in a list\n"
+    secs = sections_of(md)
+    assert tree(secs) == [("real", None, 0, 1, ("Real",))]
+    assert secs[0].content == "> # quoted\n\n- # in a list"
+
+
+def test_table_kept_whole_with_header() -> None:
+    md = (
+        "# T\n\nSome words before the table here.\n\n"
+        "| col a | col b |\n|-------|-------|\n| 1 | 2 |\n| 3 | 4 |\n\nAfter the table.\n"
+    )
+    _, blocks, _ = parse_markdown(md)
+    table = ContentBlock("table", "| col a | col b |\n|-------|-------|\n| 1 | 2 |\n| 3 | 4 |", 2)
+    assert table in blocks
+    secs = build_sections(blocks, count_tokens=words, max_tokens=22, min_tokens=0)
+    assert [s.content for s in secs] == [
+        "Some words before the table here.",
+        table.text + "\n\nAfter the table.",
+    ]
+
+
+def test_oversized_table_repeats_header_and_delimiter() -> None:
+    rows = [f"| r{i} | v{i} |" for i in range(6)]
+    md = "# T\n\n| k | v |\n|---|---|\n" + "\n".join(rows) + "\n"
+    secs = sections_of(md, max_tokens=16)  # header 2 lines = 6 words, rows 5 words
+    assert len(secs) == 3
+    for s in secs:
+        assert s.content.startswith("| k | v |\n|---|---|\n")
+    assert [ln for s in secs for ln in s.content.split("\n")[2:]] == rows
+
+
+def test_front_matter_to_metadata_and_title() -> None:
+    md = "---\ntitle: My Doc\ndate: 2024-05-01\ntags: [rag, pg]\n---\n\n# Heading One\n\nText.\n"
+    title, blocks, meta = parse_markdown(md)
+    assert title == "My Doc"
+    assert meta == {"title": "My Doc", "date": "2024-05-01", "tags": ["rag", "pg"]}
+    assert blocks[0] == HeadingBlock(1, "Heading One", "heading-one", "# Heading One")
+    assert all("title:" not in getattr(b, "text", "") for b in blocks)
+
+
+def test_title_falls_back_to_first_h1_then_empty() -> None:
+    assert parse_markdown("## Two\n\n# One\n\n# Other\n")[0] == "One"
+    assert parse_markdown("just text\n")[0] == ""
+
+
+def test_front_matter_fallback_parser() -> None:
+    assert parse_front_matter("title: x: y\n  bad: [") == {"title": "x: y"}
+    assert parse_front_matter("") == {}
+    assert parse_front_matter("- a\n- b\n") == {"front_matter": ["a", "b"]}
+
+
+def test_github_slugs() -> None:
+    slug = GithubSlugger()
+    assert slug("Hello, World!") == "hello-world"
+    assert slug("Hello, World!") == "hello-world-1"
+    assert slug("`code` & Stuff_here") == "code--stuff_here"
+    assert slug("Ünïcode 2") == "ünïcode-2"
+
+
+def test_heading_text_drops_markup() -> None:
+    _, blocks, _ = parse_markdown("# The `jsonb` *type* [link](http://x)\n")
+    raw = "# The `jsonb` *type* [link](http://x)"
+    assert blocks == [HeadingBlock(1, "The jsonb type link", "the-jsonb-type-link", raw)]
+
+
+def test_content_is_verbatim_source() -> None:
+    body = (
+        "A *para* with `code` and a [link][ref].\nSecond line.\n\n"
+        "[ref]: https://example.com\n\n<!-- comment -->"
+    )
+    secs = sections_of("# H\n\n" + body + "\n")
+    assert secs[0].content == body
+
+
+def test_parse_file_markdown(tmp_path: Path) -> None:
+    p = tmp_path / "guide.md"
+    p.write_text("---\nauthor: me\n---\nIntro line.\n\n# Guide\n\nSome text for the guide.\n")
+    doc = parse_file(p, count_tokens=words)
+    assert (doc.format, doc.title, doc.metadata) == ("markdown", "Guide", {"author": "me"})
+    # the 2-word preface is tiny and its next section is a root sibling: merged forward
+    assert tree(doc.sections) == [("guide", None, 0, 1, ("Guide",))]
+    assert doc.sections[0].content == "Intro line.\n\nSome text for the guide."
+    assert doc.sections[0].metadata == {"merged": [{"heading": "", "anchor": None, "level": 0}]}
+
+
+def test_crlf_input() -> None:
+    title, blocks, _ = parse_markdown("# A\r\n\r\nline one\r\nline two\r\n")
+    assert title == "A"
+    assert blocks[1] == ContentBlock("paragraph", "line one\nline two")

@@ -1,0 +1,402 @@
+"""Section tree building, splitting, merging, token counting and parse_file input checks."""
+
+from __future__ import annotations
+
+import re
+import time
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from onetrip.errors import InputDocumentError
+from onetrip.sections import (
+    ContentBlock,
+    HeadingBlock,
+    Section,
+    build_sections,
+    parse_file,
+    section_anchors,
+)
+from onetrip.tokens import DEFAULT_MAX_TOKENS, count_tokens, count_tokens_batch
+
+
+def words(text: str) -> int:
+    """Deterministic stand-in counter: one token per whitespace-separated word."""
+    return len(text.split())
+
+
+def para(n: int, word: str = "w") -> ContentBlock:
+    return ContentBlock("paragraph", " ".join(f"{word}{i}" for i in range(n)))
+
+
+def tree(sections: list[Section]) -> list[tuple]:
+    return [
+        (s.section_id, s.parent_section_id, s.sequence_index, s.level, s.heading_path)
+        for s in sections
+    ]
+
+
+def assert_valid(sections: list[Section]) -> None:
+    ids = [s.section_id for s in sections]
+    assert len(set(ids)) == len(ids)
+    assert [s.sequence_index for s in sections] == list(range(len(sections)))
+    seen: dict[str, Section] = {}
+    for s in sections:
+        if s.parent_section_id is not None:
+            assert s.parent_section_id in seen, f"{s.section_id} -> missing parent"
+            assert seen[s.parent_section_id].level < s.level
+        seen[s.section_id] = s
+
+
+# ------------------------------------------------------------------------ tokens
+
+
+def test_count_tokens_excludes_special_tokens() -> None:
+    assert count_tokens("hello world") == 2
+    assert count_tokens("") == 0
+
+
+def test_count_tokens_is_not_truncated() -> None:
+    text = "word " * 1000  # tokenizer.json ships with truncation at 128
+    assert count_tokens(text) == 1000
+
+
+def test_count_tokens_batch_matches_single() -> None:
+    texts = ["hello world", "", "PostgreSQL's MVCC snapshots", "a" * 300]
+    assert count_tokens_batch(texts) == [count_tokens(t) for t in texts]
+    assert DEFAULT_MAX_TOKENS == 256
+
+
+def test_counts_add_across_whitespace_joins() -> None:
+    a, b = "Read Committed is the default.", "jsonb_path_query(x, '$.a[*]')"
+    assert count_tokens(a + "\n\n" + b) == count_tokens(a) + count_tokens(b)
+
+
+# -------------------------------------------------------------------------- tree
+
+
+def test_tree_with_preface_and_skipped_levels() -> None:
+    blocks = [
+        para(3),
+        HeadingBlock(1, "A", "a"),
+        para(30),
+        HeadingBlock(3, "A.x", "ax"),  # h1 -> h3: parent is the h1
+        para(30),
+        HeadingBlock(2, "A.1", "a1"),
+        para(30),
+        HeadingBlock(1, "B", None),
+        para(30),
+    ]
+    secs = build_sections(blocks, count_tokens=words, min_tokens=0)
+    assert tree(secs) == [
+        ("s0", None, 0, 0, ()),
+        ("a", None, 1, 1, ("A",)),
+        ("ax", "a", 2, 3, ("A", "A.x")),
+        ("a1", "a", 3, 2, ("A", "A.1")),
+        ("s4", None, 4, 1, ("B",)),
+    ]
+    assert secs[0].heading == "" and secs[0].content == para(3).text
+    assert secs[1].token_count == 30
+
+
+def test_duplicate_anchors_get_suffixes() -> None:
+    blocks = [HeadingBlock(1, "X", "x"), para(30), HeadingBlock(1, "X again", "x"), para(30)]
+    secs = build_sections(blocks, count_tokens=words)
+    assert [s.section_id for s in secs] == ["x", "x~2"]
+    assert [s.anchor for s in secs] == ["x", "x"]
+
+
+def test_empty_input_gives_no_sections() -> None:
+    assert build_sections([], count_tokens=words) == []
+    assert build_sections([ContentBlock("paragraph", "  \n")], count_tokens=words) == []
+
+
+# ------------------------------------------------------------------------- split
+
+
+def test_long_section_splits_into_parts_sharing_parent_and_path() -> None:
+    blocks = [
+        HeadingBlock(1, "Top", "top"),
+        para(5),
+        HeadingBlock(2, "Long", "long"),
+        *[para(6, f"p{i}x") for i in range(5)],  # 30 words, max 10 -> 3 parts
+        HeadingBlock(3, "Child", "child"),
+        para(5),
+    ]
+    secs = build_sections(blocks, count_tokens=words, max_tokens=13, min_tokens=0)
+    assert tree(secs) == [
+        ("top", None, 0, 1, ("Top",)),
+        ("long", "top", 1, 2, ("Top", "Long")),
+        ("long~2", "top", 2, 2, ("Top", "Long")),
+        ("long~3", "top", 3, 2, ("Top", "Long")),
+        ("child", "long", 4, 3, ("Top", "Long", "Child")),
+    ]
+    parts = secs[1:4]
+    assert [s.metadata for s in parts] == [{"part": k, "parts": 3} for k in (1, 2, 3)]
+    assert all(s.anchor == "long" and s.heading == "Long" for s in parts)
+    # split at block boundaries: two 6-word paragraphs per part, nothing cut
+    assert [s.token_count for s in parts] == [12, 12, 6]
+    assert parts[0].content == para(6, "p0x").text + "\n\n" + para(6, "p1x").text
+
+
+def test_paragraph_splits_at_sentences_then_words() -> None:
+    sentence = "one two three four five."
+    text = " ".join([sentence] * 6)  # 30 words, 6 sentences
+    secs = build_sections([ContentBlock("paragraph", text)], count_tokens=words, max_tokens=12)
+    assert [s.content for s in secs] == [" ".join([sentence] * 2)] * 3
+    giant = " ".join(f"w{i}" for i in range(100))  # one sentence, no punctuation
+    secs = build_sections([ContentBlock("paragraph", giant)], count_tokens=words, max_tokens=7)
+    assert all(s.token_count <= 7 for s in secs)
+    assert " ".join(s.content for s in secs) == giant
+
+
+def test_giant_word_falls_back_to_characters() -> None:
+    blob = "x" * 5000 + "." * 300  # no whitespace at all
+    secs = build_sections([ContentBlock("paragraph", blob)], max_tokens=64)
+    assert all(0 < s.token_count <= 64 for s in secs)
+    assert all(s.token_count == count_tokens(s.content) for s in secs)
+    assert "".join(s.content for s in secs) == blob
+
+
+def test_table_that_fits_is_never_cut() -> None:
+    table = ContentBlock("table", "h1 | h2\na | b\nc | d\ne | f", header_lines=1)  # 12 words
+    blocks = [HeadingBlock(1, "T", "t"), para(8), table, para(3)]
+    secs = build_sections(blocks, count_tokens=words, max_tokens=15)
+    assert [s.content for s in secs] == [para(8).text, table.text + "\n\n" + para(3).text]
+
+
+def test_oversized_table_splits_by_rows_repeating_header() -> None:
+    rows = [f"r{i}a | r{i}b" for i in range(10)]  # 3 words each
+    table = ContentBlock("table", "\n".join(["name | value", *rows]), header_lines=1)
+    secs = build_sections([HeadingBlock(1, "T", "t"), table], count_tokens=words, max_tokens=10)
+    assert len(secs) == 5  # header (3) + two rows (6) per part
+    for s in secs:
+        lines = s.content.split("\n")
+        assert lines[0] == "name | value"
+        assert len(lines) == 3 and s.token_count == 9
+    assert [ln for s in secs for ln in s.content.split("\n")[1:]] == rows
+
+
+def test_code_block_kept_whole_if_it_fits_else_split_at_lines() -> None:
+    code = ContentBlock("code", "def f():\n    x = 1\n    return x")  # 7 words
+    secs = build_sections([para(6), code], count_tokens=words, max_tokens=10)
+    assert [s.content for s in secs] == [para(6).text, code.text]
+    lines = [f"    line_{i} = value_{i}" for i in range(12)]  # 3 words a line
+    big = ContentBlock("code", "\n".join(lines))
+    secs = build_sections([big], count_tokens=words, max_tokens=10)
+    assert all(s.token_count <= 10 for s in secs)
+    assert [ln for s in secs for ln in s.content.split("\n")] == lines  # indentation kept
+
+
+def test_part_token_counts_are_exact_with_real_tokenizer() -> None:
+    text = " ".join(f"Sentence number {i} talks about jsonb_path_query()." for i in range(200))
+    secs = build_sections([ContentBlock("paragraph", text)], max_tokens=40)
+    assert len(secs) > 5
+    assert all(s.token_count == count_tokens(s.content) <= 40 for s in secs)
+
+
+# ------------------------------------------------------------------------- merge
+
+
+def test_tiny_sibling_merges_forward_into_next_sibling() -> None:
+    blocks = [
+        HeadingBlock(1, "Doc", "doc"),
+        para(30),
+        HeadingBlock(2, "Tiny", "tiny", raw="## Tiny"),
+        para(2),
+        HeadingBlock(2, "Big", "big"),
+        para(30),
+    ]
+    secs = build_sections(blocks, count_tokens=words, min_tokens=5)
+    assert tree(secs) == [("doc", None, 0, 1, ("Doc",)), ("big", "doc", 1, 2, ("Doc", "Big"))]
+    assert secs[1].content.startswith("## Tiny\n\nw0 w1\n\nw0 w1 w2")
+    assert secs[1].metadata == {"merged": [{"heading": "Tiny", "anchor": "tiny", "level": 2}]}
+
+
+def test_heading_only_parent_and_tiny_last_child_are_kept() -> None:
+    blocks = [
+        HeadingBlock(1, "Parent", "p"),  # heading-only, has children: kept
+        HeadingBlock(2, "First", "c1"),
+        para(30),
+        HeadingBlock(2, "Last", "c2"),  # tiny but no next sibling: kept
+        para(1),
+        HeadingBlock(1, "Next", "n"),
+        para(30),
+    ]
+    secs = build_sections(blocks, count_tokens=words, min_tokens=5)
+    assert tree(secs) == [
+        ("p", None, 0, 1, ("Parent",)),
+        ("c1", "p", 1, 2, ("Parent", "First")),
+        ("c2", "p", 2, 2, ("Parent", "Last")),
+        ("n", None, 3, 1, ("Next",)),
+    ]
+    assert secs[0].content == "" and secs[0].token_count == 0
+
+
+def test_runs_of_tiny_siblings_fold_into_one() -> None:
+    blocks = [
+        HeadingBlock(1, "A", "a"),
+        para(1),
+        HeadingBlock(1, "B", "b"),
+        para(1),
+        HeadingBlock(1, "C", "c"),
+        para(30),
+    ]
+    secs = build_sections(blocks, count_tokens=words, min_tokens=5)
+    assert [s.section_id for s in secs] == ["c"]
+    assert [m["anchor"] for m in secs[0].metadata["merged"]] == ["a", "b"]
+    assert secs[0].content.split("\n\n")[:4] == ["A", "w0", "B", "w0"]
+
+
+def test_tiny_preface_merges_into_first_section() -> None:
+    secs = build_sections([para(2), HeadingBlock(1, "A", "a"), para(30)], count_tokens=words)
+    assert tree(secs) == [("a", None, 0, 1, ("A",))]
+    assert secs[0].content.startswith("w0 w1\n\n")
+
+
+level_or_text = st.one_of(st.integers(min_value=1, max_value=6), st.integers(min_value=0, max_value=40))
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    items=st.lists(st.tuples(st.booleans(), level_or_text), max_size=40),
+    max_tokens=st.integers(min_value=3, max_value=60),
+    min_tokens=st.integers(min_value=0, max_value=30),
+)
+def test_tree_stays_valid_for_random_heading_sequences(
+    items: list[tuple[bool, int]], max_tokens: int, min_tokens: int
+) -> None:
+    blocks: list = []
+    n_words = 0
+    for i, (is_heading, value) in enumerate(items):
+        if is_heading:
+            blocks.append(HeadingBlock(max(1, min(value, 6)), f"H{i}", f"h{i % 7}"))
+        elif value:
+            blocks.append(para(value, f"b{i}x"))
+            n_words += value
+    secs = build_sections(blocks, count_tokens=words, max_tokens=max_tokens, min_tokens=min_tokens)
+    assert_valid(secs)
+    assert all(s.token_count <= max_tokens for s in secs)
+    assert all(s.token_count == words(s.content) for s in secs)
+    # nothing lost: every content word survives (merged headings add their own)
+    merged_heading_words = sum(
+        1 for s in secs for m in s.metadata.get("merged", []) if m["heading"]
+    )
+    assert sum(words(s.content) for s in secs) == n_words + merged_heading_words
+    # split parts share parent and path with their first part
+    for s in secs:
+        if s.metadata.get("part", 1) > 1:
+            first = next(x for x in secs if x.section_id == s.section_id.rsplit("~", 1)[0])
+            assert (s.parent_section_id, s.heading_path, s.level) == (
+                first.parent_section_id,
+                first.heading_path,
+                first.level,
+            )
+
+
+# ---------------------------------------------------------------- parse_file input
+
+
+def test_parse_file_missing_path(tmp_path: Path) -> None:
+    with pytest.raises(InputDocumentError, match="does not exist"):
+        parse_file(tmp_path / "nope.md")
+
+
+def test_parse_file_directory(tmp_path: Path) -> None:
+    with pytest.raises(InputDocumentError, match="directory"):
+        parse_file(tmp_path)
+
+
+def test_parse_file_empty_file(tmp_path: Path) -> None:
+    p = tmp_path / "empty.md"
+    p.write_bytes(b"")
+    with pytest.raises(InputDocumentError, match=r"empty file \(0 bytes\)") as err:
+        parse_file(p)
+    assert err.value.path == str(p)
+
+
+def test_parse_file_whitespace_only(tmp_path: Path) -> None:
+    p = tmp_path / "blank.txt"
+    p.write_text(" \n\t\n  \n")
+    with pytest.raises(InputDocumentError, match="whitespace only"):
+        parse_file(p)
+
+
+def test_parse_file_binary(tmp_path: Path) -> None:
+    p = tmp_path / "image.md"
+    p.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
+    with pytest.raises(InputDocumentError, match="binary file"):
+        parse_file(p)
+
+
+def test_parse_file_invalid_utf8_names_the_offset(tmp_path: Path) -> None:
+    p = tmp_path / "latin1.txt"
+    p.write_bytes("caf".encode() + b"\xe9 au lait")
+    with pytest.raises(InputDocumentError, match="invalid UTF-8 at byte offset 3"):
+        parse_file(p)
+
+
+def test_parse_file_html_without_text(tmp_path: Path) -> None:
+    p = tmp_path / "empty.html"
+    p.write_text("<html><head><title>T</title><script>var x = 1;</script></head><body> </body></html>")
+    with pytest.raises(InputDocumentError, match="no visible text"):
+        parse_file(p)
+
+
+def test_parse_file_html_without_headings_is_a_preface(tmp_path: Path) -> None:
+    p = tmp_path / "plain.html"
+    p.write_text("<html><body><p>Just a paragraph of text.</p><p>And another one.</p></body></html>")
+    doc = parse_file(p, count_tokens=words)
+    assert doc.format == "html" and doc.title == "plain"
+    assert tree(doc.sections) == [("s0", None, 0, 0, ())]
+    assert doc.sections[0].content == "Just a paragraph of text.\n\nAnd another one."
+
+
+def test_parse_file_plain_text_is_one_level_0_section(tmp_path: Path) -> None:
+    p = tmp_path / "notes.rst"
+    p.write_text("First paragraph.\n\nSecond paragraph.\n")
+    doc = parse_file(p, count_tokens=words)
+    assert (doc.format, doc.title, doc.metadata) == ("text", "notes", {})
+    assert tree(doc.sections) == [("s0", None, 0, 0, ())]
+    assert doc.sections[0].content == "First paragraph.\n\nSecond paragraph."
+
+
+def test_parse_file_strips_utf8_bom(tmp_path: Path) -> None:
+    p = tmp_path / "bom.md"
+    p.write_bytes("\ufeff# Title\n\nBody text here.\n".encode())
+    doc = parse_file(p, count_tokens=words)
+    assert doc.title == "Title" and doc.sections[0].section_id == "title"
+
+
+@pytest.mark.slow
+def test_parse_file_5mb_single_paragraph_is_fast_and_within_budget(tmp_path: Path) -> None:
+    sentences = [
+        "PostgreSQL provides a rich set of tools for developers to manage data.",
+        "Each transaction sees a snapshot of data as it was some time ago!",
+        "Why does the planner choose a sequential scan here?",
+        "Indexes are a common way to enhance database performance (but not always).",
+    ]
+    reps = 5_000_000 // sum(len(s) + 1 for s in sentences) + 1
+    text = " ".join(sentences * reps)
+    assert len(text) >= 5_000_000
+    p = tmp_path / "big.txt"
+    p.write_text(text)
+    count_tokens("warm up")  # tokenizer load is not what we time
+    start = time.perf_counter()
+    doc = parse_file(p)
+    elapsed = time.perf_counter() - start
+    assert elapsed < 30, f"5 MB took {elapsed:.1f}s"  # ~4 s here; generous for loaded CI
+    secs = doc.sections
+    assert len(secs) > 1000
+    assert all(s.token_count <= DEFAULT_MAX_TOKENS for s in secs)
+    assert all(s.metadata["parts"] == len(secs) for s in secs)
+    assert_valid(secs)
+    assert re.sub(r"\s+", " ", " ".join(s.content for s in secs)) == text
+
+
+def test_section_anchors_include_merged_ones() -> None:
+    blocks = [HeadingBlock(2, "Tiny", "tiny"), para(2), HeadingBlock(2, "Big", "big"), para(30)]
+    (sec,) = build_sections(blocks, count_tokens=words, min_tokens=5)
+    assert section_anchors(sec) == ("big", "tiny")
