@@ -45,3 +45,85 @@ def multi_call_search(conn: psycopg.Connection, table: str, vec, k: int) -> list
         hits.append(Hit(rank, float(r[10]), section, parent,
                         _record(prev) if prev else None, _record(nxt) if nxt else None))
     return hits
+
+
+def reference_assemble(conn: psycopg.Connection, hits: list[Hit], exp, max_tokens: int | None) -> list[tuple]:
+    """Context assembly done the slow, obvious way in Python, from whole-document reads.
+
+    Returns (doc_id, section_id, roles, best_rank) in the expected reading order.
+    """
+    docs: dict[str, list[dict]] = {}
+    doc_tokens: dict[str, int] = {}
+    for h in hits:
+        d = h.section.doc_id
+        if d not in docs:
+            rows = conn.execute(
+                """SELECT section_id, parent_section_id, sequence_index, heading_level, heading_path, anchor,
+                          context_tokens FROM sections WHERE doc_id = %s ORDER BY sequence_index""", (d,)).fetchall()
+            docs[d] = [dict(zip(("sid", "parent", "seq", "level", "path", "anchor", "ctx"), r)) for r in rows]
+            doc_tokens[d] = conn.execute("SELECT token_count FROM documents WHERE doc_id = %s", (d,)).fetchone()[0]
+    cand: dict[tuple[str, str], dict] = {}
+
+    def add(doc: str, sid: str, role: str, rank: int, prio: int) -> None:
+        c = cand.setdefault((doc, sid), {"roles": set(), "rank": rank, "prio": prio, "own": None})
+        c["roles"].add(role)
+        if role == "hit":
+            c["own"] = rank
+        c["rank"] = min(c["rank"], rank)
+        c["prio"] = min(c["prio"], prio)
+
+    for h in hits:
+        d, secs = h.section.doc_id, docs[h.section.doc_id]
+        by_id = {s["sid"]: s for s in secs}
+        me = by_id[h.section.section_id]
+        add(d, me["sid"], "hit", h.rank, 0)
+        chain = []
+        cur = me
+        while cur["parent"] is not None and cur["parent"] in by_id:
+            cur = by_id[cur["parent"]]
+            chain.append(cur)
+        if exp.parent and chain:
+            add(d, chain[0]["sid"], "parent", h.rank, 1)
+        if exp.ancestors:
+            for a in chain[1:] if exp.parent else chain:
+                add(d, a["sid"], "ancestor", h.rank, 1)
+        if exp.neighbors:
+            path = list(me["path"])
+            for s in secs:
+                if s["seq"] != me["seq"] and abs(s["seq"] - me["seq"]) <= exp.neighbors:
+                    if exp.neighbor_scope == "parent" and list(s["path"])[: len(path) - 1] != path[: len(path) - 1]:
+                        continue
+                    add(d, s["sid"], "neighbor", h.rank, 2)
+        if exp.section:
+            roots = [s for s in secs if s["sid"] == me["sid"] or (
+                me["anchor"] is not None and s["anchor"] == me["anchor"] and s["level"] == me["level"]
+                and list(s["path"]) == list(me["path"]))]
+            frontier = [r["sid"] for r in roots]
+            seen = set(frontier)
+            while frontier:
+                kids = [s["sid"] for s in secs if s["parent"] in frontier and s["sid"] not in seen]
+                seen.update(kids)
+                frontier = kids
+            for sid in seen:
+                add(d, sid, "section", h.rank, 3)
+        if exp.document and doc_tokens[d] <= exp.document_max_tokens:
+            for s in secs:
+                add(d, s["sid"], "document", h.rank, 3)
+
+    seq = {(d, s["sid"]): s["seq"] for d, secs in docs.items() for s in secs}
+    ctx = {(d, s["sid"]): s["ctx"] for d, secs in docs.items() for s in secs}
+    def pick_rank(key):
+        c = cand[key]
+        return c["own"] if c["own"] is not None else c["rank"]
+
+    order = sorted(cand, key=lambda key: (cand[key]["prio"], pick_rank(key), key[0], seq[key]))
+    taken, used = [], 0
+    for key in order:
+        if max_tokens is None or used + ctx[key] <= max_tokens:
+            taken.append(key)
+            used += ctx[key]
+    doc_best = {}
+    for key in cand:
+        doc_best[key[0]] = min(doc_best.get(key[0], 10**9), cand[key]["rank"])
+    taken.sort(key=lambda key: (doc_best[key[0]], key[0], seq[key]))
+    return [(d, sid, tuple(sorted(cand[(d, sid)]["roles"])), cand[(d, sid)]["rank"]) for d, sid in taken]

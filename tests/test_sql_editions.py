@@ -180,3 +180,14 @@ def test_oracle_edition_pins_each_oracle_construct():
     for text in (query, _code((SQL_DIR / "postgres" / "retrieve.sql").read_text())):
         for alias in ("p", "pv", "nx"):
             assert f"ON {alias}.doc_id = h.doc_id" in text
+
+
+def test_psql_runs_assemble_sql_as_is_and_matches_the_api(db, dsn, loaded):
+    r = Retriever(db)
+    for q in corpus_query_vectors(loaded, 4, seed=12):
+        rows = run_psql(dsn, "-v", "k=6", "-v", "neighbors=1", "-v", "max_tokens=700",
+                        "-v", f"query_embedding={vec_literal(q)}", "-f", str(SQL_DIR / "postgres" / "assemble.sql"))
+        ctx = r.assemble(q, k=6, max_tokens=700)  # the library's default expansion
+        assert [(x["doc_id"], x["section_id"], int(x["best_rank"])) for x in rows] == \
+            [(p.doc_id, p.section_id, p.best_rank) for p in ctx.passages]
+        assert rows, "budget left no passage"

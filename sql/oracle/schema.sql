@@ -42,6 +42,7 @@ CREATE TABLE IF NOT EXISTS sections (
     anchor            VARCHAR2(512),
     content           CLOB NOT NULL,
     token_count       NUMBER(10) NOT NULL,
+    context_tokens    NUMBER(10) NOT NULL,
     embedding         VECTOR(384, FLOAT32) NOT NULL,
     metadata          JSON DEFAULT '{}' NOT NULL,
     CONSTRAINT sections_pkey PRIMARY KEY (doc_id, section_id),

@@ -41,6 +41,7 @@ CREATE TABLE IF NOT EXISTS sections (
     anchor            text,
     content           text NOT NULL,
     token_count       integer NOT NULL,
+    context_tokens    integer NOT NULL,
     embedding         vector(384) NOT NULL,
     metadata          jsonb DEFAULT '{}' NOT NULL,
     CONSTRAINT sections_pkey PRIMARY KEY (doc_id, section_id),

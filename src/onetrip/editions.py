@@ -15,6 +15,12 @@ from .templates import Dialect, Layout, render
 #: ef_search pinned by the PostgreSQL function wrapper (pgvector's default is 40).
 DEFAULT_EF_SEARCH = 100
 
+#: The rendered assemble.sql: the library's default context (see retrieve.Expansion).
+ASSEMBLE_DEFAULT = {
+    "parent": True, "ancestors": False, "neighbors": True, "neighbor_scope": "any",
+    "section": False, "document": False, "budget": True, "max_depth": 32,
+}
+
 FULL_EXPANSION = {
     "related": [("parent", "p"), ("prev", "pv"), ("next", "nx")],
     "include_parent": True,
@@ -38,6 +44,7 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
     if dialect == "postgres":
         files.append(EditionFile("retrieve_function.sql", "retrieve_function",
                                  {**FULL_EXPANSION, "ef_search": DEFAULT_EF_SEARCH, "binds": "function"}))
+        files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
     else:
         files.append(EditionFile("retrieve_macro.sql", "retrieve_macro", {**FULL_EXPANSION, "binds": "function"}))
     return files

@@ -18,11 +18,13 @@ from pgvector import Vector
 from psycopg.rows import dict_row
 
 from .connection import connect
+from .context import Context, Passage
 from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
 from .schema import read_layout
 from .templates import Layout, render
 
 MAX_K = 1000
+MAX_BUDGET = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -70,6 +72,79 @@ def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True
         related=related,
         include_parent=parent,
         include_neighbors=neighbors,
+    )
+
+
+NEIGHBOR_SCOPES = ("any", "parent")
+MAX_NEIGHBORS = 50
+MAX_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class Expansion:
+    """Which sections an assembled context adds around each hit (combinable).
+
+    neighbors       +/-N sections by sequence_index (0 = none)
+    neighbor_scope  "any": cross section boundaries; "parent": stay inside the hit's parent section
+    parent          the direct parent section
+    ancestors       the whole chain up to the root
+    section         the hit's section with all its parts and its subtree
+    document        the whole document, only when it has at most ``document_max_tokens``
+    """
+
+    parent: bool = True
+    neighbors: int = 1
+    neighbor_scope: str = "any"
+    ancestors: bool = False
+    section: bool = False
+    document: bool = False
+    document_max_tokens: int = 2000
+
+    def __post_init__(self) -> None:
+        if isinstance(self.neighbors, bool):
+            object.__setattr__(self, "neighbors", int(self.neighbors))
+        if not isinstance(self.neighbors, int) or not 0 <= self.neighbors <= MAX_NEIGHBORS:
+            raise ValueError(f"neighbors must be an integer from 0 to {MAX_NEIGHBORS}, got {self.neighbors!r}")
+        if self.neighbor_scope not in NEIGHBOR_SCOPES:
+            raise ValueError(f"neighbor_scope must be one of {NEIGHBOR_SCOPES}, got {self.neighbor_scope!r}")
+        if not isinstance(self.document_max_tokens, int) or self.document_max_tokens < 0:
+            raise ValueError(f"document_max_tokens must be a non-negative integer, got {self.document_max_tokens!r}")
+
+
+@lru_cache(maxsize=256)
+def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool) -> str:
+    """The one statement `Retriever.assemble` sends for these options (psycopg binds)."""
+    return render(
+        "assemble",
+        layout=layout,
+        parent=expansion.parent,
+        ancestors=expansion.ancestors,
+        neighbors=expansion.neighbors > 0,
+        neighbor_scope=expansion.neighbor_scope,
+        section=expansion.section,
+        document=expansion.document,
+        budget=budget,
+        max_depth=MAX_DEPTH,
+    )
+
+
+def passage_from_row(row: dict[str, Any]) -> Passage:
+    return Passage(
+        doc_id=row["doc_id"],
+        section_id=row["section_id"],
+        sequence_index=row["sequence_index"],
+        heading_level=row["heading_level"],
+        heading=row["heading"] or "",
+        heading_path=tuple(row["heading_path"] or ()),
+        anchor=row["anchor"],
+        content=row["content"],
+        token_count=row["token_count"],
+        context_tokens=row["context_tokens"],
+        roles=tuple(r for r in ("hit", "parent", "ancestor", "neighbor", "section", "document") if r in row["roles"]),
+        best_rank=int(row["best_rank"]),
+        doc_rank=int(row["doc_rank"]),
+        distance=None if row["distance"] is None else float(row["distance"]),
+        revision=row.get("revision"),
     )
 
 
@@ -172,8 +247,18 @@ class Retriever:
         *,
         parent: bool = True,
         neighbors: bool = True,
-    ) -> list[Hit]:
-        """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement."""
+        assemble: bool = False,
+        **assemble_options: Any,
+    ) -> Any:
+        """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement.
+
+        Returns one `Hit` per hit (with parent and +/-1 neighbors), or with
+        ``assemble=True`` a `Context` (see `assemble`, which takes the options).
+        """
+        if assemble:
+            return self.assemble(query, k, parent=parent, neighbors=int(neighbors), **assemble_options)
+        if assemble_options:
+            raise TypeError(f"unexpected options {sorted(assemble_options)} (they need assemble=True)")
         k = check_k(k)
         vec = self.query_vector(query)
         statement = retrieval_sql(self.layout, parent=parent, neighbors=neighbors)
@@ -181,6 +266,43 @@ class Retriever:
             cur.execute(statement, {"query_embedding": Vector(vec), "k": k})
             rows = cur.fetchall()
         return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+
+    def assemble(
+        self,
+        query: str | Sequence[float] | np.ndarray,
+        k: int = 10,
+        *,
+        expand: Expansion | None = None,
+        max_tokens: int | None = 2000,
+        **expansion: Any,
+    ) -> Context:
+        """A deduplicated, budgeted, document-ordered context for ``query``, in ONE statement.
+
+        Expansion options can be given as an `Expansion` or as keywords
+        (``neighbors=2, ancestors=True, ...``). ``max_tokens=None`` means no budget.
+        """
+        k = check_k(k)
+        exp = expand if expand is not None else Expansion(**expansion)
+        if expand is not None and expansion:
+            raise TypeError("give expansion options either as expand=Expansion(...) or as keywords, not both")
+        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                       or not 1 <= max_tokens <= MAX_BUDGET):
+            raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
+        vec = self.query_vector(query)
+        statement = assemble_sql(self.layout, exp, budget=max_tokens is not None)
+        params: dict[str, Any] = {"query_embedding": Vector(vec), "k": k}
+        if exp.neighbors:
+            params["neighbors"] = exp.neighbors
+        if exp.document:
+            params["document_max_tokens"] = exp.document_max_tokens
+        if max_tokens is not None:
+            params["max_tokens"] = max_tokens
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(statement, params)
+            rows = cur.fetchall()
+        hits = int(rows[0]["hit_count"]) if rows else 0
+        return Context([passage_from_row(r) for r in rows], max_tokens, hits,
+                       {"k": k, **{f: getattr(exp, f) for f in exp.__dataclass_fields__}})
 
     def close(self) -> None:
         if self._owns_conn:

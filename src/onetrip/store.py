@@ -26,9 +26,10 @@ Outcome = Literal["new", "changed", "unchanged"]
 
 SECTION_COLUMNS = (
     "doc_id", "section_id", "parent_section_id", "sequence_index", "heading_level", "heading",
-    "heading_path", "anchor", "content", "token_count", "embedding", "metadata",
+    "heading_path", "anchor", "content", "token_count", "context_tokens", "embedding", "metadata",
 )
-_COPY_TYPES = ["text", "text", "text", "int4", "int2", "text", "text[]", "text", "text", "int4", "vector", "jsonb"]
+_COPY_TYPES = ["text", "text", "text", "int4", "int2", "text", "text[]", "text", "text", "int4", "int4", "vector",
+               "jsonb"]
 
 
 class SectionLike(Protocol):
@@ -98,6 +99,20 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
 
 
+def passage_tokens(doc_id: str, sections: Sequence[SectionLike]) -> list[int]:
+    """Tokens each section costs in an assembled context: its header line plus its content.
+
+    Stored as ``context_tokens`` so the budget enforced in SQL is exactly what
+    `onetrip.context.render_context` produces (word-piece counts add across the
+    whitespace that joins header and content).
+    """
+    from .context import passage_header
+    from .tokens import count_tokens_batch
+
+    headers = [passage_header(doc_id, s.anchor, s.heading_path) for s in sections]
+    return [h + s.token_count for h, s in zip(count_tokens_batch(headers), sections)]
+
+
 def replace_document(
     conn: psycopg.Connection,
     layout: Layout,
@@ -116,6 +131,7 @@ def replace_document(
         raise ValueError(f"{doc.doc_id}: a document needs at least one section")
     arr = _check_embeddings(sections, embeddings, layout.dim)
     _check_tree(doc.doc_id, sections)
+    context_tokens = passage_tokens(doc.doc_id, sections)
     documents = sql.SQL(layout.tables["documents"])
     table = sql.SQL(layout.tables["sections"])
     with conn.transaction():
@@ -126,7 +142,7 @@ def replace_document(
         if row is not None and row[0] == doc.content_hash and not force:
             return StoreResult(doc.doc_id, "unchanged", row[1], 0)
         revision = 1 if row is None else row[1] + 1
-        total_tokens = sum(s.token_count for s in sections)
+        total_tokens = sum(context_tokens)
         conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(table), (doc.doc_id,))
         conn.execute(
             sql.SQL(
@@ -149,10 +165,10 @@ def replace_document(
         )
         with conn.cursor() as cur, cur.copy(copy_sql) as copy:
             copy.set_types(_COPY_TYPES)
-            for s, vec in zip(sections, arr):
+            for s, vec, ctx in zip(sections, arr, context_tokens):
                 copy.write_row((
                     doc.doc_id, s.section_id, s.parent_section_id, s.sequence_index, s.level,
-                    s.heading, list(s.heading_path), s.anchor, s.content, s.token_count,
+                    s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, ctx,
                     Vector(vec), json.dumps(dict(s.metadata), default=str),
                 ))
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections))

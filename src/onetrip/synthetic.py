@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
 
 from .store import DocumentRecord
+from .tokens import count_tokens_batch
 
 
 @dataclass(frozen=True)
@@ -87,6 +88,8 @@ def generate(
             content = f"Body of {doc_id} section {i} (level {level}, topic {topic}). " * 3
             sections.append(SyntheticSection(sid, parent, i, level, heading, path, content, 40, sid))
             stack.append((level, sid, heading))
+        counts = count_tokens_batch([s.content for s in sections])
+        sections = [replace(s, token_count=c) for s, c in zip(sections, counts)]
         noise = _unit(rng.standard_normal((n, dim)).astype(np.float32))
         emb = _unit(doc_vec[None, :] + 0.6 * noise).astype(np.float32)
         h = hashlib.sha256(f"{seed}:{doc_id}:{n}".encode()).hexdigest()

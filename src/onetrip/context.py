@@ -1,0 +1,75 @@
+"""The assembled context: deduplicated passages in reading order, and their prompt text.
+
+`Retriever.assemble` returns a `Context` built by ONE statement
+(``sql/templates/assemble.sql.j2``): every section appears once, with the roles
+it plays for the hits (hit, parent, ancestor, neighbor, section, document) and
+the best-ranked hit it serves; documents come in the order of their best hit,
+and inside a document passages follow ``sequence_index``. The token budget was
+already enforced in SQL over ``context_tokens``, which is exactly the cost of
+the text `render_context` produces for a passage (its header line plus content).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+ROLES = ("hit", "parent", "ancestor", "neighbor", "section", "document")
+
+
+def passage_header(doc_id: str, anchor: str | None, heading_path: Sequence[str]) -> str:
+    """The separator line above a passage: heading path and source location."""
+    path = " > ".join(h for h in heading_path if h) or "(preface)"
+    where = f"{doc_id}#{anchor}" if anchor else doc_id
+    return f"### {path} [{where}]"
+
+
+@dataclass(frozen=True)
+class Passage:
+    """One section in the assembled context."""
+
+    doc_id: str
+    section_id: str
+    sequence_index: int
+    heading_level: int
+    heading: str
+    heading_path: tuple[str, ...]
+    anchor: str | None
+    content: str
+    token_count: int
+    context_tokens: int
+    roles: tuple[str, ...]
+    best_rank: int          # rank of the best hit this passage serves (1 = top hit)
+    doc_rank: int           # rank of the document (by its best hit)
+    distance: float | None  # the passage's own distance when it is a hit, else None
+    revision: int | None = None
+
+    @property
+    def is_hit(self) -> bool:
+        return "hit" in self.roles
+
+    @property
+    def header(self) -> str:
+        return passage_header(self.doc_id, self.anchor, self.heading_path)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What `Retriever.assemble` returns: passages in reading order within budget."""
+
+    passages: list[Passage]
+    max_tokens: int | None
+    hits: int                       # how many hits the search found (before the budget)
+    options: dict = field(default_factory=dict)
+
+    @property
+    def tokens(self) -> int:
+        return sum(p.context_tokens for p in self.passages)
+
+    def render(self) -> str:
+        return render_context(self.passages)
+
+
+def render_context(passages: Sequence[Passage]) -> str:
+    """Prompt-ready text: each passage under its heading-path separator, blank lines between."""
+    return "\n\n".join(f"{p.header}\n{p.content}" for p in passages)

@@ -1,0 +1,133 @@
+"""Context assembly in one statement: modes, dedup, reading order, budget."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from onetrip import Retriever, init_schema
+from onetrip.context import render_context
+from onetrip.retrieve import Expansion
+from onetrip.store import replace_document
+from onetrip.synthetic import corpus_query_vectors, generate
+from onetrip.templates import Layout
+from onetrip.tokens import count_tokens
+
+from .reference import reference_assemble
+
+LAYOUT = Layout(dim=16)
+
+
+@pytest.fixture
+def corpus(db):
+    init_schema(db, LAYOUT)
+    docs = list(generate(500, dim=16, seed=21, sections_per_doc=(3, 30)))
+    for d in docs:
+        replace_document(db, LAYOUT, d.record, d.sections, d.embeddings)
+    return docs
+
+
+MODES = [
+    dict(parent=p, neighbors=n, neighbor_scope=sc, ancestors=a, section=se, document=do)
+    for p, n, sc, a, se, do in itertools.product([False, True], [0, 1, 2], ["any", "parent"], [False, True],
+                                                 [False, True], [False, True])
+    if not (n == 0 and sc == "parent")
+]
+
+
+def _key(ctx) -> list[tuple]:
+    return [(p.doc_id, p.section_id, tuple(sorted(p.roles)), p.best_rank) for p in ctx.passages]
+
+
+def test_every_mode_combination_is_one_statement_and_matches_reference(db, corpus, statement_log):
+    r = Retriever(db)
+    qs = corpus_query_vectors(corpus, len(MODES), seed=5)
+    for mode, q in zip(MODES, qs):
+        exp = Expansion(**mode, document_max_tokens=400)
+        for budget in (None, 600):
+            with statement_log.watch(db) as w:
+                ctx = r.assemble(q, k=6, expand=exp, max_tokens=budget)
+            assert len(w.statements) == 1, (mode, w.statements)
+            hits = r.search(q, k=6, parent=False, neighbors=False)
+            assert _key(ctx) == reference_assemble(db, hits, exp, budget), mode
+    assert len(MODES) == 80  # 2 parent x (1 + 2x2 neighbor settings) x 2 x 2 x 2
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 10_000), k=st.integers(1, 12), budget=st.integers(50, 3000),
+       neighbors=st.integers(0, 3), parent=st.booleans(), ancestors=st.booleans(), section=st.booleans())
+def test_property_unique_ordered_within_budget_superset_of_fitting_hits(
+        db, corpus, seed, k, budget, neighbors, parent, ancestors, section):
+    r = Retriever(db)
+    q = corpus_query_vectors(corpus, 1, seed=seed)[0]
+    ctx = r.assemble(q, k=k, max_tokens=budget, parent=parent, neighbors=neighbors, ancestors=ancestors,
+                     section=section)
+    keys = [(p.doc_id, p.section_id) for p in ctx.passages]
+    assert len(keys) == len(set(keys)), "a section appears twice"
+    assert ctx.tokens <= budget
+    # Reading order: documents contiguous, by doc_rank; inside, by sequence_index.
+    doc_ranks = [p.doc_rank for p in ctx.passages]
+    assert doc_ranks == sorted(doc_ranks)
+    for a, b in zip(ctx.passages, ctx.passages[1:]):
+        if a.doc_id == b.doc_id:
+            assert a.sequence_index < b.sequence_index
+    # Hits come first in priority: every hit that fits greedily (in rank order) is present.
+    hits = r.search(q, k=k, parent=False, neighbors=False)
+    ctx_tokens = dict(db.execute("SELECT doc_id || '/' || section_id, context_tokens FROM sections").fetchall())
+    used, expected = 0, set()
+    for h in hits:
+        c = ctx_tokens[f"{h.section.doc_id}/{h.section.section_id}"]
+        if used + c <= budget:
+            used += c
+            expected.add((h.section.doc_id, h.section.section_id))
+    assert expected <= set(keys)
+    assert {(p.doc_id, p.section_id) for p in ctx.passages if p.is_hit} == expected
+
+
+def test_neighbors_sharing_and_dedup(db, corpus):
+    r = Retriever(db)
+    doc = corpus[2]
+    q = doc.embeddings[3] + doc.embeddings[4]
+    ctx = r.assemble(q / np.linalg.norm(q), k=2, neighbors=1, parent=True, max_tokens=None)
+    keys = [(p.doc_id, p.section_id) for p in ctx.passages]
+    assert len(keys) == len(set(keys))
+    top = [p for p in ctx.passages if p.is_hit]
+    if {p.sequence_index for p in top} == {3, 4} and all(p.doc_id == doc.record.doc_id for p in top):
+        for p in top:
+            assert "neighbor" in p.roles  # each hit is also the other's neighbor, listed once
+
+
+def test_rendered_context_costs_exactly_the_budgeted_tokens(db, corpus):
+    ctx = Retriever(db).assemble(corpus[0].embeddings[0], k=5, max_tokens=800)
+    text = render_context(ctx.passages)
+    assert count_tokens(text) == ctx.tokens <= 800
+    assert ctx.passages[0].header.startswith("### ")
+
+
+def test_document_mode_respects_size_gate(db, corpus):
+    r = Retriever(db)
+    doc = corpus[0]
+    size = db.execute("SELECT token_count FROM documents WHERE doc_id = %s", (doc.record.doc_id,)).fetchone()[0]
+    small = r.assemble(doc.embeddings[0], k=1, parent=False, neighbors=0, document=True,
+                       document_max_tokens=size, max_tokens=None)
+    assert {p.section_id for p in small.passages} == {s.section_id for s in doc.sections}
+    big = r.assemble(doc.embeddings[0], k=1, parent=False, neighbors=0, document=True,
+                     document_max_tokens=size - 1, max_tokens=None)
+    assert len(big.passages) == 1
+
+
+def test_bad_options_are_clear_errors(db, corpus):
+    r = Retriever(db)
+    q = corpus[0].embeddings[0]
+    with pytest.raises(ValueError, match="neighbor_scope"):
+        r.assemble(q, neighbor_scope="sideways")
+    with pytest.raises(ValueError, match="max_tokens"):
+        r.assemble(q, max_tokens=0)
+    with pytest.raises(TypeError):
+        r.search(q, neighbor_scope="parent")  # only with assemble=True
+    ctx = r.search(q, k=3, assemble=True, max_tokens=500, ancestors=True)
+    assert ctx.tokens <= 500
