@@ -24,7 +24,7 @@ COLS = "doc_id, section_id, sequence_index, heading_level, heading, heading_path
 def multi_call_search(conn: psycopg.Connection, table: str, vec, k: int) -> list[Hit]:
     rows = conn.execute(
         f"""SELECT doc_id, section_id, parent_section_id, sequence_index, heading_level, heading,
-                   heading_path, anchor, content, token_count, embedding <=> %s AS distance
+                   heading_path, anchor, content, token_count, embedding <=> %s AS distance, revision
               FROM {table} ORDER BY embedding <=> %s LIMIT %s""",
         (Vector(vec), Vector(vec), k),
     ).fetchall()
@@ -32,7 +32,8 @@ def multi_call_search(conn: psycopg.Connection, table: str, vec, k: int) -> list
     hits = []
     for rank, r in enumerate(rows, 1):
         doc_id, sid, parent_id, seq = r[0], r[1], r[2], r[3]
-        section = SectionRecord(doc_id, sid, seq, r[4], r[5] or "", tuple(r[6] or ()), r[8], parent_id, r[7], r[9])
+        section = SectionRecord(doc_id, sid, seq, r[4], r[5] or "", tuple(r[6] or ()), r[8], parent_id, r[7], r[9],
+                                r[11])
         parent = None
         if parent_id is not None:
             p = conn.execute(f"SELECT {COLS} FROM {table} WHERE doc_id = %s AND section_id = %s",

@@ -196,7 +196,7 @@ def test_every_oracle_statement_parses_and_only_sql_macros_are_opaque():
 def test_oracle_schema_is_fully_parsed_including_the_vector_index():
     checked = check_oracle_roundtrip(render_edition("oracle")["schema.sql"])
     kinds = [type(st.tree).__name__ for st in checked]
-    assert kinds == ["Create", "Create", "Create", "Create", "CreateVectorIndex"]
+    assert kinds == ["Create", "Create", "Create", "Create", "Create", "CreateVectorIndex"]
     vtypes = [dt for st in checked for dt in st.tree.find_all(exp.DataType) if dt.is_type(exp.DType.VECTOR)]
     assert [dt.sql(dialect=Oracle23ai) for dt in vtypes] == ["VECTOR(384, FLOAT32)"]
     index = checked[-1].tree

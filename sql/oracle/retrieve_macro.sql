@@ -34,6 +34,7 @@ WITH hits AS (
            s.anchor,
            s.content,
            s.token_count,
+           s.revision,
            VECTOR_DISTANCE(s.embedding, query_embedding, COSINE) AS distance
       FROM sections s
      ORDER BY VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)
@@ -49,6 +50,7 @@ SELECT h.doc_id,
        h.anchor,
        h.content,
        h.token_count,
+       h.revision,
        h.distance,
        p.section_id     AS parent_id,
        p.sequence_index AS parent_sequence_index,

@@ -16,6 +16,11 @@
 --           sections_doc_seq_key  unique (doc_id, sequence_index): neighbor joins
 --           sections_doc_parent_idx  (doc_id, parent_section_id): child lookups
 --           sections_embedding_hnsw  in-memory neighbor graph, COSINE
+--           sections_collection_idx  (collection): tenant filters
+-- Columns   collection (tenant) and acl (principals allowed to read; NULL =
+--           everyone) are on every section, so filters and access checks apply
+--           to each returned row, expanded ones included. revision names the
+--           document revision a section belongs to.
 -- Re-run    Safe: every statement is IF NOT EXISTS.
 -- =============================================================================
 CREATE TABLE IF NOT EXISTS documents (
@@ -24,6 +29,8 @@ CREATE TABLE IF NOT EXISTS documents (
     title             VARCHAR2(4000),
     revision          NUMBER(10) DEFAULT 1 NOT NULL,
     content_hash      VARCHAR2(512) NOT NULL,
+    collection        VARCHAR2(512) DEFAULT 'default' NOT NULL,
+    acl               JSON,
     metadata          JSON DEFAULT '{}' NOT NULL,
     token_count       NUMBER(10) DEFAULT 0 NOT NULL,
     section_count     NUMBER(10) DEFAULT 0 NOT NULL,
@@ -43,6 +50,9 @@ CREATE TABLE IF NOT EXISTS sections (
     content           CLOB NOT NULL,
     token_count       NUMBER(10) NOT NULL,
     context_tokens    NUMBER(10) NOT NULL,
+    revision          NUMBER(10) DEFAULT 1 NOT NULL,
+    collection        VARCHAR2(512) DEFAULT 'default' NOT NULL,
+    acl               JSON,
     embedding         VECTOR(384, FLOAT32) NOT NULL,
     metadata          JSON DEFAULT '{}' NOT NULL,
     CONSTRAINT sections_pkey PRIMARY KEY (doc_id, section_id),
@@ -55,6 +65,9 @@ CREATE UNIQUE INDEX IF NOT EXISTS sections_doc_seq_key
 
 CREATE INDEX IF NOT EXISTS sections_doc_parent_idx
     ON sections (doc_id, parent_section_id);
+
+CREATE INDEX IF NOT EXISTS sections_collection_idx
+    ON sections (collection);
 
 CREATE VECTOR INDEX IF NOT EXISTS sections_embedding_hnsw
     ON sections (embedding)

@@ -38,6 +38,7 @@ WITH hits AS MATERIALIZED (
            s.anchor,
            s.content,
            s.token_count,
+           s.revision,
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
      ORDER BY s.embedding <=> :'query_embedding'::vector
@@ -53,6 +54,7 @@ SELECT h.doc_id,
        h.anchor,
        h.content,
        h.token_count,
+       h.revision,
        h.distance,
        p.section_id     AS parent_id,
        p.sequence_index AS parent_sequence_index,

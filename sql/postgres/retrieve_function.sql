@@ -9,17 +9,27 @@
 --           from schema.sql.
 -- Params    query_embedding  vector(384)  the query embedding
 --           k                integer      number of hits (default 5)
+--           collections      text[]       only these collections (NULL: all)
+--           principals       text[]       the caller's principals; rows whose acl
+--                                         shares none are invisible, hits and
+--                                         expanded rows alike (NULL: no check)
 -- Settings  Pinned by the function's SET clause, for its own execution only:
 --             hnsw.ef_search = 100   (the HNSW candidate list; >= k)
+--             hnsw.iterative_scan = relaxed_order  (filtered searches still
+--                                   return k rows: the scan continues past
+--                                   ef_search until k rows pass the filters)
 --           A function with a SET clause is never inlined, so the planner plans
 --           the body on its own, with the bind values as parameters.
 -- Plan      As retrieve.sql: Index Scan using sections_embedding_hnsw ... Order By
 --           (embedding <=> query_embedding) inside the hits CTE.
 -- Usage     SELECT * FROM retrieve_sections('[0.1, ...]'::vector, 5);
+--           SELECT * FROM retrieve_sections('[...]', 5, principals => ARRAY['hr']);
 -- =============================================================================
 CREATE OR REPLACE FUNCTION retrieve_sections(
     query_embedding vector(384),
-    k integer DEFAULT 5
+    k integer DEFAULT 5,
+    collections text[] DEFAULT NULL,
+    principals text[] DEFAULT NULL
 )
 RETURNS TABLE (
     doc_id                text,
@@ -32,6 +42,7 @@ RETURNS TABLE (
     anchor                text,
     content               text,
     token_count           integer,
+    revision              integer,
     distance              double precision,
     parent_id             text,
     parent_sequence_index integer,
@@ -55,6 +66,7 @@ RETURNS TABLE (
 LANGUAGE sql
 STABLE
 SET hnsw.ef_search = 100
+SET hnsw.iterative_scan = relaxed_order
 AS $function$
 WITH hits AS MATERIALIZED (
     SELECT s.doc_id,
@@ -67,8 +79,11 @@ WITH hits AS MATERIALIZED (
            s.anchor,
            s.content,
            s.token_count,
+           s.revision,
            s.embedding <=> query_embedding AS distance
       FROM sections s
+     WHERE (collections IS NULL OR s.collection = ANY(collections))
+       AND (principals IS NULL OR s.acl IS NULL OR s.acl && principals)
      ORDER BY s.embedding <=> query_embedding
      LIMIT k
 )
@@ -82,6 +97,7 @@ SELECT h.doc_id,
        h.anchor,
        h.content,
        h.token_count,
+       h.revision,
        h.distance,
        p.section_id     AS parent_id,
        p.sequence_index AS parent_sequence_index,
@@ -105,12 +121,18 @@ SELECT h.doc_id,
   LEFT JOIN sections p
          ON p.doc_id = h.doc_id
         AND p.section_id = h.parent_section_id
+        AND (collections IS NULL OR p.collection = ANY(collections))
+       AND (principals IS NULL OR p.acl IS NULL OR p.acl && principals)
   LEFT JOIN sections pv
          ON pv.doc_id = h.doc_id
         AND pv.sequence_index = h.sequence_index - 1
+        AND (collections IS NULL OR pv.collection = ANY(collections))
+       AND (principals IS NULL OR pv.acl IS NULL OR pv.acl && principals)
   LEFT JOIN sections nx
          ON nx.doc_id = h.doc_id
         AND nx.sequence_index = h.sequence_index + 1
+        AND (collections IS NULL OR nx.collection = ANY(collections))
+       AND (principals IS NULL OR nx.acl IS NULL OR nx.acl && principals)
  ORDER BY h.distance, h.doc_id, h.sequence_index
 
 $function$;

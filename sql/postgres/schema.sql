@@ -13,6 +13,12 @@
 --           sections_doc_seq_key  unique (doc_id, sequence_index): neighbor joins
 --           sections_doc_parent_idx  (doc_id, parent_section_id): child lookups
 --           sections_embedding_hnsw  HNSW, vector_cosine_ops
+--           sections_collection_idx  (collection): tenant filters
+--           section_history  superseded revisions (audit), never searched
+-- Columns   collection (tenant) and acl (principals allowed to read; NULL =
+--           everyone) are on every section, so filters and access checks apply
+--           to each returned row, expanded ones included. revision names the
+--           document revision a section belongs to.
 -- Re-run    Safe: every statement is IF NOT EXISTS.
 -- =============================================================================
 CREATE EXTENSION IF NOT EXISTS vector;
@@ -23,6 +29,8 @@ CREATE TABLE IF NOT EXISTS documents (
     title             text,
     revision          integer DEFAULT 1 NOT NULL,
     content_hash      text NOT NULL,
+    collection        text DEFAULT 'default' NOT NULL,
+    acl               text[],
     metadata          jsonb DEFAULT '{}' NOT NULL,
     token_count       integer DEFAULT 0 NOT NULL,
     section_count     integer DEFAULT 0 NOT NULL,
@@ -42,6 +50,9 @@ CREATE TABLE IF NOT EXISTS sections (
     content           text NOT NULL,
     token_count       integer NOT NULL,
     context_tokens    integer NOT NULL,
+    revision          integer DEFAULT 1 NOT NULL,
+    collection        text DEFAULT 'default' NOT NULL,
+    acl               text[],
     embedding         vector(384) NOT NULL,
     metadata          jsonb DEFAULT '{}' NOT NULL,
     CONSTRAINT sections_pkey PRIMARY KEY (doc_id, section_id),
@@ -55,6 +66,17 @@ CREATE UNIQUE INDEX IF NOT EXISTS sections_doc_seq_key
 CREATE INDEX IF NOT EXISTS sections_doc_parent_idx
     ON sections (doc_id, parent_section_id);
 
+CREATE INDEX IF NOT EXISTS sections_collection_idx
+    ON sections (collection);
+
 CREATE INDEX IF NOT EXISTS sections_embedding_hnsw
     ON sections USING hnsw (embedding vector_cosine_ops)
     WITH (m = 16, ef_construction = 64);
+
+-- Superseded revisions, kept only when a document is re-ingested with
+-- keep_history (audit); `onetrip prune` empties them. Never searched.
+CREATE TABLE IF NOT EXISTS section_history (
+    LIKE sections INCLUDING DEFAULTS,
+    archived_at       timestamptz DEFAULT now() NOT NULL,
+    CONSTRAINT section_history_pkey PRIMARY KEY (doc_id, revision, section_id)
+);

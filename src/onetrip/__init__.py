@@ -11,12 +11,18 @@ from .errors import (
     SchemaMissingError,
     ServerRequirementError,
 )
-from .retrieve import Hit, Retriever, SectionRecord
+from .context import Context, Passage, render_context
+from .retrieve import Expansion, Filters, Hit, Retriever, SectionRecord
 from .schema import init_schema, read_layout
 from .templates import Layout
 
 __all__ = [
     "ConnectionFailedError",
+    "Context",
+    "Expansion",
+    "Filters",
+    "Passage",
+    "render_context",
     "DimensionMismatchError",
     "Embedder",
     "Hit",

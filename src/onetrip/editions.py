@@ -43,8 +43,10 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
     ]
     if dialect == "postgres":
         files.append(EditionFile("retrieve_function.sql", "retrieve_function",
-                                 {**FULL_EXPANSION, "ef_search": DEFAULT_EF_SEARCH, "binds": "function"}))
+                                 {**FULL_EXPANSION, "ef_search": DEFAULT_EF_SEARCH, "binds": "function",
+                                  "filters": {"collections": True, "principals": True}}))
         files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
+        files.append(EditionFile("rls.sql", "rls", {}))
     else:
         files.append(EditionFile("retrieve_macro.sql", "retrieve_macro", {**FULL_EXPANSION, "binds": "function"}))
     return files

@@ -28,6 +28,78 @@ MAX_BUDGET = 1_000_000
 
 
 @dataclass(frozen=True)
+class Filters:
+    """Who may see what, applied to hits AND to every row an expansion adds.
+
+    collections    tenant/collection names a row must belong to
+    principals     the caller's principals/groups; a row is readable when its
+                   acl is NULL (public) or shares one of them. None = no access
+                   check (a trusted caller); an empty tuple = public rows only
+    doc_ids        restrict to these documents
+    source_prefix  documents whose source URI starts with this
+    metadata       documents whose metadata contains this JSON object (jsonb @>)
+    """
+
+    collections: tuple[str, ...] | None = None
+    principals: tuple[str, ...] | None = None
+    doc_ids: tuple[str, ...] | None = None
+    source_prefix: str | None = None
+    metadata: dict[str, Any] | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("collections", "principals", "doc_ids"):
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+                raise TypeError(f"filter {name} must be a list of strings, got {value!r}")
+            object.__setattr__(self, name, tuple(value))
+        if self.source_prefix is not None and not isinstance(self.source_prefix, str):
+            raise TypeError(f"filter source_prefix must be a string, got {self.source_prefix!r}")
+        if self.metadata is not None and not isinstance(self.metadata, dict):
+            raise TypeError(f"filter metadata must be a JSON object (dict), got {type(self.metadata).__name__}")
+
+    @property
+    def shape(self) -> tuple[str, ...]:
+        """Which predicates are on: this, not the values, selects the SQL text."""
+        on = []
+        for key in ("collections", "principals", "doc_ids", "source_prefix", "metadata"):
+            if getattr(self, key) is not None:
+                on.append(key)
+        return tuple(on)
+
+    def params(self) -> dict[str, Any]:
+        from psycopg.types.json import Jsonb
+
+        out: dict[str, Any] = {}
+        for key in ("collections", "principals", "doc_ids"):
+            if getattr(self, key) is not None:
+                out[key] = list(getattr(self, key))
+        if self.source_prefix is not None:
+            out["source_prefix"] = self.source_prefix
+        if self.metadata is not None:
+            out["metadata"] = Jsonb(self.metadata)
+        return out
+
+
+NO_FILTERS = Filters()
+
+
+def as_filters(filters: Filters | dict[str, Any] | None) -> Filters:
+    """Accept a Filters, a plain dict of the same fields, or None; unknown keys are an error."""
+    if filters is None:
+        return NO_FILTERS
+    if isinstance(filters, Filters):
+        return filters
+    if isinstance(filters, dict):
+        unknown = set(filters) - set(Filters.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown filter key(s) {sorted(unknown)}; known: {sorted(Filters.__dataclass_fields__)}")
+        return Filters(**filters)
+    raise TypeError(f"filters must be a Filters or a dict, got {type(filters).__name__}")
+
+
+@dataclass(frozen=True)
 class SectionRecord:
     """A section as returned by a search: enough to cite it and to read it."""
 
@@ -41,6 +113,7 @@ class SectionRecord:
     parent_section_id: str | None = None
     anchor: str | None = None
     token_count: int | None = None
+    revision: int | None = None
 
 
 @dataclass(frozen=True)
@@ -62,8 +135,9 @@ class Hit:
 _ROLES = (("parent", "p"), ("prev", "pv"), ("next", "nx"))
 
 
-@lru_cache(maxsize=64)
-def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True) -> str:
+@lru_cache(maxsize=256)
+def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True,
+                  filters: tuple[str, ...] = ()) -> str:
     """The statement `Retriever.search` sends for these options (psycopg binds)."""
     related = [(r, a) for r, a in _ROLES if (r == "parent" and parent) or (r != "parent" and neighbors)]
     return render(
@@ -72,6 +146,7 @@ def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True
         related=related,
         include_parent=parent,
         include_neighbors=neighbors,
+        filters=dict.fromkeys(filters, True),
     )
 
 
@@ -112,7 +187,7 @@ class Expansion:
 
 
 @lru_cache(maxsize=256)
-def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool) -> str:
+def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters: tuple[str, ...] = ()) -> str:
     """The one statement `Retriever.assemble` sends for these options (psycopg binds)."""
     return render(
         "assemble",
@@ -125,6 +200,7 @@ def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool) -> str:
         document=expansion.document,
         budget=budget,
         max_depth=MAX_DEPTH,
+        filters=dict.fromkeys(filters, True),
     )
 
 
@@ -176,6 +252,7 @@ def hit_from_row(rank: int, row: dict[str, Any]) -> Hit:
         parent_section_id=row["parent_section_id"],
         anchor=row["anchor"],
         token_count=row["token_count"],
+        revision=row.get("revision"),
     )
     return Hit(
         rank=rank,
@@ -195,6 +272,45 @@ def check_k(k: object) -> int:
     return k
 
 
+ITERATIVE_SCANS = ("off", "strict_order", "relaxed_order")
+
+
+def session_settings(ef_search: int | None, iterative_scan: str | None,
+                     max_scan_tuples: int | None) -> dict[str, str]:
+    """Validated pgvector settings for a retrieval connection.
+
+    They are set once per connection (at Retriever creation, or by a pool's
+    configure hook), never per query, so they cost no round trip on the hot
+    path. Iterative index scans (pgvector 0.8) keep filtered searches at K
+    results: the HNSW scan goes on past ef_search until K rows pass the filter
+    or max_scan_tuples is reached. Without a filter they change nothing.
+    """
+    out: dict[str, str] = {}
+    if ef_search is not None:
+        if isinstance(ef_search, bool) or not isinstance(ef_search, int) or not 1 <= ef_search <= 1000:
+            raise ValueError(f"ef_search must be an integer from 1 to 1000, got {ef_search!r}")
+        out["hnsw.ef_search"] = str(ef_search)
+    if iterative_scan is not None:
+        if iterative_scan not in ITERATIVE_SCANS:
+            raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCANS}, got {iterative_scan!r}")
+        out["hnsw.iterative_scan"] = iterative_scan
+    if max_scan_tuples is not None:
+        if isinstance(max_scan_tuples, bool) or not isinstance(max_scan_tuples, int) or max_scan_tuples < 1:
+            raise ValueError(f"max_scan_tuples must be a positive integer, got {max_scan_tuples!r}")
+        out["hnsw.max_scan_tuples"] = str(max_scan_tuples)
+    return out
+
+
+def apply_settings(conn: psycopg.Connection, settings: dict[str, str]) -> None:
+    """Set the session's pgvector settings in ONE statement (set_config, not one SET each)."""
+    if not settings:
+        return
+    names = list(settings)
+    exprs = ", ".join(f"set_config(%({f'n{i}'})s, %({f'v{i}'})s, false)" for i in range(len(names)))
+    params = {**{f"n{i}": n for i, n in enumerate(names)}, **{f"v{i}": settings[n] for i, n in enumerate(names)}}
+    conn.execute(f"SELECT {exprs}", params)
+
+
 class Retriever:
     """Search onetrip's sections table: top-K hits with parent and neighbors, one round trip.
 
@@ -211,6 +327,8 @@ class Retriever:
         prefix: str = "",
         embedder: Embedder | None = None,
         ef_search: int | None = None,
+        iterative_scan: str | None = "relaxed_order",
+        max_scan_tuples: int | None = 20000,
     ) -> None:
         self._owns_conn = not isinstance(conn, psycopg.Connection)
         self.conn: psycopg.Connection = connect(conn) if self._owns_conn else conn  # type: ignore[arg-type]
@@ -220,10 +338,8 @@ class Retriever:
             register_adapters(self.conn)
         self.layout = read_layout(self.conn, schema=schema, prefix=prefix)
         self._embedder = embedder
-        if ef_search is not None:
-            if isinstance(ef_search, bool) or not isinstance(ef_search, int) or not 1 <= ef_search <= 1000:
-                raise ValueError(f"ef_search must be an integer from 1 to 1000, got {ef_search!r}")
-            self.conn.execute(f"SET hnsw.ef_search = {int(ef_search)}")
+        self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
+        apply_settings(self.conn, self.settings)
 
     @property
     def embedder(self) -> Embedder:
@@ -247,6 +363,7 @@ class Retriever:
         *,
         parent: bool = True,
         neighbors: bool = True,
+        filters: Filters | dict[str, Any] | None = None,
         assemble: bool = False,
         **assemble_options: Any,
     ) -> Any:
@@ -256,14 +373,16 @@ class Retriever:
         ``assemble=True`` a `Context` (see `assemble`, which takes the options).
         """
         if assemble:
-            return self.assemble(query, k, parent=parent, neighbors=int(neighbors), **assemble_options)
+            return self.assemble(query, k, parent=parent, neighbors=int(neighbors), filters=filters,
+                                 **assemble_options)
         if assemble_options:
             raise TypeError(f"unexpected options {sorted(assemble_options)} (they need assemble=True)")
         k = check_k(k)
+        flt = as_filters(filters)
         vec = self.query_vector(query)
-        statement = retrieval_sql(self.layout, parent=parent, neighbors=neighbors)
+        statement = retrieval_sql(self.layout, parent=parent, neighbors=neighbors, filters=flt.shape)
         with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(statement, {"query_embedding": Vector(vec), "k": k})
+            cur.execute(statement, {"query_embedding": Vector(vec), "k": k, **flt.params()})
             rows = cur.fetchall()
         return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
 
@@ -274,6 +393,7 @@ class Retriever:
         *,
         expand: Expansion | None = None,
         max_tokens: int | None = 2000,
+        filters: Filters | dict[str, Any] | None = None,
         **expansion: Any,
     ) -> Context:
         """A deduplicated, budgeted, document-ordered context for ``query``, in ONE statement.
@@ -288,9 +408,10 @@ class Retriever:
         if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                        or not 1 <= max_tokens <= MAX_BUDGET):
             raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
+        flt = as_filters(filters)
         vec = self.query_vector(query)
-        statement = assemble_sql(self.layout, exp, budget=max_tokens is not None)
-        params: dict[str, Any] = {"query_embedding": Vector(vec), "k": k}
+        statement = assemble_sql(self.layout, exp, budget=max_tokens is not None, filters=flt.shape)
+        params: dict[str, Any] = {"query_embedding": Vector(vec), "k": k, **flt.params()}
         if exp.neighbors:
             params["neighbors"] = exp.neighbors
         if exp.document:

@@ -26,10 +26,11 @@ Outcome = Literal["new", "changed", "unchanged"]
 
 SECTION_COLUMNS = (
     "doc_id", "section_id", "parent_section_id", "sequence_index", "heading_level", "heading",
-    "heading_path", "anchor", "content", "token_count", "context_tokens", "embedding", "metadata",
+    "heading_path", "anchor", "content", "token_count", "context_tokens", "revision", "collection", "acl",
+    "embedding", "metadata",
 )
-_COPY_TYPES = ["text", "text", "text", "int4", "int2", "text", "text[]", "text", "text", "int4", "int4", "vector",
-               "jsonb"]
+COPY_TYPES = ["text", "text", "text", "int4", "int2", "text", "text[]", "text", "text", "int4", "int4", "int4",
+               "text", "text[]", "vector", "jsonb"]
 
 
 class SectionLike(Protocol):
@@ -56,6 +57,8 @@ class DocumentRecord:
     title: str
     content_hash: str
     metadata: Mapping[str, Any] = field(default_factory=dict)
+    collection: str = "default"
+    acl: Sequence[str] | None = None  # principals allowed to read; None = everyone
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,18 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
 
 
+def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, context_tokens: int,
+                     revision: int) -> tuple:
+    """One row for ``COPY sections (SECTION_COLUMNS)`` in binary format (types: COPY_TYPES)."""
+    acl = getattr(s, "acl", doc.acl)
+    return (
+        doc.doc_id, s.section_id, s.parent_section_id, s.sequence_index, s.level,
+        s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, context_tokens,
+        revision, doc.collection, None if acl is None else list(acl),
+        Vector(vec), json.dumps(dict(s.metadata), default=str),
+    )
+
+
 def passage_tokens(doc_id: str, sections: Sequence[SectionLike]) -> list[int]:
     """Tokens each section costs in an assembled context: its header line plus its content.
 
@@ -121,11 +136,15 @@ def replace_document(
     embeddings: np.ndarray,
     *,
     force: bool = False,
+    keep_history: bool = False,
 ) -> StoreResult:
     """Store ``doc`` with ``sections`` as its new revision, atomically.
 
     Skips the write (outcome "unchanged") when the stored content hash is equal,
-    unless ``force``. Everything is validated before the transaction starts.
+    unless ``force``. With ``keep_history`` the superseded revision's sections
+    are copied to the section_history table (audit) in the same transaction.
+    A section may carry its own ``acl`` attribute; otherwise it gets the
+    document's. Everything is validated before the transaction starts.
     """
     if not sections:
         raise ValueError(f"{doc.doc_id}: a document needs at least one section")
@@ -143,35 +162,56 @@ def replace_document(
             return StoreResult(doc.doc_id, "unchanged", row[1], 0)
         revision = 1 if row is None else row[1] + 1
         total_tokens = sum(context_tokens)
+        if keep_history and row is not None:
+            conn.execute(
+                sql.SQL("INSERT INTO {} SELECT s.*, now() FROM {} s WHERE s.doc_id = %s "
+                        "ON CONFLICT DO NOTHING").format(sql.SQL(layout.tables["section_history"]), table),
+                (doc.doc_id,),
+            )
         conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(table), (doc.doc_id,))
         conn.execute(
             sql.SQL(
                 """
-                INSERT INTO {} AS d (doc_id, source_uri, title, revision, content_hash, metadata,
-                                     token_count, section_count, ingested_at)
-                VALUES (%s, %s, %s, %s, %s, %s::jsonb, %s, %s, now())
+                INSERT INTO {} AS d (doc_id, source_uri, title, revision, content_hash, collection, acl,
+                                     metadata, token_count, section_count, ingested_at)
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, now())
                 ON CONFLICT (doc_id) DO UPDATE
                    SET source_uri = excluded.source_uri, title = excluded.title,
                        revision = excluded.revision, content_hash = excluded.content_hash,
+                       collection = excluded.collection, acl = excluded.acl,
                        metadata = excluded.metadata, token_count = excluded.token_count,
                        section_count = excluded.section_count, ingested_at = excluded.ingested_at
                 """
             ).format(documents),
-            (doc.doc_id, doc.source_uri, doc.title, revision, doc.content_hash,
-             json.dumps(dict(doc.metadata), default=str), total_tokens, len(sections)),
+            (doc.doc_id, doc.source_uri, doc.title, revision, doc.content_hash, doc.collection,
+             None if doc.acl is None else list(doc.acl), json.dumps(dict(doc.metadata), default=str),
+             total_tokens, len(sections)),
         )
         copy_sql = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
             table, sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS)
         )
         with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            copy.set_types(_COPY_TYPES)
+            copy.set_types(COPY_TYPES)
             for s, vec, ctx in zip(sections, arr, context_tokens):
-                copy.write_row((
-                    doc.doc_id, s.section_id, s.parent_section_id, s.sequence_index, s.level,
-                    s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, ctx,
-                    Vector(vec), json.dumps(dict(s.metadata), default=str),
-                ))
+                copy.write_row(section_copy_row(doc, s, vec, ctx, revision))
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections))
+
+
+def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:
+    """Delete archived revisions, keeping the newest ``keep`` per document; returns rows removed."""
+    if keep < 0:
+        raise ValueError("keep must be >= 0")
+    hist = sql.SQL(layout.tables["section_history"])
+    q = sql.SQL(
+        """DELETE FROM {h} x USING (
+               SELECT doc_id, revision,
+                      dense_rank() OVER (PARTITION BY doc_id ORDER BY revision DESC) AS age
+                 FROM {h} GROUP BY doc_id, revision) r
+            WHERE x.doc_id = r.doc_id AND x.revision = r.revision AND r.age > %s
+              AND (%s::text IS NULL OR x.doc_id = %s)"""
+    ).format(h=hist)
+    with conn.transaction():
+        return conn.execute(q, (keep, doc_id, doc_id)).rowcount
 
 
 def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:

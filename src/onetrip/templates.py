@@ -80,11 +80,17 @@ class Layout:
             "parent_index": self.object_name("sections_doc_parent_idx"),
             "hnsw_index": self.object_name("sections_embedding_hnsw"),
             "retrieve_function": self.qualified("retrieve_sections"),
+            "collection_index": self.object_name("sections_collection_idx"),
+            "section_history_pk": self.object_name("section_history_pkey"),
+            "principals_function": self.qualified("current_principals"),
+            "sections_policy": self.object_name("sections_acl_read"),
+            "documents_policy": self.object_name("documents_acl_read"),
         }
 
     @property
     def tables(self) -> dict[str, str]:
-        return {"documents": self.table("documents"), "sections": self.table("sections")}
+        return {"documents": self.table("documents"), "sections": self.table("sections"),
+                "section_history": self.table("section_history")}
 
 
 def _param_renderer(binds: BindStyle, dialect: Dialect):
@@ -137,6 +143,14 @@ def _environment() -> jinja2.Environment:
 
 EDITIONS = {"postgres": "PostgreSQL", "oracle": "Oracle Database 23ai"}
 
+#: Filter switches a template understands; which are on changes the SQL shape,
+#: their values are always binds.
+FILTER_KEYS = ("collections", "principals", "doc_ids", "source_prefix", "metadata")
+
+
+def _raise(message: str) -> None:
+    raise jinja2.TemplateError(message)
+
 
 def render(
     name: str,
@@ -169,8 +183,11 @@ def render(
         "header": header,
         "param": _param_renderer(binds, dialect),
         "binds": binds,
+        "filters": {key: bool((options.get("filters") or {}).get(key)) for key in FILTER_KEYS},
+        "raise": _raise,
     }
     macros = env.get_template("macros.sql.j2").make_module(base)
+    options.pop("filters", None)
     context = {**base, "dispatch": _Dispatcher(macros, dialect), **options}
     sql = env.get_template(f"{name}.sql.j2").render(context)
     return sql.strip() + "\n"

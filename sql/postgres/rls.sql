@@ -1,0 +1,46 @@
+-- =============================================================================
+-- onetrip: rls.sql (PostgreSQL edition)
+-- -----------------------------------------------------------------------------
+-- Purpose   Row-level security for DBAs who want the database, not the
+--           application, to enforce who reads which section. A row is readable
+--           when its acl is NULL (public) or names a role the current user is a
+--           member of (directly or through groups). Because the retrieval query
+--           reads parents and neighbors from the same table, RLS filters those
+--           rows too: an expansion can never show a row the role may not read.
+-- Requires  PostgreSQL 13+ (tested on 18); tables from schema.sql. Run as the
+--           tables' owner. Owners and superusers bypass RLS (add FORCE ROW
+--           LEVEL SECURITY if the owner must be filtered too); application roles
+--           need only SELECT on both tables.
+-- Params    none: principals are the current role and every role it belongs to,
+--           from pg_roles / pg_has_role(..., 'MEMBER').
+-- Plan      The policy adds a filter on every scan of sections; the HNSW
+--           scan filters after the index, so enable iterative scans
+--           (SET hnsw.iterative_scan = relaxed_order) to still get K rows.
+-- Usage     GRANT SELECT ON documents, sections TO app_role;
+--           UPDATE sections SET acl = ARRAY['hr'] WHERE doc_id = 'salaries.md';
+-- =============================================================================
+CREATE OR REPLACE FUNCTION current_principals()
+RETURNS text[]
+LANGUAGE sql
+STABLE
+AS $function$
+    SELECT array_agg(r.rolname::text)
+      FROM pg_roles r
+     WHERE pg_has_role(current_user, r.oid, 'MEMBER')
+$function$;
+
+ALTER TABLE sections ENABLE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS sections_acl_read ON sections;
+
+CREATE POLICY sections_acl_read ON sections
+    FOR SELECT
+    USING (acl IS NULL OR acl && current_principals());
+
+ALTER TABLE documents ENABLE ROW LEVEL SECURITY;
+
+DROP POLICY IF EXISTS documents_acl_read ON documents;
+
+CREATE POLICY documents_acl_read ON documents
+    FOR SELECT
+    USING (acl IS NULL OR acl && current_principals());

@@ -1,0 +1,322 @@
+"""Filters, access control and revisions: expanded rows never leak; filtered search still finds K."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import subprocess
+import threading
+import uuid
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from onetrip import Filters, Retriever, connect, init_schema
+from onetrip.store import DocumentRecord, prune_history, replace_document
+from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
+from onetrip.templates import Layout
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+LAYOUT = Layout(dim=16)
+PRINCIPALS = ("alice", "bob", "hr", "eng")
+
+
+def _with_acls(docs, seed: int):
+    """Give every section its own random ACL, so hits, parents and neighbors differ."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for d in docs:
+        sections = []
+        for s in d.sections:
+            roll = rng.random()
+            acl = None if roll < 0.2 else tuple(sorted(set(rng.choice(PRINCIPALS, size=int(rng.integers(1, 3))))))
+            sections.append(_AclSection(s, acl))
+        out.append(dataclasses.replace(d, sections=sections))
+    return out
+
+
+class _AclSection:
+    def __init__(self, base, acl):
+        self._base, self.acl = base, acl
+
+    def __getattr__(self, name):
+        return getattr(self._base, name)
+
+
+@pytest.fixture
+def acl_corpus(db):
+    init_schema(db, LAYOUT)
+    docs = _with_acls(list(generate(800, dim=16, seed=31, sections_per_doc=(4, 30))), seed=32)
+    for i, d in enumerate(docs):
+        rec = dataclasses.replace(d.record, collection="even" if i % 2 == 0 else "odd",
+                                  source_uri=f"file:///kb/{'public' if i % 3 else 'internal'}/{d.record.doc_id}.md",
+                                  metadata={"team": "db" if i % 4 == 0 else "app", "i": i})
+        replace_document(db, LAYOUT, rec, d.sections, d.embeddings)
+    return docs
+
+
+def _acl_table(db) -> dict[tuple[str, str], list[str] | None]:
+    return {(d, s): a for d, s, a in db.execute("SELECT doc_id, section_id, acl FROM sections")}
+
+
+def _allowed(acl, caller) -> bool:
+    return acl is None or bool(set(acl) & set(caller))
+
+
+def test_acl_leak_across_all_modes(db, acl_corpus, capsys):
+    r = Retriever(db)
+    acls = _acl_table(db)
+    queries = corpus_query_vectors(acl_corpus, 240, seed=33)
+    callers = [("alice",), ("bob", "eng"), ("hr",), ()]
+    modes = [dict(parent=p, neighbors=n, ancestors=a, section=s, document=d)
+             for p, n, a, s, d in itertools.product([True, False], [0, 2], [False, True], [False, True], [False, True])]
+    checked = hidden_parent_seen = 0
+    for i, q in enumerate(queries):
+        caller = callers[i % len(callers)]
+        flt = Filters(principals=caller)
+        for h in r.search(q, k=5, filters=flt):
+            for rec in (h.section, h.parent, h.prev, h.next):
+                if rec is not None:
+                    assert _allowed(acls[(rec.doc_id, rec.section_id)], caller), (caller, rec)
+                    checked += 1
+            if h.section.parent_section_id and h.parent is None:
+                assert not _allowed(acls[(h.section.doc_id, h.section.parent_section_id)], caller)
+                hidden_parent_seen += 1
+        mode = modes[i % len(modes)]
+        ctx = r.assemble(q, k=5, filters=flt, max_tokens=3000, document_max_tokens=5000, **mode)
+        for p in ctx.passages:
+            assert _allowed(acls[(p.doc_id, p.section_id)], caller), (caller, mode, p.section_id)
+            checked += 1
+    with capsys.disabled():
+        print(f"\nACL leak test: {len(queries)} queries, {len(modes)} assemble modes, {checked} returned rows "
+              f"checked, 0 not allowed; {hidden_parent_seen} hidden parents returned as absent")
+    assert checked > 2000 and hidden_parent_seen > 0
+
+
+def test_filters_apply_to_hits_and_to_every_added_row(db, acl_corpus):
+    r = Retriever(db)
+    meta = {d: (c, u, m) for d, c, u, m in db.execute("SELECT doc_id, collection, source_uri, metadata FROM documents")}
+    cases = [
+        (Filters(collections=("even",)), lambda c, u, m, d: c == "even"),
+        (Filters(source_prefix="file:///kb/internal/"), lambda c, u, m, d: u.startswith("file:///kb/internal/")),
+        (Filters(metadata={"team": "db"}), lambda c, u, m, d: m.get("team") == "db"),
+        (Filters(doc_ids=("doc0000003", "doc0000010")), lambda c, u, m, d: d in ("doc0000003", "doc0000010")),
+        (Filters(collections=("odd",), metadata={"team": "app"}), lambda c, u, m, d: c == "odd" and m["team"] == "app"),
+    ]
+    for flt, ok in cases:
+        n = 0
+        for q in corpus_query_vectors(acl_corpus, 15, seed=34):
+            for h in r.search(q, k=4, filters=flt):
+                for rec in (h.section, h.parent, h.prev, h.next):
+                    if rec is not None:
+                        assert ok(*meta[rec.doc_id], rec.doc_id), (flt, rec.doc_id)
+                        n += 1
+            for p in r.assemble(q, k=4, filters=flt, neighbors=2, ancestors=True, document=True,
+                                document_max_tokens=10_000, max_tokens=None).passages:
+                assert ok(*meta[p.doc_id], p.doc_id), (flt, p.doc_id)
+                n += 1
+        assert n > 0, flt
+
+
+def test_filter_values_are_binds_and_shapes_are_validated(db, acl_corpus, statement_log):
+    r = Retriever(db)
+    hostile = "x'); DROP TABLE sections; --"
+    with statement_log.watch(db) as w:
+        assert r.search(acl_corpus[0].embeddings[0], filters={"collections": [hostile]}) == []
+    assert len(w.statements) == 1 and hostile not in w.statements[0]
+    with pytest.raises(ValueError, match="unknown filter key"):
+        r.search(acl_corpus[0].embeddings[0], filters={"colection": ["even"]})
+    with pytest.raises(TypeError, match="list of strings"):
+        r.search(acl_corpus[0].embeddings[0], filters={"principals": "alice"})
+
+
+def test_filtered_search_still_returns_k(db, dsn):
+    """50k sections, a 1%-selective filter: K results whenever K matching rows exist."""
+    layout = Layout(dim=32)
+    docs = list(generate(50_000, dim=32, seed=41, sections_per_doc=(10, 60)))
+    rng = np.random.default_rng(42)
+    rare_docs = set(rng.choice(len(docs), size=max(1, len(docs) // 100), replace=False).tolist())
+    # The same 1% of documents is marked twice: by collection (which has a btree index, so
+    # the planner may answer exactly from it) and by ACL (no index: HNSW scan + filter).
+    docs = [dataclasses.replace(d, record=dataclasses.replace(
+        d.record, collection="rare" if i in rare_docs else "common", acl=("rare",) if i in rare_docs else ("common",)))
+        for i, d in enumerate(docs)]
+    bulk_load(db, layout, docs)
+    total, rare = db.execute("SELECT count(*), count(*) FILTER (WHERE collection = 'rare') FROM sections").fetchone()
+    assert total == 50_000 and 0.005 < rare / total < 0.02
+    k = 10
+    queries = corpus_query_vectors(docs, 30, seed=43)
+    flt = Filters(principals=("rare",))
+    from onetrip.retrieve import retrieval_sql
+    from pgvector import Vector
+
+    plan = "\n".join(row[0] for row in db.execute(
+        "EXPLAIN " + retrieval_sql(layout, filters=flt.shape),
+        {"query_embedding": Vector(queries[0]), "k": k, **flt.params()}))
+    assert "Index Scan using sections_embedding_hnsw" in plan, plan
+    r = Retriever(db, iterative_scan="relaxed_order")
+    got = [len(r.search(q, k=k, filters=flt)) for q in queries]
+    assert got == [k] * len(queries), got
+    got = [len(r.search(q, k=k, filters={"collections": ["rare"]})) for q in queries]
+    assert got == [k] * len(queries), got
+    ctx = [r.assemble(q, k=k, filters=flt, max_tokens=None) for q in queries[:5]]
+    assert all(sum(p.is_hit for p in c.passages) == k for c in ctx)
+    # Without iterative scans the same searches come back short: the reason the setting exists.
+    with connect(dsn) as other:
+        plain = Retriever(other, iterative_scan="off")
+        short = [len(plain.search(q, k=k, filters=flt)) for q in queries]
+    assert sum(short) < k * len(queries)
+    # And the results are the true filtered nearest neighbours at this ef_search, in order.
+    for q in queries[:5]:
+        hits = Retriever(db).search(q, k=k, filters=flt)
+        d = [h.distance for h in hits]
+        assert d == sorted(d)
+
+
+def test_revisions_history_and_result_revision(db, tmp_path):
+    layout = Layout(dim=16)
+    init_schema(db, layout)
+    doc = next(generate(12, dim=16, seed=51))
+    rec = doc.record
+    replace_document(db, layout, rec, doc.sections, doc.embeddings)
+    for rev in (2, 3):
+        changed = dataclasses.replace(rec, content_hash=f"h{rev}")
+        sections = [dataclasses.replace(s, content=f"{s.content} rev{rev}") for s in doc.sections]
+        replace_document(db, layout, changed, sections, doc.embeddings, keep_history=True)
+    hits = Retriever(db).search(doc.embeddings[0], k=3)
+    assert {h.section.revision for h in hits} == {3}
+    assert all(h.section.content.endswith("rev3") for h in hits)
+    ctx = Retriever(db).assemble(doc.embeddings[0], k=3)
+    assert {p.revision for p in ctx.passages} == {3}
+    hist = db.execute("SELECT revision, count(*) FROM section_history GROUP BY revision ORDER BY 1").fetchall()
+    n = len(doc.sections)
+    assert hist == [(1, n), (2, n)]
+    assert prune_history(db, layout, keep=1) == n
+    assert db.execute("SELECT DISTINCT revision FROM section_history").fetchall() == [(2,)]
+    assert prune_history(db, layout, keep=0) == n
+
+
+def test_concurrent_searches_during_reingest_see_one_revision(db, dsn):
+    layout = Layout(dim=16)
+    init_schema(db, layout)
+    docs = list(generate(300, dim=16, seed=61, sections_per_doc=(8, 20)))
+    for d in docs:
+        replace_document(db, layout, d.record, d.sections, d.embeddings)
+    stop = threading.Event()
+    errors: list[str] = []
+    checked = [0]
+
+    def searcher(seed: int) -> None:
+        with Retriever(dsn) as r:
+            for q in corpus_query_vectors(docs, 80, seed=seed):
+                for h in r.search(q, k=6):
+                    revs = {rec.revision for rec in (h.section,) if rec}
+                    rel = [x for x in (h.parent, h.prev, h.next) if x is not None]
+                    # every related row's content carries the same revision marker as the hit
+                    marker = h.section.content.rsplit(" rev", 1)[-1] if " rev" in h.section.content else "1"
+                    for x in rel:
+                        m = x.content.rsplit(" rev", 1)[-1] if " rev" in x.content else "1"
+                        if m != marker:
+                            errors.append(f"mixed revisions {marker}/{m} in {h.section.doc_id}")
+                    if h.section.parent_section_id and h.parent is None:
+                        errors.append(f"missing parent for {h.section.doc_id}/{h.section.section_id}")
+                    if revs != {int(marker)}:
+                        errors.append(f"revision column {revs} != content marker {marker}")
+                    checked[0] += 1
+                ctx = r.assemble(q, k=6, ancestors=True, max_tokens=None)
+                by_doc: dict[str, set] = {}
+                for p in ctx.passages:
+                    by_doc.setdefault(p.doc_id, set()).add(p.revision)
+                if any(len(v) > 1 for v in by_doc.values()):
+                    errors.append(f"assembled context mixes revisions: {by_doc}")
+
+    def writer() -> None:
+        conn = connect(dsn)
+        rev = 1
+        while not stop.is_set():
+            rev += 1
+            for d in docs[:6]:
+                secs = [dataclasses.replace(s, content=f"{s.content} rev{rev}") for s in d.sections]
+                replace_document(conn, layout, dataclasses.replace(d.record, content_hash=f"r{rev}"), secs,
+                                 d.embeddings)
+        conn.close()
+
+    w = threading.Thread(target=writer)
+    readers = [threading.Thread(target=searcher, args=(70 + i,)) for i in range(4)]
+    w.start()
+    for t in readers:
+        t.start()
+    for t in readers:
+        t.join()
+    stop.set()
+    w.join()
+    assert checked[0] >= 4 * 80 * 6 * 0.9
+    assert errors == []
+    assert db.execute("SELECT max(revision) FROM documents").fetchone()[0] > 2, "writer never re-ingested"
+
+
+def test_row_level_security_with_two_real_roles(db, dsn, acl_corpus):
+    import pgserver._commands as c
+
+    psql = str(Path(c.POSTGRES_BIN_PATH) / "psql")
+    subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(SQL_DIR / "postgres" / "rls.sql")],
+                   check=True, capture_output=True)
+    suffix = uuid.uuid4().hex[:8]
+    alice, bob = f"alice_{suffix}", f"bob_{suffix}"
+    db.execute(f"CREATE ROLE {alice}")
+    db.execute(f"CREATE ROLE {bob}")
+    try:
+        db.execute(f"GRANT hr TO {alice}") if db.execute("SELECT 1 FROM pg_roles WHERE rolname='hr'").fetchone() else None
+        db.execute(f"GRANT SELECT ON sections, documents TO {alice}, {bob}")
+        db.execute(f"UPDATE sections SET acl = ARRAY['{alice}'] WHERE acl @> ARRAY['alice']")
+        db.execute(f"UPDATE sections SET acl = ARRAY['{bob}'] WHERE acl @> ARRAY['bob'] AND NOT acl @> ARRAY['{alice}']")
+        acls = _acl_table(db)
+        queries = corpus_query_vectors(acl_corpus, 30, seed=35)
+        for role in (alice, bob):
+            with connect(dsn) as conn:
+                conn.execute(f"SET ROLE {role}")
+                r = Retriever(conn)
+                seen = 0
+                for q in queries:
+                    for h in r.search(q, k=5):
+                        for rec in (h.section, h.parent, h.prev, h.next):
+                            if rec is not None:
+                                assert _allowed(acls[(rec.doc_id, rec.section_id)], (role,)), (role, rec)
+                                seen += 1
+                    assert len(r.search(q, k=5)) == 5  # iterative scans keep K under the policy
+                assert seen > 0
+        with connect(dsn) as conn:
+            conn.execute(f"SET ROLE {alice}")
+            n_alice = conn.execute("SELECT count(*) FROM sections").fetchone()[0]
+            conn.execute("RESET ROLE")
+            conn.execute(f"SET ROLE {bob}")
+            n_bob = conn.execute("SELECT count(*) FROM sections").fetchone()[0]
+        public = sum(1 for a in acls.values() if a is None)
+        assert n_alice == public + sum(1 for a in acls.values() if a and alice in a)
+        assert n_bob == public + sum(1 for a in acls.values() if a and bob in a)
+    finally:
+        db.execute(f"DROP OWNED BY {alice}, {bob}")
+        db.execute(f"DROP ROLE {alice}")
+        db.execute(f"DROP ROLE {bob}")
+
+
+def test_function_wrapper_filters_hits_and_expansions(db, dsn, acl_corpus):
+    import pgserver._commands as c
+
+    psql = str(Path(c.POSTGRES_BIN_PATH) / "psql")
+    subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f",
+                    str(SQL_DIR / "postgres" / "retrieve_function.sql")], check=True, capture_output=True)
+    acls = _acl_table(db)
+    r = Retriever(db, ef_search=100)
+    for q in corpus_query_vectors(acl_corpus, 10, seed=36):
+        rows = db.execute("SELECT doc_id, section_id, parent_id, prev_id, next_id FROM retrieve_sections("
+                          "%s::vector(16), 5, principals => ARRAY['hr'])", (str(q.tolist()),)).fetchall()
+        api = r.search(q, k=5, filters=Filters(principals=("hr",)))
+        assert [(h.section.doc_id, h.section.section_id, h.parent and h.parent.section_id,
+                 h.prev and h.prev.section_id, h.next and h.next.section_id) for h in api] == rows
+        for doc_id, *ids in rows:
+            for sid in ids:
+                if sid is not None:
+                    assert _allowed(acls[(doc_id, sid)], ("hr",))

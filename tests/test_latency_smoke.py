@@ -1,0 +1,87 @@
+"""The latency benchmark runs end to end on a small corpus, and its checks bite.
+
+No timing is asserted (this machine is noisy); what is asserted is that every
+variant ran at every RTT level, that B, C, C2 and D returned identical content,
+that the statement counts read from the server's log match what each variant
+sent, and that the JSON, Markdown and PNG files are written. A second run with
+a deliberately wrong multi-call variant must fail with a non-zero exit.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.latency import llamaindex_peer, run, variants
+
+N_SECTIONS = 3000
+E_IMPORTS = llamaindex_peer.available() is None
+
+
+def _argv(dsn: str, out, log_path, *, with_e: bool) -> list[str]:
+    argv = [
+        "--dsn", dsn, "--sizes", str(N_SECTIONS), "--k", "5", "--rtts", "0,0.5", "--queries", "6",
+        "--warmup", "2", "--count-queries", "3", "--rtt-samples", "20", "--diag-queries", "3",
+        "--out", str(out), "--statement-log", str(log_path), "--seed", "7",
+    ]
+    return argv + (["--e-queries", "2"] if with_e else ["--skip-e"])
+
+
+@pytest.mark.slow
+def test_benchmark_runs_end_to_end(dsn, statement_log, tmp_path):
+    rc = run.main(_argv(dsn, tmp_path, statement_log.path, with_e=E_IMPORTS))
+    assert rc == 0
+
+    stem = tmp_path / f"latency_n{N_SECTIONS}_k5"
+    doc = json.loads(stem.with_suffix(".json").read_text())
+    assert stem.with_suffix(".md").read_text().startswith("## Latency")
+    assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    expected = ["A", "B", "C", "C2", "D"] + (["E"] if E_IMPORTS else [])
+    assert list(doc["variants"]) == expected
+    assert doc["corpus"]["sections"] == N_SECTIONS and not doc["corpus"]["load"]["reused"]
+    assert [lv["added_rtt_ms"] for lv in doc["levels"]] == [0.0, 0.5]
+    for lv in doc["levels"]:
+        assert lv["rtt"]["median_ms"] > 0
+        for v in ["A", "B", "C", "C2", "D"]:
+            assert len(lv["raw_ms"][v]) == 6
+        if E_IMPORTS:
+            assert len(lv["raw_ms"]["E"]) == 2
+        assert set(lv["ratios"]) >= {"B/A", "C/B", "C2/B", "D/B"}
+
+    checks = doc["checks"]
+    assert checks["mismatches"] == []
+    assert checks["identical_queries"] == checks["compared_queries"] == 12
+
+    counts = doc["statement_counts"]["variants"]
+    assert counts["A"]["per_query"] == [1, 1, 1]
+    assert counts["B"]["per_query"] == [1, 1, 1]
+    assert counts["C"]["per_query"] == [3, 3, 3]
+    assert counts["C2"]["per_query"] == [3, 3, 3]
+    assert counts["D"]["per_query"] == counts["D"]["expected"]
+    assert all(1 + 1 <= c <= 1 + 3 * 5 for c in counts["D"]["per_query"])
+    if E_IMPORTS:
+        assert all(c > 3 for c in counts["E"]["per_query"])
+        assert checks["e_overlap"]["queries"] == 4
+
+    # A second run reuses the loaded corpus instead of loading it again.
+    rc = run.main(_argv(dsn, tmp_path / "again", statement_log.path, with_e=False) + ["--rtts", "0"])
+    assert rc == 0
+    again = json.loads((tmp_path / "again" / f"latency_n{N_SECTIONS}_k5.json").read_text())
+    assert again["corpus"]["load"]["reused"]
+
+
+@pytest.mark.slow
+def test_disagreeing_variant_fails_the_run(dsn, statement_log, tmp_path, monkeypatch):
+    real_run = variants.NaiveMultiCall.run
+
+    def wrong(self, vec):  # drops every hit's next section
+        return [h.__class__(h.rank, h.distance, h.section, h.parent, h.prev, None) for h in real_run(self, vec)]
+
+    monkeypatch.setattr(variants.NaiveMultiCall, "run", wrong)
+    argv = _argv(dsn, tmp_path, statement_log.path, with_e=False)
+    argv[argv.index("--rtts") + 1] = "0"
+    assert run.main(argv) == 1
+    doc = json.loads((tmp_path / f"latency_n{N_SECTIONS}_k5.json").read_text())
+    assert doc["checks"]["mismatches"] and {m["variant"] for m in doc["checks"]["mismatches"]} == {"D"}
