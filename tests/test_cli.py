@@ -44,6 +44,21 @@ def test_init_ingest_search_json(dsn, tmp_path):
     text = onetrip("search", "descaling", "-k", "1", dsn=dsn)
     assert text.returncode == 0 and "Descaling" in text.stdout
 
+    ctx = json.loads(onetrip("search", "Is tennis elbow covered?", "--assemble", "--max-tokens", "300",
+                             "--ancestors", "--json", dsn=dsn).stdout)
+    assert 0 < ctx["tokens"] <= 300 and ctx["text"].startswith("### ")
+    ids = [(p["doc_id"], p["section_id"]) for p in ctx["passages"]]
+    assert len(ids) == len(set(ids)) and any("hit" in p["roles"] for p in ctx["passages"])
+
+    none = json.loads(onetrip("search", "tennis", "--collection", "elsewhere", "--json", dsn=dsn).stdout)
+    assert none == []
+    secret = tmp_path / "secret.md"
+    secret.write_text("# Salaries\n\nThe salary bands for 2026 are confidential and stored here for HR only.\n")
+    assert onetrip("ingest", str(secret), "--acl", "hr", "--collection", "private", dsn=dsn).returncode == 0
+    q = ["search", "salary bands 2026", "--collection", "private", "--json"]
+    assert json.loads(onetrip(*q, "--principal", "eng", dsn=dsn).stdout) == []
+    assert json.loads(onetrip(*q, "--principal", "hr", dsn=dsn).stdout)[0]["doc_id"] == "secret.md"
+
 
 def test_errors_are_one_clear_line(dsn):
     res = onetrip("search", "x", "--prefix", "bad;name", dsn=dsn)

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import sys
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("paths", nargs="+", help="files or folders")
     p.add_argument("--force", action="store_true", help="re-ingest even when the content hash is unchanged")
+    p.add_argument("--collection", default="default", help="collection (tenant) of these documents")
+    p.add_argument("--acl", default=None, help="comma-separated principals allowed to read (default: everyone)")
+    p.add_argument("--keep-history", action="store_true", help="archive superseded revisions (audit)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
     p = sub.add_parser("search", help="search and print hits with parent and neighbors")
@@ -57,6 +59,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    g = p.add_argument_group("filters (applied to hits and to every added section)")
+    g.add_argument("--collection", action="append", help="only this collection (repeatable)")
+    g.add_argument("--principal", action="append", help="the caller's principal/group (repeatable)")
+    g.add_argument("--doc-id", action="append", help="only this document (repeatable)")
+    g.add_argument("--source-prefix", help="only documents whose source URI starts with this")
+    g.add_argument("--metadata", help="only documents whose metadata contains this JSON object")
+    a = p.add_argument_group("assembled context (--assemble)")
+    a.add_argument("--assemble", action="store_true", help="print one deduplicated, budgeted context")
+    a.add_argument("--max-tokens", type=int, default=2000, help="token budget (default 2000)")
+    a.add_argument("--neighbors", type=int, default=1, help="neighbor window N (default 1)")
+    a.add_argument("--neighbor-scope", choices=["any", "parent"], default="any")
+    a.add_argument("--ancestors", action="store_true", help="add the chain of ancestors")
+    a.add_argument("--section", action="store_true", help="add the hit's whole section subtree")
+    a.add_argument("--document", action="store_true", help="add whole documents under --document-max-tokens")
+    a.add_argument("--document-max-tokens", type=int, default=2000)
+
+    p = sub.add_parser("prune", help="delete archived revisions")
+    _common(p)
+    p.add_argument("--keep", type=int, default=0, help="archived revisions to keep per document (default 0)")
 
     p = sub.add_parser("sql", help="SQL editions for DBAs")
     sql_sub = p.add_subparsers(dest="sql_command", required=True)
@@ -166,8 +187,31 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json:
                 progress.update(task, completed=done, sections=rep.sections, rate=rate)
 
             report = ingest_paths(conn, paths, layout=layout, embedder=embedder, force=force,
-                                  on_progress=on_progress)
+                                  on_progress=on_progress, collection=getattr(args, "collection", None) or "default",
+                                  acl=_acl(getattr(args, "acl", None)),
+                                  keep_history=getattr(args, "keep_history", False))
     return report
+
+
+def _acl(text: str | None) -> tuple[str, ...] | None:
+    if text is None:
+        return None
+    acl = tuple(p.strip() for p in text.split(",") if p.strip())
+    if not acl:
+        raise ValueError("--acl needs at least one principal (omit it for public documents)")
+    return acl
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    from .connection import connect
+    from .schema import read_layout
+    from .store import prune_history
+
+    with connect(args.dsn) as conn:
+        layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
+        n = prune_history(conn, layout, keep=args.keep)
+    print(f"pruned {n} archived section rows (kept {args.keep} revision(s) per document)")
+    return 0
 
 
 def cmd_ingest(args: argparse.Namespace) -> int:
@@ -184,13 +228,57 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0 if not report.failed else 3
 
 
+def _filters(args: argparse.Namespace) -> Any:
+    from .retrieve import Filters
+
+    try:
+        metadata = json.loads(args.metadata) if args.metadata else None
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--metadata is not valid JSON: {e}") from e
+    return Filters(
+        collections=tuple(args.collection) if args.collection else None,
+        principals=tuple(args.principal) if args.principal else None,
+        doc_ids=tuple(args.doc_id) if args.doc_id else None,
+        source_prefix=args.source_prefix,
+        metadata=metadata,
+    )
+
+
+def context_to_json(ctx: Any) -> dict[str, Any]:
+    """The JSON shape of an assembled context (also used by the HTTP service)."""
+    return {
+        "tokens": ctx.tokens, "max_tokens": ctx.max_tokens, "hits": ctx.hits,
+        "passages": [
+            {"doc_id": p.doc_id, "section_id": p.section_id, "sequence_index": p.sequence_index,
+             "heading_path": list(p.heading_path), "anchor": p.anchor, "roles": list(p.roles),
+             "best_rank": p.best_rank, "doc_rank": p.doc_rank, "distance": p.distance,
+             "revision": p.revision, "context_tokens": p.context_tokens, "content": p.content}
+            for p in ctx.passages
+        ],
+        "text": ctx.render(),
+    }
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from .retrieve import Retriever
 
+    flt = _filters(args)
     with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
-        hits = r.search(args.query, k=args.k, parent=not args.no_parent, neighbors=not args.no_neighbors)
+        if args.assemble:
+            ctx = r.assemble(args.query, k=args.k, max_tokens=args.max_tokens, filters=flt,
+                             parent=not args.no_parent, neighbors=0 if args.no_neighbors else args.neighbors,
+                             neighbor_scope=args.neighbor_scope, ancestors=args.ancestors, section=args.section,
+                             document=args.document, document_max_tokens=args.document_max_tokens)
+            if args.json:
+                print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=False))
+            else:
+                print(ctx.render())
+                print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{ctx.max_tokens} tokens", file=sys.stderr)
+            return 0
+        hits = r.search(args.query, k=args.k, parent=not args.no_parent, neighbors=not args.no_neighbors,
+                        filters=flt)
     if args.json:
         print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
     else:
@@ -236,7 +324,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
-COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql": cmd_sql, "demo": cmd_demo}
+COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql": cmd_sql, "demo": cmd_demo,
+            "prune": cmd_prune}
 
 
 def main(argv: list[str] | None = None) -> int:

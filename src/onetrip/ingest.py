@@ -102,6 +102,9 @@ def ingest_paths(
     batch_sections: int = 256,
     on_progress: Callable[[str, IngestReport], None] | None = None,
     doc_id: Callable[[Path, Path], str] = doc_id_for,
+    collection: str = "default",
+    acl: Sequence[str] | None = None,
+    keep_history: bool = False,
 ) -> IngestReport:
     """Ingest files and folders; returns counts of new/changed/unchanged/failed documents."""
     report = IngestReport()
@@ -127,7 +130,8 @@ def ingest_paths(
             t0 = time.perf_counter()
             try:
                 res: StoreResult = replace_document(
-                    conn, layout, p.record, p.parsed.sections, vectors[offset : offset + n], force=force
+                    conn, layout, p.record, p.parsed.sections, vectors[offset : offset + n], force=force,
+                    keep_history=keep_history,
                 )
             except (OnetripError, ValueError, psycopg.Error) as e:
                 report.failed.append((p.path, f"{type(e).__name__}: {e}"))
@@ -176,6 +180,7 @@ def ingest_paths(
         record = DocumentRecord(
             doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
             metadata={**parsed.metadata, "format": parsed.format},
+            collection=collection, acl=acl,
         )
         pending.append(_Pending(record, parsed, shown))
         if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
