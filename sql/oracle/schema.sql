@@ -17,6 +17,7 @@
 --           sections_doc_parent_idx  (doc_id, parent_section_id): child lookups
 --           sections_embedding_hnsw  in-memory neighbor graph, COSINE
 --           sections_collection_idx  (collection): tenant filters
+--           (hybrid full-text search is PostgreSQL-only: no Oracle Text index here)
 -- Columns   collection (tenant) and acl (principals allowed to read; NULL =
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the

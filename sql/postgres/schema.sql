@@ -15,6 +15,7 @@
 --           sections_embedding_hnsw  HNSW, vector_cosine_ops
 --           sections_collection_idx  (collection): tenant filters
 --           section_history  superseded revisions (audit), never searched
+--           sections_tsv_gin, sections_terms_gin  GIN: hybrid (full-text) search
 -- Columns   collection (tenant) and acl (principals allowed to read; NULL =
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the
@@ -55,6 +56,10 @@ CREATE TABLE IF NOT EXISTS sections (
     acl               text[],
     embedding         vector(384) NOT NULL,
     metadata          jsonb DEFAULT '{}' NOT NULL,
+    path_text         text DEFAULT '' NOT NULL,
+    terms             text[] DEFAULT '{}' NOT NULL,
+    tsv               tsvector GENERATED ALWAYS AS
+                          (to_tsvector('english'::regconfig, path_text || ' ' || content)) STORED,
     CONSTRAINT sections_pkey PRIMARY KEY (doc_id, section_id),
     CONSTRAINT sections_doc_id_fkey FOREIGN KEY (doc_id)
         REFERENCES documents (doc_id) ON DELETE CASCADE
@@ -72,6 +77,15 @@ CREATE INDEX IF NOT EXISTS sections_collection_idx
 CREATE INDEX IF NOT EXISTS sections_embedding_hnsw
     ON sections USING hnsw (embedding vector_cosine_ops)
     WITH (m = 16, ef_construction = 64);
+
+-- Lexical side of hybrid search: stemmed full text (heading path + content) and
+-- the exact technical terms (max_connections, pg_stat_activity) that a text
+-- search configuration would split at the underscore.
+CREATE INDEX IF NOT EXISTS sections_tsv_gin
+    ON sections USING gin (tsv);
+
+CREATE INDEX IF NOT EXISTS sections_terms_gin
+    ON sections USING gin (terms);
 
 -- Superseded revisions, kept only when a document is re-ingested with
 -- keep_history (audit); `onetrip prune` empties them. Never searched.

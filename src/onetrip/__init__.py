@@ -12,7 +12,7 @@ from .errors import (
     ServerRequirementError,
 )
 from .context import Context, Passage, render_context
-from .retrieve import Expansion, Filters, Hit, Retriever, SectionRecord
+from .retrieve import Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord
 from .schema import init_schema, read_layout
 from .templates import Layout
 
@@ -26,6 +26,7 @@ __all__ = [
     "DimensionMismatchError",
     "Embedder",
     "Hit",
+    "HybridOptions",
     "InputDocumentError",
     "InvalidIdentifierError",
     "Layout",

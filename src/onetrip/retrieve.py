@@ -125,11 +125,12 @@ class Hit:
     """
 
     rank: int
-    distance: float
+    distance: float | None  # cosine distance to the query (None in lexical mode)
     section: SectionRecord
     parent: SectionRecord | None = None
     prev: SectionRecord | None = None
     next: SectionRecord | None = None
+    score: float | None = None  # fused RRF score in hybrid/lexical mode
 
 
 _ROLES = (("parent", "p"), ("prev", "pv"), ("next", "nx"))
@@ -137,7 +138,7 @@ _ROLES = (("parent", "p"), ("prev", "pv"), ("next", "nx"))
 
 @lru_cache(maxsize=256)
 def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True,
-                  filters: tuple[str, ...] = ()) -> str:
+                  filters: tuple[str, ...] = (), mode: str = "dense") -> str:
     """The statement `Retriever.search` sends for these options (psycopg binds)."""
     related = [(r, a) for r, a in _ROLES if (r == "parent" and parent) or (r != "parent" and neighbors)]
     return render(
@@ -147,7 +148,42 @@ def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True
         include_parent=parent,
         include_neighbors=neighbors,
         filters=dict.fromkeys(filters, True),
+        mode=mode,
     )
+
+
+MODES = ("dense", "lexical", "hybrid")
+
+
+@dataclass(frozen=True)
+class HybridOptions:
+    """Reciprocal Rank Fusion of the dense (HNSW) and lexical (full-text) candidate lists.
+
+    score = dense_weight / (rrf_k + dense_rank) + lexical_weight / (rrf_k + lexical_rank);
+    each list holds the top ``candidates``. The lexical rank is ts_rank_cd over
+    the stemmed tsv column plus ``term_weight`` when an exact technical term of
+    the query (max_connections, pg_stat_activity) is among the section's terms.
+    """
+
+    candidates: int = 50
+    rrf_k: int = 60
+    dense_weight: float = 1.0
+    lexical_weight: float = 1.0
+    term_weight: float = 1.0
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.candidates, int) or not 1 <= self.candidates <= MAX_K:
+            raise ValueError(f"candidates must be an integer from 1 to {MAX_K}, got {self.candidates!r}")
+        if not isinstance(self.rrf_k, int) or self.rrf_k < 1:
+            raise ValueError(f"rrf_k must be a positive integer, got {self.rrf_k!r}")
+        for name in ("dense_weight", "lexical_weight", "term_weight"):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
+                raise ValueError(f"{name} must be a non-negative number, got {v!r}")
+
+    def params(self, k: int) -> dict[str, Any]:
+        return {"candidates": max(self.candidates, k), "rrf_k": self.rrf_k, "dense_weight": float(self.dense_weight),
+                "lexical_weight": float(self.lexical_weight), "term_weight": float(self.term_weight)}
 
 
 NEIGHBOR_SCOPES = ("any", "parent")
@@ -187,7 +223,8 @@ class Expansion:
 
 
 @lru_cache(maxsize=256)
-def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters: tuple[str, ...] = ()) -> str:
+def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters: tuple[str, ...] = (),
+                 mode: str = "dense") -> str:
     """The one statement `Retriever.assemble` sends for these options (psycopg binds)."""
     return render(
         "assemble",
@@ -201,6 +238,7 @@ def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters:
         budget=budget,
         max_depth=MAX_DEPTH,
         filters=dict.fromkeys(filters, True),
+        mode=mode,
     )
 
 
@@ -256,7 +294,8 @@ def hit_from_row(rank: int, row: dict[str, Any]) -> Hit:
     )
     return Hit(
         rank=rank,
-        distance=float(row["distance"]),
+        distance=None if row["distance"] is None else float(row["distance"]),
+        score=None if row.get("score") is None else float(row["score"]),
         section=section,
         parent=_related(row, "parent", section.doc_id),
         prev=_related(row, "prev", section.doc_id),
@@ -356,6 +395,39 @@ class Retriever:
             return as_vector(self.embedder.embed_query(query), self.layout.dim)
         return as_vector(query, self.layout.dim)
 
+    def query_params(
+        self,
+        query: str | Sequence[float] | np.ndarray,
+        k: int,
+        *,
+        mode: str = "dense",
+        text: str | None = None,
+        hybrid: HybridOptions | None = None,
+    ) -> dict[str, Any]:
+        """Bind values for the query side of a statement; the embedding is computed once, here.
+
+        dense needs an embedding (given, or computed from text); lexical needs
+        text only; hybrid needs both (the text defaults to the query string).
+        """
+        if mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+        params: dict[str, Any] = {"k": k}
+        if mode in ("lexical", "hybrid"):
+            qtext = text if text is not None else (query if isinstance(query, str) else None)
+            if qtext is None:
+                raise ValueError(f"{mode} mode needs the query text: pass text=... with an embedding")
+            if not isinstance(qtext, str):
+                raise TypeError("the query text must be a string")
+            if not qtext.strip():
+                raise ValueError("the query text is empty")
+            from .store import technical_terms
+
+            params.update(query_text=qtext, query_terms=technical_terms(qtext),
+                          **(hybrid or HybridOptions()).params(k))
+        if mode in ("dense", "hybrid"):
+            params["query_embedding"] = Vector(self.query_vector(query))
+        return params
+
     def search(
         self,
         query: str | Sequence[float] | np.ndarray,
@@ -364,6 +436,9 @@ class Retriever:
         parent: bool = True,
         neighbors: bool = True,
         filters: Filters | dict[str, Any] | None = None,
+        mode: str = "dense",
+        text: str | None = None,
+        hybrid: HybridOptions | None = None,
         assemble: bool = False,
         **assemble_options: Any,
     ) -> Any:
@@ -373,16 +448,16 @@ class Retriever:
         ``assemble=True`` a `Context` (see `assemble`, which takes the options).
         """
         if assemble:
-            return self.assemble(query, k, parent=parent, neighbors=int(neighbors), filters=filters,
-                                 **assemble_options)
+            return self.assemble(query, k, parent=parent, neighbors=int(neighbors), filters=filters, mode=mode,
+                                 text=text, hybrid=hybrid, **assemble_options)
         if assemble_options:
             raise TypeError(f"unexpected options {sorted(assemble_options)} (they need assemble=True)")
         k = check_k(k)
         flt = as_filters(filters)
-        vec = self.query_vector(query)
-        statement = retrieval_sql(self.layout, parent=parent, neighbors=neighbors, filters=flt.shape)
+        params = self.query_params(query, k, mode=mode, text=text, hybrid=hybrid)
+        statement = retrieval_sql(self.layout, parent=parent, neighbors=neighbors, filters=flt.shape, mode=mode)
         with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(statement, {"query_embedding": Vector(vec), "k": k, **flt.params()})
+            cur.execute(statement, {**params, **flt.params()})
             rows = cur.fetchall()
         return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
 
@@ -394,6 +469,9 @@ class Retriever:
         expand: Expansion | None = None,
         max_tokens: int | None = 2000,
         filters: Filters | dict[str, Any] | None = None,
+        mode: str = "dense",
+        text: str | None = None,
+        hybrid: HybridOptions | None = None,
         **expansion: Any,
     ) -> Context:
         """A deduplicated, budgeted, document-ordered context for ``query``, in ONE statement.
@@ -409,9 +487,8 @@ class Retriever:
                                        or not 1 <= max_tokens <= MAX_BUDGET):
             raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
         flt = as_filters(filters)
-        vec = self.query_vector(query)
-        statement = assemble_sql(self.layout, exp, budget=max_tokens is not None, filters=flt.shape)
-        params: dict[str, Any] = {"query_embedding": Vector(vec), "k": k, **flt.params()}
+        params = {**self.query_params(query, k, mode=mode, text=text, hybrid=hybrid), **flt.params()}
+        statement = assemble_sql(self.layout, exp, budget=max_tokens is not None, filters=flt.shape, mode=mode)
         if exp.neighbors:
             params["neighbors"] = exp.neighbors
         if exp.document:
@@ -423,7 +500,7 @@ class Retriever:
             rows = cur.fetchall()
         hits = int(rows[0]["hit_count"]) if rows else 0
         return Context([passage_from_row(r) for r in rows], max_tokens, hits,
-                       {"k": k, **{f: getattr(exp, f) for f in exp.__dataclass_fields__}})
+                       {"k": k, "mode": mode, **{f: getattr(exp, f) for f in exp.__dataclass_fields__}})
 
     def close(self) -> None:
         if self._owns_conn:

@@ -10,6 +10,7 @@ the previous revision in place. An unchanged content hash is a no-op.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
@@ -27,10 +28,10 @@ Outcome = Literal["new", "changed", "unchanged"]
 SECTION_COLUMNS = (
     "doc_id", "section_id", "parent_section_id", "sequence_index", "heading_level", "heading",
     "heading_path", "anchor", "content", "token_count", "context_tokens", "revision", "collection", "acl",
-    "embedding", "metadata",
+    "embedding", "metadata", "path_text", "terms",
 )
 COPY_TYPES = ["text", "text", "text", "int4", "int2", "text", "text[]", "text", "text", "int4", "int4", "int4",
-               "text", "text[]", "vector", "jsonb"]
+               "text", "text[]", "vector", "jsonb", "text", "text[]"]
 
 
 class SectionLike(Protocol):
@@ -102,6 +103,23 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
 
 
+_TECH_TERM = re.compile(r"(?<![\w.])[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+")
+
+
+def technical_terms(text: str) -> list[str]:
+    """Identifiers a text search configuration would split: max_connections, pg_stat_activity, hnsw.ef_search.
+
+    Stored whole (lower-cased) in ``terms`` so an exact identifier in a query
+    matches exactly; the same function runs on query text.
+    """
+    seen: dict[str, None] = {}
+    for m in _TECH_TERM.finditer(text):
+        term = m.group(0).lower().rstrip(".")
+        if "_" in term or ("." in term and all(len(part) >= 2 for part in term.split("."))):
+            seen.setdefault(term, None)
+    return list(seen)
+
+
 def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, context_tokens: int,
                      revision: int) -> tuple:
     """One row for ``COPY sections (SECTION_COLUMNS)`` in binary format (types: COPY_TYPES)."""
@@ -111,6 +129,7 @@ def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, conte
         s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, context_tokens,
         revision, doc.collection, None if acl is None else list(acl),
         Vector(vec), json.dumps(dict(s.metadata), default=str),
+        " ".join(h for h in s.heading_path if h), technical_terms(" ".join(s.heading_path) + "\n" + s.content),
     )
 
 

@@ -48,8 +48,10 @@ class Layout:
     dim: int = DEFAULT_DIM
     schema: str | None = None
     prefix: str = ""
+    text_config: str = "english"  # PostgreSQL text search configuration of the tsv column
 
     def __post_init__(self) -> None:
+        validate_identifier(self.text_config, "text search configuration")
         if isinstance(self.dim, bool) or not isinstance(self.dim, int) or not 1 <= self.dim <= MAX_DIM:
             raise ValueError(f"embedding dimension must be an integer from 1 to {MAX_DIM}, got {self.dim!r}")
         if self.schema is not None:
@@ -81,6 +83,8 @@ class Layout:
             "hnsw_index": self.object_name("sections_embedding_hnsw"),
             "retrieve_function": self.qualified("retrieve_sections"),
             "collection_index": self.object_name("sections_collection_idx"),
+            "tsv_index": self.object_name("sections_tsv_gin"),
+            "terms_index": self.object_name("sections_terms_gin"),
             "section_history_pk": self.object_name("section_history_pkey"),
             "principals_function": self.qualified("current_principals"),
             "sections_policy": self.object_name("sections_acl_read"),
@@ -178,12 +182,14 @@ def render(
         "schema": layout.schema,
         "schema_q": quote_ident(layout.schema) if layout.schema else None,
         "prefix": layout.prefix,
+        "text_config": layout.text_config,
         "t": layout.tables,
         "names": layout.names,
         "header": header,
         "param": _param_renderer(binds, dialect),
         "binds": binds,
         "filters": {key: bool((options.get("filters") or {}).get(key)) for key in FILTER_KEYS},
+        "mode": "dense",
         "raise": _raise,
     }
     macros = env.get_template("macros.sql.j2").make_module(base)

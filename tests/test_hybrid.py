@@ -1,0 +1,166 @@
+"""Hybrid retrieval: full-text + vector fused with RRF, expanded, in one statement."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from onetrip import Filters, HybridOptions, Retriever, init_schema
+from onetrip.ingest import ingest_paths
+from onetrip.store import technical_terms
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+
+SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
+PAD = " This sentence is padding so that the section is not merged into its neighbour as a tiny one."
+
+DOCS = {
+    "connections.md": f"""# Connections and Authentication
+
+## Connection Settings
+
+The server setting max_connections determines the maximum number of concurrent connections.{PAD}
+
+### Reserved slots
+
+superuser_reserved_connections slots are kept for superusers.{PAD}
+
+## Monitoring
+
+Query pg_stat_activity to see one row per server process.{PAD}
+""",
+    "tables.md": f"""# Tables
+
+## Identity columns
+
+A column declared GENERATED ALWAYS AS IDENTITY gets values from an implicit sequence.{PAD}
+
+## Defaults
+
+A default value is used when no value is specified for the column.{PAD}
+""",
+    "cooking.md": f"""# Cooking
+
+## Pasta
+
+Boil water, add salt, cook the pasta for nine minutes.{PAD}
+
+## Bread
+
+Knead the dough and let it rise for an hour.{PAD}
+""",
+}
+
+
+@pytest.fixture
+def kb(db, tmp_path):
+    init_schema(db)
+    for name, text in DOCS.items():
+        (tmp_path / name).write_text(text)
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert report.new == 3
+    return Retriever(db, embedder=HashEmbedder())
+
+
+def ids(hits) -> list[str]:
+    return [f"{h.section.doc_id}#{h.section.section_id}" for h in hits]
+
+
+def test_technical_terms_survive_exactly(kb):
+    for query, expected in [("max_connections", "connections.md#connection-settings"),
+                            ("what does pg_stat_activity show", "connections.md#monitoring"),
+                            ("GENERATED ALWAYS", "tables.md#identity-columns")]:
+        lexical = kb.search(query, k=3, mode="lexical")
+        assert lexical and ids(lexical)[0] == expected, (query, ids(lexical))
+        hybrid = kb.search(query, k=3, mode="hybrid")
+        assert expected in ids(hybrid)
+    assert technical_terms("max_connections") == ["max_connections"]
+    # the stemmed english column alone would split it: 'max' & 'connect'
+    row = kb.conn.execute("SELECT to_tsvector('english', 'max_connections')::text").fetchone()[0]
+    assert "max_connections" not in row
+
+
+def test_hybrid_is_one_statement_with_every_expansion(kb, statement_log):
+    for call in (lambda: kb.search("max_connections", k=3, mode="hybrid"),
+                 lambda: kb.assemble("max_connections", k=3, mode="hybrid", ancestors=True, section=True,
+                                     neighbors=2, max_tokens=500),
+                 lambda: kb.assemble("pasta water", k=3, mode="lexical", filters=Filters(doc_ids=("cooking.md",)))):
+        with statement_log.watch(kb.conn) as w:
+            call()
+        assert len(w.statements) == 1, w.statements
+
+
+def test_rrf_matches_a_python_fusion_of_the_two_lists(kb):
+    opts = HybridOptions(candidates=20, rrf_k=60, dense_weight=1.0, lexical_weight=2.0)
+    q = "maximum number of concurrent connections for superusers"
+    dense = kb.search(q, k=20, mode="dense", parent=False, neighbors=False)
+    lexical = kb.search(q, k=20, mode="lexical", hybrid=opts, parent=False, neighbors=False)
+    scores: dict[str, float] = {}
+    for weight, hits in ((1.0, dense), (2.0, lexical)):
+        for rank, key in enumerate(ids(hits), 1):
+            scores[key] = scores.get(key, 0.0) + weight / (60 + rank)
+    want = sorted(scores, key=lambda key: -scores[key])[:5]
+    got = kb.search(q, k=5, mode="hybrid", hybrid=opts, parent=False, neighbors=False)
+    assert [h.score for h in got] == pytest.approx(sorted((scores[k] for k in want), reverse=True))
+    assert set(ids(got)) == set(want)
+
+
+@pytest.mark.parametrize("query", [
+    "foo & bar | !baz <-> 'quoted' \"phrase here\" (paren) -- ; DROP TABLE sections; /* */",
+    "a:* & b:B", "!!!", "&&&|||", "\\x00 %s %(k)s {}", "max_connections OR -pasta",
+])
+def test_punctuation_and_operators_never_break_sql(kb, query):
+    for mode in ("lexical", "hybrid"):
+        kb.search(query, k=3, mode=mode)
+        kb.assemble(query, k=3, mode=mode, max_tokens=300)
+
+
+def test_empty_stopwords_and_non_english(kb):
+    for mode in ("lexical", "hybrid"):
+        with pytest.raises(ValueError, match="query text is empty"):
+            kb.search("   ", mode=mode)
+    assert kb.search("the of and a", k=3, mode="lexical") == []  # only stop words: no lexical match
+    dense = kb.search("the of and a", k=3, mode="dense", parent=False, neighbors=False)
+    hybrid = kb.search("the of and a", k=3, mode="hybrid", parent=False, neighbors=False)
+    assert ids(hybrid) == ids(dense)  # fusion with an empty lexical list is the dense ranking
+    for q in ("Wie konfiguriere ich max_connections?", "接続数の上限を設定する", "Как настроить соединения"):
+        hits = kb.search(q, k=3, mode="hybrid")
+        assert len(hits) == 3
+    assert ids(kb.search("Wie konfiguriere ich max_connections?", k=1, mode="lexical")) == [
+        "connections.md#connection-settings"]
+    with pytest.raises(ValueError, match="needs the query text"):
+        kb.search(HashEmbedder().embed_query("x"), mode="hybrid")
+    with pytest.raises(ValueError, match="mode must be one of"):
+        kb.search("x", mode="fuzzy")
+
+
+def test_hybrid_obeys_filters_on_both_lists(kb):
+    hits = kb.search("max_connections pasta", k=5, mode="hybrid", filters=Filters(doc_ids=("cooking.md",)))
+    assert hits and {h.section.doc_id for h in hits} == {"cooking.md"}
+    for h in hits:
+        for rel in (h.parent, h.prev, h.next):
+            assert rel is None or rel.doc_id == "cooking.md"
+
+
+def test_psql_runs_the_hybrid_edition(kb, dsn):
+    import csv
+    import io
+
+    import pgserver._commands as c
+
+    from onetrip.embedders import as_vector
+
+    vec = as_vector(HashEmbedder().embed_query("max_connections"), 384)
+    lit = "[" + ",".join(f"{x:.8f}" for x in vec) + "]"
+    out = subprocess.run(
+        [str(Path(c.POSTGRES_BIN_PATH) / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+         "-v", "k=3", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
+         "-v", "query_terms={max_connections}", "-v", "candidates=50", "-v", "rrf_k=60",
+         "-v", "dense_weight=1.0", "-v", "lexical_weight=1.0", "-v", "term_weight=1.0",
+         "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    api = kb.search(vec, k=3, mode="hybrid", text="max_connections")
+    assert [(r["doc_id"], r["section_id"]) for r in rows] == [(h.section.doc_id, h.section.section_id) for h in api]
