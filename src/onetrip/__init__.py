@@ -1,6 +1,8 @@
 """onetrip: structure-aware retrieval on PostgreSQL + pgvector, in one round trip."""
 
+from .async_retrieve import AsyncRetriever
 from .connection import connect, resolve_dsn
+from .pool import make_async_pool, make_pool
 from .embedders import Embedder, PrecomputedEmbedder, SentenceTransformerEmbedder
 from .errors import (
     ConnectionFailedError,
@@ -17,6 +19,9 @@ from .schema import init_schema, read_layout
 from .templates import Layout
 
 __all__ = [
+    "AsyncRetriever",
+    "make_async_pool",
+    "make_pool",
     "ConnectionFailedError",
     "Context",
     "Expansion",

@@ -7,8 +7,9 @@ options change the SQL text (cached per shape), never the number of statements.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
@@ -350,17 +351,129 @@ def apply_settings(conn: psycopg.Connection, settings: dict[str, str]) -> None:
     conn.execute(f"SELECT {exprs}", params)
 
 
+@dataclass(frozen=True)
+class Plan:
+    """One retrieval call, planned before any I/O: the statement, its binds, what to embed.
+
+    Sync and async retrievers share everything but the I/O: plan, then embed
+    (outside any transaction, once), then execute ONE statement, then map rows.
+    """
+
+    kind: str                      # "search" | "assemble"
+    statement: str
+    params: dict[str, Any]
+    embed: str | None = None       # text to embed (None: nothing, or `vector` already given)
+    vector: Any = None             # a given query embedding, validated later against the layout
+    needs_vector: bool = False
+    max_tokens: int | None = None
+    options: dict[str, Any] = field(default_factory=dict)
+
+
+def _query_side(query: Any, k: int, mode: str, text: str | None, hybrid: HybridOptions | None) -> tuple[dict, Any, Any, bool]:
+    """Binds for the query text side, and what the embedding will be made from."""
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    params: dict[str, Any] = {"k": k}
+    if mode in ("lexical", "hybrid"):
+        qtext = text if text is not None else (query if isinstance(query, str) else None)
+        if qtext is None:
+            raise ValueError(f"{mode} mode needs the query text: pass text=... with an embedding")
+        if not isinstance(qtext, str):
+            raise TypeError("the query text must be a string")
+        if not qtext.strip():
+            raise ValueError("the query text is empty")
+        from .store import technical_terms
+
+        params.update(query_text=qtext, query_terms=technical_terms(qtext), **(hybrid or HybridOptions()).params(k))
+    needs_vector = mode in ("dense", "hybrid")
+    embed, vector = None, None
+    if needs_vector:
+        if isinstance(query, str):
+            if not query.strip():
+                raise ValueError("the query text is empty")
+            embed = query
+        else:
+            vector = query
+    return params, embed, vector, needs_vector
+
+
+def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, neighbors: bool = True,
+                filters: Filters | dict[str, Any] | None = None, mode: str = "dense", text: str | None = None,
+                hybrid: HybridOptions | None = None) -> Plan:
+    """Validate a per-hit search and build its one statement."""
+    k = check_k(k)
+    flt = as_filters(filters)
+    params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
+    statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode)
+    return Plan("search", statement, {**params, **flt.params()}, embed, vector, needs)
+
+
+def plan_assemble(layout: Layout, query: Any, k: int = 10, *, expand: Expansion | None = None,
+                  max_tokens: int | None = 2000, filters: Filters | dict[str, Any] | None = None,
+                  mode: str = "dense", text: str | None = None, hybrid: HybridOptions | None = None,
+                  **expansion: Any) -> Plan:
+    """Validate an assembled-context call and build its one statement."""
+    k = check_k(k)
+    if expand is not None and expansion:
+        raise TypeError("give expansion options either as expand=Expansion(...) or as keywords, not both")
+    exp = expand if expand is not None else Expansion(**expansion)
+    if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
+                                   or not 1 <= max_tokens <= MAX_BUDGET):
+        raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
+    flt = as_filters(filters)
+    params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
+    params.update(flt.params())
+    if exp.neighbors:
+        params["neighbors"] = exp.neighbors
+    if exp.document:
+        params["document_max_tokens"] = exp.document_max_tokens
+    if max_tokens is not None:
+        params["max_tokens"] = max_tokens
+    statement = assemble_sql(layout, exp, budget=max_tokens is not None, filters=flt.shape, mode=mode)
+    options = {"k": k, "mode": mode, **{f: getattr(exp, f) for f in exp.__dataclass_fields__}}
+    return Plan("assemble", statement, params, embed, vector, needs, max_tokens, options)
+
+
+def bind_vector(plan: Plan, vector: np.ndarray | None, dim: int) -> dict[str, Any]:
+    """The plan's binds with the query embedding added (validated against the table's dimension)."""
+    if not plan.needs_vector:
+        return plan.params
+    vec = as_vector(vector if vector is not None else plan.vector, dim)
+    return {**plan.params, "query_embedding": Vector(vec)}
+
+
+def result_of(plan: Plan, rows: list[dict[str, Any]]) -> Any:
+    """Map the statement's rows to Hits or a Context."""
+    if plan.kind == "search":
+        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+    hits = int(rows[0]["hit_count"]) if rows else 0
+    return Context([passage_from_row(r) for r in rows], plan.max_tokens, hits, plan.options)
+
+
+def _split_search_kwargs(kwargs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+    assemble = kwargs.pop("assemble", False)
+    if not assemble:
+        extra = set(kwargs) - {"parent", "neighbors", "filters", "mode", "text", "hybrid"}
+        if extra:
+            raise TypeError(f"unexpected options {sorted(extra)} (they need assemble=True)")
+    elif "neighbors" in kwargs:
+        kwargs["neighbors"] = int(kwargs["neighbors"])
+    return assemble, kwargs
+
+
 class Retriever:
     """Search onetrip's sections table: top-K hits with parent and neighbors, one round trip.
 
     ``conn`` is a psycopg connection (used as is; autocommit recommended so a
-    search is a single statement), a DSN, or None for ``$ONETRIP_DSN`` / the
-    embedded server. ``ef_search`` is set once for the session, not per query.
+    search is a single statement), a ``psycopg_pool.ConnectionPool`` (see
+    `onetrip.pool.make_pool`, whose connections get the settings once), a DSN,
+    or None for ``$ONETRIP_DSN`` / the embedded server. pgvector settings
+    (ef_search, iterative scans) are set once per connection, never per query.
     """
 
     def __init__(
         self,
-        conn: psycopg.Connection | str | None = None,
+        conn: Any = None,
         *,
         schema: str | None = None,
         prefix: str = "",
@@ -369,16 +482,30 @@ class Retriever:
         iterative_scan: str | None = "relaxed_order",
         max_scan_tuples: int | None = 20000,
     ) -> None:
-        self._owns_conn = not isinstance(conn, psycopg.Connection)
-        self.conn: psycopg.Connection = connect(conn) if self._owns_conn else conn  # type: ignore[arg-type]
-        if not self._owns_conn:
+        from psycopg_pool import ConnectionPool
+
+        self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
+        self.pool: ConnectionPool | None = conn if isinstance(conn, ConnectionPool) else None
+        self._owns_conn = self.pool is None and not isinstance(conn, psycopg.Connection)
+        self.conn: psycopg.Connection | None = None
+        if self.pool is None:
+            self.conn = connect(conn) if self._owns_conn else conn
             from .connection import register_adapters
 
             register_adapters(self.conn)
-        self.layout = read_layout(self.conn, schema=schema, prefix=prefix)
+            apply_settings(self.conn, self.settings)
+        with self._connection() as c:
+            self.layout = read_layout(c, schema=schema, prefix=prefix)
         self._embedder = embedder
-        self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
-        apply_settings(self.conn, self.settings)
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection]:
+        if self.pool is not None:
+            with self.pool.connection() as c:
+                yield c
+        else:
+            assert self.conn is not None
+            yield self.conn
 
     @property
     def embedder(self) -> Embedder:
@@ -395,115 +522,38 @@ class Retriever:
             return as_vector(self.embedder.embed_query(query), self.layout.dim)
         return as_vector(query, self.layout.dim)
 
-    def query_params(
-        self,
-        query: str | Sequence[float] | np.ndarray,
-        k: int,
-        *,
-        mode: str = "dense",
-        text: str | None = None,
-        hybrid: HybridOptions | None = None,
-    ) -> dict[str, Any]:
-        """Bind values for the query side of a statement; the embedding is computed once, here.
+    def run(self, plan: Plan) -> Any:
+        """Embed (if needed, before touching the database), then send the plan's ONE statement."""
+        vector = self.embedder.embed_query(plan.embed) if plan.embed is not None else None
+        params = bind_vector(plan, vector, self.layout.dim)
+        with self._connection() as c, c.cursor(row_factory=dict_row) as cur:
+            cur.execute(plan.statement, params)
+            rows = cur.fetchall()
+        return result_of(plan, rows)
 
-        dense needs an embedding (given, or computed from text); lexical needs
-        text only; hybrid needs both (the text defaults to the query string).
-        """
-        if mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
-        params: dict[str, Any] = {"k": k}
-        if mode in ("lexical", "hybrid"):
-            qtext = text if text is not None else (query if isinstance(query, str) else None)
-            if qtext is None:
-                raise ValueError(f"{mode} mode needs the query text: pass text=... with an embedding")
-            if not isinstance(qtext, str):
-                raise TypeError("the query text must be a string")
-            if not qtext.strip():
-                raise ValueError("the query text is empty")
-            from .store import technical_terms
-
-            params.update(query_text=qtext, query_terms=technical_terms(qtext),
-                          **(hybrid or HybridOptions()).params(k))
-        if mode in ("dense", "hybrid"):
-            params["query_embedding"] = Vector(self.query_vector(query))
-        return params
-
-    def search(
-        self,
-        query: str | Sequence[float] | np.ndarray,
-        k: int = 5,
-        *,
-        parent: bool = True,
-        neighbors: bool = True,
-        filters: Filters | dict[str, Any] | None = None,
-        mode: str = "dense",
-        text: str | None = None,
-        hybrid: HybridOptions | None = None,
-        assemble: bool = False,
-        **assemble_options: Any,
-    ) -> Any:
+    def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement.
 
-        Returns one `Hit` per hit (with parent and +/-1 neighbors), or with
-        ``assemble=True`` a `Context` (see `assemble`, which takes the options).
+        Options: parent=True, neighbors=True, filters=None, mode="dense"|"lexical"|"hybrid",
+        text=None (query text for lexical/hybrid with an embedding), hybrid=HybridOptions().
+        Returns one `Hit` per hit, or with ``assemble=True`` a `Context` (options as `assemble`).
         """
+        assemble, options = _split_search_kwargs(dict(options))
         if assemble:
-            return self.assemble(query, k, parent=parent, neighbors=int(neighbors), filters=filters, mode=mode,
-                                 text=text, hybrid=hybrid, **assemble_options)
-        if assemble_options:
-            raise TypeError(f"unexpected options {sorted(assemble_options)} (they need assemble=True)")
-        k = check_k(k)
-        flt = as_filters(filters)
-        params = self.query_params(query, k, mode=mode, text=text, hybrid=hybrid)
-        statement = retrieval_sql(self.layout, parent=parent, neighbors=neighbors, filters=flt.shape, mode=mode)
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(statement, {**params, **flt.params()})
-            rows = cur.fetchall()
-        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+            return self.assemble(query, k, **options)
+        return self.run(plan_search(self.layout, query, k, **options))
 
-    def assemble(
-        self,
-        query: str | Sequence[float] | np.ndarray,
-        k: int = 10,
-        *,
-        expand: Expansion | None = None,
-        max_tokens: int | None = 2000,
-        filters: Filters | dict[str, Any] | None = None,
-        mode: str = "dense",
-        text: str | None = None,
-        hybrid: HybridOptions | None = None,
-        **expansion: Any,
-    ) -> Context:
+    def assemble(self, query: str | Sequence[float] | np.ndarray, k: int = 10, **options: Any) -> Context:
         """A deduplicated, budgeted, document-ordered context for ``query``, in ONE statement.
 
-        Expansion options can be given as an `Expansion` or as keywords
-        (``neighbors=2, ancestors=True, ...``). ``max_tokens=None`` means no budget.
+        Options: expand=Expansion(...) or its fields as keywords (parent, neighbors,
+        neighbor_scope, ancestors, section, document, document_max_tokens),
+        max_tokens=2000 (None: no budget), filters, mode, text, hybrid.
         """
-        k = check_k(k)
-        exp = expand if expand is not None else Expansion(**expansion)
-        if expand is not None and expansion:
-            raise TypeError("give expansion options either as expand=Expansion(...) or as keywords, not both")
-        if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
-                                       or not 1 <= max_tokens <= MAX_BUDGET):
-            raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
-        flt = as_filters(filters)
-        params = {**self.query_params(query, k, mode=mode, text=text, hybrid=hybrid), **flt.params()}
-        statement = assemble_sql(self.layout, exp, budget=max_tokens is not None, filters=flt.shape, mode=mode)
-        if exp.neighbors:
-            params["neighbors"] = exp.neighbors
-        if exp.document:
-            params["document_max_tokens"] = exp.document_max_tokens
-        if max_tokens is not None:
-            params["max_tokens"] = max_tokens
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(statement, params)
-            rows = cur.fetchall()
-        hits = int(rows[0]["hit_count"]) if rows else 0
-        return Context([passage_from_row(r) for r in rows], max_tokens, hits,
-                       {"k": k, "mode": mode, **{f: getattr(exp, f) for f in exp.__dataclass_fields__}})
+        return self.run(plan_assemble(self.layout, query, k, **options))
 
     def close(self) -> None:
-        if self._owns_conn:
+        if self._owns_conn and self.conn is not None:
             self.conn.close()
 
     def __enter__(self) -> Retriever:

@@ -1,0 +1,143 @@
+"""`AsyncRetriever`: the same surface and results as `Retriever`, on asyncio.
+
+Plans, SQL and row mapping are shared with the sync retriever
+(`onetrip.retrieve.plan_search` / `plan_assemble` / `result_of`); only the I/O
+differs. The query embedding is computed once per call, in a worker thread so
+the event loop keeps running, and before a connection is taken from the pool
+(never inside a transaction).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg.rows import dict_row
+
+from .connection import connect_async
+from .context import Context
+from .embedders import Embedder, SentenceTransformerEmbedder
+from .errors import SchemaMissingError
+from .retrieve import (
+    Plan,
+    _split_search_kwargs,
+    bind_vector,
+    plan_assemble,
+    plan_search,
+    result_of,
+    session_settings,
+)
+from .templates import Layout
+
+
+async def _apply_settings(conn: psycopg.AsyncConnection, settings: dict[str, str]) -> None:
+    if not settings:
+        return
+    names = list(settings)
+    exprs = ", ".join(f"set_config(%(n{i})s, %(v{i})s, false)" for i in range(len(names)))
+    params = {**{f"n{i}": n for i, n in enumerate(names)}, **{f"v{i}": settings[n] for i, n in enumerate(names)}}
+    await conn.execute(f"SELECT {exprs}", params)
+
+
+async def _read_layout(conn: psycopg.AsyncConnection, schema: str | None, prefix: str) -> Layout:
+    probe = Layout(dim=1, schema=schema, prefix=prefix)
+    table = probe.tables["sections"]
+    cur = await conn.execute(
+        "SELECT a.atttypmod FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) "
+        "AND a.attname = 'embedding' AND NOT a.attisdropped", (table,))
+    row = await cur.fetchone()
+    if row is None or row[0] is None or row[0] <= 0:
+        raise SchemaMissingError(
+            f"table {table} (with an embedding column) does not exist in this database; run `onetrip init` first")
+    return Layout(dim=int(row[0]), schema=schema, prefix=prefix)
+
+
+class AsyncRetriever:
+    """Async twin of `Retriever`. Create it with ``await AsyncRetriever.create(...)``.
+
+    ``conn`` is a psycopg AsyncConnection, a ``psycopg_pool.AsyncConnectionPool``
+    (see `onetrip.pool.make_async_pool`), a DSN, or None.
+    """
+
+    def __init__(self) -> None:
+        raise TypeError("use `await AsyncRetriever.create(...)`")
+
+    @classmethod
+    async def create(
+        cls,
+        conn: Any = None,
+        *,
+        schema: str | None = None,
+        prefix: str = "",
+        embedder: Embedder | None = None,
+        ef_search: int | None = None,
+        iterative_scan: str | None = "relaxed_order",
+        max_scan_tuples: int | None = 20000,
+    ) -> AsyncRetriever:
+        from pgvector.psycopg import register_vector_async
+        from psycopg_pool import AsyncConnectionPool
+
+        self = object.__new__(cls)
+        self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
+        self.pool = conn if isinstance(conn, AsyncConnectionPool) else None
+        self._owns_conn = self.pool is None and not isinstance(conn, psycopg.AsyncConnection)
+        self.conn = None
+        if self.pool is None:
+            self.conn = await connect_async(conn) if self._owns_conn else conn
+            await register_vector_async(self.conn)
+            await _apply_settings(self.conn, self.settings)
+        self._embedder = embedder
+        async with self._connection() as c:
+            self.layout = await _read_layout(c, schema, prefix)
+        return self
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        if self.pool is not None:
+            async with self.pool.connection() as c:
+                yield c
+        else:
+            yield self.conn
+
+    @property
+    def embedder(self) -> Embedder:
+        if self._embedder is None:
+            self._embedder = SentenceTransformerEmbedder()
+        return self._embedder
+
+    async def run(self, plan: Plan) -> Any:
+        """Embed in a worker thread (once, outside any transaction), then send ONE statement."""
+        vector = None
+        if plan.embed is not None:
+            vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)
+        params = bind_vector(plan, vector, self.layout.dim)
+        async with self._connection() as c:
+            async with c.cursor(row_factory=dict_row) as cur:
+                await cur.execute(plan.statement, params)
+                rows = await cur.fetchall()
+        return result_of(plan, rows)
+
+    async def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
+        """Same as `Retriever.search`."""
+        assemble, options = _split_search_kwargs(dict(options))
+        if assemble:
+            return await self.assemble(query, k, **options)
+        return await self.run(plan_search(self.layout, query, k, **options))
+
+    async def assemble(self, query: str | Sequence[float] | np.ndarray, k: int = 10, **options: Any) -> Context:
+        """Same as `Retriever.assemble`."""
+        return await self.run(plan_assemble(self.layout, query, k, **options))
+
+    async def close(self) -> None:
+        if self._owns_conn and self.conn is not None:
+            await self.conn.close()
+
+    async def __aenter__(self) -> AsyncRetriever:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()

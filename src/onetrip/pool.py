@@ -1,0 +1,77 @@
+"""Connection pools (psycopg_pool) whose connections are ready for one-statement retrieval.
+
+Each new pooled connection is configured ONCE by the pool's ``configure``
+hook: autocommit on (so a search is one statement, no BEGIN), pgvector's
+adapters registered, and the session's pgvector settings (ef_search,
+iterative scans) applied. Queries then pay no extra round trip for them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import psycopg
+
+from .connection import DEFAULT_CONNECT_TIMEOUT, resolve_dsn
+from .retrieve import apply_settings, session_settings
+
+
+def make_pool(
+    dsn: str | None = None,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    ef_search: int | None = None,
+    iterative_scan: str | None = "relaxed_order",
+    max_scan_tuples: int | None = 20000,
+    timeout: float = 10.0,
+    open: bool = True,
+    **kwargs: Any,
+) -> Any:
+    """A `psycopg_pool.ConnectionPool` for `Retriever(pool)`."""
+    from pgvector.psycopg import register_vector
+    from psycopg_pool import ConnectionPool
+
+    settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
+
+    def configure(conn: psycopg.Connection) -> None:
+        conn.autocommit = True
+        register_vector(conn)
+        apply_settings(conn, settings)
+
+    return ConnectionPool(
+        resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=open,
+        configure=configure, kwargs={"connect_timeout": DEFAULT_CONNECT_TIMEOUT, **kwargs},
+    )
+
+
+def make_async_pool(
+    dsn: str | None = None,
+    *,
+    min_size: int = 1,
+    max_size: int = 10,
+    ef_search: int | None = None,
+    iterative_scan: str | None = "relaxed_order",
+    max_scan_tuples: int | None = 20000,
+    timeout: float = 10.0,
+    **kwargs: Any,
+) -> Any:
+    """An `psycopg_pool.AsyncConnectionPool` for `AsyncRetriever(pool)`; open it with ``await pool.open()``."""
+    from pgvector.psycopg import register_vector_async
+    from psycopg_pool import AsyncConnectionPool
+
+    settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
+
+    async def configure(conn: psycopg.AsyncConnection) -> None:
+        await conn.set_autocommit(True)
+        await register_vector_async(conn)
+        if settings:
+            names = list(settings)
+            exprs = ", ".join(f"set_config(%(n{i})s, %(v{i})s, false)" for i in range(len(names)))
+            params = {**{f"n{i}": n for i, n in enumerate(names)}, **{f"v{i}": settings[n] for i, n in enumerate(names)}}
+            await conn.execute(f"SELECT {exprs}", params)
+
+    return AsyncConnectionPool(
+        resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=False,
+        configure=configure, kwargs={"connect_timeout": DEFAULT_CONNECT_TIMEOUT, **kwargs},
+    )

@@ -1,0 +1,145 @@
+"""AsyncRetriever and pooled retrievers: same results, one statement per call, settings once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from onetrip import AsyncRetriever, Filters, Retriever, init_schema, make_async_pool, make_pool
+from onetrip.store import replace_document
+from onetrip.synthetic import corpus_query_vectors, generate
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+
+LAYOUT = Layout(dim=384)
+
+
+@pytest.fixture
+def corpus(db):
+    init_schema(db, LAYOUT)
+    docs = list(generate(300, dim=384, seed=81, sections_per_doc=(4, 20)))
+    for d in docs:
+        replace_document(db, LAYOUT, d.record, d.sections, d.embeddings)
+    return docs
+
+
+def _sig(result):
+    if isinstance(result, list):
+        return [(h.section.doc_id, h.section.section_id, h.parent and h.parent.section_id,
+                 h.prev and h.prev.section_id, h.next and h.next.section_id, round(h.distance or 0, 6)) for h in result]
+    return [(p.doc_id, p.section_id, p.roles, p.best_rank) for p in result.passages]
+
+
+CALLS = [
+    ("search", dict(k=5)),
+    ("search", dict(k=3, parent=False, filters=Filters(collections=("default",)))),
+    ("assemble", dict(k=6, neighbors=2, ancestors=True, max_tokens=800)),
+    ("search", dict(k=4, mode="hybrid", text="Body of doc section")),
+    ("assemble", dict(k=4, mode="lexical", text="section level topic", max_tokens=None)),
+]
+
+
+def test_async_matches_sync(db, dsn, corpus):
+    sync = Retriever(db, embedder=HashEmbedder())
+    queries = corpus_query_vectors(corpus, 4, seed=82)
+
+    async def main():
+        r = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        out = []
+        for q in queries:
+            for name, kw in CALLS:
+                out.append(await getattr(r, name)(q, **kw))
+        out.append(await r.search("a text query is embedded once", k=3))
+        await r.close()
+        return out
+
+    got = asyncio.run(main())
+    want = [getattr(sync, name)(q, **kw) for q in queries for name, kw in CALLS]
+    want.append(sync.search("a text query is embedded once", k=3))
+    assert [_sig(x) for x in got] == [_sig(x) for x in want]
+
+
+def test_async_one_statement_per_call(db, dsn, corpus, statement_log):
+    q = corpus_query_vectors(corpus, 1, seed=83)[0]
+
+    async def main():
+        r = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        counts = []
+        for name, kw in CALLS:
+            with statement_log.watch(r.conn) as w:
+                await getattr(r, name)(q, **kw)
+            counts.append(len(w.statements))
+        await r.close()
+        return counts
+
+    assert asyncio.run(main()) == [1] * len(CALLS)
+
+
+class RecordingEmbedder(HashEmbedder):
+    """Records how many pool connections were checked out while it embedded."""
+
+    def __init__(self, pool):
+        super().__init__(384)
+        self.pool = pool
+        self.in_use: list[int] = []
+
+    def embed_query(self, text):
+        stats = self.pool.get_stats()
+        self.in_use.append(stats.get("pool_size", 0) - stats.get("pool_available", 0))
+        return super().embed_query(text)
+
+
+def test_pooled_retriever_settings_once_and_one_statement(db, dsn, corpus, statement_log):
+    pool = make_pool(dsn, min_size=1, max_size=1, ef_search=60)
+    try:
+        emb = RecordingEmbedder(pool)
+        r = Retriever(pool, embedder=emb)
+        with pool.connection() as c:
+            pid_conn = c
+        queries = corpus_query_vectors(corpus, 10, seed=84)
+        with statement_log.watch(pid_conn) as w:
+            for q in queries:
+                r.search(q, k=5)
+            r.search("embedded before a connection is taken", k=3)
+            r.assemble(queries[0], k=4, max_tokens=500)
+        assert len(w.statements) == 12, w.statements
+        assert not any("set_config" in s or s.upper().startswith("SET") for s in w.statements)
+        assert emb.in_use == [0]  # no pooled connection was held while embedding
+        with pool.connection() as c:
+            assert c.execute("SHOW hnsw.ef_search").fetchone()[0] == "60"
+            assert c.execute("SHOW hnsw.iterative_scan").fetchone()[0] == "relaxed_order"
+        assert _sig(r.search(queries[1], k=5)) == _sig(Retriever(db, ef_search=60).search(queries[1], k=5))
+    finally:
+        pool.close()
+
+
+def test_async_pool_under_concurrency_never_exceeds_its_size(dsn, corpus):
+    queries = corpus_query_vectors(corpus, 40, seed=85)
+
+    async def main():
+        pool = make_async_pool(dsn, min_size=1, max_size=3)
+        await pool.open()
+        try:
+            r = await AsyncRetriever.create(pool, embedder=HashEmbedder())
+            peak = 0
+
+            async def one(q):
+                nonlocal peak
+                res = await r.assemble(q, k=5, max_tokens=600)
+                stats = pool.get_stats()
+                peak = max(peak, stats.get("pool_size", 0))
+                return res
+
+            results = await asyncio.gather(*(one(q) for q in queries))
+            return results, peak, pool.get_stats()
+        finally:
+            await pool.close()
+
+    results, peak, stats = asyncio.run(main())
+    assert len(results) == 40 and all(r.passages for r in results)
+    assert peak <= 3 and stats.get("pool_max", 3) == 3
+    sync = Retriever(dsn, embedder=HashEmbedder())
+    assert [_sig(x) for x in results[:5]] == [_sig(sync.assemble(q, k=5, max_tokens=600)) for q in queries[:5]]
