@@ -21,11 +21,11 @@ def _record(row: tuple) -> SectionRecord:
 COLS = "doc_id, section_id, sequence_index, heading_level, heading, heading_path, content"
 
 
-def multi_call_search(conn: psycopg.Connection, table: str, vec, k: int) -> list[Hit]:
+def multi_call_search(conn: psycopg.Connection, table: str, vec, k: int, vector_type: str = "vector") -> list[Hit]:
     rows = conn.execute(
         f"""SELECT doc_id, section_id, parent_section_id, sequence_index, heading_level, heading,
-                   heading_path, anchor, content, token_count, embedding <=> %s AS distance, revision
-              FROM {table} ORDER BY embedding <=> %s LIMIT %s""",
+                   heading_path, anchor, content, token_count, embedding <=> %s::{vector_type} AS distance, revision
+              FROM {table} ORDER BY embedding <=> %s::{vector_type} LIMIT %s""",
         (Vector(vec), Vector(vec), k),
     ).fetchall()
     rows.sort(key=lambda r: (r[10], r[0], r[3]))

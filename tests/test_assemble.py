@@ -22,13 +22,22 @@ from .reference import reference_assemble
 LAYOUT = Layout(dim=16)
 
 
-@pytest.fixture
-def corpus(db):
-    init_schema(db, LAYOUT)
+def _load(db, layout):
+    init_schema(db, layout)
     docs = list(generate(500, dim=16, seed=21, sections_per_doc=(3, 30)))
     for d in docs:
-        replace_document(db, LAYOUT, d.record, d.sections, d.embeddings)
+        replace_document(db, layout, d.record, d.sections, d.embeddings)
     return docs
+
+
+@pytest.fixture
+def corpus(db):
+    return _load(db, LAYOUT)
+
+
+@pytest.fixture(params=["plain", "partitioned"])
+def any_layout_corpus(db, request):
+    return _load(db, LAYOUT if request.param == "plain" else Layout(dim=16, partitions=3))
 
 
 MODES = [
@@ -43,7 +52,8 @@ def _key(ctx) -> list[tuple]:
     return [(p.doc_id, p.section_id, tuple(sorted(p.roles)), p.best_rank) for p in ctx.passages]
 
 
-def test_every_mode_combination_is_one_statement_and_matches_reference(db, corpus, statement_log):
+def test_every_mode_combination_is_one_statement_and_matches_reference(db, any_layout_corpus, statement_log):
+    corpus = any_layout_corpus
     r = Retriever(db)
     qs = corpus_query_vectors(corpus, len(MODES), seed=5)
     for mode, q in zip(MODES, qs):

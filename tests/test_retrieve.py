@@ -22,20 +22,33 @@ def load(db, n_sections: int, *, seed: int = 0, layout: Layout = Layout(dim=32))
     return docs
 
 
+LAYOUTS = {
+    "plain": Layout(dim=32),
+    "partitioned": Layout(dim=32, partitions=4),
+    "halfvec": Layout(dim=32, vector_type="halfvec"),
+}
+
+
 @pytest.fixture
 def corpus(db):
     return load(db, 600)
 
 
-def test_single_statement_equals_multi_call_reference(db, corpus):
+@pytest.mark.parametrize("layout_name", list(LAYOUTS))
+def test_single_statement_equals_multi_call_reference(db, layout_name, statement_log):
+    layout = LAYOUTS[layout_name]
+    corpus = load(db, 600, layout=layout)
     r = Retriever(db)
+    assert (r.layout.partitions, r.layout.vector_type) == (layout.partitions, layout.vector_type)
     queries = corpus_query_vectors(corpus, 60, seed=7)
     levels = set()
     compared = 0
     for q in queries:
         k = int(np.random.default_rng(int(q[0] * 1e6) % 2**32).integers(1, 12))
-        got = r.search(q, k=k)
-        want = multi_call_search(db, "sections", q, k)
+        with statement_log.watch(db) as w:
+            got = r.search(q, k=k)
+        assert len(w.statements) == 1
+        want = multi_call_search(db, "sections", q, k, layout.vector_type)
         assert len(got) == len(want) == k
         for g, w in zip(got, want):
             assert g.section == w.section
@@ -108,6 +121,24 @@ def test_k_larger_than_table_and_empty_table(db):
     assert len(hits) == total
     dists = [h.distance for h in hits]
     assert dists == sorted(dists)
+
+
+def test_partitioned_plan_merges_local_hnsw_scans(db):
+    layout = Layout(dim=32, partitions=4)
+    docs = list(generate(3000, dim=32, seed=11))
+    from onetrip.synthetic import bulk_load
+
+    bulk_load(db, layout, docs)
+    assert db.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'sections'::regclass").fetchone()[0] == 4
+    r = Retriever(db)
+    from pgvector import Vector
+
+    q = Vector(docs[0].embeddings[0])
+    plan = "\n".join(row[0] for row in db.execute("EXPLAIN " + retrieval_sql(r.layout), {"query_embedding": q, "k": 10}))
+    cte = plan.split("CTE hits", 1)[1].split("->  Nested Loop", 1)[0]
+    assert "Merge Append" in cte and cte.count("Index Scan using sections_p") == 4, plan
+    hits = r.search(docs[0].embeddings[0], k=10)
+    assert hits[0].section.doc_id == docs[0].record.doc_id and hits[0].section.sequence_index == 0
 
 
 def test_explain_uses_hnsw_inside_the_cte(db):

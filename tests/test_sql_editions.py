@@ -192,3 +192,27 @@ def test_psql_runs_assemble_sql_as_is_and_matches_the_api(db, dsn, loaded):
         assert [(x["doc_id"], x["section_id"], int(x["best_rank"])) for x in rows] == \
             [(p.doc_id, p.section_id, p.best_rank) for p in ctx.passages]
         assert rows, "budget left no passage"
+
+
+def test_citus_edition_distributes_by_doc_id_and_says_how_it_was_validated():
+    text = (SQL_DIR / "citus" / "schema.sql").read_text()
+    assert parse_statements(text, "postgres")
+    code = _code(text)
+    assert "SELECT create_distributed_table('documents', 'doc_id');" in code
+    for table in ("sections", "section_history"):
+        assert f"SELECT create_distributed_table('{table}', 'doc_id', colocate_with => 'documents');" in code
+    assert "USING hnsw (embedding vector_cosine_ops)" in code  # created per shard by Citus
+    head = text.split("-- =====", 2)[1]
+    assert "NOT ON A LIVE CLUSTER" in head and "propagate_set_commands" in head and "ALTER DATABASE" in head
+
+
+def test_partitioned_and_halfvec_renderings(tmp_path):
+    from onetrip.editions import write_editions
+
+    write_editions(tmp_path, ["postgres"], Layout(partitions=8, vector_type="halfvec"))
+    schema = (tmp_path / "postgres" / "schema.sql").read_text()
+    assert ") PARTITION BY HASH (doc_id);" in schema and "sections_p7" in schema
+    assert "halfvec(384)" in schema and "halfvec_cosine_ops" in schema
+    assert "::halfvec" in (tmp_path / "postgres" / "retrieve.sql").read_text()
+    with pytest.raises(Exception, match="PostgreSQL only"):
+        render_edition("oracle", Layout(vector_type="halfvec"))

@@ -82,7 +82,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("sql", help="SQL editions for DBAs")
     sql_sub = p.add_subparsers(dest="sql_command", required=True)
     r = sql_sub.add_parser("render", help="write the rendered SQL editions")
-    r.add_argument("--dialect", choices=["postgres", "oracle", "all"], default="all")
+    r.add_argument("--dialect", choices=["postgres", "oracle", "citus", "all"], default="all")
+    r.add_argument("--partitions", type=int, default=0, help="hash-partition sections by doc_id (PostgreSQL)")
+    r.add_argument("--vector-type", choices=["vector", "halfvec"], default="vector")
     r.add_argument("--dim", type=int, default=384)
     r.add_argument("--schema", default=None)
     r.add_argument("--prefix", default="")
@@ -91,6 +93,29 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("demo", help="ingest the bundled sample corpus and answer sample questions")
     _common(p)
+
+    p = sub.add_parser("serve", help="serve search over HTTP (POST /search, GET /health, /stats, /openapi.json)",
+                       description=SERVE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    _common(p)
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--token", default=None,
+                   help="bearer token required on every endpoint but /health (default: $ONETRIP_TOKEN; "
+                        "prefer the variable, a flag shows in the process list)")
+    p.add_argument("--max-body", type=int, default=64 * 1024, help="largest request body in bytes (default 65536)")
+    p.add_argument("--max-k", type=int, default=50, help="largest k a request may ask for (default 50)")
+    p.add_argument("--max-tokens-cap", type=int, default=16000,
+                   help="largest token budget a request may ask for (default 16000)")
+    p.add_argument("--pool-size", type=int, default=10, help="database connections at most (default 10)")
+    p.add_argument("--db-timeout", type=float, default=5.0,
+                   help="seconds to wait for a database connection before answering 503 (default 5)")
+    g = p.add_argument_group("principals (ACL): see above")
+    g.add_argument("--principal", action="append", help="principal used for every request (repeatable)")
+    g.add_argument("--trust-request-principals", action="store_true",
+                   help="take principals from the request's \"principals\" field")
+    g.add_argument("--no-acl", action="store_true", help="no ACL check at all (every row readable)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    p.add_argument("--no-access-log", action="store_true", help="do not log each request")
     return parser
 
 
@@ -290,8 +315,9 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from .editions import render_edition, write_editions
     from .templates import Layout
 
-    layout = Layout(dim=args.dim, schema=args.schema, prefix=args.prefix)
-    dialects = ["postgres", "oracle"] if args.dialect == "all" else [args.dialect]
+    layout = Layout(dim=args.dim, schema=args.schema, prefix=args.prefix, partitions=args.partitions,
+                    vector_type=args.vector_type)
+    dialects = ["postgres", "oracle", "citus"] if args.dialect == "all" else [args.dialect]
     if args.stdout:
         for d in dialects:
             for name, text in render_edition(d, layout).items():  # type: ignore[arg-type]
@@ -324,8 +350,45 @@ def cmd_demo(args: argparse.Namespace) -> int:
     return 0
 
 
+SERVE_DESCRIPTION = """Serve search over HTTP (Starlette under uvicorn), one AsyncRetriever over a connection pool.
+
+  POST /search        {query | embedding, k, mode, expand, filters, principals, max_tokens, hits, context}
+                      -> {"hits": [...], "context": {...}}; one SQL statement per shape asked for
+  GET  /health        200 {"status": "ok"} or 503 (no token needed)
+  GET  /stats         pool statistics;  GET /openapi.json  the API's schemas
+
+Principals (which ACL-protected rows a request may read), in this order:
+  --trust-request-principals  use the request's "principals" (requests without it get the setting below);
+                              without this flag a request that sends "principals" is refused (403)
+  --principal P               these principals for every request (repeatable)
+  --no-acl                    no ACL check at all (explicit opt-in)
+  (none of these)             public rows only (acl IS NULL)
+
+With a token (--token or $ONETRIP_TOKEN) every endpoint but /health needs
+"Authorization: Bearer <token>". A database that does not answer gives 503s, not a failed start."""
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        from . import http_service
+    except ImportError as e:
+        raise OnetripError(f"onetrip serve needs Starlette and uvicorn ({e}): pip install 'onetrip[serve]'") from e
+    from .connection import resolve_dsn
+
+    cfg = http_service.ServiceConfig(
+        dsn=resolve_dsn(args.dsn), schema=args.schema, prefix=args.prefix,
+        token=http_service.token_from_env(args.token), max_body=args.max_body, max_k=args.max_k,
+        max_tokens_cap=args.max_tokens_cap, pool_size=args.pool_size, db_timeout=args.db_timeout,
+        principals=http_service.operator_principals(args.principal, args.no_acl),
+        trust_request_principals=args.trust_request_principals,
+    )
+    http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
+                     access_log=not args.no_access_log)
+    return 0
+
+
 COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql": cmd_sql, "demo": cmd_demo,
-            "prune": cmd_prune}
+            "prune": cmd_prune, "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

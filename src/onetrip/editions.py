@@ -53,11 +53,18 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
     return files
 
 
-def render_edition(dialect: Dialect, layout: Layout = Layout()) -> dict[str, str]:
-    """File name -> SQL text for one edition."""
+EDITION_DIALECT = {"postgres": "postgres", "oracle": "oracle", "citus": "postgres"}
+
+
+def render_edition(edition: str, layout: Layout = Layout()) -> dict[str, str]:
+    """File name -> SQL text for one edition (postgres, oracle, citus)."""
+    if edition not in EDITION_DIALECT:
+        raise ValueError(f"unknown edition {edition!r}: expected one of {sorted(EDITION_DIALECT)}")
+    dialect = EDITION_DIALECT[edition]
     default_binds = "psql" if dialect == "postgres" else "oracle"
     out = {}
-    for f in edition_files(dialect):
+    files = ([EditionFile("schema.sql", "citus_schema", {})] if edition == "citus" else edition_files(dialect))  # type: ignore[arg-type]
+    for f in files:
         options = dict(f.options)
         binds = options.pop("binds", default_binds)
         out[f.name] = render(f.template, layout=layout, dialect=dialect, binds=binds, header=True, **options)
@@ -79,8 +86,8 @@ def write_editions(out_dir: Path, dialects: list[Dialect], layout: Layout = Layo
 def stale_files(sql_dir: Path, layout: Layout = Layout()) -> list[str]:
     """Checked-in files that differ from a fresh default rendering (empty = up to date)."""
     stale = []
-    for d in ("postgres", "oracle"):
-        for name, text in render_edition(d, layout).items():  # type: ignore[arg-type]
+    for d in EDITION_DIALECT:
+        for name, text in render_edition(d, layout).items():
             path = sql_dir / d / name
             if not path.exists() or path.read_text() != text:
                 stale.append(f"{d}/{name}")

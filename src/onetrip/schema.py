@@ -19,10 +19,10 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
     with conn.transaction():
         conn.execute(script)  # no params: sent as one multi-statement script
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
-    if existing.dim != layout.dim:
+    if (existing.dim, existing.vector_type) != (layout.dim, layout.vector_type):
         raise DimensionMismatchError(
-            f"{layout.tables['sections']}.embedding already exists as vector({existing.dim}); "
-            f"cannot initialise it for dimension {layout.dim}. Use another --prefix or --schema."
+            f"{layout.tables['sections']}.embedding already exists as {existing.vector_type}({existing.dim}); "
+            f"cannot initialise it as {layout.vector_type}({layout.dim}). Use another --prefix or --schema."
         )
     return existing
 
@@ -51,4 +51,8 @@ def read_layout(conn: psycopg.Connection, *, schema: str | None = None, prefix: 
     typmod, typename = row
     if typmod is None or typmod <= 0:
         raise SchemaMissingError(f"{table}.embedding is {typename}, without a fixed dimension")
-    return Layout(dim=int(typmod), schema=schema, prefix=prefix)
+    vector_type = str(typename).split("(", 1)[0]
+    parts = conn.execute(
+        "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(%s)", (table,)
+    ).fetchone()[0]
+    return Layout(dim=int(typmod), schema=schema, prefix=prefix, vector_type=vector_type, partitions=int(parts))

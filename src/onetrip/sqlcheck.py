@@ -460,7 +460,7 @@ def parse_statements(sql: str, dialect: str) -> list[CheckedStatement]:
     except ParseError as e:
         raise SqlValidationError(f"{dialect} SQL does not parse: {e}") from e
     pieces = [p for p in split_statements(sql, dialect)]
-    trees = [t for t in trees if t is not None]
+    trees = [t for t in trees if t is not None and not isinstance(t, exp.Semicolon)]  # comment-only tails
     if len(pieces) != len(trees):
         raise SqlValidationError(
             f"{dialect} SQL: split into {len(pieces)} statements but sqlglot parsed {len(trees)}"

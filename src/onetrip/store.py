@@ -120,15 +120,22 @@ def technical_terms(text: str) -> list[str]:
     return list(seen)
 
 
+def copy_types(layout: Layout) -> list[str]:
+    """Binary COPY types for SECTION_COLUMNS in this layout (vector or halfvec embeddings)."""
+    return [layout.vector_type if t == "vector" else t for t in COPY_TYPES]
+
+
 def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, context_tokens: int,
-                     revision: int) -> tuple:
-    """One row for ``COPY sections (SECTION_COLUMNS)`` in binary format (types: COPY_TYPES)."""
+                     revision: int, vector_type: str = "vector") -> tuple:
+    """One row for ``COPY sections (SECTION_COLUMNS)`` in binary format (types: `copy_types`)."""
+    from pgvector import HalfVector
+
     acl = getattr(s, "acl", doc.acl)
     return (
         doc.doc_id, s.section_id, s.parent_section_id, s.sequence_index, s.level,
         s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, context_tokens,
         revision, doc.collection, None if acl is None else list(acl),
-        Vector(vec), json.dumps(dict(s.metadata), default=str),
+        HalfVector(vec) if vector_type == "halfvec" else Vector(vec), json.dumps(dict(s.metadata), default=str),
         " ".join(h for h in s.heading_path if h), technical_terms(" ".join(s.heading_path) + "\n" + s.content),
     )
 
@@ -210,9 +217,9 @@ def replace_document(
             table, sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS)
         )
         with conn.cursor() as cur, cur.copy(copy_sql) as copy:
-            copy.set_types(COPY_TYPES)
+            copy.set_types(copy_types(layout))
             for s, vec, ctx in zip(sections, arr, context_tokens):
-                copy.write_row(section_copy_row(doc, s, vec, ctx, revision))
+                copy.write_row(section_copy_row(doc, s, vec, ctx, revision, layout.vector_type))
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections))
 
 

@@ -129,13 +129,14 @@ def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_m
     from psycopg import sql
 
     from .schema import init_schema
-    from .store import COPY_TYPES, SECTION_COLUMNS, passage_tokens, section_copy_row
+    from .store import SECTION_COLUMNS, copy_types, passage_tokens, section_copy_row
 
     init_schema(conn, layout)
     t = layout.tables
     hnsw = layout.names["hnsw_index"]
     indexdef = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s AND tablename = %s",
                             (hnsw.strip('"'), (layout.prefix + "sections"))).fetchone()[0]
+    indexdef = indexdef.replace(" ON ONLY ", " ON ")  # a partitioned table's index covers its partitions
     t0 = time.perf_counter()
     with conn.transaction():
         conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
@@ -151,11 +152,11 @@ def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_m
                                     sum(s.token_count for s in d.sections), len(d.sections)))
             with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
                     sql.SQL(t["sections"]), sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS))) as copy:
-                copy.set_types(COPY_TYPES)
+                copy.set_types(copy_types(layout))
                 for d in docs:
                     ctx = passage_tokens(d.record.doc_id, d.sections)
                     for s, vec, c in zip(d.sections, d.embeddings, ctx):
-                        copy.write_row(section_copy_row(d.record, s, vec, c, 1))
+                        copy.write_row(section_copy_row(d.record, s, vec, c, 1, layout.vector_type))
     copied = time.perf_counter() - t0
     t0 = time.perf_counter()
     with conn.transaction():

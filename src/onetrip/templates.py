@@ -28,6 +28,7 @@ BindStyle = Literal["psycopg", "psql", "oracle", "function"]
 
 DEFAULT_DIM = 384
 MAX_DIM = 16000  # pgvector's hard limit for the vector type
+VECTOR_TYPES = ("vector", "halfvec")
 
 
 def templates_dir() -> Path:
@@ -49,14 +50,28 @@ class Layout:
     schema: str | None = None
     prefix: str = ""
     text_config: str = "english"  # PostgreSQL text search configuration of the tsv column
+    vector_type: str = "vector"   # "halfvec": 16-bit floats, half the table and index size
+    partitions: int = 0           # > 0: sections hash-partitioned by doc_id into this many partitions
 
     def __post_init__(self) -> None:
         validate_identifier(self.text_config, "text search configuration")
+        if self.vector_type not in VECTOR_TYPES:
+            raise ValueError(f"vector_type must be one of {VECTOR_TYPES}, got {self.vector_type!r}")
+        if self.vector_type == "halfvec" and self.dim > 4000:
+            raise ValueError(f"halfvec HNSW indexes support up to 4000 dimensions, got {self.dim}")
+        if self.vector_type == "vector" and self.dim > 2000:
+            raise ValueError(f"vector HNSW indexes support up to 2000 dimensions (use halfvec), got {self.dim}")
+        if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or not 0 <= self.partitions <= 1024:
+            raise ValueError(f"partitions must be an integer from 0 to 1024, got {self.partitions!r}")
         if isinstance(self.dim, bool) or not isinstance(self.dim, int) or not 1 <= self.dim <= MAX_DIM:
             raise ValueError(f"embedding dimension must be an integer from 1 to {MAX_DIM}, got {self.dim!r}")
         if self.schema is not None:
             validate_identifier(self.schema, "schema name")
         validate_prefix(self.prefix)
+
+    def partition(self, i: int) -> str:
+        """Name of hash partition ``i`` of the sections table."""
+        return self.table(f"sections_p{i}")
 
     def table(self, base: str) -> str:
         """Schema-qualified, quoted name of one of onetrip's tables."""
@@ -97,7 +112,7 @@ class Layout:
                 "section_history": self.table("section_history")}
 
 
-def _param_renderer(binds: BindStyle, dialect: Dialect):
+def _param_renderer(binds: BindStyle, dialect: Dialect, vector_type: str = "vector"):
     """Return ``param(name, kind)``: the placeholder for one bind value."""
 
     def param(name: str, kind: str = "text") -> str:
@@ -111,7 +126,7 @@ def _param_renderer(binds: BindStyle, dialect: Dialect):
         else:
             ph = f":{name}"
         if dialect == "postgres" and kind == "vector":
-            return f"{ph}::vector"
+            return f"{ph}::{vector_type}"
         if dialect == "postgres" and kind in ("text[]", "jsonb"):
             return f"{ph}::{kind}"
         return ph
@@ -186,7 +201,10 @@ def render(
         "t": layout.tables,
         "names": layout.names,
         "header": header,
-        "param": _param_renderer(binds, dialect),
+        "param": _param_renderer(binds, dialect, layout.vector_type),
+        "vector_type": layout.vector_type,
+        "partition": layout.partition,
+        "partitions": layout.partitions,
         "binds": binds,
         "filters": {key: bool((options.get("filters") or {}).get(key)) for key in FILTER_KEYS},
         "mode": "dense",
