@@ -25,6 +25,13 @@ from .schema import read_layout
 from .templates import Layout, render
 
 MAX_K = 1000
+#: Index-scan LIMIT buckets for prepared statements (see hits_cte.sql.j2): k stays a bind.
+K_BUCKETS = (10, 20, 50, 100, 200, 500, 1000)
+
+
+def k_bucket(k: int) -> int:
+    """The smallest bucket >= k: a handful of statement shapes, each with a reusable generic plan."""
+    return next(b for b in K_BUCKETS if b >= k)
 MAX_BUDGET = 1_000_000
 
 
@@ -139,7 +146,7 @@ _ROLES = (("parent", "p"), ("prev", "pv"), ("next", "nx"))
 
 @lru_cache(maxsize=256)
 def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True,
-                  filters: tuple[str, ...] = (), mode: str = "dense") -> str:
+                  filters: tuple[str, ...] = (), mode: str = "dense", bucket: int | None = None) -> str:
     """The statement `Retriever.search` sends for these options (psycopg binds)."""
     related = [(r, a) for r, a in _ROLES if (r == "parent" and parent) or (r != "parent" and neighbors)]
     return render(
@@ -150,6 +157,7 @@ def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True
         include_neighbors=neighbors,
         filters=dict.fromkeys(filters, True),
         mode=mode,
+        k_bucket=bucket,
     )
 
 
@@ -225,7 +233,7 @@ class Expansion:
 
 @lru_cache(maxsize=256)
 def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters: tuple[str, ...] = (),
-                 mode: str = "dense") -> str:
+                 mode: str = "dense", bucket: int | None = None) -> str:
     """The one statement `Retriever.assemble` sends for these options (psycopg binds)."""
     return render(
         "assemble",
@@ -240,6 +248,7 @@ def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters:
         max_depth=MAX_DEPTH,
         filters=dict.fromkeys(filters, True),
         mode=mode,
+        k_bucket=bucket,
     )
 
 
@@ -404,7 +413,8 @@ def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, 
     k = check_k(k)
     flt = as_filters(filters)
     params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
-    statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode)
+    statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode,
+                              bucket=k_bucket(k) if mode == "dense" else None)
     return Plan("search", statement, {**params, **flt.params()}, embed, vector, needs)
 
 
@@ -429,7 +439,8 @@ def plan_assemble(layout: Layout, query: Any, k: int = 10, *, expand: Expansion 
         params["document_max_tokens"] = exp.document_max_tokens
     if max_tokens is not None:
         params["max_tokens"] = max_tokens
-    statement = assemble_sql(layout, exp, budget=max_tokens is not None, filters=flt.shape, mode=mode)
+    statement = assemble_sql(layout, exp, budget=max_tokens is not None, filters=flt.shape, mode=mode,
+                             bucket=k_bucket(k) if mode == "dense" else None)
     options = {"k": k, "mode": mode, **{f: getattr(exp, f) for f in exp.__dataclass_fields__}}
     return Plan("assemble", statement, params, embed, vector, needs, max_tokens, options)
 

@@ -208,6 +208,7 @@ def render(
         "binds": binds,
         "filters": {key: bool((options.get("filters") or {}).get(key)) for key in FILTER_KEYS},
         "mode": "dense",
+        "k_bucket": None,
         "raise": _raise,
     }
     macros = env.get_template("macros.sql.j2").make_module(base)
