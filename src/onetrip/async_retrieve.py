@@ -21,7 +21,6 @@ from psycopg.rows import dict_row
 from .connection import connect_async
 from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder
-from .errors import SchemaMissingError
 from .retrieve import (
     Plan,
     _split_search_kwargs,
@@ -30,30 +29,21 @@ from .retrieve import (
     plan_search,
     result_of,
     session_settings,
+    settings_statement,
 )
+from .schema import layout_from_row, layout_query
 from .templates import Layout
 
 
-async def _apply_settings(conn: psycopg.AsyncConnection, settings: dict[str, str]) -> None:
-    if not settings:
-        return
-    names = list(settings)
-    exprs = ", ".join(f"set_config(%(n{i})s, %(v{i})s, false)" for i in range(len(names)))
-    params = {**{f"n{i}": n for i, n in enumerate(names)}, **{f"v{i}": settings[n] for i, n in enumerate(names)}}
-    await conn.execute(f"SELECT {exprs}", params)
+async def apply_settings_async(conn: psycopg.AsyncConnection, settings: dict[str, str]) -> None:
+    """Async `onetrip.retrieve.apply_settings`: once per connection, one statement."""
+    if settings:
+        await conn.execute(*settings_statement(settings))
 
 
 async def _read_layout(conn: psycopg.AsyncConnection, schema: str | None, prefix: str) -> Layout:
-    probe = Layout(dim=1, schema=schema, prefix=prefix)
-    table = probe.tables["sections"]
-    cur = await conn.execute(
-        "SELECT a.atttypmod FROM pg_attribute a WHERE a.attrelid = to_regclass(%s) "
-        "AND a.attname = 'embedding' AND NOT a.attisdropped", (table,))
-    row = await cur.fetchone()
-    if row is None or row[0] is None or row[0] <= 0:
-        raise SchemaMissingError(
-            f"table {table} (with an embedding column) does not exist in this database; run `onetrip init` first")
-    return Layout(dim=int(row[0]), schema=schema, prefix=prefix)
+    cur = await conn.execute(*layout_query(schema, prefix))
+    return layout_from_row(await cur.fetchone(), schema, prefix)
 
 
 class AsyncRetriever:
@@ -89,7 +79,7 @@ class AsyncRetriever:
         if self.pool is None:
             self.conn = await connect_async(conn) if self._owns_conn else conn
             await register_vector_async(self.conn)
-            await _apply_settings(self.conn, self.settings)
+            await apply_settings_async(self.conn, self.settings)
         self._embedder = embedder
         async with self._connection() as c:
             self.layout = await _read_layout(c, schema, prefix)

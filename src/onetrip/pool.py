@@ -62,14 +62,12 @@ def make_async_pool(
 
     settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
 
+    from .async_retrieve import apply_settings_async
+
     async def configure(conn: psycopg.AsyncConnection) -> None:
         await conn.set_autocommit(True)
         await register_vector_async(conn)
-        if settings:
-            names = list(settings)
-            exprs = ", ".join(f"set_config(%(n{i})s, %(v{i})s, false)" for i in range(len(names)))
-            params = {**{f"n{i}": n for i, n in enumerate(names)}, **{f"v{i}": settings[n] for i, n in enumerate(names)}}
-            await conn.execute(f"SELECT {exprs}", params)
+        await apply_settings_async(conn, settings)
 
     return AsyncConnectionPool(
         resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=False,

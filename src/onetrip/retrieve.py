@@ -272,36 +272,30 @@ def passage_from_row(row: dict[str, Any]) -> Passage:
     )
 
 
-def _related(row: dict[str, Any], role: str, doc_id: str) -> SectionRecord | None:
-    sid = row.get(f"{role}_id")
-    if sid is None:
-        return None
+def _record(row: dict[str, Any], doc_id: str, prefix: str = "", id_column: str = "section_id",
+            **extra: Any) -> SectionRecord:
     return SectionRecord(
         doc_id=doc_id,
-        section_id=sid,
-        sequence_index=row[f"{role}_sequence_index"],
-        heading_level=row[f"{role}_heading_level"],
-        heading=row[f"{role}_heading"] or "",
-        heading_path=tuple(row[f"{role}_heading_path"] or ()),
-        content=row[f"{role}_content"],
+        section_id=row[prefix + id_column],
+        sequence_index=row[prefix + "sequence_index"],
+        heading_level=row[prefix + "heading_level"],
+        heading=row[prefix + "heading"] or "",
+        heading_path=tuple(row[prefix + "heading_path"] or ()),
+        content=row[prefix + "content"],
+        **extra,
     )
+
+
+def _related(row: dict[str, Any], role: str, doc_id: str) -> SectionRecord | None:
+    if row.get(f"{role}_id") is None:
+        return None
+    return _record(row, doc_id, f"{role}_", "id")
 
 
 def hit_from_row(rank: int, row: dict[str, Any]) -> Hit:
     """Map one result row (named columns) to a typed Hit."""
-    section = SectionRecord(
-        doc_id=row["doc_id"],
-        section_id=row["section_id"],
-        sequence_index=row["sequence_index"],
-        heading_level=row["heading_level"],
-        heading=row["heading"] or "",
-        heading_path=tuple(row["heading_path"] or ()),
-        content=row["content"],
-        parent_section_id=row["parent_section_id"],
-        anchor=row["anchor"],
-        token_count=row["token_count"],
-        revision=row.get("revision"),
-    )
+    section = _record(row, row["doc_id"], parent_section_id=row["parent_section_id"], anchor=row["anchor"],
+                      token_count=row["token_count"], revision=row.get("revision"))
     return Hit(
         rank=rank,
         distance=None if row["distance"] is None else float(row["distance"]),
@@ -350,14 +344,18 @@ def session_settings(ef_search: int | None, iterative_scan: str | None,
     return out
 
 
-def apply_settings(conn: psycopg.Connection, settings: dict[str, str]) -> None:
-    """Set the session's pgvector settings in ONE statement (set_config, not one SET each)."""
-    if not settings:
-        return
+def settings_statement(settings: dict[str, str]) -> tuple[str, dict[str, str]]:
+    """ONE statement that sets all session settings (set_config with binds, not one SET each)."""
     names = list(settings)
-    exprs = ", ".join(f"set_config(%({f'n{i}'})s, %({f'v{i}'})s, false)" for i in range(len(names)))
+    exprs = ", ".join(f"set_config(%(n{i})s, %(v{i})s, false)" for i in range(len(names)))
     params = {**{f"n{i}": n for i, n in enumerate(names)}, **{f"v{i}": settings[n] for i, n in enumerate(names)}}
-    conn.execute(f"SELECT {exprs}", params)
+    return f"SELECT {exprs}", params
+
+
+def apply_settings(conn: psycopg.Connection, settings: dict[str, str]) -> None:
+    """Set the session's pgvector settings once, in one statement."""
+    if settings:
+        conn.execute(*settings_statement(settings))
 
 
 @dataclass(frozen=True)

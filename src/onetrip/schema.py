@@ -27,32 +27,40 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
     return existing
 
 
-def read_layout(conn: psycopg.Connection, *, schema: str | None = None, prefix: str = "") -> Layout:
-    """Return the Layout of an initialised installation; the dimension is read from the table.
+LAYOUT_QUERY = """
+    SELECT a.atttypmod,
+           format_type(a.atttypid, a.atttypmod),
+           (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = a.attrelid)
+      FROM pg_attribute a
+     WHERE a.attrelid = to_regclass(%s)
+       AND a.attname = 'embedding'
+       AND NOT a.attisdropped
+"""
 
-    Raises SchemaMissingError naming the table when `onetrip init` has not run.
-    """
+
+def layout_query(schema: str | None, prefix: str) -> tuple[str, tuple[str]]:
+    """The catalog query (and its bind) that `layout_from_row` reads; shared by sync and async."""
     probe = Layout(dim=1, schema=schema, prefix=prefix)  # validates names; dim is a placeholder
-    table = probe.tables["sections"]
-    row = conn.execute(
-        """
-        SELECT a.atttypmod, format_type(a.atttypid, a.atttypmod)
-          FROM pg_attribute a
-         WHERE a.attrelid = to_regclass(%s)
-           AND a.attname = 'embedding'
-           AND NOT a.attisdropped
-        """,
-        (table,),
-    ).fetchone()
+    return LAYOUT_QUERY, (probe.tables["sections"],)
+
+
+def layout_from_row(row: tuple | None, schema: str | None, prefix: str) -> Layout:
+    """The Layout of an initialised installation, from `layout_query`'s row; a clear error if absent."""
+    table = Layout(dim=1, schema=schema, prefix=prefix).tables["sections"]
     if row is None:
         raise SchemaMissingError(
             f"table {table} (with an embedding column) does not exist in this database; run `onetrip init` first"
         )
-    typmod, typename = row
+    typmod, typename, parts = row
     if typmod is None or typmod <= 0:
         raise SchemaMissingError(f"{table}.embedding is {typename}, without a fixed dimension")
     vector_type = str(typename).split("(", 1)[0]
-    parts = conn.execute(
-        "SELECT count(*) FROM pg_inherits WHERE inhparent = to_regclass(%s)", (table,)
-    ).fetchone()[0]
     return Layout(dim=int(typmod), schema=schema, prefix=prefix, vector_type=vector_type, partitions=int(parts))
+
+
+def read_layout(conn: psycopg.Connection, *, schema: str | None = None, prefix: str = "") -> Layout:
+    """Return the Layout of an initialised installation; dimension, vector type and partitions are read.
+
+    Raises SchemaMissingError naming the table when `onetrip init` has not run.
+    """
+    return layout_from_row(conn.execute(*layout_query(schema, prefix)).fetchone(), schema, prefix)
