@@ -1,0 +1,272 @@
+"""Growth curve on one machine: load, index, size, recall and latency as the corpus grows.
+
+    python -m benchmarks.scale.run --sizes 10000,100000,300000,1000000 [--layouts vector,halfvec,partitioned]
+
+For each corpus size (synthetic, clustered topic -> document -> section, 384-d)
+and storage layout (plain `vector`, `halfvec`, hash-partitioned by doc_id) it
+reports:
+- load time (binary COPY) and HNSW build time, with maintenance_work_mem and
+  the parallel maintenance workers used;
+- table and index sizes;
+- recall@10 of the HNSW search against exact search (numpy brute force over the
+  float32 vectors) at ef_search 40 / 100 / 200, with that setting's median
+  bare top-K latency on a direct connection;
+- p50/p95 of bare top-K (A) and the product query (B: Retriever.search, parent
+  and +/-1 neighbors) at 0 and 1 ms added RTT through the delay proxy, the two
+  interleaved query by query.
+Writes benchmarks/results/scale.json, scale.md and scale.png. Corpora are
+reused between runs (same size, seed and layout), so sizes can be added later.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from psycopg import sql
+
+from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
+from benchmarks.latency.variants import BareTopK, OnetripSingle
+from onetrip.connection import connect, resolve_dsn
+from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
+from onetrip.templates import Layout
+
+LAYOUTS = {
+    "vector": dict(vector_type="vector"),
+    "halfvec": dict(vector_type="halfvec"),
+    "partitioned": dict(vector_type="vector", partitions=8),
+}
+SHORT = {"vector": "v", "halfvec": "h", "partitioned": "p"}
+
+
+def layout_for(n: int, name: str, seed: int) -> Layout:
+    return Layout(prefix=f"scale{n}_{SHORT[name]}{seed}_", **LAYOUTS[name])
+
+
+def pct(xs: list[float], p: float) -> float:
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def loaded_rows(conn: Any, layout: Layout) -> int:
+    if conn.execute("SELECT to_regclass(%s)", (layout.tables["sections"],)).fetchone()[0] is None:
+        return -1
+    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(layout.tables["sections"]))).fetchone()[0]
+
+
+def sizes(conn: Any, layout: Layout) -> dict[str, int]:
+    """Heap (+TOAST) size of sections and the size of its HNSW index, partitions included."""
+    rel = layout.tables["sections"]
+    rows = conn.execute(
+        """WITH rels AS (SELECT %s::regclass AS r UNION ALL
+                         SELECT inhrelid FROM pg_inherits WHERE inhparent = %s::regclass)
+           SELECT sum(pg_table_size(r)),
+                  (SELECT coalesce(sum(pg_relation_size(i.indexrelid)), 0)
+                     FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+                    WHERE i.indrelid IN (SELECT r FROM rels) AND a.amname = 'hnsw'),
+                  (SELECT coalesce(sum(pg_indexes_size(r)), 0) FROM rels)
+             FROM rels""", (rel, rel)).fetchone()
+    return {"table_bytes": int(rows[0]), "hnsw_bytes": int(rows[1]), "all_indexes_bytes": int(rows[2])}
+
+
+def exact_topk(emb: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the exact k nearest rows by cosine (vectors are unit length), in chunks."""
+    out = []
+    for q in queries:
+        scores = emb @ q
+        idx = np.argpartition(-scores, k)[:k]
+        out.append(idx[np.argsort(-scores[idx])])
+    return np.array(out)
+
+
+def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, log=print) -> dict[str, Any]:
+    layout = layout_for(n, name, args.seed)
+    t0 = time.perf_counter()
+    docs = list(generate(n, dim=384, seed=args.seed))
+    gen_s = time.perf_counter() - t0
+    keys = [(d.record.doc_id, s.section_id) for d in docs for s in d.sections]
+    emb = np.concatenate([d.embeddings for d in docs]).astype(np.float32)
+    result: dict[str, Any] = {"sections": n, "layout": name, "documents": len(docs), "generate_s": round(gen_s, 1)}
+    mwm = args.maintenance_work_mem
+    workers = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
+    if loaded_rows(conn, layout) != n:
+        log(f"[{n} {name}] loading ({len(docs)} documents)")
+        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}, {} CASCADE").format(
+            *(sql.SQL(layout.tables[t]) for t in ("section_history", "sections", "documents"))))
+        times = bulk_load(conn, layout, docs, maintenance_work_mem=mwm)
+        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
+            sql.SQL(layout.tables["sections"]), sql.Literal(json.dumps(times))))
+        result.update(load_reused=False)
+    else:
+        note = conn.execute("SELECT obj_description(%s::regclass)", (layout.tables["sections"],)).fetchone()[0]
+        times = json.loads(note) if note else {}
+        result.update(load_reused=True)
+    result.update(copy_s=round(times.get("copy_seconds", float("nan")), 1),
+                  hnsw_build_s=round(times.get("index_seconds", float("nan")), 1),
+                  maintenance_work_mem=mwm, max_parallel_maintenance_workers=int(workers), **sizes(conn, layout))
+    log(f"[{n} {name}] copy {result['copy_s']} s, HNSW {result['hnsw_build_s']} s, "
+        f"table {result['table_bytes'] / 2**20:.0f} MiB, hnsw {result['hnsw_bytes'] / 2**20:.0f} MiB")
+
+    # Recall@k vs exact, and bare top-K latency, per ef_search (direct connection).
+    queries = corpus_query_vectors(docs, args.recall_queries, seed=args.seed + 7)
+    truth = exact_topk(emb, queries, args.k)
+    truth_keys = [{keys[i] for i in row} for row in truth]
+    recall: dict[str, Any] = {}
+    bare = BareTopK(conn, layout, args.k)
+    for ef in args.ef:
+        conn.execute(f"SET hnsw.ef_search = {int(ef)}")
+        conn.execute("SET hnsw.iterative_scan = off")
+        got, times_ms = [], []
+        for q in queries:
+            t = time.perf_counter()
+            hits = bare.run(q)
+            times_ms.append((time.perf_counter() - t) * 1000)
+            got.append({(h.section.doc_id, h.section.section_id) for h in hits})
+        r = float(np.mean([len(g & t) / args.k for g, t in zip(got, truth_keys)]))
+        recall[str(ef)] = {"recall": round(r, 4), "bare_p50_ms": round(statistics.median(times_ms), 3)}
+        log(f"[{n} {name}] ef_search={ef}: recall@{args.k} {r:.3f}, bare top-K p50 {statistics.median(times_ms):.2f} ms")
+    conn.execute("RESET hnsw.ef_search")
+    conn.execute("RESET hnsw.iterative_scan")
+    result["recall"] = recall
+
+    # A vs B through the proxy, interleaved, at each RTT (default ef_search).
+    lat_queries = corpus_query_vectors(docs, args.queries + args.warmup, seed=args.seed + 11)
+    latency: dict[str, Any] = {}
+    with DelayProxyProcess.from_dsn(dsn, 0.0) as proxy:
+        pdsn = proxy.dsn(dsn)
+        a_conn, b_conn = connect(pdsn), connect(pdsn)
+        a, b = BareTopK(a_conn, layout, args.k), OnetripSingle(b_conn, layout, args.k)
+        for rtt in args.rtts:
+            proxy.set_delay_ms(rtt)
+            achieved = measure_rtt(pdsn, n=100)["median_ms"]
+            ta: list[float] = []
+            tb: list[float] = []
+            order = random.Random(args.seed + int(rtt * 10))
+            for i, q in enumerate(lat_queries):
+                pair = [(a, ta), (b, tb)]
+                order.shuffle(pair)
+                for v, sink in pair:
+                    t = time.perf_counter()
+                    v.run(q)
+                    if i >= args.warmup:
+                        sink.append((time.perf_counter() - t) * 1000)
+            latency[str(rtt)] = {
+                "achieved_rtt_ms": round(achieved, 3),
+                "A_p50": round(statistics.median(ta), 3), "A_p95": round(pct(ta, 95), 3),
+                "B_p50": round(statistics.median(tb), 3), "B_p95": round(pct(tb, 95), 3),
+                "B_over_A": round(statistics.median(tb) / statistics.median(ta), 3),
+                "paired_B_over_A": round(statistics.median([y / x for x, y in zip(ta, tb)]), 3),
+                "raw_A_ms": [round(x, 4) for x in ta], "raw_B_ms": [round(x, 4) for x in tb],
+                "load_avg_1m": os.getloadavg()[0],
+            }
+            log(f"[{n} {name}] +{rtt} ms (achieved {achieved:.2f}): A p50 {statistics.median(ta):.2f}, "
+                f"B p50 {statistics.median(tb):.2f}, B/A {latency[str(rtt)]['B_over_A']}")
+        a_conn.close()
+        b_conn.close()
+    result["latency"] = latency
+    return result
+
+
+def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> str:
+    lines = [f"## Scale: growth curve on one machine (k={meta['k']})", "",
+             f"{meta['date']}; {meta['cores']} cores; {meta['server']}; synthetic clustered 384-d corpora; "
+             f"{meta['queries']} interleaved A/B queries per RTT, {meta['recall_queries']} recall queries; "
+             "latency is client wall time per query.", "",
+             "| sections | layout | COPY s | HNSW build s | table MiB | HNSW MiB | recall@10 ef=40 / 100 / 200 "
+             "| bare p50 ms at ef 40/100/200 | A p50/p95 0 ms | B p50/p95 0 ms | A p50/p95 +1 ms | B p50/p95 +1 ms "
+             "| B/A +1 ms |", "|" + "---|" * 13]
+    for r in results:
+        rec = " / ".join(f"{r['recall'][e]['recall']:.3f}" for e in map(str, meta["ef"]))
+        bare = " / ".join(f"{r['recall'][e]['bare_p50_ms']:.2f}" for e in map(str, meta["ef"]))
+        l0, l1 = r["latency"].get("0.0") or r["latency"].get("0"), r["latency"].get("1.0") or r["latency"].get("1")
+
+        def pp(x: dict | None, v: str) -> str:
+            return "–" if not x else f"{x[v + '_p50']:.2f} / {x[v + '_p95']:.2f}"
+
+        lines.append(f"| {r['sections']:,} | {r['layout']} | {r['copy_s']} | {r['hnsw_build_s']} | "
+                     f"{r['table_bytes'] / 2**20:.0f} | {r['hnsw_bytes'] / 2**20:.0f} | {rec} | {bare} | "
+                     f"{pp(l0, 'A')} | {pp(l0, 'B')} | {pp(l1, 'A')} | {pp(l1, 'B')} | "
+                     f"{(l1 or {}).get('B_over_A', '–')} |")
+    lines += ["", f"maintenance_work_mem={meta['maintenance_work_mem']}, parallel maintenance workers="
+              f"{results[0]['max_parallel_maintenance_workers'] if results else '?'}; HNSW m=16, ef_construction=64."]
+    text = "\n".join(lines) + "\n"
+    (out / "scale.md").write_text(text)
+    return text
+
+
+def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for name in sorted({r["layout"] for r in results}):
+        rs = sorted((r for r in results if r["layout"] == name), key=lambda r: r["sections"])
+        xs = [r["sections"] for r in rs]
+        for rtt, style in (("1.0", "-"), ("0.0", ":")):
+            if all(rtt in r["latency"] for r in rs):
+                ax1.plot(xs, [r["latency"][rtt]["A_p50"] for r in rs], "o" + style, label=f"A bare, {name}, +{rtt} ms")
+                ax1.plot(xs, [r["latency"][rtt]["B_p50"] for r in rs], "s" + style, label=f"B onetrip, {name}, +{rtt} ms")
+        for ef in meta["ef"]:
+            ax2.plot(xs, [r["recall"][str(ef)]["recall"] for r in rs], "o-", label=f"{name}, ef_search={ef}")
+    for ax in (ax1, ax2):
+        ax.set_xscale("log")
+        ax.set_xlabel("sections")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    ax1.set_ylabel("p50 latency, ms")
+    ax1.set_title(f"latency vs corpus size (k={meta['k']})")
+    ax2.set_ylabel(f"recall@{meta['k']} vs exact")
+    ax2.set_title("HNSW recall vs corpus size")
+    fig.tight_layout()
+    fig.savefig(out / "scale.png", dpi=110)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dsn", default=None)
+    ap.add_argument("--sizes", default="10000,100000")
+    ap.add_argument("--layouts", default="vector,halfvec")
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--ef", default="40,100,200")
+    ap.add_argument("--rtts", default="0,1")
+    ap.add_argument("--queries", type=int, default=200)
+    ap.add_argument("--warmup", type=int, default=20)
+    ap.add_argument("--recall-queries", type=int, default=100)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--maintenance-work-mem", default="2GB")
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args(argv)
+    args.ef = [int(x) for x in args.ef.split(",")]
+    args.rtts = [float(x) for x in args.rtts.split(",")]
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    dsn = resolve_dsn(args.dsn)
+    previous = json.loads((out / "scale.json").read_text())["results"] if (out / "scale.json").exists() else []
+    results = {(r["sections"], r["layout"]): r for r in previous}
+    with connect(dsn) as conn:
+        server = conn.execute("SELECT version()").fetchone()[0].split(" on ")[0]
+        pgv = conn.execute("SELECT extversion FROM pg_extension WHERE extname='vector'").fetchone()[0]
+        for n in (int(x) for x in args.sizes.split(",")):
+            for name in args.layouts.split(","):
+                results[(n, name)] = run_size(conn, dsn, n, name, args)
+                meta = {"k": args.k, "ef": args.ef, "queries": args.queries, "recall_queries": args.recall_queries,
+                        "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(),
+                        "server": f"{server}, pgvector {pgv}", "maintenance_work_mem": args.maintenance_work_mem}
+                ordered = sorted(results.values(), key=lambda r: (r["layout"], r["sections"]))
+                (out / "scale.json").write_text(json.dumps({"meta": meta, "results": ordered}, indent=1))
+                print(write_report(ordered, meta, out))
+                plot(ordered, meta, out)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
