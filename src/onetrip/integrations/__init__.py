@@ -1,0 +1,269 @@
+"""Framework adapters (LangChain, LlamaIndex) and the framework-free part they share.
+
+This package imports neither framework: ``onetrip.integrations.langchain`` and
+``onetrip.integrations.llamaindex`` do, and are installed with the extras
+``onetrip[langchain]`` / ``onetrip[llamaindex]``. What lives here turns one
+onetrip call (ONE statement: hits + parents + neighbors, or an assembled
+context) into framework-neutral `Item`s, so both adapters return the same
+texts, ids, scores and metadata.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from ..async_retrieve import AsyncRetriever
+from ..context import Context, Passage, passage_header, render_context
+from ..retrieve import (MODES, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord, as_filters,
+                        check_k)
+
+CONTENTS = ("section", "expanded")
+
+__all__ = ["CONTENTS", "Item", "Query", "Source", "hit_item", "passage_item", "to_items"]
+
+
+@dataclass(frozen=True)
+class Item:
+    """One result, before it becomes a LangChain Document or a LlamaIndex node."""
+
+    id: str                  # "doc_id#section_id": stable across calls, unique per result
+    text: str
+    metadata: dict[str, Any]
+    score: float | None      # similarity (1 - distance) in dense mode, RRF score in hybrid/lexical
+    relations: dict[str, str | None]  # parent/prev/next/source ids, for frameworks that link nodes
+
+
+def item_id(doc_id: str, section_id: str) -> str:
+    return f"{doc_id}#{section_id}"
+
+
+def _score(mode: str, distance: float | None, rrf: float | None) -> float | None:
+    """Higher is better, as both frameworks expect: similarity for dense, the fused score otherwise."""
+    if mode == "dense":
+        return None if distance is None else 1.0 - distance
+    return rrf
+
+
+def _related_text(rec: SectionRecord) -> str:
+    return f"{passage_header(rec.doc_id, rec.anchor, rec.heading_path)}\n{rec.content}"
+
+
+def hit_item(hit: Hit, *, mode: str, content: str) -> Item:
+    """A per-hit result; ``content="expanded"`` puts parent, prev, hit, next into the text.
+
+    Expanded text follows reading order (sequence_index) with one heading-path
+    separator per section, and lists a section once when it is both the parent
+    and the previous section. ``content="section"`` keeps the hit's own text
+    and carries the related sections' text in metadata instead.
+    """
+    s = hit.section
+    related = {"parent": hit.parent, "prev": hit.prev, "next": hit.next}
+    meta: dict[str, Any] = {
+        "doc_id": s.doc_id,
+        "section_id": s.section_id,
+        "sequence_index": s.sequence_index,
+        "heading": s.heading,
+        "heading_level": s.heading_level,
+        "heading_path": list(s.heading_path),
+        "anchor": s.anchor,
+        "revision": s.revision,
+        "rank": hit.rank,
+        "distance": hit.distance,
+        "score": _score(mode, hit.distance, hit.score),
+    }
+    # ids of the related sections that came back: None at a boundary, when not asked for, or
+    # when the filters hide it (a hidden parent leaves no trace, not even its id)
+    for role, rec in related.items():
+        meta[f"{role}_section_id"] = rec.section_id if rec else None
+    if content == "section":
+        for role, rec in related.items():
+            meta[f"{role}_content"] = rec.content if rec else None
+            meta[f"{role}_heading_path"] = list(rec.heading_path) if rec else None
+        text = s.content
+    else:
+        seen: dict[str, SectionRecord] = {}
+        for rec in (hit.parent, hit.prev, s, hit.next):
+            if rec is not None:
+                seen.setdefault(rec.section_id, rec)
+        text = "\n\n".join(_related_text(r) for r in sorted(seen.values(), key=lambda r: r.sequence_index))
+    relations = {"source": s.doc_id, **{role: item_id(s.doc_id, rec.section_id) if rec else None
+                                        for role, rec in related.items()}}
+    return Item(item_id(s.doc_id, s.section_id), text, meta, meta["score"], relations)
+
+
+def passage_item(p: Passage, *, mode: str, content: str) -> Item:
+    """An assembled-context passage; ``content="expanded"`` prefixes its heading-path separator,
+    so joining the texts with blank lines gives exactly ``Context.render()``."""
+    meta: dict[str, Any] = {
+        "doc_id": p.doc_id,
+        "section_id": p.section_id,
+        "sequence_index": p.sequence_index,
+        "heading": p.heading,
+        "heading_level": p.heading_level,
+        "heading_path": list(p.heading_path),
+        "anchor": p.anchor,
+        "revision": p.revision,
+        "roles": list(p.roles),
+        "best_rank": p.best_rank,
+        "doc_rank": p.doc_rank,
+        "distance": p.distance,
+        # assemble returns no fused score: only a dense hit passage has one
+        "score": _score(mode, p.distance, None) if p.is_hit else None,
+        "token_count": p.token_count,
+        "context_tokens": p.context_tokens,
+    }
+    text = render_context([p]) if content == "expanded" else p.content
+    return Item(item_id(p.doc_id, p.section_id), text, meta, meta["score"], {"source": p.doc_id})
+
+
+@dataclass(frozen=True)
+class Query:
+    """What every call of an adapter asks onetrip for (validated once, at construction).
+
+    ``expand`` picks the related sections. Per-hit results (the default) carry the
+    parent and the +/-1 neighbors (``Expansion(parent=..., neighbors=0|1)``);
+    wider expansions (ancestors, section, document, neighbors > 1) need
+    ``assembled=True``, which returns the deduplicated, ``max_tokens``-budgeted
+    context in reading order instead of one result per hit.
+    """
+
+    k: int = 5
+    mode: str = "dense"
+    content: str = "expanded"
+    assembled: bool = False
+    expand: Expansion | None = None
+    filters: Filters | None = None
+    max_tokens: int | None = 2000
+    hybrid: HybridOptions | None = None
+
+    def __post_init__(self) -> None:
+        check_k(self.k)
+        if self.expand is not None and not isinstance(self.expand, Expansion):
+            raise TypeError(f"expand must be an Expansion, got {type(self.expand).__name__}")
+        if self.hybrid is not None and not isinstance(self.hybrid, HybridOptions):
+            raise TypeError(f"hybrid must be a HybridOptions, got {type(self.hybrid).__name__}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.content not in CONTENTS:
+            raise ValueError(f"content must be one of {CONTENTS}, got {self.content!r}")
+        exp = self.expand
+        if exp is not None and not self.assembled:
+            wide = exp.ancestors or exp.section or exp.document or exp.neighbors > 1 or exp.neighbor_scope != "any"
+            if wide:
+                raise ValueError("ancestors/section/document, neighbors > 1 and neighbor_scope need assembled=True; "
+                                 "a per-hit result carries the parent and the +/-1 neighbors")
+
+    @classmethod
+    def build(cls, *, filters: Filters | dict[str, Any] | None = None,
+              principals: Sequence[str] | None = None, **fields: Any) -> Query:
+        """Accept filters as a dict and ``principals`` as a shortcut for ``Filters.principals``."""
+        flt = as_filters(filters)
+        if principals is not None:
+            if isinstance(principals, str):
+                raise TypeError("principals must be a list of strings, not one string")
+            if flt.principals is not None:
+                raise ValueError("give principals either in filters or as principals=, not both")
+            flt = dataclasses.replace(flt, principals=tuple(principals))
+        return cls(filters=flt if flt.shape else None, **fields)
+
+    def call(self, text: str | None = None) -> tuple[str, dict[str, Any]]:
+        """The Retriever/AsyncRetriever method and keyword options for one call.
+
+        ``text`` is the query text when the query is given as an embedding (lexical/hybrid need it).
+        """
+        common: dict[str, Any] = {"mode": self.mode, "filters": self.filters}
+        if text is not None and self.mode != "dense":
+            common["text"] = text
+        if self.hybrid is not None:
+            common["hybrid"] = self.hybrid
+        if self.assembled:
+            return "assemble", {**common, "expand": self.expand or Expansion(), "max_tokens": self.max_tokens}
+        exp = self.expand or Expansion()
+        return "search", {**common, "parent": exp.parent, "neighbors": exp.neighbors > 0}
+
+
+def to_items(result: list[Hit] | Context, query: Query) -> list[Item]:
+    """Hits in rank order, or an assembled context's passages in reading order."""
+    if isinstance(result, Context):
+        return [passage_item(p, mode=query.mode, content=query.content) for p in result.passages]
+    return [hit_item(h, mode=query.mode, content=query.content) for h in result]
+
+
+class Source:
+    """The onetrip retrievers behind an adapter: given instances, or made from a DSN on first use.
+
+    Sync calls use a `Retriever`, async calls an `AsyncRetriever` (never the
+    sync one in a thread, which would hold a worker thread per in-flight query).
+    From a DSN each is created lazily, so a sync-only user never opens an async
+    connection; an async connection belongs to the event loop it was made in, so
+    a call from another loop (a second ``asyncio.run``) closes it and makes a new one.
+    """
+
+    def __init__(self, retriever: Retriever | None = None, async_retriever: AsyncRetriever | None = None,
+                 dsn: str | None = None, *, embedder: Any = None, schema: str | None = None,
+                 prefix: str = "") -> None:
+        if retriever is None and async_retriever is None and dsn is None:
+            raise ValueError("give a Retriever, an AsyncRetriever or a dsn")
+        self.retriever = retriever
+        self.async_retriever = async_retriever
+        self.dsn = dsn
+        self.options = {"embedder": embedder, "schema": schema, "prefix": prefix}
+        self._lock = threading.Lock()
+        self._owned_sync = False
+        self._owned_async = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+
+    def sync(self) -> Retriever:
+        if self.retriever is None:
+            with self._lock:  # `batch` calls from worker threads: make ONE connection, not one each
+                if self.retriever is None:
+                    if self.dsn is None:
+                        raise RuntimeError("sync calls need a Retriever or a dsn (this adapter has only an "
+                                           "AsyncRetriever)")
+                    self.retriever = Retriever(self.dsn, **self.options)
+                    self._owned_sync = True
+        return self.retriever
+
+    async def async_(self) -> AsyncRetriever:
+        loop = asyncio.get_running_loop()
+        if self.async_retriever is not None and (not self._owned_async or self._loop is loop):
+            return self.async_retriever
+        if self.dsn is None:
+            raise RuntimeError("async calls need an AsyncRetriever or a dsn (this adapter has only a "
+                               "sync Retriever, and will not run it in a thread)")
+        made = await AsyncRetriever.create(self.dsn, **self.options)
+        if self.async_retriever is not None and self._owned_async and self._loop is loop:
+            await made.close()  # a concurrent call of this loop made one first
+            return self.async_retriever
+        await self.aclose()  # one made in an earlier event loop (closing a plain connection waits on nothing)
+        self.async_retriever, self._owned_async, self._loop = made, True, loop
+        return made
+
+    def search(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
+        """One sync call; ``query`` is text (embedded by onetrip's embedder) or an embedding."""
+        method, options = q.call(text)
+        return to_items(getattr(self.sync(), method)(query, q.k, **options), q)
+
+    async def asearch(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
+        """One async call, on the AsyncRetriever."""
+        method, options = q.call(text)
+        r = await self.async_()
+        return to_items(await getattr(r, method)(query, q.k, **options), q)
+
+    def close(self) -> None:
+        """Close the sync connection this Source opened (given instances stay open)."""
+        with self._lock:
+            if self._owned_sync and self.retriever is not None:
+                self.retriever.close()
+                self.retriever, self._owned_sync = None, False
+
+    async def aclose(self) -> None:
+        """Close the async connection this Source opened (given instances stay open)."""
+        if self._owned_async and self.async_retriever is not None:
+            await self.async_retriever.close()
+            self.async_retriever, self._owned_async, self._loop = None, False, None

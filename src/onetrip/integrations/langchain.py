@@ -1,0 +1,96 @@
+"""LangChain retriever over onetrip: each `invoke`/`ainvoke` is ONE SQL statement.
+
+LangChain's own parent-document and neighbor patterns fetch related chunks in
+extra calls; here the hits, their parents and neighbors (or a whole budgeted
+context) come back together. Install with ``pip install 'onetrip[langchain]'``.
+
+    from onetrip.integrations.langchain import OnetripRetriever
+    retriever = OnetripRetriever(dsn="postgresql://...", k=5)
+    docs = retriever.invoke("Is tennis elbow covered?")
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
+from langchain_core.documents import Document
+from langchain_core.retrievers import BaseRetriever
+from pydantic import PrivateAttr
+
+from ..async_retrieve import AsyncRetriever
+from ..retrieve import Retriever
+from . import Item, Query, Source
+
+__all__ = ["OnetripRetriever", "to_document"]
+
+
+def to_document(item: Item) -> Document:
+    return Document(id=item.id, page_content=item.text, metadata=item.metadata)
+
+
+class OnetripRetriever(BaseRetriever):
+    """A LangChain `BaseRetriever`: top-``k`` sections with parent and neighbors, one statement.
+
+    Give ``retriever`` (sync calls), ``async_retriever`` (async calls; never the
+    sync one in a thread), or ``dsn`` (both made on first use, with ``embedder``).
+
+    content="expanded"  page_content = parent, previous, hit and next section in reading
+                        order, each under its heading-path separator (what a prompt wants)
+    content="section"   page_content = the hit's own text; related text in metadata
+                        (parent_content, prev_content, next_content)
+    assembled=True      the deduplicated, ``max_tokens``-budgeted context of `Retriever.assemble`,
+                        one Document per passage in reading order
+    Metadata: doc_id, section_id, sequence_index, heading_path, anchor, revision, distance,
+    score (1 - distance in dense mode, the RRF score in hybrid/lexical), rank, and
+    parent/prev/next_section_id (roles, best_rank, doc_rank when assembled).
+    """
+
+    retriever: Retriever | None = None
+    async_retriever: AsyncRetriever | None = None
+    dsn: str | None = None
+    embedder: Any = None
+    db_schema: str | None = None
+    prefix: str = ""
+    k: int = 5
+    mode: Literal["dense", "lexical", "hybrid"] = "dense"
+    content: Literal["section", "expanded"] = "expanded"
+    assembled: bool = False
+    # Typed Any so pydantic does not coerce them: a dict with a misspelt filter key must fail
+    # loudly in onetrip's validation, not turn into an empty (unfiltered) Filters.
+    expand: Any = None        # Expansion | None
+    filters: Any = None       # Filters | dict | None
+    principals: Any = None    # Sequence[str] | None: shortcut for Filters.principals
+    max_tokens: int | None = 2000
+    hybrid: Any = None        # HybridOptions | None
+
+    _query: Query = PrivateAttr()
+    _source: Source = PrivateAttr()
+
+    def model_post_init(self, context: Any, /) -> None:
+        super().model_post_init(context)
+        self._query = Query.build(k=self.k, mode=self.mode, content=self.content, assembled=self.assembled,
+                                  expand=self.expand, filters=self.filters, principals=self.principals,
+                                  max_tokens=self.max_tokens, hybrid=self.hybrid)
+        self._source = Source(self.retriever, self.async_retriever, self.dsn, embedder=self.embedder,
+                              schema=self.db_schema, prefix=self.prefix)
+
+    @property
+    def source(self) -> Source:
+        """The onetrip retrievers in use (``source.sync().conn`` is the sync connection)."""
+        return self._source
+
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
+        return [to_document(i) for i in self._source.search(query, self._query)]
+
+    async def _aget_relevant_documents(self, query: str, *,
+                                       run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
+        return [to_document(i) for i in await self._source.asearch(query, self._query)]
+
+    def close(self) -> None:
+        """Close the sync connection made from ``dsn`` (given retrievers stay open)."""
+        self._source.close()
+
+    async def aclose(self) -> None:
+        """Close the async connection made from ``dsn`` (given retrievers stay open)."""
+        await self._source.aclose()

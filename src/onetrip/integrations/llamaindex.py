@@ -1,0 +1,115 @@
+"""LlamaIndex retriever over onetrip: each `retrieve`/`aretrieve` is ONE SQL statement.
+
+LlamaIndex fetches parents and neighbors (auto-merging, prev/next postprocessors)
+with one docstore call each; here they come back with the hits. Install with
+``pip install 'onetrip[llamaindex]'``.
+
+    from onetrip.integrations.llamaindex import OnetripRetriever
+    retriever = OnetripRetriever(dsn="postgresql://...", k=5)
+    nodes = retriever.retrieve("Is tennis elbow covered?")
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llama_index.core.callbacks import CallbackManager
+from llama_index.core.retrievers import BaseRetriever
+from llama_index.core.schema import NodeRelationship, NodeWithScore, ObjectType, QueryBundle, RelatedNodeInfo, TextNode
+
+from ..async_retrieve import AsyncRetriever
+from ..retrieve import Expansion, Filters, HybridOptions, Retriever
+from . import Item, Query, Source
+
+__all__ = ["OnetripRetriever", "to_node"]
+
+# Shown to the LLM by LlamaIndex's metadata rendering; ids, ranks and distances are not.
+LLM_KEYS = ("heading_path", "parent_heading_path", "parent_content", "prev_heading_path", "prev_content",
+            "next_heading_path", "next_content")
+_RELATIONS = {"parent": NodeRelationship.PARENT, "prev": NodeRelationship.PREVIOUS, "next": NodeRelationship.NEXT}
+
+
+def to_node(item: Item) -> NodeWithScore:
+    """A TextNode with id "doc_id#section_id", linked to its document, parent and neighbors."""
+    relationships: dict[NodeRelationship, RelatedNodeInfo] = {
+        NodeRelationship.SOURCE: RelatedNodeInfo(node_id=item.relations["source"], node_type=ObjectType.DOCUMENT)}
+    for role, rel in _RELATIONS.items():
+        if item.relations.get(role):
+            relationships[rel] = RelatedNodeInfo(node_id=item.relations[role], node_type=ObjectType.TEXT)
+    keys = list(item.metadata)
+    node = TextNode(
+        id_=item.id,
+        text=item.text,
+        metadata=item.metadata,
+        relationships=relationships,
+        excluded_embed_metadata_keys=keys,
+        excluded_llm_metadata_keys=[k for k in keys if k not in LLM_KEYS],
+    )
+    return NodeWithScore(node=node, score=item.score)
+
+
+def _query_of(bundle: QueryBundle) -> tuple[Any, str | None]:
+    """A bundle's precomputed embedding is used as is (its text then serves lexical/hybrid ranking)."""
+    if bundle.embedding is not None:
+        return bundle.embedding, bundle.query_str
+    return bundle.query_str, None
+
+
+class OnetripRetriever(BaseRetriever):
+    """A LlamaIndex `BaseRetriever`: top-``k`` sections with parent and neighbors, one statement.
+
+    Give ``retriever`` (sync calls), ``async_retriever`` (async calls, never the
+    sync one in a thread), or ``dsn`` (both made on first use, with ``embedder``).
+
+    content="expanded"  node text = parent, previous, hit and next section in reading order,
+                        each under its heading-path separator
+    content="section"   node text = the hit's own text; related text in node metadata
+                        (parent_content, prev_content, next_content; shown to the LLM)
+    assembled=True      the deduplicated, ``max_tokens``-budgeted context, one node per passage
+                        in reading order
+    Score: 1 - distance in dense mode, the RRF score in hybrid/lexical mode (an assembled
+    context's non-hit passages, and hybrid ones, have none).
+    """
+
+    def __init__(
+        self,
+        retriever: Retriever | None = None,
+        async_retriever: AsyncRetriever | None = None,
+        *,
+        dsn: str | None = None,
+        embedder: Any = None,
+        schema: str | None = None,
+        prefix: str = "",
+        k: int = 5,
+        mode: str = "dense",
+        content: str = "expanded",
+        assembled: bool = False,
+        expand: Expansion | None = None,
+        filters: Filters | dict[str, Any] | None = None,
+        principals: Sequence[str] | None = None,
+        max_tokens: int | None = 2000,
+        hybrid: HybridOptions | None = None,
+        callback_manager: CallbackManager | None = None,
+        verbose: bool = False,
+    ) -> None:
+        self.query = Query.build(k=k, mode=mode, content=content, assembled=assembled, expand=expand,
+                                 filters=filters, principals=principals, max_tokens=max_tokens, hybrid=hybrid)
+        self.source = Source(retriever, async_retriever, dsn, embedder=embedder, schema=schema, prefix=prefix)
+        super().__init__(callback_manager=callback_manager, verbose=verbose)
+
+    def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query, text = _query_of(query_bundle)
+        return [to_node(i) for i in self.source.search(query, self.query, text)]
+
+    async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
+        query, text = _query_of(query_bundle)
+        return [to_node(i) for i in await self.source.asearch(query, self.query, text)]
+
+    def close(self) -> None:
+        """Close the sync connection made from ``dsn`` (given retrievers stay open)."""
+        self.source.close()
+
+    async def aclose(self) -> None:
+        """Close the async connection made from ``dsn`` (given retrievers stay open)."""
+        await self.source.aclose()

@@ -1,0 +1,373 @@
+"""LangChain and LlamaIndex adapters, called through the frameworks' own interfaces on the real database.
+
+Each call must give what the onetrip API gives for the same query, carry the
+section facts in metadata, put parent/neighbor text where the `content` flag
+says, honour filters (a hidden parent leaves no trace), and send ONE statement.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from onetrip import AsyncRetriever, Expansion, Filters, Retriever, init_schema
+from onetrip.ingest import ingest_paths
+from onetrip.store import DocumentRecord, replace_document
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+
+pytest.importorskip("langchain_core")
+pytest.importorskip("llama_index.core")
+
+from onetrip.integrations.langchain import OnetripRetriever as LCRetriever  # noqa: E402
+from onetrip.integrations.llamaindex import OnetripRetriever as LIRetriever  # noqa: E402
+
+LAYOUT = Layout(dim=384)
+DEMO = Path(__file__).resolve().parents[1] / "src" / "onetrip" / "demo_corpus"
+
+
+@dataclass(frozen=True)
+class Sec:
+    section_id: str
+    parent_section_id: str | None
+    sequence_index: int
+    level: int
+    heading: str
+    heading_path: tuple[str, ...]
+    content: str
+    acl: tuple[str, ...] | None = None
+    anchor: str | None = None
+    token_count: int = 12
+    metadata: dict = field(default_factory=dict)
+
+
+H = "Employee handbook"
+SECTIONS = [
+    Sec("root", None, 0, 1, H, (H,), "Welcome to the handbook."),
+    Sec("leave", "root", 1, 2, "Leave", (H, "Leave"), "Leave policy overview: vacation and sick leave.",
+        anchor="leave"),
+    Sec("vacation", "leave", 2, 3, "Vacation", (H, "Leave", "Vacation"), "Vacation days accrue monthly at two days.",
+        anchor="vacation"),
+    Sec("sick", "leave", 3, 3, "Sick leave", (H, "Leave", "Sick leave"), "Sick leave needs a note after three days."),
+    Sec("salaries", "root", 4, 2, "Salaries", (H, "Salaries"), "Salary bands are confidential: band A is 90k.",
+        acl=("hr",)),
+    Sec("bonus", "salaries", 5, 3, "Bonus rules", (H, "Salaries", "Bonus rules"),
+        "Bonuses are paid in March each year."),
+    Sec("travel", "root", 6, 2, "Travel", (H, "Travel"), "Book travel through the portal."),
+]
+VACATION = SECTIONS[2].content   # HashEmbedder: the query equal to a section's text is that section's vector
+BONUS = SECTIONS[5].content
+SECRET = "band A is 90k"
+QUERIES = [VACATION, "Is tennis elbow covered by the travel insurance?", "How do I descale the espresso machine?"]
+
+
+@pytest.fixture
+def corpus(db):
+    """The bundled demo corpus (public) plus a handbook whose Salaries section only HR may read."""
+    init_schema(db, LAYOUT)
+    emb = HashEmbedder()
+    report = ingest_paths(db, [DEMO], layout=LAYOUT, embedder=emb)
+    assert report.new == 3 and not report.failed
+    rec = DocumentRecord(doc_id="handbook", source_uri="file:///kb/handbook.md", title=H,
+                         content_hash=hashlib.sha256(b"handbook").hexdigest())
+    replace_document(db, LAYOUT, rec, SECTIONS, emb.embed_documents([s.content for s in SECTIONS]))
+    return db
+
+
+def _api_sig(hits):
+    """Dense mode: the adapters' score is the similarity 1 - distance."""
+    return [(f"{h.section.doc_id}#{h.section.section_id}", h.section.content, h.distance, 1 - h.distance)
+            for h in hits]
+
+
+def _doc_sig(docs):
+    return [(d.id, d.page_content, d.metadata["distance"], d.metadata["score"]) for d in docs]
+
+
+# --------------------------------------------------------------------------- LangChain
+
+
+def test_langchain_invoke_equals_api_and_carries_metadata(corpus, statement_log):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    lc = LCRetriever(retriever=api, k=4, content="section")
+    for q in QUERIES:
+        with statement_log.watch(corpus) as w:
+            docs = lc.invoke(q)
+        assert len(w.statements) == 1, w.statements
+        hits = api.search(q, k=4)
+        assert [(d.id, d.page_content, d.metadata["distance"]) for d in docs] == \
+            [(f"{h.section.doc_id}#{h.section.section_id}", h.section.content, h.distance) for h in hits]
+        for d, h in zip(docs, hits):
+            m = d.metadata
+            assert m["doc_id"] == h.section.doc_id and m["section_id"] == h.section.section_id
+            assert m["sequence_index"] == h.section.sequence_index
+            assert m["heading_path"] == list(h.section.heading_path) and m["anchor"] == h.section.anchor
+            assert m["revision"] == h.section.revision == 1
+            assert m["score"] == pytest.approx(1 - h.distance) and m["rank"] == h.rank
+            for role in ("parent", "prev", "next"):
+                rec = getattr(h, role)
+                assert m[f"{role}_section_id"] == (rec and rec.section_id)
+                assert m[f"{role}_content"] == (rec and rec.content)
+    top = lc.invoke(VACATION)[0]
+    assert top.id == "handbook#vacation" and top.metadata["distance"] == pytest.approx(0, abs=1e-6)
+    assert top.metadata["parent_content"] == SECTIONS[1].content
+    assert top.metadata["prev_section_id"] == "leave" and top.metadata["next_content"] == SECTIONS[3].content
+
+
+def test_langchain_expanded_text_has_parent_and_neighbors_in_reading_order(corpus):
+    lc = LCRetriever(retriever=Retriever(corpus, embedder=HashEmbedder()), k=2)  # content="expanded" by default
+    top = lc.invoke(VACATION)[0]
+    text = top.page_content
+    # the parent is also the previous section: listed once, then the hit, then the next section
+    # (a related section's separator names only its document: the search returns no anchor for it)
+    assert text == (
+        "### Employee handbook > Leave [handbook]\n" + SECTIONS[1].content + "\n\n"
+        "### Employee handbook > Leave > Vacation [handbook#vacation]\n" + VACATION + "\n\n"
+        "### Employee handbook > Leave > Sick leave [handbook]\n" + SECTIONS[3].content)
+    assert top.metadata["parent_section_id"] == "leave" and "parent_content" not in top.metadata
+    narrow = LCRetriever(retriever=Retriever(corpus, embedder=HashEmbedder()), k=1,
+                         expand=Expansion(parent=False, neighbors=0)).invoke(VACATION)[0]
+    assert narrow.page_content == "### Employee handbook > Leave > Vacation [handbook#vacation]\n" + VACATION
+    assert narrow.metadata["parent_section_id"] is None and narrow.metadata["next_section_id"] is None
+
+
+def test_langchain_principals_hide_a_parent(corpus):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    for content in ("section", "expanded"):
+        docs = LCRetriever(retriever=api, k=3, content=content, principals=["alice"]).invoke(BONUS)
+        assert docs[0].id == "handbook#bonus"
+        assert all(SECRET not in d.page_content and SECRET not in str(d.metadata) for d in docs)
+        assert docs[0].metadata["parent_section_id"] is None
+        assert "handbook#salaries" not in {d.id for d in docs}
+        hr = LCRetriever(retriever=api, k=3, content=content, filters={"principals": ["hr"]}).invoke(BONUS)[0]
+        assert hr.metadata["parent_section_id"] == "salaries" and SECRET in hr.page_content + str(hr.metadata)
+    only_demo = LCRetriever(retriever=api, k=5, filters=Filters(doc_ids=("handbook",)), principals=[]).invoke(VACATION)
+    assert {d.metadata["doc_id"] for d in only_demo} == {"handbook"}
+    assert "handbook#salaries" not in {d.id for d in only_demo}
+    assert only_demo == LCRetriever(retriever=api, k=5, filters={"doc_ids": ["handbook"], "principals": []}).invoke(
+        VACATION)
+
+
+def test_langchain_hybrid_score_is_rrf(corpus):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    docs = LCRetriever(retriever=api, k=5, mode="hybrid", content="section").invoke("espresso machine descaling")
+    hits = api.search("espresso machine descaling", k=5, mode="hybrid")
+    assert [(d.id, d.metadata["score"]) for d in docs] == \
+        [(f"{h.section.doc_id}#{h.section.section_id}", h.score) for h in hits]
+    assert all(d.metadata["score"] > 0 for d in docs)
+
+
+def test_langchain_assembled_context_in_reading_order(corpus, statement_log):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    lc = LCRetriever(retriever=api, k=4, assembled=True, max_tokens=400, expand=Expansion(neighbors=2, ancestors=True))
+    with statement_log.watch(corpus) as w:
+        docs = lc.invoke(VACATION)
+    assert len(w.statements) == 1
+    ctx = api.assemble(VACATION, 4, max_tokens=400, neighbors=2, ancestors=True)
+    assert [d.id for d in docs] == [f"{p.doc_id}#{p.section_id}" for p in ctx.passages]
+    assert "\n\n".join(d.page_content for d in docs) == ctx.render()
+    assert [d.metadata["roles"] for d in docs] == [list(p.roles) for p in ctx.passages]
+    assert sum(d.metadata["context_tokens"] for d in docs) <= 400
+    hit = next(d for d in docs if d.id == "handbook#vacation")
+    assert hit.metadata["score"] == pytest.approx(1.0, abs=1e-6) and hit.metadata["best_rank"] == 1
+    plain = LCRetriever(retriever=api, k=4, assembled=True, content="section").invoke(VACATION)
+    assert [d.page_content for d in plain] == [p.content for p in api.assemble(VACATION, 4).passages]
+
+
+def test_langchain_ainvoke_uses_async_retriever_one_statement(corpus, dsn, statement_log):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    want = [api.search(q, k=3) for q in QUERIES]
+
+    async def main():
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        lc = LCRetriever(async_retriever=ar, k=3, content="section")
+        got, counts = [], []
+        for q in QUERIES:
+            with statement_log.watch(ar.conn) as w:
+                got.append(await lc.ainvoke(q))
+            counts.append(len(w.statements))
+        with pytest.raises(RuntimeError, match="sync calls need"):
+            lc.invoke(VACATION)
+        await ar.close()
+        return got, counts
+
+    got, counts = asyncio.run(main())
+    assert counts == [1] * len(QUERIES)
+    assert [_doc_sig(d) for d in got] == [_api_sig(h) for h in want]
+    with pytest.raises(RuntimeError, match="will not run it in a thread"):
+        asyncio.run(LCRetriever(retriever=api).ainvoke(VACATION))
+
+
+def test_langchain_from_dsn_sync_async_and_batch(corpus, dsn, statement_log):
+    lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=3, content="section")
+    api = Retriever(corpus, embedder=HashEmbedder())
+    want = [_api_sig(api.search(q, k=3)) for q in QUERIES]
+    assert [_doc_sig(d) for d in lc.batch(QUERIES)] == want
+    with statement_log.watch(lc.source.sync().conn) as w:
+        assert _doc_sig(lc.invoke(QUERIES[1])) == want[1]
+    assert len(w.statements) == 1
+
+    async def main():
+        first = await lc.ainvoke(QUERIES[0])      # makes the AsyncRetriever (its setup statements)
+        with statement_log.watch(lc.source.async_retriever.conn) as w:
+            rest = await lc.abatch(QUERIES[1:])
+        await lc.aclose()
+        return [first, *rest], len(w.statements)
+
+    got, count = asyncio.run(main())
+    assert [_doc_sig(d) for d in got] == want and count == len(QUERIES) - 1
+
+    async def one(q):
+        return await lc.ainvoke(q), lc.source.async_retriever
+
+    docs1, r1 = asyncio.run(one(QUERIES[2]))
+    docs2, r2 = asyncio.run(one(QUERIES[0]))  # another event loop: the old connection is closed, a new one made
+    assert r1 is not r2 and r1.conn.closed and not r2.conn.closed
+    assert (_doc_sig(docs1), _doc_sig(docs2)) == (want[2], want[0])
+    asyncio.run(lc.aclose())
+    lc.close()
+    assert r2.conn.closed and lc.source.async_retriever is None and lc.source.retriever is None
+
+
+# --------------------------------------------------------------------------- LlamaIndex
+
+
+def test_llamaindex_retrieve_equals_api_one_statement(corpus, statement_log):
+    from llama_index.core.schema import NodeRelationship, NodeWithScore, TextNode
+
+    api = Retriever(corpus, embedder=HashEmbedder())
+    li = LIRetriever(api, k=4, content="section")
+    for q in QUERIES:
+        with statement_log.watch(corpus) as w:
+            nodes = li.retrieve(q)
+        assert len(w.statements) == 1, w.statements
+        hits = api.search(q, k=4)
+        assert all(isinstance(n, NodeWithScore) and isinstance(n.node, TextNode) for n in nodes)
+        assert [(n.node.node_id, n.node.text, n.score) for n in nodes] == \
+            [(f"{h.section.doc_id}#{h.section.section_id}", h.section.content, pytest.approx(1 - h.distance))
+             for h in hits]
+        for n, h in zip(nodes, hits):
+            assert n.node.metadata["heading_path"] == list(h.section.heading_path)
+            assert n.node.metadata["parent_content"] == (h.parent and h.parent.content)
+            assert n.node.ref_doc_id == h.section.doc_id
+    top = li.retrieve(VACATION)[0]
+    assert top.node.node_id == "handbook#vacation" and top.score == pytest.approx(1.0, abs=1e-6)
+    rel = top.node.relationships
+    assert rel[NodeRelationship.PARENT].node_id == "handbook#leave"
+    assert rel[NodeRelationship.PREVIOUS].node_id == "handbook#leave"
+    assert rel[NodeRelationship.NEXT].node_id == "handbook#sick"
+    from llama_index.core.schema import MetadataMode
+
+    llm_text = top.node.get_content(MetadataMode.LLM)
+    assert SECTIONS[1].content in llm_text and "distance" not in llm_text and VACATION in llm_text
+
+
+def test_llamaindex_expanded_hybrid_and_hidden_parent(corpus):
+    from llama_index.core.schema import NodeRelationship, QueryBundle
+
+    api = Retriever(corpus, embedder=HashEmbedder())
+    top = LIRetriever(api, k=2).retrieve(VACATION)[0]
+    assert SECTIONS[1].content in top.node.text and SECTIONS[3].content in top.node.text
+    assert top.node.text.index(SECTIONS[1].content) < top.node.text.index(VACATION) < top.node.text.index(
+        SECTIONS[3].content)
+
+    nodes = LIRetriever(api, k=5, mode="hybrid").retrieve("Vacation days accrue monthly")
+    hits = api.search("Vacation days accrue monthly", k=5, mode="hybrid")
+    assert [(n.node.node_id, n.score) for n in nodes] == \
+        [(f"{h.section.doc_id}#{h.section.section_id}", h.score) for h in hits]
+    # a precomputed embedding in the bundle is used as is; the text still drives the lexical side
+    bundle = QueryBundle("Vacation days accrue monthly", embedding=list(HashEmbedder().embed_query(
+        "Vacation days accrue monthly")))
+    assert [(n.node.node_id, n.score) for n in LIRetriever(api, k=5, mode="hybrid").retrieve(bundle)] == \
+        [(n.node.node_id, n.score) for n in nodes]
+
+    for content in ("section", "expanded"):
+        hidden = LIRetriever(api, k=3, content=content, principals=("alice",)).retrieve(BONUS)
+        assert hidden[0].node.node_id == "handbook#bonus"
+        assert NodeRelationship.PARENT not in hidden[0].node.relationships
+        assert all(SECRET not in n.node.get_content("all") for n in hidden)
+        hr = LIRetriever(api, k=3, content=content, principals=("hr",)).retrieve(BONUS)[0]
+        assert hr.node.relationships[NodeRelationship.PARENT].node_id == "handbook#salaries"
+
+
+def test_llamaindex_assembled(corpus):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    nodes = LIRetriever(api, k=3, assembled=True, max_tokens=300).retrieve(VACATION)
+    ctx = api.assemble(VACATION, 3, max_tokens=300)
+    assert [n.node.node_id for n in nodes] == [f"{p.doc_id}#{p.section_id}" for p in ctx.passages]
+    assert "\n\n".join(n.node.text for n in nodes) == ctx.render()
+    assert [n.score is not None for n in nodes] == [p.is_hit for p in ctx.passages]
+
+
+def test_llamaindex_aretrieve_uses_async_retriever_one_statement(corpus, dsn, statement_log):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    want = [[(f"{h.section.doc_id}#{h.section.section_id}", h.section.content, h.distance) for h in api.search(q, k=3)]
+            for q in QUERIES]
+
+    async def main():
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        li = LIRetriever(async_retriever=ar, k=3, content="section")
+        got, counts = [], []
+        for q in QUERIES:
+            with statement_log.watch(ar.conn) as w:
+                got.append(await li.aretrieve(q))
+            counts.append(len(w.statements))
+        ctx_nodes = await LIRetriever(async_retriever=ar, k=3, assembled=True).aretrieve(VACATION)
+        await ar.close()
+        return got, counts, ctx_nodes
+
+    got, counts, ctx_nodes = asyncio.run(main())
+    assert counts == [1] * len(QUERIES)
+    assert [[(n.node.node_id, n.node.text, n.node.metadata["distance"]) for n in g] for g in got] == want
+    passages = api.assemble(VACATION, 3).passages
+    assert [n.node.node_id for n in ctx_nodes] == [f"{p.doc_id}#{p.section_id}" for p in passages]
+
+    li = LIRetriever(dsn=dsn, embedder=HashEmbedder(), k=3, content="section")
+    assert [(n.node.node_id, n.node.text, n.node.metadata["distance"]) for n in li.retrieve(QUERIES[1])] == want[1]
+
+    async def from_dsn():
+        out = await li.aretrieve(QUERIES[2])
+        await li.aclose()
+        return out
+
+    assert [(n.node.node_id, n.node.text, n.node.metadata["distance"]) for n in asyncio.run(from_dsn())] == want[2]
+    li.close()
+
+
+# --------------------------------------------------------------------------- packaging and validation
+
+
+def test_importing_onetrip_imports_no_framework():
+    code = ("import sys, onetrip, onetrip.integrations; "
+            "bad = [m for m in sys.modules if m.split('.')[0] in ('langchain_core', 'llama_index')]; "
+            "assert not bad, bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_options_are_validated_at_construction(corpus):
+    api = Retriever(corpus, embedder=HashEmbedder())
+    with pytest.raises(ValueError, match="assembled=True"):
+        LCRetriever(retriever=api, expand=Expansion(ancestors=True))
+    with pytest.raises(ValueError, match="assembled=True"):
+        LIRetriever(api, expand=Expansion(neighbors=2))
+    with pytest.raises(ValueError, match="content"):
+        LIRetriever(api, content="full")
+    with pytest.raises(ValueError, match="not both"):
+        LIRetriever(api, filters={"principals": ["a"]}, principals=["b"])
+    with pytest.raises(ValueError, match="dsn"):
+        LIRetriever()
+    with pytest.raises(ValueError, match="unknown filter"):
+        LCRetriever(retriever=api, filters={"colection": ["x"]})  # a typo must not silently drop the filter
+    with pytest.raises(ValueError, match="k must be"):
+        LCRetriever(retriever=api, k=0)
+    with pytest.raises(TypeError, match="expand must be"):
+        LIRetriever(api, expand={"parent": False})
+    assert np.isclose(LCRetriever(retriever=api, k=1).invoke(VACATION)[0].metadata["score"], 1.0, atol=1e-6)
