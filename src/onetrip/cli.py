@@ -114,6 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trust-request-principals", action="store_true",
                    help="take principals from the request's \"principals\" field")
     g.add_argument("--no-acl", action="store_true", help="no ACL check at all (every row readable)")
+    p.add_argument("--application-name", default="onetrip-serve",
+                   help="application_name of the pool's connections, as pg_stat_activity shows it")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--no-access-log", action="store_true", help="do not log each request")
     return parser
@@ -380,7 +382,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         token=http_service.token_from_env(args.token), max_body=args.max_body, max_k=args.max_k,
         max_tokens_cap=args.max_tokens_cap, pool_size=args.pool_size, db_timeout=args.db_timeout,
         principals=http_service.operator_principals(args.principal, args.no_acl),
-        trust_request_principals=args.trust_request_principals,
+        trust_request_principals=args.trust_request_principals, application_name=args.application_name,
     )
     http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
                      access_log=not args.no_access_log)

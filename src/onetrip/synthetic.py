@@ -134,8 +134,10 @@ def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_m
     init_schema(conn, layout)
     t = layout.tables
     hnsw = layout.names["hnsw_index"]
-    indexdef = conn.execute("SELECT indexdef FROM pg_indexes WHERE indexname = %s AND tablename = %s",
-                            (hnsw.strip('"'), (layout.prefix + "sections"))).fetchone()[0]
+    indexdef = conn.execute(
+        "SELECT indexdef FROM pg_indexes WHERE indexname = %s AND tablename = %s "
+        "AND schemaname = coalesce(%s, current_schema())",
+        (hnsw.strip('"'), layout.prefix + "sections", layout.schema)).fetchone()[0]
     indexdef = indexdef.replace(" ON ONLY ", " ON ")  # a partitioned table's index covers its partitions
     t0 = time.perf_counter()
     with conn.transaction():

@@ -1,0 +1,736 @@
+"""`onetrip serve`: the retriever over HTTP (Starlette under uvicorn).
+
+Endpoints
+    POST /search        top-K hits and/or the assembled, budgeted context for a query
+    GET  /health        200 {"status": "ok"} when a pooled connection answers; else 503 (no token needed)
+    GET  /stats         pool statistics and request counts (to check the pool stays within its size)
+    GET  /openapi.json  this API: request and response schemas of every endpoint
+
+One `AsyncRetriever` over one `AsyncConnectionPool` (`onetrip.pool.make_async_pool`)
+serves every request. The pool is opened at startup WITHOUT waiting for the
+database, and the retriever (which reads the table layout) is created on the
+first request that needs it, so a database that does not answer makes
+/health and /search say 503 with a clear message instead of failing the start;
+they recover by themselves when the database comes back.
+
+Statements per request. Hits (one row per hit with its parent and ±1
+neighbors) and the assembled context (deduplicated, budgeted passages) are two
+different result shapes made by two different statements; neither can be
+derived from the other (the budget drops hits; passages do not say which hit
+they neighbor). So a request costs one statement per shape it asks for:
+``"hits": true, "context": true`` (the default) is two statements run one after
+the other, each on a pooled connection held only for that statement; asking
+for one shape is one statement. A text query is embedded ONCE per request (in a
+worker thread) and the vector is used by both statements.
+
+Principals (whose ACL rows a request may read), in this order:
+    --trust-request-principals   the request's "principals" list is used (a
+                                 caller that omits it gets the operator's setting below);
+                                 without this flag a request carrying "principals" is refused (403)
+    --principal P (repeatable)   these principals, for every request
+    --no-acl                     no ACL check at all (explicit opt-in only)
+    none of the above            public rows only (rows whose acl is NULL)
+
+Security. Binds 127.0.0.1 unless told otherwise. With a token (--token or
+$ONETRIP_TOKEN) every endpoint but /health needs ``Authorization: Bearer
+<token>`` (compared in constant time). Bodies over --max-body bytes get 413
+before being read further; k and the token budget are capped (--max-k,
+--max-tokens-cap). Every error is ``{"error": {"code", "message", ...}}`` with a
+4xx/5xx status, never a stack trace (those go to the server log).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from .async_retrieve import AsyncRetriever
+from .cli import context_to_json, hit_to_json
+from .embedders import Embedder, SentenceTransformerEmbedder
+from .errors import ConnectionFailedError, SchemaMissingError
+from .retrieve import MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODES, NEIGHBOR_SCOPES, Expansion, Filters
+
+log = logging.getLogger("onetrip.serve")
+
+ENV_TOKEN = "ONETRIP_TOKEN"
+DEFAULT_HOST = "127.0.0.1"
+DEFAULT_PORT = 8000
+DEFAULT_MAX_BODY = 64 * 1024
+DEFAULT_MAX_K = 50
+DEFAULT_MAX_TOKENS_CAP = 16000
+DEFAULT_MAX_TOKENS = 2000
+DEFAULT_K = 5
+DEFAULT_POOL_SIZE = 10
+DEFAULT_DB_TIMEOUT = 5.0
+APPLICATION_NAME = "onetrip-serve"
+
+REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "principals", "max_tokens",
+                  "hits", "context")
+EXPAND_FIELDS = tuple(Expansion.__dataclass_fields__)
+FILTER_FIELDS = ("collections", "doc_ids", "source_prefix", "metadata")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    """What the operator decides; requests can only narrow it."""
+
+    dsn: str | None = None                      # None: $ONETRIP_DSN, else the embedded server
+    schema: str | None = None
+    prefix: str = ""
+    token: str | None = None
+    max_body: int = DEFAULT_MAX_BODY
+    max_k: int = DEFAULT_MAX_K
+    max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP
+    pool_size: int = DEFAULT_POOL_SIZE
+    db_timeout: float = DEFAULT_DB_TIMEOUT      # seconds to wait for a pooled connection
+    principals: tuple[str, ...] | None = ()     # operator's principals: () public only, None no ACL check
+    trust_request_principals: bool = False
+    application_name: str = APPLICATION_NAME    # shows in pg_stat_activity
+
+    def __post_init__(self) -> None:
+        def positive_int(name: str, hi: int | None = None) -> None:
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < 1 or (hi is not None and v > hi):
+                raise ValueError(f"{name} must be an integer from 1 to {hi}, got {v!r}" if hi else
+                                 f"{name} must be a positive integer, got {v!r}")
+
+        positive_int("max_k", MAX_K)
+        positive_int("max_tokens_cap", MAX_BUDGET)
+        positive_int("max_body")
+        positive_int("pool_size")
+        if not self.db_timeout > 0:
+            raise ValueError(f"db_timeout must be positive, got {self.db_timeout!r}")
+        if self.token is not None and not self.token.strip():
+            raise ValueError("the bearer token is empty (unset it to run without one)")
+        if self.principals is not None:
+            object.__setattr__(self, "principals", tuple(self.principals))
+
+    @property
+    def default_max_tokens(self) -> int:
+        return min(DEFAULT_MAX_TOKENS, self.max_tokens_cap)
+
+
+def operator_principals(principals: list[str] | None, no_acl: bool) -> tuple[str, ...] | None:
+    """The --principal / --no-acl policy: explicit principals, no check only when asked, else public only."""
+    if no_acl and principals:
+        raise ValueError("--no-acl and --principal contradict each other: give one or the other")
+    if no_acl:
+        return None
+    cleaned = tuple(p.strip() for p in principals or () if p.strip())
+    if principals and not cleaned:
+        raise ValueError("--principal needs a non-empty name")
+    return cleaned
+
+
+class ApiError(Exception):
+    """An error the client caused or should know about, with its HTTP status."""
+
+    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status, self.code, self.message, self.extra = status, code, message, extra
+
+    def response(self) -> JSONResponse:
+        headers = {"WWW-Authenticate": "Bearer"} if self.status == 401 else None
+        return JSONResponse({"error": {"code": self.code, "message": self.message, **self.extra}},
+                            status_code=self.status, headers=headers)
+
+
+# ---------------------------------------------------------------- request validation
+
+
+@dataclass(frozen=True)
+class SearchRequest:
+    """A validated /search body."""
+
+    query: str | None
+    embedding: np.ndarray | None
+    k: int
+    mode: str
+    expand: Expansion
+    filters: Filters
+    max_tokens: int
+    hits: bool
+    context: bool
+
+
+def _invalid(field_name: str, message: str, code: str = "invalid_field") -> ApiError:
+    return ApiError(422, code, f"{field_name}: {message}", field=field_name)
+
+
+def _text(value: Any, name: str) -> str:
+    """A string PostgreSQL will accept (no NUL, valid UTF-8), or a 422."""
+    if not isinstance(value, str):
+        raise _invalid(name, f"must be a string, got {_json_type(value)}")
+    if "\x00" in value:
+        raise _invalid(name, "must not contain NUL characters")
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise _invalid(name, "is not valid Unicode (lone surrogate)") from None
+    return value
+
+
+def _json_type(value: Any) -> str:
+    return {dict: "an object", list: "a list", str: "a string", bool: "a boolean", type(None): "null",
+            int: "an integer", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def _int(value: Any, name: str, lo: int, hi: int, code: str = "invalid_field") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise _invalid(name, f"must be an integer, got {_json_type(value)}")
+    if not lo <= value <= hi:
+        raise _invalid(name, f"must be from {lo} to {hi}, got {value}", code)
+    return value
+
+
+def _bool(value: Any, name: str) -> bool:
+    if not isinstance(value, bool):
+        raise _invalid(name, f"must be true or false, got {_json_type(value)}")
+    return value
+
+
+def _strings(value: Any, name: str) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise _invalid(name, f"must be a list of strings, got {_json_type(value)}")
+    return tuple(_text(v, f"{name}[{i}]") for i, v in enumerate(value))
+
+
+MAX_JSON_DEPTH = 32
+
+
+def _json_value(value: Any, name: str, depth: int = 0) -> Any:
+    """Check every string inside a JSON value (jsonb refuses NUL too), and its nesting."""
+    if depth > MAX_JSON_DEPTH:
+        raise _invalid(name, f"is nested more than {MAX_JSON_DEPTH} levels deep")
+    if isinstance(value, str):
+        _text(value, name)
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _text(k, f"{name} key")
+            _json_value(v, f"{name}.{k}", depth + 1)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            _json_value(v, f"{name}[{i}]", depth + 1)
+    return value
+
+
+def _object(value: Any, name: str, known: tuple[str, ...], code: str = "unknown_field") -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _invalid(name, f"must be a JSON object, got {_json_type(value)}")
+    unknown = sorted(set(value) - set(known))
+    if unknown:
+        what = "filter key" if code == "unknown_filter_key" else "field"
+        raise ApiError(422, code, f"unknown {what}(s) {', '.join(unknown)} in {name}; known: {', '.join(known)}",
+                       field=f"{name}.{unknown[0]}" if name != "body" else unknown[0])
+    return value
+
+
+def _embedding(value: Any) -> np.ndarray:
+    if not isinstance(value, list) or not value:
+        raise _invalid("embedding", "must be a non-empty list of numbers")
+    for i, v in enumerate(value):
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            raise _invalid("embedding", f"item {i} must be a number, got {_json_type(v)}")
+    try:
+        arr = np.asarray(value, dtype=np.float64)
+    except OverflowError:
+        raise _invalid("embedding", "contains a value that is not a finite 32-bit float") from None
+    if not np.all(np.isfinite(arr)) or np.any(np.abs(arr) > np.finfo(np.float32).max):
+        raise _invalid("embedding", "contains a value that is not a finite 32-bit float")
+    return arr.astype(np.float32)
+
+
+def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
+    """Validate a /search body against the operator's caps; every problem is a 4xx naming the field."""
+    body = _object(body, "body", REQUEST_FIELDS)
+    query = _text(body["query"], "query") if body.get("query") is not None else None
+    if query is not None and not query.strip():
+        raise _invalid("query", "is empty")
+    embedding = _embedding(body["embedding"]) if body.get("embedding") is not None else None
+    mode = body.get("mode", "dense")
+    if mode not in MODES:
+        raise _invalid("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+    if query is None and embedding is None:
+        raise ApiError(422, "missing_query", "give query (text) or embedding (a list of floats)", field="query")
+    if mode == "lexical" and (query is None or embedding is not None):
+        raise _invalid("query", "lexical mode takes the query text only (no embedding)", "missing_query")
+    if mode == "hybrid" and query is None:
+        raise _invalid("query", "hybrid mode needs the query text (with or without an embedding)", "missing_query")
+    if mode == "dense" and query is not None and embedding is not None:
+        raise _invalid("embedding", "dense mode takes query or embedding, not both (both are for hybrid)")
+    k = _int(body.get("k", DEFAULT_K), "k", 1, cfg.max_k, "k_out_of_range")
+    max_tokens = body.get("max_tokens", cfg.default_max_tokens)
+    if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cfg.max_tokens_cap:
+        raise ApiError(422, "budget_too_large",
+                       f"max_tokens: {max_tokens} is over this service's cap of {cfg.max_tokens_cap}",
+                       field="max_tokens", cap=cfg.max_tokens_cap)
+    max_tokens = _int(max_tokens, "max_tokens", 1, cfg.max_tokens_cap)
+
+    raw_exp = _object(body.get("expand", {}), "expand", EXPAND_FIELDS)
+    exp: dict[str, Any] = {}
+    for name in ("parent", "ancestors", "section", "document"):
+        if name in raw_exp:
+            exp[name] = _bool(raw_exp[name], f"expand.{name}")
+    if "neighbors" in raw_exp:
+        exp["neighbors"] = _int(raw_exp["neighbors"], "expand.neighbors", 0, MAX_NEIGHBORS)
+    if "neighbor_scope" in raw_exp:
+        if raw_exp["neighbor_scope"] not in NEIGHBOR_SCOPES:
+            raise _invalid("expand.neighbor_scope", f"must be one of {', '.join(NEIGHBOR_SCOPES)}")
+        exp["neighbor_scope"] = raw_exp["neighbor_scope"]
+    if "document_max_tokens" in raw_exp:
+        exp["document_max_tokens"] = _int(raw_exp["document_max_tokens"], "expand.document_max_tokens", 0, MAX_BUDGET)
+
+    raw_flt = _object(body.get("filters", {}), "filters", FILTER_FIELDS, "unknown_filter_key")
+    flt: dict[str, Any] = {}
+    for name in ("collections", "doc_ids"):
+        if raw_flt.get(name) is not None:
+            flt[name] = _strings(raw_flt[name], f"filters.{name}")
+    if raw_flt.get("source_prefix") is not None:
+        flt["source_prefix"] = _text(raw_flt["source_prefix"], "filters.source_prefix")
+    if raw_flt.get("metadata") is not None:
+        if not isinstance(raw_flt["metadata"], dict):
+            raise _invalid("filters.metadata", f"must be a JSON object, got {_json_type(raw_flt['metadata'])}")
+        flt["metadata"] = _json_value(raw_flt["metadata"], "filters.metadata")
+
+    if "principals" in body:
+        if not cfg.trust_request_principals:
+            raise ApiError(403, "principals_not_allowed",
+                           "this service does not take principals from requests (the operator sets them; "
+                           "see --trust-request-principals)", field="principals")
+        principals: tuple[str, ...] | None = _strings(body["principals"], "principals")
+    else:
+        principals = cfg.principals
+
+    want_hits = _bool(body.get("hits", True), "hits")
+    want_context = _bool(body.get("context", True), "context")
+    if not (want_hits or want_context):
+        raise ApiError(422, "nothing_requested", "hits and context are both false: ask for at least one",
+                       field="hits")
+    return SearchRequest(query, embedding, k, mode, Expansion(**exp), Filters(principals=principals, **flt),
+                         max_tokens, want_hits, want_context)
+
+
+def hit_json(hit: Any) -> dict[str, Any]:
+    """The CLI's --json row, plus the fused score (hybrid/lexical modes have no distance)."""
+    return {**hit_to_json(hit), "score": hit.score}
+
+
+# ---------------------------------------------------------------- the service
+
+
+def _unavailable(e: BaseException) -> ApiError:
+    log.warning("database unavailable: %s", e)
+    return ApiError(503, "database_unavailable",
+                    f"the database is not answering ({type(e).__name__}); try again later")
+
+
+def _db_unavailable_errors() -> tuple[type[BaseException], ...]:
+    from psycopg_pool import PoolTimeout
+
+    return (PoolTimeout, psycopg.OperationalError, ConnectionFailedError, OSError)
+
+
+class Service:
+    """The pool, the retriever (made on first use) and the embedder, for one app."""
+
+    def __init__(self, cfg: ServiceConfig, embedder_factory: Callable[[], Embedder] | None = None) -> None:
+        self.cfg = cfg
+        self.embedder_factory = embedder_factory or SentenceTransformerEmbedder
+        self.embedder: Embedder | None = None
+        self.pool: Any = None
+        self._retriever: AsyncRetriever | None = None
+        self._lock = asyncio.Lock()
+        self.statuses: Counter[int] = Counter()
+
+    async def start(self) -> None:
+        """Load the embedder (so the first request is not slow) and open the pool without waiting for it."""
+        from .connection import resolve_dsn
+        from .pool import make_async_pool
+
+        self.embedder = await asyncio.to_thread(self.embedder_factory)
+        await asyncio.to_thread(self.embedder.embed_query, "warm up")
+        dsn = await asyncio.to_thread(resolve_dsn, self.cfg.dsn)
+        self.pool = make_async_pool(dsn, min_size=1, max_size=self.cfg.pool_size, timeout=self.cfg.db_timeout,
+                                    application_name=self.cfg.application_name)
+        await self.pool.open(wait=False)
+
+    async def close(self) -> None:
+        if self._retriever is not None:
+            await self._retriever.close()
+        if self.pool is not None:
+            await self.pool.close()
+
+    async def retriever(self) -> AsyncRetriever:
+        """The retriever, created on first use; a failure is retried by the next request."""
+        if self._retriever is not None:
+            return self._retriever
+        async with self._lock:
+            if self._retriever is None:
+                try:
+                    self._retriever = await AsyncRetriever.create(
+                        self.pool, schema=self.cfg.schema, prefix=self.cfg.prefix, embedder=self.embedder)
+                except SchemaMissingError as e:
+                    raise ApiError(503, "schema_missing", str(e)) from None
+                except _db_unavailable_errors() as e:
+                    raise _unavailable(e) from None
+        return self._retriever
+
+    async def health(self) -> None:
+        await self.retriever()
+        try:
+            async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
+                await conn.execute("SELECT 1")
+        except _db_unavailable_errors() as e:
+            raise _unavailable(e) from None
+
+    async def search(self, req: SearchRequest) -> dict[str, Any]:
+        """Embed once, then one statement per result shape asked for."""
+        r = await self.retriever()
+        dim = r.layout.dim
+        vector = req.embedding
+        if vector is not None and vector.shape[0] != dim:
+            raise ApiError(422, "dimension_mismatch",
+                           f"embedding has {vector.shape[0]} dimensions; expected {dim}",
+                           field="embedding", expected=dim, got=int(vector.shape[0]))
+        if vector is None and req.mode != "lexical":
+            assert self.embedder is not None and req.query is not None
+            vector = np.asarray(await asyncio.to_thread(self.embedder.embed_query, req.query), dtype=np.float32)
+            if vector.shape != (dim,):
+                raise ApiError(500, "embedder_mismatch",
+                               f"the service's embedder makes {vector.shape[-1]}-d vectors but the table stores {dim}")
+        query: Any = vector if vector is not None else req.query
+        text = req.query if vector is not None and req.mode == "hybrid" else None
+        common = {"filters": req.filters, "mode": req.mode, "text": text}
+        out: dict[str, Any] = {}
+        try:
+            if req.hits:
+                hits = await r.search(query, req.k, parent=req.expand.parent, neighbors=req.expand.neighbors > 0,
+                                      **common)
+                out["hits"] = [hit_json(h) for h in hits]
+            if req.context:
+                ctx = await r.assemble(query, req.k, expand=req.expand, max_tokens=req.max_tokens, **common)
+                out["context"] = context_to_json(ctx)
+        except _db_unavailable_errors() as e:
+            raise _unavailable(e) from None
+        except psycopg.DataError as e:
+            raise ApiError(422, "invalid_value",
+                           f"the database refused a value of this request: {e.diag.message_primary or e}") from None
+        except (ValueError, TypeError) as e:  # the library's own validation (plan_search / plan_assemble)
+            raise ApiError(422, "invalid_field", str(e)) from None
+        return out
+
+    def stats(self) -> dict[str, Any]:
+        pool = self.pool.get_stats() if self.pool is not None else {}
+        return {"pool": pool, "pool_max": self.cfg.pool_size,
+                "responses": {str(k): v for k, v in sorted(self.statuses.items())}}
+
+
+# ---------------------------------------------------------------- HTTP plumbing
+
+
+def _authorize(request: Request, token: str | None) -> None:
+    if token is None:
+        return
+    header = request.headers.get("authorization", "")
+    scheme, _, given = header.partition(" ")
+    ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), token.encode())
+    if not ok:
+        raise ApiError(401, "unauthorized",
+                       "missing bearer token" if not header else "invalid bearer token")
+
+
+async def _read_json(request: Request, cap: int) -> Any:
+    """The body as JSON, refusing more than ``cap`` bytes before reading them all."""
+    length = request.headers.get("content-length")
+    if length is not None:
+        if not length.isdigit():
+            raise ApiError(400, "bad_request", "Content-Length is not a number")
+        if int(length) > cap:
+            raise ApiError(413, "body_too_large", f"the body has {length} bytes; the limit is {cap}", limit=cap)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > cap:
+            raise ApiError(413, "body_too_large", f"the body is over the limit of {cap} bytes", limit=cap)
+        chunks.append(chunk)
+    raw = b"".join(chunks)
+    if not raw.strip():
+        raise ApiError(400, "malformed_json", "the body is empty; send a JSON object")
+
+    def no_constants(name: str) -> Any:
+        raise ValueError(f"{name} is not JSON")
+
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=no_constants)
+    except UnicodeDecodeError:
+        raise ApiError(400, "malformed_json", "the body is not UTF-8") from None
+    except (ValueError, RecursionError) as e:
+        raise ApiError(400, "malformed_json", f"the body is not valid JSON: {e}") from None
+
+
+Handler = Callable[[Request], Awaitable[Response]]
+
+
+def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] | None = None) -> Starlette:
+    """The ASGI app; ``embedder_factory`` replaces the bundled model (tests, other models)."""
+    service = Service(cfg, embedder_factory)
+    spec = openapi_document(cfg)
+
+    def endpoint(fn: Handler, *, public: bool = False) -> Handler:
+        """Auth, error mapping and counting for one route: JSON errors, never a stack trace."""
+
+        async def run(request: Request) -> Response:
+            try:
+                if not public:
+                    _authorize(request, cfg.token)
+                response = await fn(request)
+            except ApiError as e:
+                response = e.response()
+            except Exception:
+                log.exception("internal error on %s %s", request.method, request.url.path)
+                response = ApiError(500, "internal_error", "internal error (see the server log)").response()
+            service.statuses[response.status_code] += 1
+            return response
+
+        return run
+
+    async def search(request: Request) -> Response:
+        req = parse_search(await _read_json(request, cfg.max_body), cfg)
+        return JSONResponse(await service.search(req))
+
+    async def health(request: Request) -> Response:
+        await service.health()
+        return JSONResponse({"status": "ok"})
+
+    async def stats(request: Request) -> Response:
+        return JSONResponse(service.stats())
+
+    async def openapi(request: Request) -> Response:
+        return JSONResponse(spec)
+
+    async def http_error(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, HTTPException)
+        code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+        return ApiError(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}").response()
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> Any:
+        await service.start()
+        try:
+            yield
+        finally:
+            await service.close()
+
+    app = Starlette(
+        routes=[
+            Route("/search", endpoint(search), methods=["POST"]),
+            Route("/health", endpoint(health, public=True), methods=["GET"]),
+            Route("/stats", endpoint(stats), methods=["GET"]),
+            Route("/openapi.json", endpoint(openapi), methods=["GET"]),
+        ],
+        exception_handlers={HTTPException: http_error},
+        lifespan=lifespan,
+    )
+    app.state.service = service
+    return app
+
+
+def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "info",
+        access_log: bool = True, embedder_factory: Callable[[], Embedder] | None = None) -> None:
+    """Serve until interrupted (uvicorn: one process, one event loop)."""
+    import uvicorn
+
+    if cfg.token is None and host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving on %s without a bearer token: anyone who can reach it can search", host)
+    uvicorn.run(create_app(cfg, embedder_factory=embedder_factory), host=host, port=port, log_level=log_level,
+                access_log=access_log, server_header=False, lifespan="on")
+
+
+def token_from_env(token: str | None) -> str | None:
+    """--token, else $ONETRIP_TOKEN (preferred: a flag shows in the process list)."""
+    return token if token else (os.environ.get(ENV_TOKEN) or None)
+
+
+# ---------------------------------------------------------------- OpenAPI
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"anyOf": [schema, {"type": "null"}]}
+
+
+def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
+    """The OpenAPI 3.1 description of this service, with the operator's caps in it."""
+    strings = {"type": "array", "items": {"type": "string"}}
+    related = {"type": "object", "additionalProperties": False,
+               "required": ["section_id", "sequence_index", "heading_path", "content"],
+               "properties": {"section_id": {"type": "string"}, "sequence_index": {"type": "integer"},
+                              "heading_path": strings, "content": {"type": "string"}}}
+    hit = {
+        "type": "object", "additionalProperties": False,
+        "required": ["rank", "distance", "score", "doc_id", "section_id", "sequence_index", "heading_path",
+                     "anchor", "content", "parent", "prev", "next"],
+        "properties": {
+            "rank": {"type": "integer", "minimum": 1},
+            "distance": _nullable({"type": "number", "description": "cosine distance (null in lexical mode)"}),
+            "score": _nullable({"type": "number", "description": "RRF score (hybrid and lexical modes)"}),
+            "doc_id": {"type": "string"}, "section_id": {"type": "string"}, "sequence_index": {"type": "integer"},
+            "heading_path": strings, "anchor": _nullable({"type": "string"}), "content": {"type": "string"},
+            "parent": _nullable(_ref("RelatedSection")), "prev": _nullable(_ref("RelatedSection")),
+            "next": _nullable(_ref("RelatedSection")),
+        },
+    }
+    passage = {
+        "type": "object", "additionalProperties": False,
+        "required": ["doc_id", "section_id", "sequence_index", "heading_path", "anchor", "roles", "best_rank",
+                     "doc_rank", "distance", "revision", "context_tokens", "content"],
+        "properties": {
+            "doc_id": {"type": "string"}, "section_id": {"type": "string"}, "sequence_index": {"type": "integer"},
+            "heading_path": strings, "anchor": _nullable({"type": "string"}),
+            "roles": {"type": "array", "items": {"enum": ["hit", "parent", "ancestor", "neighbor", "section",
+                                                          "document"]}},
+            "best_rank": {"type": "integer"}, "doc_rank": {"type": "integer"},
+            "distance": _nullable({"type": "number"}), "revision": _nullable({"type": "integer"}),
+            "context_tokens": {"type": "integer"}, "content": {"type": "string"},
+        },
+    }
+    context = {
+        "type": "object", "additionalProperties": False, "required": ["tokens", "max_tokens", "hits", "passages", "text"],
+        "properties": {"tokens": {"type": "integer"}, "max_tokens": _nullable({"type": "integer"}),
+                       "hits": {"type": "integer", "description": "hits found before the budget"},
+                       "passages": {"type": "array", "items": _ref("Passage")},
+                       "text": {"type": "string", "description": "prompt-ready text of the passages"}},
+    }
+    expand = {
+        "type": "object", "additionalProperties": False,
+        "description": "Hits get parent and prev/next (±1) when parent / neighbors > 0; the context uses all of it.",
+        "properties": {
+            "parent": {"type": "boolean", "default": True},
+            "neighbors": {"type": "integer", "minimum": 0, "maximum": MAX_NEIGHBORS, "default": 1},
+            "neighbor_scope": {"enum": list(NEIGHBOR_SCOPES), "default": "any"},
+            "ancestors": {"type": "boolean", "default": False},
+            "section": {"type": "boolean", "default": False},
+            "document": {"type": "boolean", "default": False},
+            "document_max_tokens": {"type": "integer", "minimum": 0, "maximum": MAX_BUDGET, "default": 2000},
+        },
+    }
+    filters = {
+        "type": "object", "additionalProperties": False,
+        "description": "Applied to hits and to every section an expansion adds.",
+        "properties": {"collections": strings, "doc_ids": strings, "source_prefix": {"type": "string"},
+                       "metadata": {"type": "object", "description": "documents whose metadata contains this"}},
+    }
+    principals_doc = ("the caller's principals; accepted only when the operator runs with "
+                      "--trust-request-principals (else 403)" if cfg.trust_request_principals else
+                      "refused (403): this service takes principals from its operator, not from requests")
+    request = {
+        "type": "object", "additionalProperties": False,
+        "description": "query (text) or embedding; both only in hybrid mode. Unknown fields are a 422.",
+        "properties": {
+            "query": {"type": "string", "minLength": 1},
+            "embedding": {"type": "array", "items": {"type": "number"}, "minItems": 1,
+                          "description": "a query embedding of the table's dimension"},
+            "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k, "default": DEFAULT_K},
+            "mode": {"enum": list(MODES), "default": "dense"},
+            "expand": _ref("Expand"),
+            "filters": _ref("Filters"),
+            "principals": {**strings, "description": principals_doc},
+            "max_tokens": {"type": "integer", "minimum": 1, "maximum": cfg.max_tokens_cap,
+                           "default": cfg.default_max_tokens, "description": "token budget of the context"},
+            "hits": {"type": "boolean", "default": True, "description": "return per-hit rows (one statement)"},
+            "context": {"type": "boolean", "default": True,
+                        "description": "return the assembled context (one statement)"},
+        },
+    }
+    response = {
+        "type": "object", "additionalProperties": False,
+        "description": "hits and/or context, as asked for",
+        "properties": {"hits": {"type": "array", "items": _ref("Hit")}, "context": _ref("Context")},
+    }
+    error = {
+        "type": "object", "required": ["error"],
+        "properties": {"error": {"type": "object", "required": ["code", "message"],
+                                 "properties": {"code": {"type": "string"}, "message": {"type": "string"},
+                                                "field": {"type": "string"}}}},
+    }
+
+    def err(description: str) -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": _ref("Error")}}}
+
+    def ok(schema: dict[str, Any], description: str = "OK") -> dict[str, Any]:
+        return {"description": description, "content": {"application/json": {"schema": schema}}}
+
+    secured = [{"bearer": []}] if cfg.token else []
+    auth = {"401": err("missing or wrong bearer token")} if cfg.token else {}
+    doc: dict[str, Any] = {
+        "openapi": "3.1.0",
+        "info": {"title": "onetrip", "version": _version(),
+                 "description": "Retrieval over PostgreSQL + pgvector: each result shape is one SQL statement."},
+        "paths": {
+            "/search": {"post": {
+                "summary": "Top-k hits with parent/neighbors and/or an assembled, budgeted context",
+                "security": secured,
+                "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("SearchRequest")}}},
+                "responses": {
+                    "200": ok(_ref("SearchResponse")),
+                    "400": err("malformed JSON"), **auth,
+                    "403": err("principals given but not allowed"),
+                    "413": err(f"body over {cfg.max_body} bytes"),
+                    "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
+                               "dimension, unknown filter key"),
+                    "503": err("database unavailable or schema missing"),
+                },
+            }},
+            "/health": {"get": {
+                "summary": "Is the database answering? (no token needed)", "security": [],
+                "responses": {"200": ok({"type": "object", "properties": {"status": {"const": "ok"}}}),
+                              "503": err("database unavailable or schema missing")},
+            }},
+            "/stats": {"get": {
+                "summary": "Pool statistics (psycopg_pool get_stats) and response counts by status",
+                "security": secured,
+                "responses": {"200": ok({"type": "object", "properties": {
+                    "pool": {"type": "object", "additionalProperties": {"type": "integer"}},
+                    "pool_max": {"type": "integer"},
+                    "responses": {"type": "object", "additionalProperties": {"type": "integer"}}}}), **auth},
+            }},
+            "/openapi.json": {"get": {"summary": "This document", "security": secured,
+                                      "responses": {"200": ok({"type": "object"}), **auth}}},
+        },
+        "components": {"schemas": {
+            "SearchRequest": request, "Expand": expand, "Filters": filters, "SearchResponse": response,
+            "Hit": hit, "RelatedSection": related, "Context": context, "Passage": passage, "Error": error,
+        }},
+    }
+    if cfg.token:
+        doc["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    return doc
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+__all__ = ["ApiError", "ServiceConfig", "create_app", "openapi_document", "operator_principals", "parse_search",
+           "run", "token_from_env"]

@@ -1,0 +1,491 @@
+"""`onetrip serve` end to end: a real uvicorn server on loopback, a real HTTP client, the test database.
+
+The server runs in a background thread (uvicorn on a pre-bound 127.0.0.1 socket)
+with the deterministic HashEmbedder injected; the one CLI test starts
+`onetrip serve` as a subprocess with the bundled model.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from types import SimpleNamespace
+from typing import Any
+
+import psycopg
+import pytest
+
+pytest.importorskip("starlette")
+uvicorn = pytest.importorskip("uvicorn")
+
+from onetrip import Expansion, Filters, Retriever, init_schema  # noqa: E402
+from onetrip.cli import context_to_json  # noqa: E402
+from onetrip.http_service import ServiceConfig, create_app, hit_json  # noqa: E402
+from onetrip.ingest import ingest_paths  # noqa: E402
+from onetrip.templates import Layout  # noqa: E402
+
+from .embedders import HashEmbedder  # noqa: E402
+
+PAD = " This sentence is padding so that the section is not merged into its neighbour as a tiny one."
+DOCS = {
+    "connections.md": f"""# Connections and Authentication
+
+## Connection Settings
+
+The server setting max_connections determines the maximum number of concurrent connections.{PAD}
+
+### Reserved slots
+
+superuser_reserved_connections slots are kept for superusers.{PAD}
+
+## Monitoring
+
+Query pg_stat_activity to see one row per server process.{PAD}
+""",
+    "cooking.md": f"""# Cooking
+
+## Pasta
+
+Boil water, add salt, cook the pasta for nine minutes.{PAD}
+
+## Bread
+
+Knead the dough and let it rise for an hour.{PAD}
+""",
+}
+SECRET = f"""# Salaries
+
+## Bands
+
+The salary bands for 2026 are confidential and kept for HR only.{PAD}
+"""
+
+
+@pytest.fixture
+def corpus(db, tmp_path) -> Layout:
+    """Two public documents, one readable by principal "hr" only (collection "private")."""
+    layout = init_schema(db, Layout(dim=384))
+    pub, sec = tmp_path / "public", tmp_path / "secret"
+    pub.mkdir()
+    sec.mkdir()
+    for name, text in DOCS.items():
+        (pub / name).write_text(text)
+    (sec / "salaries.md").write_text(SECRET)
+    rep = ingest_paths(db, [pub], layout=layout, embedder=HashEmbedder())
+    assert rep.new == 2 and not rep.failed
+    rep = ingest_paths(db, [sec], layout=layout, embedder=HashEmbedder(), collection="private", acl=("hr",))
+    assert rep.new == 1
+    return layout
+
+
+@contextmanager
+def serving(dsn: str, **options: Any) -> Iterator[str]:
+    """A real uvicorn server for ``ServiceConfig(dsn, **options)``; yields its base URL."""
+    app = create_app(ServiceConfig(dsn=dsn, **options), embedder_factory=HashEmbedder)
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert thread.is_alive(), "the server did not start (see its log above)"
+        assert time.monotonic() < deadline, "the server took over 30 s to start"
+        time.sleep(0.02)
+    try:
+        yield f"127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(15)
+        sock.close()
+        assert not thread.is_alive(), "the server did not shut down"
+
+
+def call(base: str, method: str, path: str, body: Any = None, *, token: str | None = None,
+         raw: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
+    """One HTTP request on a fresh connection: (status, decoded JSON body, headers)."""
+    host, port = base.split(":")
+    conn = http.client.HTTPConnection(host, int(port), timeout=60)
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    h = {"Content-Type": "application/json", **(headers or {})}
+    if token is not None:
+        h["Authorization"] = f"Bearer {token}"
+    try:
+        conn.request(method, path, body=data, headers=h)
+        resp = conn.getresponse()
+        payload = resp.read()
+    finally:
+        conn.close()
+    assert b"Traceback" not in payload
+    return resp.status, json.loads(payload) if payload else None, {k.lower(): v for k, v in resp.getheaders()}
+
+
+def search(base: str, body: Any, **kw: Any) -> tuple[int, Any]:
+    status, data, _ = call(base, "POST", "/search", body, **kw)
+    return status, data
+
+
+def assert_error(status: int, data: Any, want_status: int, code: str, *words: str) -> None:
+    assert status == want_status, data
+    assert set(data) == {"error"} and data["error"]["code"] == code, data
+    for w in words:
+        assert w in data["error"]["message"], (w, data)
+
+
+# ---------------------------------------------------------------- results
+
+
+def python_api(db: psycopg.Connection, body: dict[str, Any], principals: tuple[str, ...] | None = ()) -> dict:
+    """What the Python API returns for the same request (the expected HTTP response)."""
+    r = Retriever(db, embedder=HashEmbedder())
+    mode = body.get("mode", "dense")
+    q = body.get("embedding", body.get("query"))
+    text = body.get("query") if "embedding" in body and mode == "hybrid" else None
+    exp = Expansion(**body.get("expand", {}))
+    flt = Filters(principals=principals, **body.get("filters", {}))
+    k = body.get("k", 5)
+    out: dict[str, Any] = {}
+    if body.get("hits", True):
+        out["hits"] = [hit_json(h) for h in r.search(q, k, parent=exp.parent, neighbors=exp.neighbors > 0,
+                                                       filters=flt, mode=mode, text=text)]
+    if body.get("context", True):
+        out["context"] = context_to_json(r.assemble(q, k, expand=exp, max_tokens=body.get("max_tokens", 2000),
+                                                    filters=flt, mode=mode, text=text))
+    return out
+
+
+REQUESTS = [
+    {"query": "maximum number of concurrent connections"},
+    {"query": "pasta", "k": 2, "hits": False},
+    {"query": "bread dough", "k": 3, "context": False, "expand": {"parent": False, "neighbors": 0}},
+    {"embedding": HashEmbedder().embed_query("reserved slots").tolist(), "k": 4, "max_tokens": 120,
+     "expand": {"neighbors": 2, "neighbor_scope": "parent", "ancestors": True}},
+    {"query": "max_connections", "mode": "hybrid", "k": 3, "filters": {"doc_ids": ["connections.md"]}},
+    {"query": "pg_stat_activity server process", "mode": "lexical", "k": 2,
+     "expand": {"section": True, "document": True, "document_max_tokens": 500}},
+    {"query": "salt water", "embedding": HashEmbedder().embed_query("pasta").tolist(), "mode": "hybrid",
+     "filters": {"collections": ["default"], "source_prefix": "", "metadata": {}}},
+]
+
+
+def test_results_equal_the_python_api(db, dsn, corpus):
+    with serving(dsn) as base:
+        for body in REQUESTS:
+            status, data = search(base, body)
+            assert status == 200, data
+            assert data == python_api(db, body), body
+            assert set(data) == {"hits", "context"} & {k for k in ("hits", "context") if body.get(k, True)}
+        status, data = search(base, {"query": "connections", "k": 3})
+        assert len(data["hits"]) == 3 and data["hits"][0]["rank"] == 1
+        assert data["context"]["passages"] and data["context"]["text"].startswith("### ")
+        assert data["context"]["tokens"] <= data["context"]["max_tokens"] == 2000
+
+
+def test_each_shape_is_one_statement(db, dsn, corpus, statement_log):
+    """Hits: one statement; context: one; both: two (one per shape), on one pooled connection."""
+    app_name = f"onetrip-test-{os.getpid()}"
+    with serving(dsn, pool_size=1, application_name=app_name) as base:
+        assert call(base, "GET", "/health")[0] == 200  # creates the retriever (reads the layout)
+        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (app_name,)).fetchone()
+        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+        counts = []
+        for shape in ({"hits": True, "context": False}, {"hits": False, "context": True}, {}):
+            with statement_log.watch(backend) as w:
+                assert search(base, {"query": "pasta", "k": 3, **shape})[0] == 200
+            counts.append(len(w.statements))
+        assert counts == [1, 1, 2]
+
+
+def test_health_stats_and_openapi(dsn, corpus):
+    jsonschema = pytest.importorskip("jsonschema")
+    with serving(dsn, max_k=20, max_tokens_cap=3000) as base:
+        assert call(base, "GET", "/health")[:2] == (200, {"status": "ok"})
+        status, spec, _ = call(base, "GET", "/openapi.json")
+        assert status == 200 and spec["openapi"].startswith("3.1")
+        post = spec["paths"]["/search"]["post"]
+        assert post["requestBody"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SearchRequest"}
+        assert post["responses"]["200"]["content"]["application/json"]["schema"] == {"$ref": "#/components/schemas/SearchResponse"}
+        schemas = spec["components"]["schemas"]
+        req = schemas["SearchRequest"]
+        assert set(req["properties"]) == {"query", "embedding", "k", "mode", "expand", "filters", "principals",
+                                          "max_tokens", "hits", "context"}
+        assert req["properties"]["k"]["maximum"] == 20 and req["properties"]["max_tokens"]["maximum"] == 3000
+        assert {"/health", "/stats", "/openapi.json"} <= set(spec["paths"])
+        try:
+            from openapi_spec_validator import validate
+        except ImportError:
+            pass
+        else:
+            validate(spec)  # a valid OpenAPI 3.1 document, not just a dict
+
+        def validator(name: str) -> Any:
+            return jsonschema.Draft202012Validator({"components": spec["components"],
+                                                    "$ref": f"#/components/schemas/{name}"})
+
+        for body in REQUESTS:
+            validator("SearchRequest").validate(body)
+            status, data = search(base, body)
+            validator("SearchResponse").validate(data)
+        status, data = search(base, {"query": "x", "k": 0})
+        validator("Error").validate(data)
+
+        status, stats, _ = call(base, "GET", "/stats")
+        assert status == 200 and stats["pool_max"] == 10
+        assert 1 <= stats["pool"]["pool_size"] <= 10 and stats["responses"]["200"] >= len(REQUESTS)
+
+
+# ---------------------------------------------------------------- bad input
+
+
+def _nested(depth: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for _ in range(depth):
+        out = {"a": out}
+    return out
+
+
+def test_bad_input_is_a_clear_4xx(dsn, corpus):
+    with serving(dsn, max_k=50, max_tokens_cap=16000, max_body=64 * 1024) as base:
+        status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", ')
+        assert_error(status, data, 400, "malformed_json", "not valid JSON")
+        status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", "k": NaN}')
+        assert_error(status, data, 400, "malformed_json")
+        status, data, _ = call(base, "POST", "/search", raw=b"\xff\xfe")
+        assert_error(status, data, 400, "malformed_json", "UTF-8")
+        status, data, _ = call(base, "POST", "/search", raw=b"")
+        assert_error(status, data, 400, "malformed_json", "empty")
+
+        cases = [
+            ({"query": "x", "top_k": 3}, "unknown_field", ["top_k"]),
+            ({"query": "x", "expand": {"parents": True}}, "unknown_field", ["parents"]),
+            ({"query": "x", "k": 0}, "k_out_of_range", ["k", "0"]),
+            ({"query": "x", "k": -3}, "k_out_of_range", ["k"]),
+            ({"query": "x", "k": 51}, "k_out_of_range", ["50", "51"]),
+            ({"query": "x", "k": "5"}, "invalid_field", ["k", "integer"]),
+            ({"query": "x", "k": True}, "invalid_field", ["k"]),
+            ({"embedding": [0.1, 0.2, 0.3]}, "dimension_mismatch", ["3", "384"]),
+            ({"embedding": [0.1, "a"]}, "invalid_field", ["embedding"]),
+            ({"embedding": [1e39] * 384}, "invalid_field", ["embedding", "finite"]),
+            ({"embedding": [10**400] + [0.0] * 383}, "invalid_field", ["embedding", "finite"]),
+            ({"query": "x", "max_tokens": 16001}, "budget_too_large", ["16000"]),
+            ({"query": "x", "max_tokens": 0}, "invalid_field", ["max_tokens"]),
+            ({"query": "x", "filters": {"colections": ["a"]}}, "unknown_filter_key", ["colections"]),
+            ({"query": "x", "filters": {"collections": "a"}}, "invalid_field", ["filters.collections"]),
+            ({"query": "x", "filters": {"metadata": []}}, "invalid_field", ["filters.metadata"]),
+            ({"query": "x", "filters": {"doc_ids": ["a\u0000b"]}}, "invalid_field", ["NUL"]),
+            ({"query": "x", "filters": {"metadata": {"a": {"b": "\u0000"}}}}, "invalid_field", ["metadata.a.b"]),
+            ({"query": "x", "filters": {"metadata": _nested(200)}}, "invalid_field", ["nested"]),
+            ({"query": "a\ud800b"}, "invalid_field", ["Unicode"]),
+            ({"query": "x", "mode": "fuzzy"}, "invalid_field", ["mode"]),
+            ({"query": "   "}, "invalid_field", ["empty"]),
+            ({"k": 3}, "missing_query", ["query"]),
+            ({"embedding": [0.0] * 384, "mode": "lexical"}, "missing_query", ["lexical"]),
+            ({"embedding": [0.0] * 384, "mode": "hybrid"}, "missing_query", ["hybrid"]),
+            ({"query": "x", "embedding": [0.0] * 384}, "invalid_field", ["hybrid"]),
+            ({"query": "x", "expand": {"neighbors": 51}}, "invalid_field", ["expand.neighbors"]),
+            ({"query": "x", "expand": {"neighbor_scope": "doc"}}, "invalid_field", ["neighbor_scope"]),
+            ({"query": "x", "expand": {"parent": "yes"}}, "invalid_field", ["expand.parent"]),
+            ({"query": "x", "expand": {"document_max_tokens": 2**40}}, "invalid_field", ["document_max_tokens"]),
+            ({"query": "x", "hits": False, "context": False}, "nothing_requested", []),
+            (["query", "x"], "invalid_field", ["object"]),
+        ]
+        for body, code, words in cases:
+            status, data = search(base, body)
+            assert_error(status, data, 422, code, *words)
+            if code == "unknown_field":
+                assert data["error"]["field"].endswith(words[0])
+        status, data = search(base, {"embedding": [0.1, 0.2, 0.3]})
+        assert (data["error"]["expected"], data["error"]["got"]) == (384, 3)
+
+        big = json.dumps({"query": "x" * 70_000}).encode()
+        status, data, _ = call(base, "POST", "/search", raw=big)
+        assert_error(status, data, 413, "body_too_large", "65536")
+        # Without Content-Length (chunked), the limit holds while reading.
+        host, port = base.split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        conn.request("POST", "/search", body=iter([big[i:i + 8192] for i in range(0, len(big), 8192)]),
+                     headers={"Content-Type": "application/json"}, encode_chunked=True)
+        resp = conn.getresponse()
+        assert resp.status == 413 and json.loads(resp.read())["error"]["code"] == "body_too_large"
+        conn.close()
+
+        assert_error(*call(base, "GET", "/nowhere")[:2], 404, "not_found")
+        assert_error(*call(base, "GET", "/search")[:2], 405, "method_not_allowed")
+        # The service still answers after all that.
+        assert search(base, {"query": "pasta", "k": 1})[0] == 200
+
+
+# ---------------------------------------------------------------- token and principals
+
+
+def test_bearer_token(dsn, corpus):
+    token = "s3cret-token"
+    with serving(dsn, token=token) as base:
+        assert call(base, "GET", "/health")[:2] == (200, {"status": "ok"})  # /health needs no token
+        for path, method, body in (("/search", "POST", {"query": "pasta"}), ("/stats", "GET", None),
+                                   ("/openapi.json", "GET", None)):
+            status, data, headers = call(base, method, path, body)
+            assert_error(status, data, 401, "unauthorized", "missing")
+            assert headers["www-authenticate"] == "Bearer"
+            assert_error(*call(base, method, path, body, token="wrong")[:2], 401, "unauthorized", "invalid")
+            assert_error(*call(base, method, path, body, token=token + "x")[:2], 401, "unauthorized")
+            assert_error(*call(base, method, path, body, headers={"Authorization": f"Basic {token}"})[:2],
+                         401, "unauthorized")
+            assert call(base, method, path, body, token=token)[0] == 200
+        spec = call(base, "GET", "/openapi.json", token=token)[1]
+        assert spec["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
+        # Auth comes before reading the body: no token, bad JSON -> 401, not 400.
+        assert call(base, "POST", "/search", raw=b"{")[0] == 401
+    with serving(dsn) as base:  # no token: every endpoint is open
+        assert search(base, {"query": "pasta"})[0] == 200
+        assert call(base, "GET", "/stats")[0] == 200
+        assert call(base, "GET", "/openapi.json")[0] == 200
+        assert "securitySchemes" not in call(base, "GET", "/openapi.json")[1]["components"]
+
+
+def _docs(data: dict[str, Any]) -> set[str]:
+    return {h["doc_id"] for h in data["hits"]} | {p["doc_id"] for p in data["context"]["passages"]}
+
+
+def test_principals_policy(db, dsn, corpus):
+    secret = {"query": "salary bands 2026", "k": 10, "filters": {"collections": ["private"]}}
+    everything = {"query": "salary bands 2026", "k": 10}
+    # Default: public rows only, and a request may not name principals.
+    with serving(dsn) as base:
+        status, data = search(base, secret)
+        assert status == 200 and data["hits"] == [] and data["context"]["passages"] == []
+        assert "salaries.md" not in _docs(search(base, everything)[1])
+        assert_error(*search(base, {**secret, "principals": ["hr"]}), 403, "principals_not_allowed")
+    # Operator principals apply to every request.
+    with serving(dsn, principals=("hr",)) as base:
+        data = search(base, secret)[1]
+        assert _docs(data) == {"salaries.md"}
+        assert data == python_api(db, secret, principals=("hr",))
+        assert_error(*search(base, {**secret, "principals": ["eng"]}), 403, "principals_not_allowed")
+    # Trusted request principals; a request without them gets the operator's (public only here).
+    with serving(dsn, trust_request_principals=True) as base:
+        assert _docs(search(base, {**secret, "principals": ["hr"]})[1]) == {"salaries.md"}
+        assert _docs(search(base, {**secret, "principals": ["eng", "sales"]})[1]) == set()
+        assert _docs(search(base, secret)[1]) == set()
+        assert_error(*search(base, {**secret, "principals": "hr"}), 422, "invalid_field", "principals")
+        assert_error(*search(base, {**secret, "principals": None}), 422, "invalid_field", "principals")
+    # No ACL check only when the operator says so.
+    with serving(dsn, principals=None) as base:
+        assert "salaries.md" in _docs(search(base, everything)[1])
+
+
+def test_operator_principal_flags():
+    from onetrip.http_service import operator_principals
+
+    assert operator_principals(None, False) == ()
+    assert operator_principals(["hr", "eng"], False) == ("hr", "eng")
+    assert operator_principals(None, True) is None
+    with pytest.raises(ValueError, match="contradict"):
+        operator_principals(["hr"], True)
+    with pytest.raises(ValueError):
+        ServiceConfig(max_k=5000)
+    with pytest.raises(ValueError):
+        ServiceConfig(token=" ")
+
+
+# ---------------------------------------------------------------- database trouble
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]  # closed again on return: nothing listens there
+
+
+def test_unreachable_database_is_503_not_a_crash():
+    dsn = f"host=127.0.0.1 port={_closed_port()} dbname=nothing user=nobody connect_timeout=1"
+    t0 = time.monotonic()
+    with serving(dsn, db_timeout=1.0) as base:
+        assert time.monotonic() - t0 < 20  # started without the database
+        status, data, _ = call(base, "GET", "/health")
+        assert_error(status, data, 503, "database_unavailable", "not answering")
+        assert_error(*search(base, {"query": "pasta"}), 503, "database_unavailable")
+        # Input errors are still reported as such, before any database work.
+        assert_error(*search(base, {"query": "pasta", "k": 0}), 422, "k_out_of_range")
+        assert call(base, "GET", "/stats")[0] == 200
+
+
+def test_lost_connection_is_503_then_recovers(db, dsn, corpus):
+    """A pooled connection killed under the service: that request says 503, the next one works."""
+    app_name = f"onetrip-kill-{os.getpid()}"
+    with serving(dsn, pool_size=1, application_name=app_name) as base:
+        assert search(base, {"query": "pasta"})[0] == 200
+        killed = db.execute("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                            "WHERE application_name = %s", (app_name,)).fetchone()[0]
+        assert killed == 1
+        assert_error(*search(base, {"query": "pasta"}), 503, "database_unavailable")
+        assert search(base, {"query": "pasta"})[0] == 200
+
+
+def test_missing_schema_is_503_then_recovers(db, dsn):
+    with serving(dsn, db_timeout=2.0) as base:
+        status, data, _ = call(base, "GET", "/health")
+        assert_error(status, data, 503, "schema_missing", "onetrip init")
+        assert_error(*search(base, {"query": "pasta"}), 503, "schema_missing")
+        init_schema(db, Layout(dim=384))
+        assert call(base, "GET", "/health")[:2] == (200, {"status": "ok"})
+        status, data = search(base, {"query": "pasta"})
+        assert status == 200 and data["hits"] == []
+
+
+# ---------------------------------------------------------------- the CLI
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_cli_serve_subprocess(dsn, corpus):
+    """`onetrip serve` as an operator runs it: bundled model, token from the environment, SIGINT to stop."""
+    port = _free_port()
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "ONETRIP_TOKEN": "tok"}
+    proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", dsn, "--port", str(port),
+                             "--max-k", "7", "--no-access-log", "--log-level", "warning"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 180
+        while True:
+            assert proc.poll() is None, proc.communicate()[1]
+            try:
+                if call(base, "GET", "/health")[0] == 200:
+                    break
+            except OSError:
+                pass
+            assert time.monotonic() < deadline, "onetrip serve did not become healthy"
+            time.sleep(0.3)
+        status, data = search(base, {"query": "Why is the pasta salty?", "k": 2}, token="tok")
+        assert status == 200 and len(data["hits"]) == 2
+        assert search(base, {"query": "x"})[0] == 401
+        assert_error(*search(base, {"query": "x", "k": 8}, token="tok"), 422, "k_out_of_range", "7")
+    finally:
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err
+
+
+def test_cli_serve_rejects_contradictory_flags():
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", "host=/nonexistent",
+                          "--no-acl", "--principal", "hr"], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2 and "contradict" in res.stderr
+
