@@ -1,0 +1,214 @@
+"""Benchmark corpora: synthetic, clustered, loaded once per (size, seed) and reused.
+
+Each corpus lives in its own onetrip table layout (``Layout(prefix="bench<n>_s<seed>_")``)
+so sizes never mix and the library's own schema, indexes and retrieval SQL apply
+unchanged. Loading is one binary COPY per table inside one transaction, and the
+HNSW index is built only AFTER the rows are in (far faster than maintaining the
+graph row by row), with the library's own index definition (read back from the
+catalog after `init_schema`, so it cannot drift from `schema.sql.j2`).
+
+A corpus is reused, not reloaded, when its tables hold exactly the expected
+documents and sections and the HNSW index is valid. The corpus itself is
+deterministic in (size, seed), so regenerating it (cheap compared to loading)
+gives the same query vectors a previous run used.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import psycopg
+from psycopg import sql
+
+from onetrip import store
+from onetrip.schema import init_schema
+from onetrip.synthetic import SyntheticDocument, corpus_query_vectors, generate
+from onetrip.templates import Layout, render
+
+DEFAULT_DIM = 384
+DEFAULT_MAINTENANCE_WORK_MEM = "1GB"
+
+# Sections rows are written exactly as onetrip.store writes them (its column list,
+# COPY types, row builder and context_tokens); documents rows with the columns
+# store fills, the others take their schema defaults.
+_DOCUMENT_COLUMNS = ("doc_id", "source_uri", "title", "revision", "content_hash", "metadata", "token_count", "section_count")
+_DOCUMENT_TYPES = ["text", "text", "text", "int4", "text", "jsonb", "int4", "int4"]
+
+
+def schema_fingerprint(layout: Layout) -> str:
+    """Identifies the library's schema: a corpus loaded under another schema is reloaded, not reused."""
+    import hashlib
+
+    return hashlib.sha256(render("schema", layout=layout).encode()).hexdigest()[:16]
+
+
+def bench_layout(n_sections: int, seed: int, dim: int = DEFAULT_DIM) -> Layout:
+    """The table layout holding the corpus of this size and seed."""
+    return Layout(dim=dim, prefix=f"bench{int(n_sections)}_s{int(seed)}_")
+
+
+def generate_corpus(n_sections: int, seed: int, dim: int = DEFAULT_DIM) -> list[SyntheticDocument]:
+    """topic -> document -> section corpus with exactly ``n_sections`` sections."""
+    docs = list(generate(n_sections, dim=dim, seed=seed))
+    made = sum(len(d.sections) for d in docs)
+    if made != n_sections:  # generate() stops exactly at n_sections; guard the assumption
+        raise RuntimeError(f"synthetic corpus has {made} sections, expected {n_sections}")
+    return docs
+
+
+def query_set(docs: list[SyntheticDocument], n: int, seed: int) -> np.ndarray:
+    """``n`` query vectors near real sections of the corpus (onetrip.synthetic.corpus_query_vectors)."""
+    return corpus_query_vectors(docs, n, seed=seed + 1)
+
+
+@dataclass
+class LoadInfo:
+    layout_prefix: str
+    sections: int
+    documents: int
+    reused: bool
+    copy_s: float | None = None
+    index_build_s: float | None = None
+    analyze_s: float | None = None
+    maintenance_work_mem: str | None = None
+    hnsw_indexdef: str | None = None
+    table_bytes: int | None = None
+    hnsw_index_bytes: int | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+def _regclass(conn: psycopg.Connection, name: str) -> bool:
+    return conn.execute("SELECT to_regclass(%s) IS NOT NULL", (name,)).fetchone()[0]
+
+
+def _hnsw_index_valid(conn: psycopg.Connection, layout: Layout) -> bool:
+    row = conn.execute(
+        """SELECT i.indisvalid
+             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+            WHERE i.indrelid = to_regclass(%s) AND c.relname = %s""",
+        (layout.tables["sections"], layout.prefix + "sections_embedding_hnsw"),
+    ).fetchone()
+    return bool(row and row[0])
+
+
+def corpus_is_loaded(conn: psycopg.Connection, layout: Layout, n_sections: int, n_documents: int) -> bool:
+    """True when this layout already holds exactly this corpus, indexed."""
+    t = layout.tables
+    if not (_regclass(conn, t["sections"]) and _regclass(conn, t["documents"])):
+        return False
+    n_s = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(t["sections"]))).fetchone()[0]
+    n_d = conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(t["documents"]))).fetchone()[0]
+    return n_s == n_sections and n_d == n_documents and _hnsw_index_valid(conn, layout)
+
+
+def _sizes(conn: psycopg.Connection, layout: Layout) -> tuple[int, int]:
+    row = conn.execute(
+        "SELECT pg_total_relation_size(to_regclass(%s)), pg_relation_size(to_regclass(%s))",
+        (layout.tables["sections"], f"{layout.prefix}sections_embedding_hnsw"),
+    ).fetchone()
+    return int(row[0]), int(row[1])
+
+
+def ensure_loaded(
+    conn: psycopg.Connection,
+    docs: list[SyntheticDocument],
+    layout: Layout,
+    *,
+    maintenance_work_mem: str = DEFAULT_MAINTENANCE_WORK_MEM,
+    reload: bool = False,
+    log=print,
+) -> LoadInfo:
+    """Load ``docs`` into ``layout`` unless that exact corpus is already there.
+
+    ``conn`` must be an autocommit connection (onetrip.connect gives one), ideally
+    direct rather than through the delay proxy.
+    """
+    n_sections = sum(len(d.sections) for d in docs)
+    fingerprint = schema_fingerprint(layout)
+    if not reload and corpus_is_loaded(conn, layout, n_sections, len(docs)):
+        previous = read_load_note(conn, layout.tables["sections"]) or {}
+        if previous.get("schema_fingerprint") == fingerprint:
+            table_b, index_b = _sizes(conn, layout)
+            log(f"  corpus {layout.prefix}: reusing {n_sections} sections already loaded")
+            info = LoadInfo(layout.prefix, n_sections, len(docs), True, table_bytes=table_b, hnsw_index_bytes=index_b)
+            for key in ("copy_s", "index_build_s", "analyze_s", "maintenance_work_mem", "hnsw_indexdef"):
+                setattr(info, key, previous.get(key))  # how long the load that made these tables took
+            return info
+        log(f"  corpus {layout.prefix}: loaded under another onetrip schema (or by an older benchmark); loading again")
+
+    t = layout.tables
+    log(f"  corpus {layout.prefix}: loading {n_sections} sections in {len(docs)} documents")
+    drop = [t[name] for name in ("sections", "documents", "section_history") if name in t]
+    conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(", ").join(sql.SQL(x) for x in drop)))
+    init_schema(conn, layout)
+    hnsw_name = layout.prefix + "sections_embedding_hnsw"
+    indexdef = conn.execute(
+        "SELECT pg_get_indexdef(to_regclass(%s))", (layout.object_name("sections_embedding_hnsw"),)
+    ).fetchone()[0]
+    if not indexdef:
+        raise RuntimeError(f"init_schema did not create the HNSW index {hnsw_name}")
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(hnsw_name)))
+
+    t0 = time.perf_counter()
+    with conn.transaction():
+        with conn.cursor() as cur:
+            copy_docs = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+                sql.SQL(t["documents"]), sql.SQL(", ").join(sql.Identifier(c) for c in _DOCUMENT_COLUMNS)
+            )
+            context_tokens = [store.passage_tokens(d.record.doc_id, d.sections) for d in docs]
+            with cur.copy(copy_docs) as copy:
+                copy.set_types(_DOCUMENT_TYPES)
+                for d, ctx in zip(docs, context_tokens):
+                    r = d.record
+                    copy.write_row((
+                        r.doc_id, r.source_uri, r.title, 1, r.content_hash, json.dumps(dict(r.metadata)),
+                        sum(ctx), len(d.sections),
+                    ))
+            copy_sections = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+                sql.SQL(t["sections"]), sql.SQL(", ").join(sql.Identifier(c) for c in store.SECTION_COLUMNS)
+            )
+            with cur.copy(copy_sections) as copy:
+                copy.set_types(store.COPY_TYPES)
+                for d, ctx in zip(docs, context_tokens):
+                    for s, vec, c in zip(d.sections, d.embeddings, ctx):
+                        copy.write_row(store.section_copy_row(d.record, s, vec, c, 1))
+    copy_s = time.perf_counter() - t0
+    log(f"  corpus {layout.prefix}: COPY {copy_s:.1f} s; building HNSW (maintenance_work_mem={maintenance_work_mem})")
+
+    t0 = time.perf_counter()
+    with conn.transaction():
+        conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem)))
+        conn.execute(indexdef)
+    index_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(t["sections"])))
+    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(t["documents"])))
+    analyze_s = time.perf_counter() - t0
+    log(f"  corpus {layout.prefix}: HNSW build {index_s:.1f} s, VACUUM ANALYZE {analyze_s:.1f} s")
+    table_b, index_b = _sizes(conn, layout)
+    info = LoadInfo(
+        layout.prefix, n_sections, len(docs), False, copy_s, index_s, analyze_s, maintenance_work_mem,
+        indexdef, table_b, index_b,
+    )
+    write_load_note(conn, t["sections"], {**info.as_dict(), "schema_fingerprint": fingerprint})
+    return info
+
+
+def write_load_note(conn: psycopg.Connection, table: str, note: dict[str, Any]) -> None:
+    """Keep the load's timings with the table (as its comment), so a reusing run can report them."""
+    text = json.dumps({"onetrip_bench_load": note}, default=str)
+    conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(sql.SQL(table), sql.Literal(text)))
+
+
+def read_load_note(conn: psycopg.Connection, table: str) -> dict[str, Any] | None:
+    row = conn.execute("SELECT obj_description(to_regclass(%s), 'pg_class')", (table,)).fetchone()
+    try:
+        return json.loads(row[0])["onetrip_bench_load"] if row and row[0] else None
+    except (ValueError, KeyError, TypeError):
+        return None

@@ -1,0 +1,331 @@
+"""Summaries, Markdown tables and plots for the latency benchmark's results.
+
+Works on the JSON document ``run.py`` writes (one per corpus size), so the
+table (.md) and the plot (.png) can be rebuilt later from a checked-in result:
+
+    python -m benchmarks.latency.report benchmarks/results/latency_n100000_k10.json
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import statistics
+import sys
+from pathlib import Path
+from typing import Any
+
+VARIANT_ORDER = ("A", "B", "C", "C2", "D", "E")
+RATIOS = (("B", "A"), ("C", "B"), ("C2", "B"), ("D", "B"), ("E", "B"))
+COLORS = {"A": "#7f7f7f", "B": "#d62728", "C": "#1f77b4", "C2": "#17becf", "D": "#9467bd", "E": "#2ca02c"}
+
+
+def percentile(xs: list[float], p: float) -> float:
+    """Linear-interpolated percentile (numpy's default method), p in [0, 100]."""
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    if len(s) == 1:
+        return s[0]
+    pos = (len(s) - 1) * p / 100.0
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def summarize(xs: list[float]) -> dict[str, float]:
+    return {
+        "n": len(xs),
+        "p50": percentile(xs, 50),
+        "p95": percentile(xs, 95),
+        "p99": percentile(xs, 99),
+        "mean": statistics.fmean(xs) if xs else math.nan,
+        "min": min(xs) if xs else math.nan,
+        "max": max(xs) if xs else math.nan,
+    }
+
+
+def ratios(level: dict[str, Any]) -> dict[str, dict[str, float]]:
+    """Ratios between variants at one RTT level, all from the same interleaved run.
+
+    ``p50``: ratio of the medians; ``p95``: ratio of the 95th percentiles;
+    ``paired_median``: median over queries of t_x(q) / t_y(q) (both ran on the
+    same query, back to back in random order).
+    """
+    out: dict[str, dict[str, float]] = {}
+    raw = level["raw_ms"]
+    stats = level["stats"]
+    for x, y in RATIOS:
+        if x not in raw or y not in raw:
+            continue
+        xs, ys = raw[x], raw[y]
+        paired = [a / b for a, b in zip(xs, ys) if a is not None and b is not None and b > 0]
+        out[f"{x}/{y}"] = {
+            "p50": stats[x]["p50"] / stats[y]["p50"],
+            "p95": stats[x]["p95"] / stats[y]["p95"],
+            "paired_median": statistics.median(paired) if paired else math.nan,
+        }
+    return out
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    if x is None or (isinstance(x, float) and math.isnan(x)):
+        return "–"
+    return f"{x:.{digits}f}"
+
+
+def _short(sql: str, n: int = 28) -> str:
+    one = " ".join(sql.split())
+    return one if len(one) <= n else one[: n - 1] + "…"
+
+
+def _stmt_cell(counts: dict[str, Any] | None, name: str) -> str:
+    if not counts or name not in counts:
+        return "–"
+    c = counts[name]
+    per = c.get("per_query") or []
+    if not per:
+        return "–"
+    lo, hi = min(per), max(per)
+    mean = statistics.fmean(per)
+    return f"{lo}" if lo == hi else f"{mean:.1f} ({lo}–{hi})"
+
+
+def markdown(doc: dict[str, Any]) -> str:
+    """The Markdown report for one corpus size."""
+    meta = doc["meta"]
+    n = doc["corpus"]["sections"]
+    k = meta["k"]
+    variants = [v for v in VARIANT_ORDER if v in doc["variants"]]
+    lines: list[str] = []
+    lines.append(f"## Latency, {n:,} sections, k={k}")
+    lines.append("")
+    lines.append(
+        f"{meta['date']}; {meta['machine']['cores']} cores; PostgreSQL {meta['versions']['postgresql']}, "
+        f"pgvector {meta['versions']['pgvector']}, psycopg {meta['versions']['psycopg']}; "
+        f"{doc['queries_per_level']} queries per RTT level (interleaved, random order per query), "
+        f"{doc['warmup_per_level']} warm-up queries per level; psycopg prepare_threshold="
+        f"{meta['prepare_threshold']} (default: every statement runs prepared after warm-up); "
+        f"hnsw.ef_search={meta['server'].get('hnsw.ef_search')}; proxy: {meta['proxy']}."
+    )
+    if "E" in doc["variants"] and doc.get("e_queries_per_level") not in (None, doc["queries_per_level"]):
+        lines.append(f"E ran on the first {doc['e_queries_per_level']} queries of each level only.")
+    lines.append("")
+    lines.append("Latency per query in ms, p50 / p95 / p99 (client wall time: send, server, receive, map to objects)"
+                 + ("; load avg: the machine's 1-minute load average at the end of the level (2 cores; other "
+                    "processes' work shows here)." if any("loadavg_end" in lv for lv in doc["levels"]) else "."))
+    lines.append("")
+    per_variant_counts = (doc.get("statement_counts") or {}).get("variants", {})
+
+    def head_label(v: str) -> str:
+        cell = _stmt_cell(per_variant_counts, v)
+        return doc["variants"][v]["label"] + ("" if cell == "–" else f" [{cell} stmts/query]")
+
+    with_load = any("loadavg_end" in lv for lv in doc["levels"])
+    head = ("| added RTT | achieved RTT p50 | " + ("load avg | " if with_load else "")
+            + " | ".join(head_label(v) for v in variants) + " |")
+    lines.append(head)
+    lines.append("|" + "---|" * (2 + with_load + len(variants)))
+    for lv in doc["levels"]:
+        rtt = lv["rtt"]
+        cells = []
+        for v in variants:
+            s = lv["stats"].get(v)
+            cells.append("–" if not s else f"{_f(s['p50'])} / {_f(s['p95'])} / {_f(s['p99'])}")
+        load = ""
+        if with_load:
+            la = lv.get("loadavg_end")
+            load = f"{_f(la[0], 1)} | " if la else "– | "
+        lines.append(
+            f"| {lv['added_rtt_ms']:g} ms | {_f(rtt['median_ms'], 3)} ms (+{_f(rtt.get('added_median_ms'), 3)}) | "
+            + load + " | ".join(cells) + " |"
+        )
+    lines.append("")
+    ratio_names = [f"{x}/{y}" for x, y in RATIOS if x in doc["variants"] and y in doc["variants"]]
+    lines.append("Ratios of p50 latencies (same run; in brackets: median of per-query paired ratios).")
+    lines.append("")
+    lines.append("| added RTT | " + " | ".join(ratio_names) + " |")
+    lines.append("|" + "---|" * (1 + len(ratio_names)))
+    for lv in doc["levels"]:
+        r = lv["ratios"]
+        lines.append(
+            f"| {lv['added_rtt_ms']:g} ms | "
+            + " | ".join(f"{_f(r[x]['p50'])} ({_f(r[x]['paired_median'])})" if x in r else "–" for x in ratio_names)
+            + " |"
+        )
+    lines.append("")
+    counts = doc.get("statement_counts") or {}
+    lines.append("Statements per query counted at the server (`log_statement = all`, that backend's log lines), "
+                 "round trips by construction:")
+    lines.append("")
+    lines.append("| variant | statements/query (server) | expected (client) | round trips |")
+    lines.append("|---|---|---|---|")
+    per_variant = counts.get("variants", {})
+    for v in variants:
+        c = per_variant.get(v, {})
+        exp = c.get("expected") or []
+        exp_s = "–" if not exp or any(e is None for e in exp) else (
+            f"{min(exp)}" if min(exp) == max(exp) else f"{statistics.fmean(exp):.1f} ({min(exp)}–{max(exp)})")
+        lines.append(f"| {doc['variants'][v]['label']} | {_stmt_cell(per_variant, v)} | {exp_s} | "
+                     f"{doc['variants'][v].get('round_trips', '–')} |")
+    if counts.get("unavailable"):
+        lines.append("")
+        lines.append(f"Statement counting unavailable: {counts['unavailable']}")
+    if "E" in per_variant and per_variant["E"].get("kinds"):
+        kinds = ", ".join(f"{k} {v}" for k, v in per_variant["E"]["kinds"].items())
+        lines.append("")
+        lines.append(f"E's statements over {len(per_variant['E']['per_query'])} counted queries, by kind: {kinds}.")
+    lines.append("")
+    checks = doc["checks"]
+    lines.append(
+        f"Content check: B, C, C2 and D returned identical hits, parents and neighbors for "
+        f"{checks['identical_queries']} of {checks['compared_queries']} query runs"
+        + (f" (MISMATCHES: {len(checks['mismatches'])})" if checks["mismatches"] else "") + "."
+    )
+    if "E" in doc["variants"] and checks.get("e_overlap"):
+        e = checks["e_overlap"]
+        lines.append(
+            f"E vs B: mean hit overlap {_f(e['mean_overlap'] * 100, 1)}% (min {_f(e['min_overlap'] * 100, 0)}%), "
+            f"parent/prev/next ids equal for {_f(e['related_equal_fraction'] * 100, 1)}% of the common hits."
+        )
+    c = doc["corpus"]
+    load = c.get("load", {})
+    reused = " (reused by this run; times of the run that loaded it)" if load.get("reused") else ""
+    lines.append(
+        f"Corpus: {c['sections']:,} sections in {c['documents']:,} documents{reused}; "
+        f"binary COPY {_f(load.get('copy_s'), 1)} s, HNSW build {_f(load.get('index_build_s'), 1)} s "
+        f"(maintenance_work_mem={load.get('maintenance_work_mem') or '–'}), VACUUM ANALYZE {_f(load.get('analyze_s'), 1)} s."
+    )
+    el = doc.get("e_load")
+    if el:
+        reused = " (reused; times of the run that loaded them)" if el.get("reused") else ""
+        lines.append(f"LlamaIndex tables{reused}: PGVectorStore.add + PostgresDocumentStore.add_documents "
+                     f"{_f(el.get('load_s'), 1)} s, HNSW build {_f(el.get('index_build_s'), 1)} s.")
+    if doc.get("e_error"):
+        lines.append("")
+        lines.append(f"E did not run: {doc['e_error']}")
+    diag = doc.get("diagnostics")
+    if diag:
+        lines.extend(diagnostics_markdown(diag))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def diagnostics_markdown(diag: dict[str, Any]) -> list[str]:
+    """Where B's time over A goes, and what the proposed fixes would do."""
+    lines: list[str] = []
+    lines.append("")
+    lines.append("Where B's time over A goes (direct connection, no proxy; medians over "
+                 f"{diag.get('n')} queries):")
+    lines.append("")
+    cols = [c for c in ("A", "B", "B_literal_k") if c in diag]
+    names = {"A": "A", "B": "B", "B_literal_k": "B with every LIMIT written into the SQL (diagnostic, not a variant)"}
+    lines.append("| | " + " | ".join(names[c] for c in cols) + " |")
+    lines.append("|" + "---|" * (1 + len(cols)))
+    for key, label in (
+        ("planning_ms", "server planning time, ms (EXPLAIN ANALYZE: a fresh custom plan)"),
+        ("execution_ms", "server execution time, ms (EXPLAIN ANALYZE)"),
+        ("fetch_ms", "execute + fetch, ms (prepared statement, steady state, dict rows)"),
+        ("map_ms", "Python: rows -> Hit objects, ms"),
+        ("result_bytes", "result size, bytes"),
+        ("generic_plans", "executions that reused a generic plan"),
+        ("custom_plans", "executions that planned afresh (custom plan)"),
+    ):
+        digits = 0 if key in ("result_bytes", "generic_plans", "custom_plans") else 3
+        lines.append(f"| {label} | " + " | ".join(_f(diag[c].get(key), digits) for c in cols) + " |")
+    fp = diag.get("fix_preview")
+    if fp:
+        st = fp["stats"]
+        rtt = fp.get("rtt")
+        lines.append("")
+        lines.append(
+            f"Fix preview at +{fp['added_rtt_ms']:g} ms added RTT"
+            + (f" (achieved SELECT 1 RTT p50 {_f(rtt['median_ms'], 3)} ms)" if rtt else "")
+            + f": {fp['n']} queries, interleaved in random order through the proxy. The candidate changes of B are "
+            "NOT benchmark variants; they return exactly B's Hits"
+            + (" (checked on every query)" if fp.get("fixes_return_b_hits", True) else " (CHECK FAILED)") + "."
+        )
+        lines.append("")
+        lines.append("| | p50 ms | p95 ms | p50 / A's p50 |")
+        lines.append("|---|---|---|---|")
+        labels = {
+            "A": "A (floor)",
+            "B": "B as the library runs it",
+            "B_literal_k": "B's statement with every LIMIT written into the SQL (k not bound)",
+            "B_literal_k_tuple_rows": "... and tuple rows mapped by position (no dict_row)",
+        }
+        for name, s_ in st.items():
+            lines.append(f"| {labels.get(name, name)} | {_f(s_['p50'])} | {_f(s_['p95'])} | "
+                         f"{_f(s_['p50'] / st['A']['p50'], 3)} |")
+    if diag.get("prepared"):
+        lines.append("")
+        lines.append("Prepared statements after the run (pg_prepared_statements on the timed connections): "
+                     + "; ".join(f"{p['variant']} `{_short(p['statement'])}`: {p['generic_plans']} generic / "
+                                 f"{p['custom_plans']} custom plans" for p in diag["prepared"]) + ".")
+    return lines
+
+
+def diagnostics_document_markdown(doc: dict[str, Any]) -> str:
+    """The report of a --only-diagnostics run."""
+    n = doc["corpus"]["sections"]
+    meta = doc["meta"]
+    lines = [f"## B vs A cost breakdown and fix preview, {n:,} sections, k={meta['k']}", "",
+             f"{meta['date']}; {meta['machine']['cores']} cores; PostgreSQL {meta['versions']['postgresql']}, "
+             f"pgvector {meta['versions']['pgvector']}, psycopg {meta['versions']['psycopg']}."]
+    lines.extend(diagnostics_markdown(doc["diagnostics"]))
+    lines.append("")
+    return "\n".join(lines)
+
+
+def plot(doc: dict[str, Any], path: Path) -> Path:
+    """p50 latency vs added RTT, one line per variant (log y), p95 as a band."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    n = doc["corpus"]["sections"]
+    k = doc["meta"]["k"]
+    fig, ax = plt.subplots(figsize=(10.0, 5.0), dpi=120)
+    xs = [lv["added_rtt_ms"] for lv in doc["levels"]]
+    for v in VARIANT_ORDER:
+        if v not in doc["variants"]:
+            continue
+        p50 = [lv["stats"].get(v, {}).get("p50", math.nan) for lv in doc["levels"]]
+        p95 = [lv["stats"].get(v, {}).get("p95", math.nan) for lv in doc["levels"]]
+        color = COLORS.get(v)
+        ax.plot(xs, p50, marker="o", color=color, label=doc["variants"][v]["label"], linewidth=2 if v == "B" else 1.5)
+        ax.fill_between(xs, p50, p95, color=color, alpha=0.12, linewidth=0)
+    ax.set_yscale("log")
+    ax.set_xlabel("added network RTT (ms, delay proxy)")
+    ax.set_ylabel("latency per query (ms, log scale)")
+    ax.set_title(f"Retrieval with parent + ±1 neighbors: {n:,} sections, k={k}\nline: p50, band: p50–p95")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.set_xticks(xs)
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args:
+        print("usage: python -m benchmarks.latency.report RESULT.json [...]", file=sys.stderr)
+        return 2
+    for p in map(Path, args):
+        doc = json.loads(p.read_text())
+        if doc.get("kind") == "diagnostics":
+            md = diagnostics_document_markdown(doc)
+        else:
+            md = markdown(doc)
+            plot(doc, p.with_suffix(".png"))
+        p.with_suffix(".md").write_text(md)
+        print(md)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,822 @@
+"""Latency benchmark: one statement (onetrip) vs multi-call retrieval, under added network RTT.
+
+    python -m benchmarks.latency.run --sizes 10000,100000 --k 10 --rtts 0,0.5,1,2,5 --queries 200
+
+For each corpus size: generate the synthetic clustered corpus (or reuse one
+already loaded for this size and seed), put a TCP delay proxy in front of the
+server, and for each added RTT level measure the achieved RTT (SELECT 1), warm
+up, then run every variant on every query, interleaved in a fresh random order
+per query. B, C, C2 and D must return identical content for every query run,
+or the run fails (exit 1). Statements per query are counted at the server from
+its ``log_statement = all`` log, on separate connections, so logging never
+slows the timed connections.
+
+Writes, per size, to --out: ``latency_n<size>_k<k>.json`` (every raw timing +
+metadata), ``.md`` (the tables, also printed) and ``.png`` (p50 vs added RTT).
+See benchmarks/latency/variants.py for what A..E do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import datetime as dt
+import gc
+import json
+import math
+import os
+import platform
+import random
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+from psycopg.rows import dict_row
+
+from onetrip.connection import connect, resolve_dsn
+from onetrip.retrieve import hit_from_row
+
+from . import corpus as corpus_mod
+from . import report
+from .delay_proxy import DelayProxy, DelayProxyProcess, measure_rtt, proxied_dsn, upstream_from_dsn
+from .variants import (
+    ROUND_TRIPS, VARIANT_LABELS, OnetripSingle, build_variants, diff_hits, has_revision, hit_ids, related_ids,
+    topk_sql,
+)
+
+DEFAULT_RTTS = (0.0, 0.5, 1.0, 2.0, 5.0)
+MULTI_CALL = ("C", "C2", "D")  # compared with B for identical content
+FIX_PREVIEW_RTT_MS = 1.0  # the acceptance check's RTT level
+PRIME_RUNS = 7  # > psycopg's prepare_threshold (5): counted queries run prepared, as timed ones do
+
+
+def log(msg: str) -> None:
+    print(msg, flush=True)
+
+
+# -- CLI ---------------------------------------------------------------------------------
+
+
+def _size(text: str) -> int:
+    t = text.strip().lower().replace("_", "")
+    mult = 1
+    if t.endswith("k"):
+        mult, t = 1000, t[:-1]
+    elif t.endswith("m"):
+        mult, t = 1_000_000, t[:-1]
+    n = int(float(t) * mult)
+    if n < 100:
+        raise argparse.ArgumentTypeError(f"corpus size {text!r} is too small (at least 100 sections)")
+    return n
+
+
+def _sizes(text: str) -> list[int]:
+    return [_size(x) for x in text.split(",") if x.strip()]
+
+
+def _rtts(text: str) -> list[float]:
+    out = [float(x) for x in text.split(",") if x.strip()]
+    if not out or any(x < 0 for x in out):
+        raise argparse.ArgumentTypeError("RTTs must be a comma-separated list of non-negative ms values")
+    return out
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.latency.run",
+        description="Latency of onetrip's one-statement retrieval vs multi-call retrieval under added network RTT.",
+    )
+    ap.add_argument("--dsn", help="PostgreSQL DSN (default: onetrip's resolve_dsn(): $ONETRIP_DSN or the embedded server)")
+    ap.add_argument("--sizes", type=_sizes, default=[10_000], help="corpus sizes in sections, e.g. 10000,100000 or 10k,1m")
+    ap.add_argument("--k", type=int, default=10, help="top-K (default 10)")
+    ap.add_argument("--rtts", type=_rtts, default=list(DEFAULT_RTTS), help="added RTT levels in ms (default 0,0.5,1,2,5)")
+    ap.add_argument("--queries", type=int, default=200, help="timed queries per RTT level (default 200)")
+    ap.add_argument("--warmup", type=int, default=20, help="warm-up queries per RTT level, every variant (default 20)")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="output folder")
+    ap.add_argument("--skip-e", action="store_true", help="skip variant E (LlamaIndex)")
+    ap.add_argument("--e-queries", type=int, default=None, help="run E on only the first N queries of each level")
+    ap.add_argument("--seed", type=int, default=0, help="corpus, query and ordering seed (default 0)")
+    ap.add_argument("--dim", type=int, default=corpus_mod.DEFAULT_DIM, help="embedding dimension (default 384)")
+    ap.add_argument("--count-queries", type=int, default=10, help="queries per variant in the statement-count pass")
+    ap.add_argument("--rtt-samples", type=int, default=200, help="SELECT 1 pings per RTT measurement")
+    ap.add_argument("--diag-queries", type=int, default=100,
+                    help="queries for the A-vs-B cost breakdown and the fix preview at +1 ms (0: skip)")
+    ap.add_argument("--maintenance-work-mem", default="auto",
+                    help="for the HNSW builds (default auto: sized to the corpus, 256MB..8GB)")
+    ap.add_argument("--only-diagnostics", action="store_true",
+                    help="skip the timed levels: only the A-vs-B breakdown and the fix preview at +1 ms "
+                         "(writes diagnostics_n<size>_k<k>.json/.md)")
+    ap.add_argument("--reload", action="store_true",
+                    help="load the corpora (and LlamaIndex's tables) again even when already loaded")
+    ap.add_argument("--proxy", choices=("process", "thread"), default="process",
+                    help="run the delay proxy in a child process (default) or a thread of this process")
+    ap.add_argument("--statement-log", type=Path, default=None,
+                    help="server log file to count statements in (default: found from the server)")
+    a = ap.parse_args(argv)
+    if a.k < 1 or a.queries < 1 or a.warmup < 0:
+        ap.error("--k and --queries must be >= 1, --warmup >= 0")
+    return a
+
+
+def auto_maintenance_work_mem(n: int, dim: int) -> str:
+    """Enough for pgvector to build the HNSW graph in memory (vectors + neighbor lists)."""
+    need_mb = n * (dim * 4 + 16 * 2 * 8 + 200) * 2.0 / 2**20
+    mb = int(min(8192, max(256, 2 ** math.ceil(math.log2(max(need_mb, 1))))))
+    return f"{mb}MB"
+
+
+# -- statement counting at the server ------------------------------------------------------------
+
+_LOG_LINE = re.compile(r"\[(\d+)\][^\n]*?\bLOG:  (statement|execute [^:]*): (.*)$")
+
+
+class ServerLog:
+    """Statements per backend pid from a server log written with log_statement = all."""
+
+    def __init__(self, path: Path, settle_s: float = 0.0) -> None:
+        self.path = path
+        self.settle_s = settle_s  # with logging_collector on, lines reach the file a little later
+
+    def mark(self) -> int:
+        return self.path.stat().st_size
+
+    def since(self, mark: int, pids: set[int]) -> list[str]:
+        if self.settle_s:
+            time.sleep(self.settle_s)
+        with self.path.open("rb") as f:
+            f.seek(mark)
+            text = f.read().decode("utf-8", "replace")
+        out = []
+        for line in text.splitlines():
+            m = _LOG_LINE.search(line)
+            if m and int(m.group(1)) in pids:
+                out.append(m.group(3))
+        return out
+
+
+def find_server_log(conn: psycopg.Connection, override: Path | None) -> tuple[ServerLog | None, str | None]:
+    """The server's log file, when this process can read it; else (None, why)."""
+    if override is not None:
+        return (ServerLog(override), None) if override.is_file() else (None, f"{override} is not a file")
+    try:
+        datadir = conn.execute("SHOW data_directory").fetchone()[0]
+        current = conn.execute("SELECT pg_current_logfile()").fetchone()[0]
+        collector = conn.execute("SHOW logging_collector").fetchone()[0] == "on"
+    except psycopg.Error as e:
+        return None, f"cannot locate the server log ({type(e).__name__}: {e}); pass --statement-log"
+    candidates = []
+    if current:
+        candidates.append(Path(current) if os.path.isabs(current) else Path(datadir) / current)
+    candidates.append(Path(datadir) / "log")  # pgserver: pg_ctl -l <pgdata>/log
+    for c in candidates:
+        if c.is_file() and os.access(c, os.R_OK):
+            return ServerLog(c, 0.1 if collector else 0.0), None
+    return None, f"no readable server log at {', '.join(map(str, candidates))}; pass --statement-log"
+
+
+def _statement_kind(text: str) -> str:
+    words = text.strip().split()
+    if not words:
+        return "?"
+    w = words[0].upper()
+    if w == "SET" and len(words) > 2 and words[1].upper() == "LOCAL":
+        return "SET LOCAL"
+    return w
+
+
+def count_statements(
+    pdsn: str, layout: Any, k: int, names: list[str], vectors: np.ndarray, server_log: ServerLog,
+    admin: psycopg.Connection, e_factory: Any | None,
+) -> dict[str, Any]:
+    """Per-query statement counts for each variant, on separate logging connections."""
+    out: dict[str, Any] = {}
+    prime, counted = vectors[:PRIME_RUNS], vectors[PRIME_RUNS:]
+    md_names = [n for n in names if n != "E"]
+    cvariants: dict[str, Any] = build_variants(pdsn, layout, k, names=md_names, log_statements=True, tag="-count")
+    if "E" in names and e_factory is not None:
+        cvariants["E"] = e_factory(application_name="onetrip-bench-E-count", log_statements=True)
+    try:
+        for name, v in cvariants.items():
+            for vec in prime:
+                v.run(vec)
+            if name == "E":
+                rows = admin.execute(
+                    "SELECT pid FROM pg_stat_activity WHERE application_name = %s", (v.application_name,)
+                ).fetchall()
+                pids = {r[0] for r in rows}
+                conn_ok = True
+            else:
+                pids = set(v.backend_pids())
+                conn_ok = v.conn.execute("SHOW log_statement").fetchone()[0] == "all"
+            if not conn_ok:
+                return {"unavailable": "log_statement could not be set to 'all' for the counting connections"}
+            per_query, expected, kinds = [], [], collections.Counter()
+            example: list[str] = []
+            for vec in counted:
+                mark = server_log.mark()
+                r = v.run(vec)
+                stmts = server_log.since(mark, pids)
+                per_query.append(len(stmts))
+                expected.append(v.expected_statements(r) if name != "E" else None)
+                kinds.update(_statement_kind(s) for s in stmts)
+                if not example:
+                    example = [s[:160] for s in stmts]
+            out[name] = {
+                "per_query": per_query, "expected": expected, "kinds": dict(kinds.most_common()),
+                "example_query_statements": example, "pids": sorted(pids),
+            }
+    finally:
+        for v in cvariants.values():
+            v.close()
+    return {"variants": out}
+
+
+# -- cost breakdown of B over A -------------------------------------------------------------------
+
+
+def _median(xs: list[float]) -> float | None:
+    return statistics.median(xs) if xs else None
+
+
+def library_statement(dsn: str, layout: Any, k: int, vec: np.ndarray) -> tuple[str, dict[str, Any]]:
+    """The SQL text and settings of B: what ``Retriever.search`` sends, captured on a side connection.
+
+    Captured rather than re-rendered, so the diagnostics test exactly the statement the
+    benchmark timed, whatever options the library's search passes to its template.
+    """
+    seen: list[Any] = []
+
+    class Recording(psycopg.Cursor):  # type: ignore[type-arg]
+        def execute(self, query: Any, params: Any = None, **kw: Any) -> Any:
+            seen.append(query)
+            return super().execute(query, params, **kw)
+
+    with connect(dsn) as c:
+        c.cursor_factory = Recording
+        b = OnetripSingle(c, layout, k)
+        b.run(vec)
+        settings = dict(getattr(b.retriever, "settings", {}) or {})
+    query = seen[-1]
+    return (query if isinstance(query, str) else query.as_string(None)), settings
+
+
+def diagnostics(dsn: str, layout: Any, k: int, vectors: np.ndarray) -> dict[str, Any]:
+    """Server planning/execution (EXPLAIN ANALYZE), result bytes, fetch and mapping time of A and B."""
+    conn = connect(dsn)
+    try:
+        b_sql, _ = library_statement(dsn, layout, k, vectors[0])
+        sqls = {
+            "A": (topk_sql(layout, revision=has_revision(conn, layout)), "q", True),
+            "B": (b_sql, "query_embedding", True),
+            # Not a benchmark variant: B's statement with k written into the SQL text instead of
+            # bound, to test whether PostgreSQL's plan cache can then reuse a generic plan.
+            "B_literal_k": (b_sql.replace("%(k)s", str(int(k))), "query_embedding", False),
+        }
+        out: dict[str, Any] = {"n": len(vectors)}
+        for name, (sql, qname, bind_k) in sqls.items():
+            plan_ms, exec_ms, nbytes, fetch_ms, map_ms = [], [], [], [], []
+            with connect(dsn) as own:  # own connection: its own prepared-statement counters
+                for vec in vectors:
+                    params: dict[str, Any] = {qname: Vector(vec)}
+                    if bind_k:
+                        params["k"] = k
+                    plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0][0]
+                    plan_ms.append(plan["Planning Time"])
+                    exec_ms.append(plan["Execution Time"])
+                    with own.cursor(row_factory=dict_row) as cur:
+                        for _ in range(PRIME_RUNS):  # steady state: prepared, as in the timed run
+                            cur.execute(sql, params)
+                            cur.fetchall()
+                        t0 = time.perf_counter()
+                        cur.execute(sql, params)
+                        rows = cur.fetchall()
+                        fetch_ms.append((time.perf_counter() - t0) * 1000)
+                        res = cur.pgresult
+                        assert res is not None
+                        nbytes.append(sum(len(res.get_value(r, c) or b"")
+                                          for r in range(res.ntuples) for c in range(res.nfields)))
+                    reps = 20
+                    t0 = time.perf_counter()
+                    for _ in range(reps):
+                        [hit_from_row(j + 1, r) for j, r in enumerate(rows)]
+                    map_ms.append((time.perf_counter() - t0) * 1000 / reps)
+                plans = own.execute(
+                    "SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements "
+                    "WHERE statement NOT LIKE '%%pg_type%%'"
+                ).fetchone()
+            out[name] = {
+                "planning_ms": _median(plan_ms), "execution_ms": _median(exec_ms), "result_bytes": _median(nbytes),
+                "fetch_ms": _median(fetch_ms), "map_ms": _median(map_ms),
+                "generic_plans": int(plans[0] or 0), "custom_plans": int(plans[1] or 0),
+            }
+        return out
+    finally:
+        conn.close()
+
+
+class _SqlTextVariant:
+    """Diagnostics only: Retriever.search's client path (dict rows, hit_from_row) with a given SQL text."""
+
+    def __init__(self, conn: psycopg.Connection, sql: str, params: Any) -> None:
+        self.conn, self.sql, self.params = conn, sql, params
+
+    def run(self, vec: np.ndarray) -> list[Any]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.sql, self.params(vec))
+            rows = cur.fetchall()
+        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+
+
+class _TupleMapped(_SqlTextVariant):
+    """Diagnostics only: the same Hits as hit_from_row, built from plain tuple rows by position."""
+
+    def __init__(self, conn: psycopg.Connection, sql: str, params: Any) -> None:
+        super().__init__(conn, sql, params)
+        self._mapper: Any = None
+
+    def run(self, vec: np.ndarray) -> list[Any]:
+        cur = self.conn.execute(self.sql, self.params(vec))
+        rows = cur.fetchall()
+        if self._mapper is None:
+            self._mapper = _tuple_mapper([d.name for d in cur.description or ()])
+        return [self._mapper(i + 1, r) for i, r in enumerate(rows)]
+
+
+def _tuple_mapper(names: list[str]) -> Any:
+    from onetrip.retrieve import Hit, SectionRecord
+
+    ix = {n: i for i, n in enumerate(names)}
+    hit_cols = [ix[c] for c in ("doc_id", "section_id", "sequence_index", "heading_level", "heading",
+                                "heading_path", "content", "parent_section_id", "anchor", "token_count")]
+    rel = [
+        (ix[f"{role}_id"], ix[f"{role}_sequence_index"], ix[f"{role}_heading_level"], ix[f"{role}_heading"],
+         ix[f"{role}_heading_path"], ix[f"{role}_content"])
+        for role in ("parent", "prev", "next")
+    ]
+    d_ix = ix["distance"]
+
+    def related(r: tuple, doc_id: str, cols: tuple[int, ...]) -> Any:
+        sid = r[cols[0]]
+        if sid is None:
+            return None
+        return SectionRecord(doc_id=doc_id, section_id=sid, sequence_index=r[cols[1]], heading_level=r[cols[2]],
+                             heading=r[cols[3]] or "", heading_path=tuple(r[cols[4]] or ()), content=r[cols[5]])
+
+    rev_ix = ix.get("revision")
+    with_revision = rev_ix is not None and "revision" in getattr(SectionRecord, "__dataclass_fields__", {})
+
+    def mapper(rank: int, r: tuple) -> Any:
+        doc, sid, seq, lvl, head, path, content, parent, anchor, tokens = (r[i] for i in hit_cols)
+        extra = {"revision": r[rev_ix]} if with_revision else {}
+        section = SectionRecord(doc_id=doc, section_id=sid, sequence_index=seq, heading_level=lvl,
+                                heading=head or "", heading_path=tuple(path or ()), content=content,
+                                parent_section_id=parent, anchor=anchor, token_count=tokens, **extra)
+        return Hit(rank, float(r[d_ix]), section, related(r, doc, rel[0]), related(r, doc, rel[1]),
+                   related(r, doc, rel[2]))
+
+    return mapper
+
+
+def fix_preview(pdsn: str, layout: Any, k: int, vectors: np.ndarray, warm: np.ndarray, seed: int) -> dict[str, Any]:
+    """A, B and two candidate fixes of B, interleaved through the proxy (at its current delay).
+
+    B_literal_k and B_literal_k_tuple_rows are NOT benchmark variants: they are the
+    proposed fixes for B's extra time over A (see the diagnostics section of the
+    report), measured under the same conditions as A and B so their effect on B/A
+    can be read directly:
+      B_literal_k             B's statement with k written into the SQL text, so
+                              PostgreSQL's plan cache can reuse a generic plan;
+      B_literal_k_tuple_rows  that, plus plain tuple rows mapped to Hits by position
+                              instead of dict rows + hit_from_row.
+    Both must return exactly B's Hits (checked on every query).
+    """
+    b_sql, _ = library_statement(pdsn, layout, k, vectors[0])
+    lit_sql = b_sql.replace("%(k)s", str(int(k)))
+
+    def lit_params(v: np.ndarray) -> dict[str, Any]:
+        return {"query_embedding": Vector(v)}
+
+    names = ("A", "B", "B_literal_k", "B_literal_k_tuple_rows")
+    conns = {name: connect(pdsn, application_name=f"onetrip-bench-diag-{name}") for name in names}
+    try:
+        vs: dict[str, Any] = {
+            "A": _SqlTextVariant(conns["A"], topk_sql(layout, revision=has_revision(conns["A"], layout)),
+                                 lambda v: {"q": Vector(v), "k": k}),
+            "B": OnetripSingle(conns["B"], layout, k),  # B exactly as in the benchmark
+            "B_literal_k": _SqlTextVariant(conns["B_literal_k"], lit_sql, lit_params),
+            "B_literal_k_tuple_rows": _TupleMapped(conns["B_literal_k_tuple_rows"], lit_sql, lit_params),
+        }
+        rng = random.Random(seed + 17)
+        raw: dict[str, list[float]] = {name: [] for name in vs}
+        equal = True
+        for phase, vecs in (("warm", warm), ("timed", vectors)):
+            for vec in vecs:
+                order = list(vs)
+                rng.shuffle(order)
+                res = {}
+                for name in order:
+                    t0 = time.perf_counter_ns()
+                    res[name] = vs[name].run(vec)
+                    if phase == "timed":
+                        raw[name].append((time.perf_counter_ns() - t0) / 1e6)
+                for name in ("B_literal_k", "B_literal_k_tuple_rows"):
+                    equal &= diff_hits(res["B"], res[name]) is None
+        stats = {name: report.summarize(xs) for name, xs in raw.items()}
+        out: dict[str, Any] = {"n": len(vectors), "raw_ms": raw, "stats": stats, "fixes_return_b_hits": equal}
+        for name in names[1:]:
+            out[f"{name}/A_p50"] = stats[name]["p50"] / stats["A"]["p50"]
+        return out
+    finally:
+        for c in conns.values():
+            c.close()
+
+
+# -- the run -----------------------------------------------------------------------------------------
+
+
+def _versions(conn: psycopg.Connection) -> dict[str, str]:
+    from importlib.metadata import PackageNotFoundError, version
+
+    def pkg(name: str) -> str:
+        try:
+            return version(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return {
+        "postgresql": conn.execute("SHOW server_version").fetchone()[0],
+        "pgvector": conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0],
+        "psycopg": psycopg.__version__,
+        "libpq": str(psycopg.pq.version()),
+        "pgvector-python": pkg("pgvector"),
+        "numpy": np.__version__,
+        "python": platform.python_version(),
+    }
+
+
+def _server_settings(conn: psycopg.Connection) -> dict[str, str]:
+    out = {}
+    conn.execute("SELECT '[1]'::vector")  # loads pgvector in this session, so its hnsw.* settings exist
+    for s in ("shared_buffers", "work_mem", "effective_cache_size", "jit", "max_parallel_maintenance_workers",
+              "max_parallel_workers_per_gather", "plan_cache_mode", "hnsw.ef_search", "hnsw.iterative_scan"):
+        try:
+            out[s] = conn.execute(f"SHOW {s}").fetchone()[0]
+        except psycopg.Error:
+            out[s] = "?"
+    return out
+
+
+def _git_state() -> dict[str, Any]:
+    """The commit, and which library files differ from it (the run used the working tree)."""
+    root = Path(__file__).resolve().parents[2]
+    out: dict[str, Any] = {"commit": None, "modified": None}
+    try:
+        r = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=5)
+        out["commit"] = r.stdout.strip() or None
+        r = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "src", "sql"],
+                           capture_output=True, text=True, timeout=5)
+        out["modified"] = [line[3:] for line in r.stdout.splitlines()]
+    except Exception:
+        pass
+    return out
+
+
+def _machine() -> dict[str, Any]:
+    cpu = platform.processor() or ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return {"cores": os.cpu_count(), "cpu": cpu, "platform": platform.platform()}
+
+
+class _Proxy:
+    """The delay proxy, thread or child process, with the calls the benchmark needs."""
+
+    def __init__(self, dsn: str, mode: str) -> None:
+        up = upstream_from_dsn(dsn)
+        self.mode = mode
+        self.impl = (DelayProxyProcess(up) if mode == "process" else DelayProxy(up)).start()
+        self.dsn = proxied_dsn(dsn, self.impl.host, self.impl.port)
+
+    def set_delay_ms(self, d: float) -> None:
+        self.impl.set_delay_ms(d)
+
+    def lateness(self) -> dict[str, float]:
+        return dict(self.impl.lateness_stats())
+
+    def stop(self) -> None:
+        self.impl.stop()
+
+
+def run_size(args: argparse.Namespace, dsn: str, n: int, meta: dict[str, Any], e_error: str | None) -> tuple[dict[str, Any], bool]:
+    """Benchmark one corpus size; returns (result document, content check passed)."""
+    k, seed, dim = args.k, args.seed, args.dim
+    q, w, c = args.queries, args.warmup, args.count_queries
+    log(f"\n=== corpus {n:,} sections, k={k} ===")
+    t0 = time.perf_counter()
+    docs = corpus_mod.generate_corpus(n, seed, dim)
+    log(f"  generated {n:,} sections in {len(docs):,} documents ({time.perf_counter() - t0:.1f} s)")
+    vectors = corpus_mod.query_set(docs, q + w + PRIME_RUNS + c, seed)
+    timed_vecs, warm_vecs, count_vecs = vectors[:q], vectors[q:q + w], vectors[q + w:]
+    layout = corpus_mod.bench_layout(n, seed, dim)
+    mwm = auto_maintenance_work_mem(n, dim) if args.maintenance_work_mem == "auto" else args.maintenance_work_mem
+    use_e = not args.skip_e and e_error is None and not args.only_diagnostics
+    direct = connect(dsn)
+    e_load: dict[str, Any] | None = None
+    try:
+        load = corpus_mod.ensure_loaded(direct, docs, layout, maintenance_work_mem=mwm, reload=args.reload, log=log)
+        if use_e:
+            from . import llamaindex_peer
+
+            try:
+                e_load = llamaindex_peer.ensure_loaded(
+                    dsn, direct, docs, n, seed, dim, maintenance_work_mem=mwm, reload=args.reload, log=log)
+            except Exception as ex:  # keep A..D going; say exactly why E did not run
+                e_error = f"loading LlamaIndex tables failed: {type(ex).__name__}: {ex}"
+                log(f"  E disabled: {e_error}")
+                use_e = False
+        n_docs = len(docs)
+    finally:
+        direct.close()
+    del docs
+    gc.collect()
+    gc.freeze()  # keep the collector from walking long-lived objects during timed runs
+
+    corpus_info = {"sections": n, "documents": n_docs, "seed": seed, "dim": dim, "layout_prefix": layout.prefix,
+                   "load": load.as_dict()}
+    if args.only_diagnostics:
+        return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs, warm_vecs)
+
+    names = ["A", "B", "C", "C2", "D"] + (["E"] if use_e else [])
+    doc: dict[str, Any] = {
+        "meta": meta,
+        "corpus": corpus_info,
+        "e_load": e_load,
+        "e_error": e_error if not args.skip_e else "skipped (--skip-e)",
+        "queries_per_level": q,
+        "warmup_per_level": w,
+        "e_queries_per_level": min(args.e_queries, q) if (use_e and args.e_queries) else (q if use_e else None),
+        "variants": {v: {"label": VARIANT_LABELS[v],
+                         "round_trips": ROUND_TRIPS.get(v, "one per statement (psycopg2, no pipelining)")}
+                     for v in names},
+        "levels": [],
+    }
+
+    proxy = _Proxy(dsn, args.proxy)
+    variants: dict[str, Any] = {}
+    admin = connect(dsn)
+    ok = True
+    mismatches: list[dict[str, Any]] = []
+    compared = identical = 0
+    overlaps: list[float] = []
+    rel_equal = rel_total = 0
+    try:
+        pdsn = proxy.dsn
+        variants = build_variants(pdsn, layout, k)
+        e_factory = None
+        if use_e:
+            from . import llamaindex_peer
+
+            def e_factory(**kw: Any) -> Any:
+                return llamaindex_peer.LlamaIndexPeer(pdsn, n, seed, dim, k, **kw)
+
+            try:
+                variants["E"] = e_factory()
+                variants["E"].run(warm_vecs[0] if len(warm_vecs) else timed_vecs[0])
+            except Exception as ex:
+                doc["e_error"] = f"LlamaIndex peer failed: {type(ex).__name__}: {ex}"
+                log(f"  E disabled: {doc['e_error']}")
+                variants.pop("E", None)
+                names.remove("E")
+                doc["variants"].pop("E", None)
+                use_e = False
+                e_factory = None
+
+        b_sql, b_settings = library_statement(dsn, layout, k, count_vecs[0])
+        doc["variants"]["B"]["sql"] = b_sql
+        doc["variants"]["B"]["retriever_session_settings"] = b_settings
+        doc["variants"]["A"]["sql"] = variants["A"].sql
+
+        # Statement counts (separate connections with log_statement=all, at 0 added RTT).
+        proxy.set_delay_ms(0.0)
+        server_log, why = find_server_log(admin, args.statement_log)
+        if server_log is None or c < 1:
+            doc["statement_counts"] = {"unavailable": why or "--count-queries 0"}
+        else:
+            try:
+                doc["statement_counts"] = count_statements(
+                    pdsn, layout, k, names, count_vecs, server_log, admin, e_factory)
+            except psycopg.errors.InsufficientPrivilege as ex:
+                doc["statement_counts"] = {"unavailable": f"log_statement needs superuser: {ex}"}
+        counts = doc["statement_counts"].get("variants", {})
+        for name, cnt in counts.items():
+            if name != "E" and cnt["per_query"] != cnt["expected"]:
+                ok = False
+                log(f"  STATEMENT COUNT MISMATCH {name}: server {cnt['per_query']} != client {cnt['expected']}")
+        for name in names:
+            if name in counts:
+                log(f"  statements/query {name}: {counts[name]['per_query']}")
+
+        rng = random.Random(seed)
+        e_limit = doc["e_queries_per_level"] or 0
+        for d in args.rtts:
+            proxy.set_delay_ms(d)
+            gc.collect()
+            rtt = measure_rtt(pdsn, args.rtt_samples, direct=dsn)
+            log(f"  added RTT {d:g} ms: SELECT 1 p50 {rtt['median_ms']:.3f} ms via proxy "
+                f"({rtt['direct_median_ms']:.3f} ms direct, +{rtt['added_median_ms']:.3f})")
+            for vec in warm_vecs:
+                order = names[:]
+                rng.shuffle(order)
+                for name in order:
+                    variants[name].run(vec)
+            proxy.lateness()  # reset: report the timed part only
+            load_start = os.getloadavg()
+            raw: dict[str, list[float | None]] = {v: [] for v in names}
+            order_log: list[list[str]] = []
+            t_level = time.perf_counter()
+            for i, vec in enumerate(timed_vecs):
+                order = [v for v in names if v != "E" or i < e_limit]
+                rng.shuffle(order)
+                order_log.append(order)
+                results: dict[str, Any] = {}
+                for name in order:
+                    fn = variants[name].run
+                    t0 = time.perf_counter_ns()
+                    results[name] = fn(vec)
+                    raw[name].append((time.perf_counter_ns() - t0) / 1e6)
+                # content checks, outside the timed region
+                compared += 1
+                bad = False
+                for name in MULTI_CALL:
+                    diff = diff_hits(results["B"], results[name])
+                    if diff is not None:
+                        bad = True
+                        if len(mismatches) < 50:
+                            mismatches.append({"rtt_ms": d, "query": i, "variant": name, "diff": diff})
+                a_ids, b_ids = hit_ids(results["A"]), hit_ids(results["B"])
+                if a_ids != b_ids:
+                    bad = True
+                    if len(mismatches) < 50:
+                        mismatches.append({"rtt_ms": d, "query": i, "variant": "A", "diff": "A's hits differ from B's"})
+                identical += not bad
+                if "E" in results:
+                    ans = variants["E"].answer(results["E"])
+                    common = set(b_ids) & set(ans.hit_ids)
+                    overlaps.append(len(common) / max(1, len(b_ids)))
+                    brel = related_ids(results["B"])
+                    for h in common:
+                        rel_total += 1
+                        rel_equal += brel[h] == ans.related.get(h)
+            elapsed = time.perf_counter() - t_level
+            lateness = proxy.lateness()
+            stats = {v: report.summarize([x for x in raw[v] if x is not None]) for v in names if raw[v]}
+            level = {
+                "added_rtt_ms": d, "rtt": rtt, "proxy_lateness_us": lateness, "elapsed_s": elapsed,
+                # other work on this machine during the level (1/5/15-min load averages; 2 cores)
+                "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
+                "raw_ms": raw, "order": order_log, "stats": stats,
+            }
+            level["ratios"] = report.ratios(level)
+            doc["levels"].append(level)
+            log("    " + "  ".join(f"{v} p50 {stats[v]['p50']:.2f}" for v in names if v in stats)
+                + f"   B/A {level['ratios']['B/A']['p50']:.3f}  ({elapsed:.0f} s)")
+
+        if args.diag_queries > 0:
+            log("  diagnostics: EXPLAIN ANALYZE, result size, mapping cost (direct connection)")
+            doc["diagnostics"] = diagnostics(dsn, layout, k, timed_vecs[: min(30, args.diag_queries)])
+            proxy.set_delay_ms(FIX_PREVIEW_RTT_MS)
+            preview = fix_preview(pdsn, layout, k, timed_vecs[: args.diag_queries], warm_vecs, seed)
+            preview["added_rtt_ms"] = FIX_PREVIEW_RTT_MS
+            doc["diagnostics"]["fix_preview"] = preview
+            log(f"  at +{FIX_PREVIEW_RTT_MS:g} ms: B/A {preview['B/A_p50']:.3f}; with k as a literal "
+                f"(proposed fix) {preview['B_literal_k/A_p50']:.3f}")
+            prepared = []
+            for name in ("A", "B", "C", "D"):
+                rows = variants[name].conn.execute(
+                    "SELECT generic_plans, custom_plans, statement FROM pg_prepared_statements "
+                    "WHERE statement NOT LIKE '%%pg_type%%' ORDER BY prepare_time"
+                ).fetchall()
+                for g, cst, stmt in rows:
+                    prepared.append({"variant": name, "generic_plans": g, "custom_plans": cst, "statement": stmt[:120]})
+            doc["diagnostics"]["prepared"] = prepared
+    finally:
+        for v in variants.values():
+            try:
+                v.close()
+            except Exception:
+                pass
+        admin.close()
+        proxy.stop()
+        gc.unfreeze()
+
+    doc["checks"] = {
+        "compared_queries": compared,
+        "identical_queries": identical,
+        "mismatches": mismatches,
+        "e_overlap": {
+            "queries": len(overlaps),
+            "mean_overlap": statistics.fmean(overlaps) if overlaps else None,
+            "min_overlap": min(overlaps) if overlaps else None,
+            "related_equal_fraction": rel_equal / rel_total if rel_total else None,
+        } if overlaps else None,
+    }
+    if mismatches:
+        ok = False
+        log(f"  CONTENT MISMATCH in {compared - identical} of {compared} query runs; first: {mismatches[0]}")
+    return doc, ok
+
+
+def run_diagnostics_only(
+    args: argparse.Namespace, dsn: str, layout: Any, meta: dict[str, Any], corpus_info: dict[str, Any],
+    timed_vecs: np.ndarray, warm_vecs: np.ndarray,
+) -> tuple[dict[str, Any], bool]:
+    """--only-diagnostics: the A-vs-B breakdown and the fix preview, no timed levels."""
+    n_diag = max(1, min(args.diag_queries or len(timed_vecs), len(timed_vecs)))
+    log(f"  diagnostics only: EXPLAIN ANALYZE etc. on {min(30, n_diag)} queries, fix preview on {n_diag}")
+    proxy = _Proxy(dsn, args.proxy)
+    try:
+        diag = diagnostics(dsn, layout, args.k, timed_vecs[: min(30, n_diag)])
+        proxy.set_delay_ms(FIX_PREVIEW_RTT_MS)
+        rtt = measure_rtt(proxy.dsn, args.rtt_samples, direct=dsn)
+        preview = fix_preview(proxy.dsn, layout, args.k, timed_vecs[:n_diag], warm_vecs, args.seed)
+        preview["added_rtt_ms"] = FIX_PREVIEW_RTT_MS
+        preview["rtt"] = rtt
+        diag["fix_preview"] = preview
+    finally:
+        proxy.stop()
+        gc.unfreeze()
+    log("  at +{:g} ms: ".format(FIX_PREVIEW_RTT_MS) + ", ".join(
+        f"{k} {v:.3f}" for k, v in preview.items() if k.endswith("/A_p50")))
+    return {"kind": "diagnostics", "meta": meta, "corpus": corpus_info, "diagnostics": diag}, preview["fixes_return_b_hits"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    dsn = resolve_dsn(args.dsn)
+    e_error: str | None = None
+    if not args.skip_e:
+        from . import llamaindex_peer
+
+        e_error = llamaindex_peer.available()
+        if e_error:
+            log(f"E (LlamaIndex) unavailable: {e_error}; running A..D only")
+    with connect(dsn) as conn:
+        versions = _versions(conn)
+        settings = _server_settings(conn)
+        prepare_threshold = conn.prepare_threshold
+    if not args.skip_e and e_error is None:
+        from . import llamaindex_peer
+
+        versions.update(llamaindex_peer.versions())
+    meta = {
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "k": args.k,
+        "rtts_ms": args.rtts,
+        "seed": args.seed,
+        "machine": {**_machine(), "loadavg_at_start": os.getloadavg()},
+        "versions": versions,
+        "server": settings,
+        "prepare_threshold": prepare_threshold,
+        "proxy": f"benchmarks.latency.delay_proxy ({args.proxy}), TCP on 127.0.0.1 in front of the server",
+        "argv": sys.argv[1:] if argv is None else list(argv),
+        "git": _git_state(),
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    all_ok = True
+    reports = []
+    for n in args.sizes:
+        doc, ok = run_size(args, dsn, n, meta, e_error)
+        all_ok &= ok
+        if args.only_diagnostics:
+            stem = args.out / f"diagnostics_n{n}_k{args.k}"
+            md = report.diagnostics_document_markdown(doc)
+        else:
+            stem = args.out / f"latency_n{n}_k{args.k}"
+            md = report.markdown(doc)
+            report.plot(doc, stem.with_suffix(".png"))
+        stem.with_suffix(".json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
+        stem.with_suffix(".md").write_text(md)
+        reports.append(md)
+        log(f"  wrote {stem}.json, .md" + ("" if args.only_diagnostics else ", .png"))
+    print()
+    print("\n".join(reports))
+    if not all_ok:
+        print("FAILED: variants disagree (content or statement counts); see the messages above", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,374 @@
+"""The retrieval strategies under test, A to D, all on onetrip's own tables.
+
+Every variant answers the same question for one query vector: the top-K
+sections, each with its parent and its previous/next sections. They differ only
+in how many statements and round trips they spend doing it:
+
+    A   bare top-K: one statement, no expansion (the floor)
+    B   onetrip: ``Retriever(conn).search(vec, k=k)``, one statement
+    C   hand-written multi-call: top-K, then ALL parents in one batched fetch,
+        then ALL neighbors in one batched fetch: 3 statements, 3 round trips
+    C2  C with the two follow-ups sent together in psycopg pipeline mode:
+        3 statements, 2 round trips
+    D   naive multi-call: top-K, then one statement per parent and per
+        neighbor (1 + K + 2K, minus boundaries: root sections have no parent,
+        a document's first section no previous one)
+
+B, C, C2 and D build the very same `onetrip.retrieve.Hit` values, so their
+answers can be compared for equality (`diff_hits`). A builds Hits without
+parent/prev/next. Every variant owns its own connection (autocommit, psycopg's
+default ``prepare_threshold`` of 5: each statement text is prepared
+server-side from its 6th execution on, so after warm-up all of them run as
+prepared statements).
+
+LlamaIndex (variant E) is in ``llamaindex_peer.py``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import psycopg
+from pgvector import Vector
+from psycopg.rows import dict_row
+
+from onetrip.connection import connect
+from onetrip.retrieve import Hit, Retriever, SectionRecord, hit_from_row
+from onetrip.templates import Layout
+
+HIT_COLS = (
+    "doc_id, section_id, parent_section_id, sequence_index, heading_level, heading, heading_path, "
+    "anchor, content, token_count"
+)
+# Section fields compared between variants (plus `revision` where the library returns it).
+_SECTION_FIELDS = ("doc_id", "section_id", "sequence_index", "heading_level", "heading", "heading_path", "content",
+                   "parent_section_id", "anchor", "token_count", "revision")
+REL_COLS = "s.doc_id, s.section_id, s.sequence_index, s.heading_level, s.heading, s.heading_path, s.content"
+
+VARIANT_LABELS = {
+    "A": "A bare top-K (floor)",
+    "B": "B onetrip single statement",
+    "C": "C batched multi-call (3 RT)",
+    "C2": "C2 batched + pipeline (2 RT)",
+    "D": "D naive 1+K+2K calls",
+    "E": "E LlamaIndex PGVectorStore + docstore",
+}
+ROUND_TRIPS = {"A": "1", "B": "1", "C": "3", "C2": "2", "D": "1+K+2K-boundaries"}
+
+
+def has_revision(conn: psycopg.Connection, layout: Layout) -> bool:
+    """Whether hits carry a revision: the library's SectionRecord has it and the table stores it."""
+    if "revision" not in getattr(SectionRecord, "__dataclass_fields__", {}):
+        return False
+    row = conn.execute(
+        "SELECT 1 FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'revision' AND NOT attisdropped",
+        (layout.tables["sections"],),
+    ).fetchone()
+    return row is not None
+
+
+def topk_sql(layout: Layout, *, revision: bool = False) -> str:
+    """A's statement, also the first call of C, C2 and D (the columns of B's hits)."""
+    t = layout.tables["sections"]
+    cols = HIT_COLS + (", revision" if revision else "")
+    return (
+        f"SELECT {cols}, embedding <=> %(q)s::{layout.vector_type} AS distance FROM {t} "
+        f"ORDER BY embedding <=> %(q)s::{layout.vector_type} LIMIT %(k)s"
+    )
+
+
+def parents_batch_sql(layout: Layout) -> str:
+    t = layout.tables["sections"]
+    return (
+        f"SELECT {REL_COLS} FROM unnest(%(doc_ids)s::text[], %(section_ids)s::text[]) AS w(doc_id, section_id) "
+        f"JOIN {t} s ON s.doc_id = w.doc_id AND s.section_id = w.section_id"
+    )
+
+
+def neighbors_batch_sql(layout: Layout) -> str:
+    t = layout.tables["sections"]
+    return (
+        f"SELECT {REL_COLS} FROM unnest(%(doc_ids)s::text[], %(seqs)s::int[]) AS w(doc_id, sequence_index) "
+        f"JOIN {t} s ON s.doc_id = w.doc_id AND s.sequence_index = w.sequence_index"
+    )
+
+
+def parent_one_sql(layout: Layout) -> str:
+    t = layout.tables["sections"]
+    return f"SELECT {REL_COLS} FROM {t} s WHERE s.doc_id = %s AND s.section_id = %s"
+
+
+def neighbor_one_sql(layout: Layout) -> str:
+    t = layout.tables["sections"]
+    return f"SELECT {REL_COLS} FROM {t} s WHERE s.doc_id = %s AND s.sequence_index = %s"
+
+
+# -- mapping rows to Hits (the same shapes Retriever.search returns) ------------------------
+
+
+def _rel(row: Sequence[Any]) -> SectionRecord:
+    """A related section as `Retriever.search` returns it (no parent/anchor/token fields)."""
+    doc_id, section_id, seq, level, heading, path, content = row
+    return SectionRecord(doc_id=doc_id, section_id=section_id, sequence_index=seq, heading_level=level,
+                         heading=heading or "", heading_path=tuple(path or ()), content=content)
+
+
+def _hit_section(r: Sequence[Any]) -> SectionRecord:
+    doc_id, sid, parent_id, seq, level, heading, path, anchor, content, tokens = r[:10]
+    extra = {"revision": r[10]} if len(r) > 11 else {}  # (..., revision, distance)
+    return SectionRecord(doc_id=doc_id, section_id=sid, sequence_index=seq, heading_level=level,
+                         heading=heading or "", heading_path=tuple(path or ()), content=content,
+                         parent_section_id=parent_id, anchor=anchor, token_count=tokens, **extra)
+
+
+def _sorted_topk(rows: list[tuple]) -> list[tuple]:
+    # Retriever's statement orders by (distance, doc_id, sequence_index); do the same.
+    return sorted(rows, key=lambda r: (r[-1], r[0], r[3]))
+
+
+class Variant:
+    """One strategy on its own connection. ``run`` is what gets timed."""
+
+    name = "?"
+
+    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int) -> None:
+        self.conn = conn
+        self.layout = layout
+        self.k = k
+
+    @property
+    def label(self) -> str:
+        return VARIANT_LABELS[self.name]
+
+    def run(self, vec: np.ndarray) -> Any:
+        raise NotImplementedError
+
+    def hits(self, result: Any) -> list[Hit]:
+        return result
+
+    def backend_pids(self) -> list[int]:
+        return [self.conn.info.backend_pid]
+
+    def expected_statements(self, result: Any) -> int | None:
+        """How many statements this call should have sent (cross-checked at the server)."""
+        return None
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+class BareTopK(Variant):
+    """A: the floor. The hit rows only, mapped to Hits the way Retriever maps its rows."""
+
+    name = "A"
+
+    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int) -> None:
+        super().__init__(conn, layout, k)
+        self.sql = topk_sql(layout, revision=has_revision(conn, layout))
+
+    def run(self, vec: np.ndarray) -> list[Hit]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.sql, {"q": Vector(vec), "k": self.k})
+            rows = cur.fetchall()
+        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+
+    def expected_statements(self, result: Any) -> int:
+        return 1
+
+
+class OnetripSingle(Variant):
+    """B: exactly what the library does: ``Retriever(conn).search(vec, k=k)``."""
+
+    name = "B"
+
+    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int) -> None:
+        super().__init__(conn, layout, k)
+        self.retriever = Retriever(conn, schema=layout.schema, prefix=layout.prefix)
+
+    def run(self, vec: np.ndarray) -> list[Hit]:
+        return self.retriever.search(vec, k=self.k)
+
+    def expected_statements(self, result: Any) -> int:
+        return 1
+
+
+class BatchedMultiCall(Variant):
+    """C (and C2 with ``pipelined=True``): the best hand-written multi-call client."""
+
+    name = "C"
+
+    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int, *, pipelined: bool = False) -> None:
+        super().__init__(conn, layout, k)
+        self.pipelined = pipelined
+        if pipelined:
+            self.name = "C2"
+        self.topk = topk_sql(layout, revision=has_revision(conn, layout))
+        self.parents = parents_batch_sql(layout)
+        self.neighbors = neighbors_batch_sql(layout)
+        self._last_calls = 0
+
+    def run(self, vec: np.ndarray) -> list[Hit]:
+        conn = self.conn
+        rows = _sorted_topk(conn.execute(self.topk, {"q": Vector(vec), "k": self.k}).fetchall())
+        p_keys = list(dict.fromkeys((r[0], r[2]) for r in rows if r[2] is not None))
+        n_keys = list(dict.fromkeys(
+            [(r[0], r[3] - 1) for r in rows if r[3] > 0] + [(r[0], r[3] + 1) for r in rows]
+        ))
+        p_params = {"doc_ids": [d for d, _ in p_keys], "section_ids": [s for _, s in p_keys]}
+        n_params = {"doc_ids": [d for d, _ in n_keys], "seqs": [s for _, s in n_keys]}
+        calls = 1
+        p_cur = n_cur = None
+        if self.pipelined:
+            with conn.pipeline():  # both follow-ups and one Sync leave together: one round trip
+                if p_keys:
+                    p_cur = conn.cursor()
+                    p_cur.execute(self.parents, p_params)
+                if n_keys:
+                    n_cur = conn.cursor()
+                    n_cur.execute(self.neighbors, n_params)
+            p_rows = p_cur.fetchall() if p_cur is not None else []
+            n_rows = n_cur.fetchall() if n_cur is not None else []
+        else:
+            p_rows = conn.execute(self.parents, p_params).fetchall() if p_keys else []
+            n_rows = conn.execute(self.neighbors, n_params).fetchall() if n_keys else []
+        calls += bool(p_keys) + bool(n_keys)
+        self._last_calls = calls
+        by_sid = {(r[0], r[1]): _rel(r) for r in p_rows}
+        by_seq = {(r[0], r[2]): _rel(r) for r in n_rows}
+        hits = []
+        for rank, r in enumerate(rows, 1):
+            doc_id, parent_id, seq = r[0], r[2], r[3]
+            hits.append(Hit(
+                rank, float(r[-1]), _hit_section(r),
+                by_sid.get((doc_id, parent_id)) if parent_id is not None else None,
+                by_seq.get((doc_id, seq - 1)), by_seq.get((doc_id, seq + 1)),
+            ))
+        return hits
+
+    def expected_statements(self, result: list[Hit]) -> int:
+        return self._last_calls
+
+
+class NaiveMultiCall(Variant):
+    """D: top-K, then one statement per parent and per neighbor, the way frameworks fetch them."""
+
+    name = "D"
+
+    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int) -> None:
+        super().__init__(conn, layout, k)
+        self.topk = topk_sql(layout, revision=has_revision(conn, layout))
+        self.parent = parent_one_sql(layout)
+        self.neighbor = neighbor_one_sql(layout)
+        self._last_calls = 0
+
+    def run(self, vec: np.ndarray) -> list[Hit]:
+        conn = self.conn
+        rows = _sorted_topk(conn.execute(self.topk, {"q": Vector(vec), "k": self.k}).fetchall())
+        calls = 1
+        hits = []
+        for rank, r in enumerate(rows, 1):
+            doc_id, parent_id, seq = r[0], r[2], r[3]
+            parent = prev = nxt = None
+            if parent_id is not None:  # a root section has no parent: nothing to fetch
+                row = conn.execute(self.parent, (doc_id, parent_id)).fetchone()
+                calls += 1
+                parent = _rel(row) if row else None
+            if seq > 0:  # the first section of a document has no previous one
+                row = conn.execute(self.neighbor, (doc_id, seq - 1)).fetchone()
+                calls += 1
+                prev = _rel(row) if row else None
+            row = conn.execute(self.neighbor, (doc_id, seq + 1)).fetchone()  # may not exist
+            calls += 1
+            nxt = _rel(row) if row else None
+            hits.append(Hit(rank, float(r[-1]), _hit_section(r), parent, prev, nxt))
+        self._last_calls = calls
+        return hits
+
+    def expected_statements(self, result: list[Hit]) -> int:
+        return self._last_calls
+
+
+def open_connection(dsn: str, *, application_name: str, log_statements: bool = False) -> psycopg.Connection:
+    """An onetrip connection (autocommit, pgvector adapters, default prepare_threshold)."""
+    kwargs: dict[str, Any] = {"application_name": application_name}
+    if log_statements:
+        kwargs["options"] = "-c log_statement=all"
+    return connect(dsn, **kwargs)
+
+
+def build_variants(
+    dsn: str, layout: Layout, k: int, *, names: Sequence[str] = ("A", "B", "C", "C2", "D"),
+    log_statements: bool = False, tag: str = "",
+) -> dict[str, Variant]:
+    """One connection per variant to ``dsn`` (the proxied DSN when timing)."""
+    out: dict[str, Variant] = {}
+    try:
+        for name in names:
+            conn = open_connection(dsn, application_name=f"onetrip-bench-{name}{tag}", log_statements=log_statements)
+            if name == "A":
+                out[name] = BareTopK(conn, layout, k)
+            elif name == "B":
+                out[name] = OnetripSingle(conn, layout, k)
+            elif name == "C":
+                out[name] = BatchedMultiCall(conn, layout, k)
+            elif name == "C2":
+                out[name] = BatchedMultiCall(conn, layout, k, pipelined=True)
+            elif name == "D":
+                out[name] = NaiveMultiCall(conn, layout, k)
+            else:
+                conn.close()
+                raise ValueError(f"unknown variant {name!r}")
+    except BaseException:
+        for v in out.values():
+            v.close()
+        raise
+    return out
+
+
+# -- comparing answers -------------------------------------------------------------------
+
+
+def _rec_key(r: SectionRecord | None) -> tuple | None:
+    if r is None:
+        return None
+    return (r.doc_id, r.section_id, r.sequence_index, r.heading_level, r.heading, r.heading_path, r.content)
+
+
+def _section_key(r: SectionRecord) -> tuple:
+    return tuple(getattr(r, f, None) for f in _SECTION_FIELDS)
+
+
+def diff_hits(expected: list[Hit], got: list[Hit], *, tol: float = 1e-9) -> str | None:
+    """None when both answers carry the same content, else the first difference, in words."""
+    if len(expected) != len(got):
+        return f"{len(got)} hits instead of {len(expected)}"
+    for a, b in zip(expected, got):
+        where = f"rank {a.rank}"
+        if a.rank != b.rank:
+            return f"{where}: rank {b.rank}"
+        if abs(a.distance - b.distance) > tol:
+            return f"{where}: distance {b.distance!r} != {a.distance!r}"
+        if _section_key(a.section) != _section_key(b.section):
+            return f"{where}: hit {b.section.doc_id}/{b.section.section_id} != {a.section.doc_id}/{a.section.section_id}"
+        for role in ("parent", "prev", "next"):
+            x, y = _rec_key(getattr(a, role)), _rec_key(getattr(b, role))
+            if x != y:
+                xs = "None" if x is None else f"{x[0]}/{x[1]}"
+                ys = "None" if y is None else f"{y[0]}/{y[1]}"
+                return f"{where} ({a.section.doc_id}/{a.section.section_id}): {role} {ys} != {xs}"
+    return None
+
+
+def hit_ids(hits: list[Hit]) -> list[str]:
+    return [f"{h.section.doc_id}:{h.section.section_id}" for h in hits]
+
+
+def related_ids(hits: list[Hit]) -> dict[str, tuple[str | None, str | None, str | None]]:
+    """hit id -> (parent id, prev id, next id), ids as 'doc:section'."""
+
+    def rid(r: SectionRecord | None) -> str | None:
+        return None if r is None else f"{r.doc_id}:{r.section_id}"
+
+    return {f"{h.section.doc_id}:{h.section.section_id}": (rid(h.parent), rid(h.prev), rid(h.next)) for h in hits}
