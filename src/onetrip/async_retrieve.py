@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from psycopg.rows import dict_row
 
 from .connection import connect_async
 from .context import Context
@@ -106,10 +105,11 @@ class AsyncRetriever:
             vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)
         params = bind_vector(plan, vector, self.layout.dim)
         async with self._connection() as c:
-            async with c.cursor(row_factory=dict_row) as cur:
+            async with c.cursor() as cur:
                 await cur.execute(plan.statement, params)
                 rows = await cur.fetchall()
-        return result_of(plan, rows)
+                names = tuple(d.name for d in cur.description or ())
+        return result_of(plan, names, rows)
 
     async def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Same as `Retriever.search`."""

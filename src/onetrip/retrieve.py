@@ -107,9 +107,14 @@ def as_filters(filters: Filters | dict[str, Any] | None) -> Filters:
     raise TypeError(f"filters must be a Filters or a dict, got {type(filters).__name__}")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class SectionRecord:
-    """A section as returned by a search: enough to cite it and to read it."""
+    """A section as returned by a search: enough to cite it and to read it.
+
+    Not frozen on purpose: a frozen dataclass sets each field through
+    object.__setattr__, which made building ~40 of these per search cost more
+    than the database round trip it follows (benchmarks/latency). Treat as read-only.
+    """
 
     doc_id: str
     section_id: str
@@ -124,7 +129,7 @@ class SectionRecord:
     revision: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Hit:
     """One search hit with its parent and its neighbors in document order.
 
@@ -451,12 +456,50 @@ def bind_vector(plan: Plan, vector: np.ndarray | None, dim: int) -> dict[str, An
     return {**plan.params, "query_embedding": Vector(vec)}
 
 
-def result_of(plan: Plan, rows: list[dict[str, Any]]) -> Any:
-    """Map the statement's rows to Hits or a Context."""
+_SECTION_COLS = ("section_id", "sequence_index", "heading_level", "heading", "heading_path", "content")
+
+
+@lru_cache(maxsize=128)
+def _hit_mapper(names: tuple[str, ...]) -> Any:
+    """A row -> Hit function for one result shape, with column positions resolved once.
+
+    Mapping tuples by position instead of dict rows by name is measurable on
+    the hot path (benchmarks/latency): a search returns ~30 columns per hit.
+    """
+    ix = {n: i for i, n in enumerate(names)}
+    own = tuple(ix[c] for c in _SECTION_COLS)
+    doc, parent_id, anchor, tokens = ix["doc_id"], ix["parent_section_id"], ix["anchor"], ix["token_count"]
+    rev, dist, score = ix.get("revision"), ix["distance"], ix.get("score")
+    related = [
+        (role, tuple(ix[f"{role}_{'id' if c == 'section_id' else c}"] for c in _SECTION_COLS))
+        for role in ("parent", "prev", "next") if f"{role}_id" in ix
+    ]
+
+    def record(row: tuple, doc_id: str, pos: tuple[int, ...], **extra: Any) -> SectionRecord:
+        sid, seq, level, heading, path, content = (row[i] for i in pos)
+        return SectionRecord(doc_id, sid, seq, level, heading or "", tuple(path or ()), content, **extra)
+
+    def to_hit(rank: int, row: tuple) -> Hit:
+        doc_id = row[doc]
+        section = record(row, doc_id, own, parent_section_id=row[parent_id], anchor=row[anchor],
+                         token_count=row[tokens], revision=None if rev is None else row[rev])
+        rel = {role: (None if row[pos[0]] is None else record(row, doc_id, pos)) for role, pos in related}
+        d = row[dist]
+        sc = None if score is None else row[score]
+        return Hit(rank, None if d is None else float(d), section, rel.get("parent"), rel.get("prev"),
+                   rel.get("next"), None if sc is None else float(sc))
+
+    return to_hit
+
+
+def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
+    """Map the statement's rows (tuples, with the cursor's column names) to Hits or a Context."""
     if plan.kind == "search":
-        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
-    hits = int(rows[0]["hit_count"]) if rows else 0
-    return Context([passage_from_row(r) for r in rows], plan.max_tokens, hits, plan.options)
+        to_hit = _hit_mapper(names)
+        return [to_hit(i + 1, r) for i, r in enumerate(rows)]
+    dicts = [dict(zip(names, r)) for r in rows]
+    hits = int(dicts[0]["hit_count"]) if dicts else 0
+    return Context([passage_from_row(r) for r in dicts], plan.max_tokens, hits, plan.options)
 
 
 def _split_search_kwargs(kwargs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -535,10 +578,11 @@ class Retriever:
         """Embed (if needed, before touching the database), then send the plan's ONE statement."""
         vector = self.embedder.embed_query(plan.embed) if plan.embed is not None else None
         params = bind_vector(plan, vector, self.layout.dim)
-        with self._connection() as c, c.cursor(row_factory=dict_row) as cur:
+        with self._connection() as c, c.cursor() as cur:
             cur.execute(plan.statement, params)
             rows = cur.fetchall()
-        return result_of(plan, rows)
+            names = tuple(d.name for d in cur.description or ())
+        return result_of(plan, names, rows)
 
     def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement.
