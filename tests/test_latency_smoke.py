@@ -38,17 +38,17 @@ def test_benchmark_runs_end_to_end(dsn, statement_log, tmp_path):
     assert stem.with_suffix(".md").read_text().startswith("## Latency")
     assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
-    expected = ["A", "B", "C", "C2", "D"] + (["E"] if E_IMPORTS else [])
+    expected = ["A", "B", "C", "C2", "D", "F", "Af", "G", "H"] + (["E"] if E_IMPORTS else [])
     assert list(doc["variants"]) == expected
     assert doc["corpus"]["sections"] == N_SECTIONS and not doc["corpus"]["load"]["reused"]
     assert [lv["added_rtt_ms"] for lv in doc["levels"]] == [0.0, 0.5]
     for lv in doc["levels"]:
         assert lv["rtt"]["median_ms"] > 0
-        for v in ["A", "B", "C", "C2", "D"]:
+        for v in ["A", "B", "C", "C2", "D", "F", "Af", "G", "H"]:
             assert len(lv["raw_ms"][v]) == 6
         if E_IMPORTS:
             assert len(lv["raw_ms"]["E"]) == 2
-        assert set(lv["ratios"]) >= {"B/A", "C/B", "C2/B", "D/B"}
+        assert set(lv["ratios"]) >= {"B/A", "C/B", "C2/B", "D/B", "F/A", "G/Af", "H/B"}
 
     checks = doc["checks"]
     assert checks["mismatches"] == []
@@ -59,6 +59,8 @@ def test_benchmark_runs_end_to_end(dsn, statement_log, tmp_path):
     assert counts["B"]["per_query"] == [1, 1, 1]
     assert counts["C"]["per_query"] == [3, 3, 3]
     assert counts["C2"]["per_query"] == [3, 3, 3]
+    for single in ("F", "Af", "G", "H"):  # assembled, filtered and hybrid: still one statement
+        assert counts[single]["per_query"] == [1, 1, 1]
     assert counts["D"]["per_query"] == counts["D"]["expected"]
     assert all(1 + 1 <= c <= 1 + 3 * 5 for c in counts["D"]["per_query"])
     if E_IMPORTS:

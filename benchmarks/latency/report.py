@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 VARIANT_ORDER = ("A", "B", "C", "C2", "D", "E")
-RATIOS = (("B", "A"), ("C", "B"), ("C2", "B"), ("D", "B"), ("E", "B"))
-COLORS = {"A": "#7f7f7f", "B": "#d62728", "C": "#1f77b4", "C2": "#17becf", "D": "#9467bd", "E": "#2ca02c"}
+RATIOS = (("B", "A"), ("C", "B"), ("C2", "B"), ("D", "B"), ("E", "B"), ("F", "A"), ("G", "Af"), ("H", "B"))
+COLORS = {"A": "#7f7f7f", "B": "#d62728", "C": "#1f77b4", "C2": "#17becf", "D": "#9467bd", "E": "#2ca02c",
+          "F": "#ff7f0e", "Af": "#bcbd22", "G": "#8c564b", "H": "#e377c2"}
 
 
 def percentile(xs: list[float], p: float) -> float:

@@ -101,6 +101,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--warmup", type=int, default=20, help="warm-up queries per RTT level, every variant (default 20)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="output folder")
     ap.add_argument("--skip-e", action="store_true", help="skip variant E (LlamaIndex)")
+    ap.add_argument("--extra", default="F,Af,G,H",
+                    help="extra onetrip variants timed in the same interleaved run: F assembled, Af/G filtered, "
+                         "H hybrid (default: all; '' for none)")
     ap.add_argument("--e-queries", type=int, default=None, help="run E on only the first N queries of each level")
     ap.add_argument("--seed", type=int, default=0, help="corpus, query and ordering seed (default 0)")
     ap.add_argument("--dim", type=int, default=corpus_mod.DEFAULT_DIM, help="embedding dimension (default 384)")
@@ -558,7 +561,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int, meta: dict[str, Any], e
     if args.only_diagnostics:
         return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs, warm_vecs)
 
-    names = ["A", "B", "C", "C2", "D"] + (["E"] if use_e else [])
+    names = ["A", "B", "C", "C2", "D"] + [x for x in args.extra.split(",") if x] + (["E"] if use_e else [])
     doc: dict[str, Any] = {
         "meta": meta,
         "corpus": corpus_info,
@@ -583,7 +586,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int, meta: dict[str, Any], e
     rel_equal = rel_total = 0
     try:
         pdsn = proxy.dsn
-        variants = build_variants(pdsn, layout, k)
+        variants = build_variants(pdsn, layout, k, names=[n for n in names if n != "E"])
         e_factory = None
         if use_e:
             from . import llamaindex_peer

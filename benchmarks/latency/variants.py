@@ -54,8 +54,16 @@ VARIANT_LABELS = {
     "C2": "C2 batched + pipeline (2 RT)",
     "D": "D naive 1+K+2K calls",
     "E": "E LlamaIndex PGVectorStore + docstore",
+    "F": "F onetrip assembled context (parent + ±1 + dedup + 2000-token budget)",
+    "Af": "Af bare filtered top-K (collection + ACL predicate)",
+    "G": "G onetrip single statement, filtered (same predicate on every row)",
+    "H": "H onetrip hybrid (full text + vector, RRF) single statement",
 }
-ROUND_TRIPS = {"A": "1", "B": "1", "C": "3", "C2": "2", "D": "1+K+2K-boundaries"}
+ROUND_TRIPS = {"A": "1", "B": "1", "C": "3", "C2": "2", "D": "1+K+2K-boundaries", "F": "1", "Af": "1", "G": "1",
+               "H": "1"}
+#: The filter used by Af and G: true for every synthetic row, so result sets stay comparable,
+#: but evaluated on every row the statement returns (hits and, for G, expanded rows).
+BENCH_FILTER = {"collections": ("default",), "principals": ("bench",)}
 
 
 def has_revision(conn: psycopg.Connection, layout: Layout) -> bool:
@@ -194,6 +202,66 @@ class OnetripSingle(Variant):
         return 1
 
 
+class OnetripAssembled(Variant):
+    """F: the assembled context (issue: within 1.15x of bare top-K at 1 ms RTT, k=10)."""
+
+    name = "F"
+
+    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int) -> None:
+        super().__init__(conn, layout, k)
+        self.retriever = Retriever(conn, schema=layout.schema, prefix=layout.prefix)
+
+    def run(self, vec: np.ndarray) -> Any:
+        return self.retriever.assemble(vec, k=self.k, max_tokens=2000)
+
+    def hits(self, result: Any) -> list[Hit]:
+        return []
+
+    def expected_statements(self, result: Any) -> int:
+        return 1
+
+
+class BareFilteredTopK(Variant):
+    """Af: the filtered floor: bare top-K with the same visibility predicate as G."""
+
+    name = "Af"
+
+    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int) -> None:
+        super().__init__(conn, layout, k)
+        t = layout.tables["sections"]
+        self.sql = (f"SELECT {HIT_COLS}, embedding <=> %(q)s::{layout.vector_type} AS distance FROM {t} "
+                    "WHERE collection = ANY(%(c)s) AND (acl IS NULL OR acl && %(p)s) "
+                    f"ORDER BY embedding <=> %(q)s::{layout.vector_type} LIMIT %(k)s")
+
+    def run(self, vec: np.ndarray) -> list[Hit]:
+        with self.conn.cursor(row_factory=dict_row) as cur:
+            cur.execute(self.sql, {"q": Vector(vec), "k": self.k, "c": list(BENCH_FILTER["collections"]),
+                                   "p": list(BENCH_FILTER["principals"])})
+            rows = cur.fetchall()
+        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+
+    def expected_statements(self, result: Any) -> int:
+        return 1
+
+
+class OnetripFiltered(OnetripSingle):
+    """G: B with filters; every returned row (hits, parents, neighbors) passes the predicate."""
+
+    name = "G"
+
+    def run(self, vec: np.ndarray) -> list[Hit]:
+        return self.retriever.search(vec, k=self.k, filters=BENCH_FILTER)
+
+
+class OnetripHybrid(OnetripSingle):
+    """H: hybrid mode (dense + full text, RRF) with the same expansion, one statement."""
+
+    name = "H"
+
+    def run(self, vec: np.ndarray) -> list[Hit]:
+        return self.retriever.search(vec, k=self.k, mode="hybrid", text="section level topic body")
+
+
 class BatchedMultiCall(Variant):
     """C (and C2 with ``pipelined=True``): the best hand-written multi-call client."""
 
@@ -317,6 +385,8 @@ def build_variants(
                 out[name] = BatchedMultiCall(conn, layout, k, pipelined=True)
             elif name == "D":
                 out[name] = NaiveMultiCall(conn, layout, k)
+            elif name in EXTRA_VARIANTS:
+                out[name] = EXTRA_VARIANTS[name](conn, layout, k)
             else:
                 conn.close()
                 raise ValueError(f"unknown variant {name!r}")
@@ -325,6 +395,11 @@ def build_variants(
             v.close()
         raise
     return out
+
+
+EXTRA_VARIANTS: dict[str, type[Variant]] = {
+    "F": OnetripAssembled, "Af": BareFilteredTopK, "G": OnetripFiltered, "H": OnetripHybrid,
+}
 
 
 # -- comparing answers -------------------------------------------------------------------
