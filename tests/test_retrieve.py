@@ -224,3 +224,13 @@ def test_prepared_statement_reuses_a_generic_plan_that_uses_hnsw(db):
         plan = "\n".join(row[0] for row in db.execute(f"EXPLAIN EXECUTE g('{lit}', 7)"))
         assert "Index Scan using sections_embedding_hnsw" in plan, plan
         db.execute("DEALLOCATE g")
+
+
+def test_tables_from_an_older_version_are_named_not_half_migrated(db):
+    db.execute("CREATE TABLE sections (doc_id text, section_id text, embedding vector(32))")
+    with pytest.raises(SchemaMissingError, match=r"older onetrip and lacks column\(s\) .*parent_section_id.*--recreate"):
+        init_schema(db, Layout(dim=32))
+    from onetrip.schema import drop_schema
+
+    drop_schema(db, Layout(dim=32))
+    assert init_schema(db, Layout(dim=32)).dim == 32

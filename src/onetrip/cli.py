@@ -42,6 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("init", help="create the schema (safe to run twice)")
     _common(p)
     p.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384, MiniLM)")
+    p.add_argument("--recreate", action="store_true",
+                   help="drop onetrip's tables (and their data) first, e.g. after an incompatible upgrade")
 
     p = sub.add_parser("ingest", help="ingest Markdown, HTML and text files or folders")
     _common(p)
@@ -91,8 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--out", default="sql", help="output folder (default: ./sql)")
     r.add_argument("--stdout", action="store_true", help="print instead of writing files")
 
-    p = sub.add_parser("demo", help="ingest the bundled sample corpus and answer sample questions")
+    p = sub.add_parser("demo", help="ingest the bundled sample corpus (tables prefixed demo_) and answer sample questions")
     _common(p)
+    p.set_defaults(prefix="demo_")
 
     p = sub.add_parser("serve", help="serve search over HTTP (POST /search, GET /health, /stats, /openapi.json)",
                        description=SERVE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -179,8 +182,12 @@ def cmd_init(args: argparse.Namespace) -> int:
     from .connection import connect
     from .schema import init_schema
 
+    from .schema import drop_schema
+
     layout = _layout(args, args.dim)
     with connect(args.dsn) as conn:
+        if args.recreate:
+            drop_schema(conn, layout)
         init_schema(conn, layout)
     print(f"schema ready: {layout.tables['documents']}, {layout.tables['sections']} (vector({layout.dim}))")
     return 0

@@ -8,13 +8,41 @@ from .errors import DimensionMismatchError, SchemaMissingError
 from .templates import Layout, render
 
 
+def missing_columns(conn: psycopg.Connection, layout: Layout) -> list[str]:
+    """Columns this version needs that an existing sections table lacks (empty if none, or no table)."""
+    from .store import SECTION_COLUMNS
+
+    rows = conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
+        (layout.tables["sections"],),
+    ).fetchall()
+    if not rows:
+        return []
+    have = {r[0] for r in rows}
+    return [c for c in (*SECTION_COLUMNS, "tsv") if c not in have]
+
+
+def drop_schema(conn: psycopg.Connection, layout: Layout) -> None:
+    """Drop onetrip's tables for this layout, data included (for `onetrip init --recreate`)."""
+    t = layout.tables
+    with conn.transaction():
+        conn.execute(f"DROP TABLE IF EXISTS {t['section_history']}, {t['sections']}, {t['documents']} CASCADE")
+
+
 def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
     """Create extension, tables and indexes; harmless to run again.
 
     Runs in one transaction, so a failure leaves nothing half-created. If the
-    tables already exist with another embedding dimension, that is an error
-    rather than a silent mismatch.
+    tables already exist with another embedding dimension, or were created by
+    an older onetrip without columns this version needs, that is an error
+    naming the cause rather than a silent mismatch.
     """
+    missing = missing_columns(conn, layout)
+    if missing:
+        raise SchemaMissingError(
+            f"{layout.tables['sections']} was created by an older onetrip and lacks column(s) {', '.join(missing)}; "
+            "run `onetrip init --recreate` (drops onetrip's tables and their data) or use another --prefix/--schema"
+        )
     script = render("schema", layout=layout)
     with conn.transaction():
         conn.execute(script)  # no params: sent as one multi-statement script
