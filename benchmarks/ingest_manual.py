@@ -44,7 +44,9 @@ def main(argv: list[str] | None = None) -> int:
     embedder = SentenceTransformerEmbedder()
     with connect(args.dsn) as conn:
         if args.fresh:
-            conn.execute(f"DROP TABLE IF EXISTS {layout.tables['sections']}, {layout.tables['documents']}")
+            from onetrip.schema import drop_schema
+
+            drop_schema(conn, layout)
         init_schema(conn, layout)
         t0 = time.perf_counter()
         report = ingest_paths(conn, [html], layout=layout, embedder=embedder, force=args.fresh)

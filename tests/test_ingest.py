@@ -194,3 +194,14 @@ def test_wrong_embedding_dimension_is_refused_before_writing(db, tmp_path):
 
     with pytest.raises(OnetripError, match="makes 64-d vectors"):
         ingest_paths(db, [tmp_path / "doc.md"], layout=Layout(), embedder=HashEmbedder(64))
+
+
+def test_section_metadata_is_stored_as_a_json_object(db, tmp_path):
+    init_schema(db)
+    f = tmp_path / "m.md"
+    f.write_text(f"# T\n\nTiny.\n\n## A\n\nx\n\n## B\n\nBody of B.{PAD}\n")
+    ingest_paths(db, [f], layout=Layout(), embedder=HashEmbedder())
+    kinds = {r[0] for r in db.execute("SELECT jsonb_typeof(metadata) FROM sections")}
+    assert kinds == {"object"}
+    merged = db.execute("SELECT count(*) FROM sections WHERE metadata ? 'merged'").fetchone()[0]
+    assert merged >= 1  # the tiny sibling 'A' was merged into 'B', and that is queryable

@@ -129,13 +129,15 @@ def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, conte
                      revision: int, vector_type: str = "vector") -> tuple:
     """One row for ``COPY sections (SECTION_COLUMNS)`` in binary format (types: `copy_types`)."""
     from pgvector import HalfVector
+    from psycopg.types.json import Jsonb
 
     acl = getattr(s, "acl", doc.acl)
     return (
         doc.doc_id, s.section_id, s.parent_section_id, s.sequence_index, s.level,
         s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, context_tokens,
         revision, doc.collection, None if acl is None else list(acl),
-        HalfVector(vec) if vector_type == "halfvec" else Vector(vec), json.dumps(dict(s.metadata), default=str),
+        HalfVector(vec) if vector_type == "halfvec" else Vector(vec),
+        Jsonb(json.loads(json.dumps(dict(s.metadata), default=str))),  # an object, not a JSON string
         " ".join(h for h in s.heading_path if h), technical_terms(" ".join(s.heading_path) + "\n" + s.content),
     )
 

@@ -1,0 +1,173 @@
+"""Scoring for the evidence-completeness question sets (pure functions, no database).
+
+Definitions (see /work/shared/eval/README.md):
+
+* Evidence coverage of a question: the fraction of its evidence quotes that occur
+  in the assembled context text after whitespace normalization of both sides
+  (every run of whitespace becomes one space, ends stripped). Questions without
+  evidence (``needs == "none"``) have no coverage; means are over answerable ones.
+* Section recall: the fraction of the question's distinct cited
+  ``(page, section_id)`` pairs present among the returned passages. A passage
+  covers its own anchor plus the anchors of the tiny sections merged into it
+  (``metadata["merged"]``); a split part carries its section's anchor; a window
+  covers the anchors of every section its text span overlaps.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import statistics
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+_WS = re.compile(r"\s+")
+
+
+def normalize_ws(text: str) -> str:
+    """Collapse every whitespace run (spaces, tabs, newlines, NBSP...) to one space; strip the ends."""
+    return _WS.sub(" ", text).strip()
+
+
+@dataclass(frozen=True)
+class Evidence:
+    page: str
+    section_id: str
+    quote: str
+
+
+@dataclass(frozen=True)
+class Question:
+    id: str
+    question: str
+    evidence: tuple[Evidence, ...]
+    needs: str
+    why: str = ""
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def answerable(self) -> bool:
+        return bool(self.evidence) and self.needs != "none"
+
+    @property
+    def cited_pairs(self) -> tuple[tuple[str, str], ...]:
+        """Distinct (page, section_id) pairs, in citation order."""
+        seen: dict[tuple[str, str], None] = {}
+        for e in self.evidence:
+            seen.setdefault((e.page, e.section_id), None)
+        return tuple(seen)
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """Read a JSONL question file (blank lines and lines starting with '#' are skipped)."""
+    out: list[Question] = []
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        try:
+            obj = json.loads(line)
+            ev = tuple(Evidence(e["page"], e["section_id"], e["quote"]) for e in obj.get("evidence") or ())
+            known = {"id", "question", "evidence", "needs", "why"}
+            out.append(Question(str(obj["id"]), obj["question"], ev, obj.get("needs", ""), obj.get("why", ""),
+                                {k: v for k, v in obj.items() if k not in known}))
+        except (KeyError, TypeError, json.JSONDecodeError) as e:
+            raise ValueError(f"{path}:{n}: not a question record ({type(e).__name__}: {e})") from e
+    return out
+
+
+def quotes_found(quotes: Sequence[str], context_text: str) -> list[bool]:
+    """For each quote: is it in the context, both sides whitespace-normalized?"""
+    hay = normalize_ws(context_text)
+    return [bool(normalize_ws(q)) and normalize_ws(q) in hay for q in quotes]
+
+
+def coverage(quotes: Sequence[str], context_text: str) -> float | None:
+    """Fraction of quotes present in the context; None when there are no quotes.
+
+    Each quote counts once even if the same text is listed twice.
+    """
+    found = quotes_found(quotes, context_text)
+    return sum(found) / len(found) if found else None
+
+
+def passage_anchors(anchor: str | None, metadata: Mapping[str, Any] | str | None) -> tuple[str, ...]:
+    """Anchors a stored row holds text of: its own, those merged into it, and (windows) ``anchors``.
+
+    Same rule as `onetrip.sections.section_anchors`, read from a row's columns. ``metadata``
+    may also be JSON text: `onetrip.store` currently writes it as a jsonb *string* holding
+    the JSON document (double-encoded), which psycopg hands back as str.
+    """
+    meta: Any = metadata or {}
+    if isinstance(meta, (str, bytes)):
+        meta = json.loads(meta)
+        if isinstance(meta, str):  # tolerate one more level of encoding
+            meta = json.loads(meta)
+    if not isinstance(meta, Mapping):
+        meta = {}
+    merged = [m.get("anchor") for m in meta.get("merged", []) if isinstance(m, Mapping)]
+    listed = list(meta.get("anchors", []))
+    out: dict[str, None] = {}
+    for a in [anchor, *merged, *listed]:
+        if a:
+            out.setdefault(a, None)
+    return tuple(out)
+
+
+def covered_pairs(passages: Iterable[tuple[str, str]],
+                  anchors_of: Mapping[tuple[str, str], Sequence[str]]) -> set[tuple[str, str]]:
+    """(doc_id, anchor) pairs covered by returned (doc_id, section_id) passages."""
+    out: set[tuple[str, str]] = set()
+    for doc_id, section_id in passages:
+        for a in anchors_of.get((doc_id, section_id), ()):
+            out.add((doc_id, a))
+    return out
+
+
+def section_recall(cited: Sequence[tuple[str, str]], covered: set[tuple[str, str]]) -> float | None:
+    """Fraction of distinct cited (page, section_id) pairs in ``covered``; None if nothing is cited."""
+    pairs = list(dict.fromkeys(cited))
+    if not pairs:
+        return None
+    return sum(p in covered for p in pairs) / len(pairs)
+
+
+def mean(values: Iterable[float | None]) -> float | None:
+    """Mean of the non-None values (None when there are none)."""
+    xs = [v for v in values if v is not None]
+    return sum(xs) / len(xs) if xs else None
+
+
+def median(values: Iterable[float | None]) -> float | None:
+    xs = [v for v in values if v is not None]
+    return statistics.median(xs) if xs else None
+
+
+def distribution(values: Iterable[float | None]) -> dict[str, float | int | None]:
+    """min / median / max / mean / n of the non-None values."""
+    xs = sorted(v for v in values if v is not None)
+    if not xs:
+        return {"n": 0, "min": None, "median": None, "max": None, "mean": None}
+    return {"n": len(xs), "min": xs[0], "median": statistics.median(xs), "max": xs[-1],
+            "mean": sum(xs) / len(xs)}
+
+
+def rank_in(value: float, others: Sequence[float]) -> float:
+    """Fraction of ``others`` strictly below ``value`` (0 = best-looking, 1 = worst-looking distance)."""
+    return sum(o < value for o in others) / len(others) if others else float("nan")
+
+
+def paired_record(a: Sequence[float | None], b: Sequence[float | None], eps: float = 1e-9) -> dict[str, int]:
+    """Per-question wins/ties/losses of a over b (None entries skipped)."""
+    w = t = l = 0
+    for x, y in zip(a, b):
+        if x is None or y is None:
+            continue
+        if x > y + eps:
+            w += 1
+        elif y > x + eps:
+            l += 1
+        else:
+            t += 1
+    return {"wins": w, "ties": t, "losses": l}

@@ -1,0 +1,237 @@
+"""Unit tests of the quality benchmark's metrics and window splitter (no database, no model run)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.quality.metrics import (
+    Question,
+    coverage,
+    covered_pairs,
+    distribution,
+    load_questions,
+    normalize_ws,
+    paired_record,
+    passage_anchors,
+    quotes_found,
+    section_recall,
+)
+from benchmarks.quality.windows import page_text, split_windows, window_rows
+from onetrip.sections import ContentBlock, HeadingBlock, ParsedDocument, build_sections, section_anchors
+from onetrip.tokens import count_tokens, get_tokenizer
+
+# ------------------------------------------------------------------ normalization and coverage
+
+
+def test_normalize_collapses_every_whitespace_run():
+    assert normalize_ws("  a\tb\n\n c\u00a0 d \r\n") == "a b c d"
+    assert normalize_ws("") == ""
+    assert normalize_ws(" \n\t ") == ""
+
+
+def test_quote_found_across_line_breaks_and_indentation():
+    context = "### Path [p.html#X]\nThe default is\n    the ISO\tformat.\n\nNext paragraph."
+    assert quotes_found(["The default is the ISO format."], context) == [True]
+    assert quotes_found(["  The default   is the\nISO format. "], context) == [True]
+
+
+def test_quote_must_match_exactly_apart_from_whitespace():
+    context = "The default is the ISO format."
+    assert quotes_found(["the default is the iso format."], context) == [False]  # case matters
+    assert quotes_found(["Thedefault is"], context) == [False]  # whitespace runs are kept, not removed
+    assert quotes_found(["ISO format. Extra"], context) == [False]
+
+
+def test_coverage_is_fraction_of_quotes():
+    context = "alpha beta gamma delta"
+    assert coverage(["alpha beta", "gamma", "omega"], context) == pytest.approx(2 / 3)
+    assert coverage(["alpha", "delta"], context) == 1.0
+    assert coverage(["omega"], context) == 0.0
+    assert coverage([], context) is None
+
+
+def test_empty_quote_never_counts_as_found():
+    assert quotes_found(["", "  "], "anything") == [False, False]
+
+
+def test_quote_split_between_two_passages_is_not_found():
+    # the rendered context puts a header line between passages
+    context = "### A [p#a]\nfirst half of\n\n### B [p#b]\nthe sentence"
+    assert quotes_found(["first half of the sentence"], context) == [False]
+
+
+# ------------------------------------------------------------------ recall and anchors
+
+
+def test_passage_anchors_own_merged_and_window_lists():
+    meta = {"merged": [{"heading": "Tiny", "anchor": "TINY", "level": 2}, {"heading": "x", "anchor": None}]}
+    assert passage_anchors("MAIN", meta) == ("MAIN", "TINY")
+    assert passage_anchors(None, {"anchors": ["A", "B", "A"]}) == ("A", "B")
+    assert passage_anchors("MAIN", None) == ("MAIN",)
+    assert passage_anchors(None, {}) == ()
+
+
+def test_passage_anchors_reads_json_text_metadata():
+    meta = {"merged": [{"heading": "Tiny", "anchor": "TINY", "level": 2}]}
+    assert passage_anchors("MAIN", json.dumps(meta)) == ("MAIN", "TINY")
+    assert passage_anchors("MAIN", json.dumps(json.dumps(meta))) == ("MAIN", "TINY")
+
+
+def _merged_doc():
+    """A page whose tiny first subsection (id TINY) is merged into its next sibling (BIG)."""
+    big = " ".join(["word"] * 40)
+    blocks = [
+        HeadingBlock(1, "Page", "PAGE"),
+        ContentBlock("paragraph", "Intro text " + " ".join(["intro"] * 30)),
+        HeadingBlock(2, "Tiny", "TINY"),
+        ContentBlock("paragraph", "The tiny fact."),
+        HeadingBlock(2, "Big", "BIG"),
+        ContentBlock("paragraph", big),
+        HeadingBlock(2, "Other", "OTHER"),
+        ContentBlock("paragraph", " ".join(["other"] * 40)),
+    ]
+    return build_sections(blocks, min_tokens=20)
+
+
+def test_recall_counts_merged_anchors_like_section_anchors():
+    sections = _merged_doc()
+    ids = [s.section_id for s in sections]
+    assert "TINY" not in ids and "BIG" in ids
+    big = next(s for s in sections if s.section_id == "BIG")
+    assert section_anchors(big) == ("BIG", "TINY")
+    # what run.py builds from stored rows: anchor column + metadata
+    anchors_of = {("p.html", s.section_id): passage_anchors(s.anchor, s.metadata) for s in sections}
+    assert anchors_of[("p.html", "BIG")] == section_anchors(big)
+
+    covered = covered_pairs([("p.html", "BIG")], anchors_of)
+    assert covered == {("p.html", "BIG"), ("p.html", "TINY")}
+    cited = [("p.html", "TINY"), ("p.html", "PAGE"), ("p.html", "TINY")]  # duplicates count once
+    assert section_recall(cited, covered) == 0.5
+    assert section_recall(cited, covered_pairs([("p.html", "BIG"), ("p.html", "PAGE")], anchors_of)) == 1.0
+    assert section_recall([], covered) is None
+
+
+def test_recall_is_per_page():
+    anchors_of = {("a.html", "X"): ("X",), ("b.html", "Y"): ("Y",)}
+    covered = covered_pairs([("a.html", "X"), ("b.html", "Y"), ("c.html", "missing")], anchors_of)
+    assert section_recall([("b.html", "X")], covered) == 0.0
+    assert section_recall([("a.html", "X"), ("b.html", "Y")], covered) == 1.0
+
+
+def test_question_records(tmp_path):
+    f = tmp_path / "q.jsonl"
+    rows = [
+        {"id": "q1", "question": "?", "needs": "parent",
+         "evidence": [{"page": "p.html", "section_id": "A", "quote": "x"},
+                      {"page": "p.html", "section_id": "A", "quote": "y"},
+                      {"page": "p.html", "section_id": "B", "quote": "z"}]},
+        {"id": "q2", "question": "??", "needs": "none", "evidence": []},
+    ]
+    f.write_text("\n".join(json.dumps(r) for r in rows) + "\n\n")
+    qs = load_questions(f)
+    assert [q.id for q in qs] == ["q1", "q2"]
+    assert qs[0].answerable and not qs[1].answerable
+    assert qs[0].cited_pairs == (("p.html", "A"), ("p.html", "B"))
+    f.write_text('{"question": "no id"}\n')
+    with pytest.raises(ValueError, match="q.jsonl:1"):
+        load_questions(f)
+
+
+def test_small_statistics():
+    assert distribution([0.3, None, 0.1, 0.2]) == {"n": 3, "min": 0.1, "median": 0.2, "max": 0.3,
+                                                    "mean": pytest.approx(0.2)}
+    assert distribution([])["n"] == 0
+    assert paired_record([1.0, 0.5, None, 0.0], [0.5, 0.5, 1.0, 1.0]) == {"wins": 1, "ties": 1, "losses": 1}
+    assert Question("x", "q", (), "none").cited_pairs == ()
+
+
+# ------------------------------------------------------------------ fixed windows
+
+
+TEXT = (
+    "PostgreSQL's MVCC keeps old row versions until VACUUM removes them; "
+    "a long-running transaction (e.g. idle in transaction) holds back the xmin horizon.\n\n"
+    "Table 13.1. Transaction Isolation Levels | Dirty Read | Nonrepeatable Read\n"
+    "Read uncommitted | Allowed, but not in PG | Possible\n\n"
+) * 12
+
+
+def _ids(text: str) -> list[int]:
+    return get_tokenizer().encode(text, add_special_tokens=False).ids
+
+
+def test_windows_are_verbatim_spans_of_the_source():
+    wins = split_windows(TEXT, size=64, overlap=10)
+    assert len(wins) > 3
+    for w in wins:
+        assert w.text == TEXT[w.char_start:w.char_end]
+        assert w.text == w.text.strip()  # spans start and end on tokens, not on whitespace
+        # cuts fall on word boundaries, so re-tokenizing a window gives exactly its pieces
+        assert count_tokens(w.text) == w.tokens <= 64
+    assert wins[0].char_start == 0 and wins[0].tok_start == 0
+    assert wins[-1].char_end == len(TEXT.rstrip())
+    assert wins[-1].tok_end == len(_ids(TEXT))
+
+
+def test_windows_keep_the_overlap():
+    all_ids = _ids(TEXT)
+    wins = split_windows(TEXT, size=64, overlap=10)
+    for a, b in zip(wins, wins[1:]):
+        shared = a.tok_end - b.tok_start
+        assert shared >= 10, (a, b)
+        assert shared < 64
+        # the shared pieces are the same text at the end of one window and the start of the next
+        assert all_ids[b.tok_start:a.tok_end] == _ids(TEXT[b.char_start:a.char_end])
+        assert a.text.endswith(TEXT[b.char_start:a.char_end])
+        assert b.text.startswith(TEXT[b.char_start:a.char_end])
+    # every token is in some window, in order, without gaps
+    assert [w.tok_start for w in wins] == sorted(w.tok_start for w in wins)
+    for a, b in zip(wins, wins[1:]):
+        assert b.tok_start <= a.tok_end
+
+
+def test_window_defaults_are_512_with_50_overlap():
+    long_text = TEXT * 4
+    wins = split_windows(long_text)
+    assert len(wins) >= 3
+    assert max(w.tokens for w in wins) <= 512
+    assert all(w.tokens >= 500 for w in wins[:-1])
+    assert all(a.tok_end - b.tok_start >= 50 for a, b in zip(wins, wins[1:]))
+
+
+def test_short_and_empty_text():
+    wins = split_windows("just a few words", size=512, overlap=50)
+    assert len(wins) == 1 and wins[0].text == "just a few words"
+    assert split_windows("   \n ") == []
+    with pytest.raises(ValueError):
+        split_windows("x", size=10, overlap=10)
+
+
+def test_a_quote_shorter_than_the_overlap_is_always_inside_one_window():
+    wins = split_windows(TEXT, size=64, overlap=20)
+    quote = "a long-running transaction (e.g. idle in transaction)"
+    assert count_tokens(quote) < 20
+    start = 0
+    while (i := TEXT.find(quote, start)) >= 0:
+        assert any(w.char_start <= i and i + len(quote) <= w.char_end for w in wins)
+        start = i + 1
+
+
+def test_page_text_spans_and_window_anchors():
+    sections = _merged_doc()
+    page = page_text(ParsedDocument("Page", sections, {}, "html"))
+    for (s, e, anchors), sec in zip(page.spans, sections):
+        assert page.text[s:e].endswith(sec.content)
+        assert anchors == section_anchors(sec)
+    assert page.text.startswith("Page\n\nIntro text")
+    rows = window_rows("p.html", page, size=30, overlap=5)
+    assert rows[0].metadata["anchors"][0] == "PAGE"
+    everything = {a for r in rows for a in r.metadata["anchors"]}
+    assert everything == {"PAGE", "BIG", "TINY", "OTHER"}
+    for r in rows:
+        assert r.content == page.text[r.metadata["char_start"]:r.metadata["char_end"]]
+        assert r.token_count == count_tokens(r.content)
+        assert r.parent_section_id is None and r.anchor is None
+    assert [r.sequence_index for r in rows] == list(range(len(rows)))
