@@ -28,6 +28,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from onetrip.sections import Section
+
 DEFAULT_SIZE = 512
 DEFAULT_OVERLAP = 50
 WINDOWS_VERSION = "windows-v1"
@@ -69,7 +71,7 @@ class PageText:
 
 def page_text(parsed: Any) -> PageText:
     """Flatten a `onetrip.sections.ParsedDocument`: heading line + content per section."""
-    from onetrip.sections import section_anchors
+    from onetrip.sections import section_anchors, Section
 
     pieces: list[str] = []
     spans: list[tuple[int, int, tuple[str, ...]]] = []
@@ -137,20 +139,8 @@ def split_windows(
     return out
 
 
-@dataclass(frozen=True)
-class WindowRow:
-    """What `onetrip.store.replace_document` reads from a section, for a window."""
-
-    section_id: str
-    parent_section_id: str | None
-    sequence_index: int
-    level: int
-    heading: str
-    heading_path: tuple[str, ...]
-    content: str
-    token_count: int
-    anchor: str | None
-    metadata: dict
+# A window is stored as an onetrip Section (no parent, no anchor).
+WindowRow = Section
 
 
 def window_rows(doc_id: str, page: PageText, size: int = DEFAULT_SIZE,

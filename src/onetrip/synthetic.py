@@ -10,33 +10,20 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterator
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
+from .sections import Section
 from .store import DocumentRecord
 from .tokens import count_tokens_batch
 
 
 @dataclass(frozen=True)
-class SyntheticSection:
-    section_id: str
-    parent_section_id: str | None
-    sequence_index: int
-    level: int
-    heading: str
-    heading_path: tuple[str, ...]
-    content: str
-    token_count: int
-    anchor: str | None = None
-    metadata: dict[str, Any] = field(default_factory=dict)
-
-
-@dataclass(frozen=True)
 class SyntheticDocument:
     record: DocumentRecord
-    sections: list[SyntheticSection]
+    sections: list[Section]
     embeddings: np.ndarray
 
 
@@ -76,7 +63,7 @@ def generate(
         doc_vec = _unit(topics[topic] + 0.5 * _unit(rng.standard_normal(dim).astype(np.float32)))
         levels = heading_tree(rng, n)
         doc_id = f"{doc_prefix}{d:07d}"
-        sections: list[SyntheticSection] = []
+        sections: list[Section] = []
         stack: list[tuple[int, str, str]] = []  # (level, section_id, heading)
         for i, level in enumerate(levels):
             while stack and stack[-1][0] >= level:
@@ -86,7 +73,7 @@ def generate(
             heading = f"Topic {topic} doc {d} section {i}"
             path = tuple(h for _, _, h in stack) + (heading,)
             content = f"Body of {doc_id} section {i} (level {level}, topic {topic}). " * 3
-            sections.append(SyntheticSection(sid, parent, i, level, heading, path, content, 40, sid))
+            sections.append(Section(sid, parent, i, level, heading, path, content, 40, sid))
             stack.append((level, sid, heading))
         counts = count_tokens_batch([s.content for s in sections])
         sections = [replace(s, token_count=c) for s, c in zip(sections, counts)]
