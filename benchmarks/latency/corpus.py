@@ -46,9 +46,15 @@ def schema_fingerprint(layout: Layout) -> str:
     return hashlib.sha256(render("schema", layout=layout).encode()).hexdigest()[:16]
 
 
-def bench_layout(n_sections: int, seed: int, dim: int = DEFAULT_DIM) -> Layout:
-    """The table layout holding the corpus of this size and seed."""
-    return Layout(dim=dim, prefix=f"bench{int(n_sections)}_s{int(seed)}_")
+def bench_layout(n_sections: int, seed: int, dim: int = DEFAULT_DIM, **options: Any) -> Layout:
+    """The table layout holding the corpus of this size and seed.
+
+    The plain layout (no ``options``) is shared by the latency and the scale
+    benchmarks; halfvec or partitioned layouts (``vector_type=``, ``partitions=``)
+    get a prefix of their own.
+    """
+    tag = "".join(f"_{k[0]}{v}" for k, v in sorted(options.items()))
+    return Layout(dim=dim, prefix=f"bench{int(n_sections)}_s{int(seed)}{tag}_", **options)
 
 
 def generate_corpus(n_sections: int, seed: int, dim: int = DEFAULT_DIM) -> list[SyntheticDocument]:
@@ -151,6 +157,8 @@ def ensure_loaded(
     indexdef = conn.execute(
         "SELECT pg_get_indexdef(to_regclass(%s))", (layout.object_name("sections_embedding_hnsw"),)
     ).fetchone()[0]
+    if indexdef:  # on a partitioned table, rebuild the index on all partitions, not ON ONLY the parent
+        indexdef = indexdef.replace(" ON ONLY ", " ON ")
     if not indexdef:
         raise RuntimeError(f"init_schema did not create the HNSW index {hnsw_name}")
     conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(hnsw_name)))
@@ -174,10 +182,10 @@ def ensure_loaded(
                 sql.SQL(t["sections"]), sql.SQL(", ").join(sql.Identifier(c) for c in store.SECTION_COLUMNS)
             )
             with cur.copy(copy_sections) as copy:
-                copy.set_types(store.COPY_TYPES)
+                copy.set_types(store.copy_types(layout))
                 for d, ctx in zip(docs, context_tokens):
                     for s, vec, c in zip(d.sections, d.embeddings, ctx):
-                        copy.write_row(store.section_copy_row(d.record, s, vec, c, 1))
+                        copy.write_row(store.section_copy_row(d.record, s, vec, c, 1, layout.vector_type))
     copy_s = time.perf_counter() - t0
     log(f"  corpus {layout.prefix}: COPY {copy_s:.1f} s; building HNSW (maintenance_work_mem={maintenance_work_mem})")
 

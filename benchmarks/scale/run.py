@@ -35,30 +35,25 @@ from psycopg import sql
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import BareTopK, OnetripSingle
 from onetrip.connection import connect, resolve_dsn
-from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
+from benchmarks.latency.corpus import bench_layout, ensure_loaded
+from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
 
-LAYOUTS = {
-    "vector": dict(vector_type="vector"),
+LAYOUTS: dict[str, dict[str, Any]] = {
+    "vector": {},
     "halfvec": dict(vector_type="halfvec"),
-    "partitioned": dict(vector_type="vector", partitions=8),
+    "partitioned": dict(partitions=8),
 }
-SHORT = {"vector": "v", "halfvec": "h", "partitioned": "p"}
 
 
 def layout_for(n: int, name: str, seed: int) -> Layout:
-    return Layout(prefix=f"scale{n}_{SHORT[name]}{seed}_", **LAYOUTS[name])
+    """The plain layout is the latency benchmark's own table: one 1M-row load serves both."""
+    return bench_layout(n, seed, **LAYOUTS[name])
 
 
 def pct(xs: list[float], p: float) -> float:
     xs = sorted(xs)
     return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
-
-
-def loaded_rows(conn: Any, layout: Layout) -> int:
-    if conn.execute("SELECT to_regclass(%s)", (layout.tables["sections"],)).fetchone()[0] is None:
-        return -1
-    return conn.execute(sql.SQL("SELECT count(*) FROM {}").format(sql.SQL(layout.tables["sections"]))).fetchone()[0]
 
 
 def sizes(conn: Any, layout: Layout) -> dict[str, int]:
@@ -96,21 +91,11 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
     result: dict[str, Any] = {"sections": n, "layout": name, "documents": len(docs), "generate_s": round(gen_s, 1)}
     mwm = args.maintenance_work_mem
     workers = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
-    if loaded_rows(conn, layout) != n:
-        log(f"[{n} {name}] loading ({len(docs)} documents)")
-        conn.execute(sql.SQL("DROP TABLE IF EXISTS {}, {}, {} CASCADE").format(
-            *(sql.SQL(layout.tables[t]) for t in ("section_history", "sections", "documents"))))
-        times = bulk_load(conn, layout, docs, maintenance_work_mem=mwm)
-        conn.execute(sql.SQL("COMMENT ON TABLE {} IS {}").format(
-            sql.SQL(layout.tables["sections"]), sql.Literal(json.dumps(times))))
-        result.update(load_reused=False)
-    else:
-        note = conn.execute("SELECT obj_description(%s::regclass)", (layout.tables["sections"],)).fetchone()[0]
-        times = json.loads(note) if note else {}
-        result.update(load_reused=True)
-    result.update(copy_s=round(times.get("copy_seconds", float("nan")), 1),
-                  hnsw_build_s=round(times.get("index_seconds", float("nan")), 1),
-                  maintenance_work_mem=mwm, max_parallel_maintenance_workers=int(workers), **sizes(conn, layout))
+    load = ensure_loaded(conn, docs, layout, maintenance_work_mem=mwm, log=log)
+    result.update(load_reused=load.reused, copy_s=round(load.copy_s or float("nan"), 1),
+                  hnsw_build_s=round(load.index_build_s or float("nan"), 1),
+                  maintenance_work_mem=load.maintenance_work_mem or mwm,
+                  max_parallel_maintenance_workers=int(workers), **sizes(conn, layout))
     log(f"[{n} {name}] copy {result['copy_s']} s, HNSW {result['hnsw_build_s']} s, "
         f"table {result['table_bytes'] / 2**20:.0f} MiB, hnsw {result['hnsw_bytes'] / 2**20:.0f} MiB")
 
@@ -179,8 +164,9 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
              f"{meta['date']}; {meta['cores']} cores; {meta['server']}; synthetic clustered 384-d corpora; "
              f"{meta['queries']} interleaved A/B queries per RTT, {meta['recall_queries']} recall queries; "
              "latency is client wall time per query.", "",
-             "| sections | layout | COPY s | HNSW build s | table MiB | HNSW MiB | recall@10 ef=40 / 100 / 200 "
-             "| bare p50 ms at ef 40/100/200 | A p50/p95 0 ms | B p50/p95 0 ms | A p50/p95 +1 ms | B p50/p95 +1 ms "
+             "| sections | layout | COPY s | HNSW build s | table MiB | HNSW MiB "
+             f"| recall@10 ef={' / '.join(map(str, meta['ef']))} "
+             f"| bare p50 ms at ef {'/'.join(map(str, meta['ef']))} | A p50/p95 0 ms | B p50/p95 0 ms | A p50/p95 +1 ms | B p50/p95 +1 ms "
              "| B/A +1 ms |", "|" + "---|" * 13]
     for r in results:
         rec = " / ".join(f"{r['recall'][e]['recall']:.3f}" for e in map(str, meta["ef"]))
@@ -236,13 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", default="10000,100000")
     ap.add_argument("--layouts", default="vector,halfvec")
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--ef", default="40,100,200")
+    ap.add_argument("--ef", default="40,100,200,400,1000")
     ap.add_argument("--rtts", default="0,1")
     ap.add_argument("--queries", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=20)
     ap.add_argument("--recall-queries", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--maintenance-work-mem", default="2GB")
+    ap.add_argument("--maintenance-work-mem", default="4GB")
     ap.add_argument("--out", default="benchmarks/results")
     args = ap.parse_args(argv)
     args.ef = [int(x) for x in args.ef.split(",")]

@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -467,29 +468,47 @@ def _hit_mapper(names: tuple[str, ...]) -> Any:
     the hot path (benchmarks/latency): a search returns ~30 columns per hit.
     """
     ix = {n: i for i, n in enumerate(names)}
-    own = tuple(ix[c] for c in _SECTION_COLS)
+    own = itemgetter(*(ix[c] for c in _SECTION_COLS))
     doc, parent_id, anchor, tokens = ix["doc_id"], ix["parent_section_id"], ix["anchor"], ix["token_count"]
     rev, dist, score = ix.get("revision"), ix["distance"], ix.get("score")
+    # (position of the related row's id, getter of its six fields) for parent, prev, next; absent -> None
     related = [
-        (role, tuple(ix[f"{role}_{'id' if c == 'section_id' else c}"] for c in _SECTION_COLS))
-        for role in ("parent", "prev", "next") if f"{role}_id" in ix
+        (ix[f"{role}_id"], itemgetter(*(ix[f"{role}_{'id' if c == 'section_id' else c}"] for c in _SECTION_COLS)))
+        if f"{role}_id" in ix else None
+        for role in ("parent", "prev", "next")
     ]
 
-    def record(row: tuple, doc_id: str, pos: tuple[int, ...], **extra: Any) -> SectionRecord:
-        sid, seq, level, heading, path, content = (row[i] for i in pos)
-        return SectionRecord(doc_id, sid, seq, level, heading or "", tuple(path or ()), content, **extra)
+    def rel(row: tuple, doc_id: str, spec: tuple[int, Any] | None) -> SectionRecord | None:
+        if spec is None or row[spec[0]] is None:
+            return None
+        sid, seq, level, heading, path, content = spec[1](row)
+        return SectionRecord(doc_id, sid, seq, level, heading or "", tuple(path or ()), content)
 
     def to_hit(rank: int, row: tuple) -> Hit:
         doc_id = row[doc]
-        section = record(row, doc_id, own, parent_section_id=row[parent_id], anchor=row[anchor],
-                         token_count=row[tokens], revision=None if rev is None else row[rev])
-        rel = {role: (None if row[pos[0]] is None else record(row, doc_id, pos)) for role, pos in related}
+        sid, seq, level, heading, path, content = own(row)
+        section = SectionRecord(doc_id, sid, seq, level, heading or "", tuple(path or ()), content,
+                                row[parent_id], row[anchor], row[tokens], None if rev is None else row[rev])
         d = row[dist]
         sc = None if score is None else row[score]
-        return Hit(rank, None if d is None else float(d), section, rel.get("parent"), rel.get("prev"),
-                   rel.get("next"), None if sc is None else float(sc))
+        return Hit(rank, None if d is None else float(d), section, rel(row, doc_id, related[0]),
+                   rel(row, doc_id, related[1]), rel(row, doc_id, related[2]), None if sc is None else float(sc))
 
     return to_hit
+
+
+def column_names(cur: Any) -> tuple[str, ...]:
+    """The result's column names, read straight from the libpq result.
+
+    ``cursor.description`` builds a `psycopg.Column` (with a type lookup) per
+    column on every call: ~4 us each, 120 us for a search's 30 columns, which
+    was a third of onetrip's overhead over bare top-K (benchmarks/latency).
+    """
+    res = cur.pgresult
+    if res is None:
+        return ()
+    enc = cur.connection.info.encoding
+    return tuple(res.fname(i).decode(enc) for i in range(res.nfields))
 
 
 def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
@@ -581,7 +600,7 @@ class Retriever:
         with self._connection() as c, c.cursor() as cur:
             cur.execute(plan.statement, params)
             rows = cur.fetchall()
-            names = tuple(d.name for d in cur.description or ())
+            names = column_names(cur)
         return result_of(plan, names, rows)
 
     def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
