@@ -31,6 +31,7 @@ WITH RECURSIVE hits AS MATERIALIZED (
            s.heading_level,
            s.heading_path,
            s.anchor,
+           s.context_tokens,
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
      ORDER BY s.embedding <=> :'query_embedding'::vector
@@ -42,16 +43,17 @@ ranked AS (
       FROM hits h
 ),
 candidates AS (
-    SELECT r.doc_id, r.section_id, 'hit' AS role, r.hit_rank, 0 AS priority
+    -- every row carries what ordering and the budget need, so no second lookup per passage
+    SELECT r.doc_id, r.section_id, r.sequence_index, r.context_tokens, 'hit' AS role, r.hit_rank, 0 AS priority
       FROM ranked r
     UNION ALL
-    SELECT p.doc_id, p.section_id, 'parent', r.hit_rank, 1
+    SELECT p.doc_id, p.section_id, p.sequence_index, p.context_tokens, 'parent', r.hit_rank, 1
       FROM ranked r
       JOIN sections p
         ON p.doc_id = r.doc_id
        AND p.section_id = r.parent_section_id
     UNION ALL
-    SELECT n.doc_id, n.section_id, 'neighbor', r.hit_rank, 2
+    SELECT n.doc_id, n.section_id, n.sequence_index, n.context_tokens, 'neighbor', r.hit_rank, 2
       FROM ranked r
       JOIN sections n
         ON n.doc_id = r.doc_id
@@ -62,13 +64,15 @@ candidates AS (
 passages AS (
     SELECT c.doc_id,
            c.section_id,
+           c.sequence_index,
+           c.context_tokens,
            min(c.priority) AS priority,
            min(c.hit_rank) AS best_rank,
            -- a hit is ranked by its own rank even when it is also a neighbor of a better hit
            coalesce(min(c.hit_rank) FILTER (WHERE c.role = 'hit'), min(c.hit_rank)) AS pick_rank,
            array_agg(DISTINCT c.role) AS roles
       FROM candidates c
-     GROUP BY c.doc_id, c.section_id
+     GROUP BY c.doc_id, c.section_id, c.sequence_index, c.context_tokens
 ),
 ordered AS (
     SELECT p.doc_id,
@@ -76,26 +80,28 @@ ordered AS (
            p.priority,
            p.best_rank,
            p.roles,
-           s.sequence_index,
-           s.context_tokens,
+           p.sequence_index,
+           p.context_tokens,
            min(p.best_rank) OVER (PARTITION BY p.doc_id) AS doc_best,
-           row_number() OVER (ORDER BY p.priority, p.pick_rank, p.doc_id, s.sequence_index) AS pick_order
+           row_number() OVER (ORDER BY p.priority, p.pick_rank, p.doc_id, p.sequence_index) AS pick_order
       FROM passages p
-      JOIN sections s
-        ON s.doc_id = p.doc_id
-       AND s.section_id = p.section_id
+),
+costs AS MATERIALIZED (
+    -- the passages' token costs as one array in pick order: the fill below steps through it
+    SELECT array_agg(o.context_tokens ORDER BY o.pick_order) AS tokens
+      FROM ordered o
 ),
 packed (pick_order, used, taken) AS (
     -- greedy fill in priority order: take a section if it fits, else skip it
     SELECT CAST(0 AS bigint), CAST(0 AS bigint), false
     UNION ALL
-    SELECT o.pick_order,
-           CASE WHEN k.used + o.context_tokens <= :max_tokens
-                THEN k.used + o.context_tokens ELSE k.used END,
-           k.used + o.context_tokens <= :max_tokens
+    SELECT k.pick_order + 1,
+           CASE WHEN k.used + c.tokens[k.pick_order + 1] <= :max_tokens
+                THEN k.used + c.tokens[k.pick_order + 1] ELSE k.used END,
+           k.used + c.tokens[k.pick_order + 1] <= :max_tokens
       FROM packed k
-      JOIN ordered o
-        ON o.pick_order = k.pick_order + 1
+     CROSS JOIN costs c
+     WHERE k.pick_order < cardinality(c.tokens)
 )
 SELECT s.doc_id,
        s.section_id,

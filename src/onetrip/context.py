@@ -24,9 +24,14 @@ def passage_header(doc_id: str, anchor: str | None, heading_path: Sequence[str])
     return f"### {path} [{where}]"
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class Passage:
-    """One section in the assembled context."""
+    """One section in the assembled context.
+
+    Not frozen, like `onetrip.retrieve.SectionRecord`: a frozen dataclass sets
+    each of its 15 fields through object.__setattr__, which showed up in the
+    assembled query's latency (benchmarks/latency). Treat as read-only.
+    """
 
     doc_id: str
     section_id: str

@@ -258,24 +258,26 @@ def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters:
     )
 
 
-def passage_from_row(row: dict[str, Any]) -> Passage:
-    return Passage(
-        doc_id=row["doc_id"],
-        section_id=row["section_id"],
-        sequence_index=row["sequence_index"],
-        heading_level=row["heading_level"],
-        heading=row["heading"] or "",
-        heading_path=tuple(row["heading_path"] or ()),
-        anchor=row["anchor"],
-        content=row["content"],
-        token_count=row["token_count"],
-        context_tokens=row["context_tokens"],
-        roles=tuple(r for r in ("hit", "parent", "ancestor", "neighbor", "section", "document") if r in row["roles"]),
-        best_rank=int(row["best_rank"]),
-        doc_rank=int(row["doc_rank"]),
-        distance=None if row["distance"] is None else float(row["distance"]),
-        revision=row.get("revision"),
-    )
+_ROLE_ORDER = ("hit", "parent", "ancestor", "neighbor", "section", "document")
+_PASSAGE_COLS = ("doc_id", "section_id", "sequence_index", "heading_level", "heading", "heading_path", "anchor",
+                 "content", "token_count", "context_tokens", "roles", "best_rank", "doc_rank", "distance")
+
+
+@lru_cache(maxsize=64)
+def _passage_mapper(names: tuple[str, ...]) -> Any:
+    """A row -> Passage function for one result shape (positions resolved once, as for hits)."""
+    ix = {n: i for i, n in enumerate(names)}
+    get = itemgetter(*(ix[c] for c in _PASSAGE_COLS))
+    rev = ix.get("revision")
+
+    def to_passage(row: tuple) -> Passage:
+        (doc_id, sid, seq, level, heading, path, anchor, content, tokens, ctx, roles, best, doc_rank,
+         dist) = get(row)
+        return Passage(doc_id, sid, seq, level, heading or "", tuple(path or ()), anchor, content, tokens, ctx,
+                       tuple(r for r in _ROLE_ORDER if r in roles), int(best), int(doc_rank),
+                       None if dist is None else float(dist), None if rev is None else row[rev])
+
+    return to_passage
 
 
 def _record(row: dict[str, Any], doc_id: str, prefix: str = "", id_column: str = "section_id",
@@ -516,9 +518,9 @@ def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
     if plan.kind == "search":
         to_hit = _hit_mapper(names)
         return [to_hit(i + 1, r) for i, r in enumerate(rows)]
-    dicts = [dict(zip(names, r)) for r in rows]
-    hits = int(dicts[0]["hit_count"]) if dicts else 0
-    return Context([passage_from_row(r) for r in dicts], plan.max_tokens, hits, plan.options)
+    to_passage = _passage_mapper(names)
+    hits = int(rows[0][names.index("hit_count")]) if rows else 0
+    return Context([to_passage(r) for r in rows], plan.max_tokens, hits, plan.options)
 
 
 def _split_search_kwargs(kwargs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
