@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import time
+import itertools
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ def schema_fingerprint(layout: Layout) -> str:
     return hashlib.sha256(render("schema", layout=layout).encode()).hexdigest()[:16]
 
 
-def bench_layout(n_sections: int, seed: int, dim: int = DEFAULT_DIM, **options: Any) -> Layout:
+def bench_layout(n_sections: int | str, seed: int, dim: int = DEFAULT_DIM, **options: Any) -> Layout:
     """The table layout holding the corpus of this size and seed.
 
     The plain layout (no ``options``) is shared by the latency and the scale
@@ -54,7 +55,71 @@ def bench_layout(n_sections: int, seed: int, dim: int = DEFAULT_DIM, **options: 
     get a prefix of their own.
     """
     tag = "".join(f"_{k[0]}{v}" for k, v in sorted(options.items()))
-    return Layout(dim=dim, prefix=f"bench{int(n_sections)}_s{int(seed)}{tag}_", **options)
+    return Layout(dim=dim, prefix=f"bench{corpus_tag(n_sections)}_s{int(seed)}{tag}_", **options)
+
+
+def corpus_tag(corpus: int | str) -> str:
+    """A synthetic corpus is named by its size; the real one is "manual"."""
+    if corpus == MANUAL:
+        return MANUAL
+    return str(int(corpus))
+
+
+#: The real corpus: the PostgreSQL 15 manual as ``python -m benchmarks.ingest_manual`` ingested it.
+MANUAL = "manual"
+MANUAL_PREFIX = "pg15_"
+
+
+def manual_corpus(conn: psycopg.Connection, prefix: str = MANUAL_PREFIX) -> list[SyntheticDocument]:
+    """The ingested manual as a benchmark corpus: its real sections and their stored MiniLM embeddings.
+
+    Every variant (LlamaIndex's tables included) is then loaded from the same
+    rows, exactly as for a synthetic corpus, so the manual's own tables are only read.
+    """
+    from pgvector.psycopg import register_vector
+
+    from onetrip.sections import Section
+    from onetrip.store import DocumentRecord
+
+    layout = Layout(prefix=prefix)
+    t = layout.tables
+    if not _regclass(conn, t["sections"]):
+        raise RuntimeError(f"no table {t['sections']}: ingest the manual first (python -m benchmarks.ingest_manual)")
+    register_vector(conn)
+    docs: dict[str, DocumentRecord] = {
+        r[0]: DocumentRecord(r[0], r[1], r[2], r[3], r[4] or {})
+        for r in conn.execute(sql.SQL("SELECT doc_id, source_uri, title, content_hash, metadata FROM {} ORDER BY doc_id")
+                              .format(sql.SQL(t["documents"])))
+    }
+    rows = conn.execute(sql.SQL(
+        "SELECT doc_id, section_id, parent_section_id, sequence_index, heading_level, heading, heading_path, content, "
+        "token_count, anchor, embedding FROM {} ORDER BY doc_id, sequence_index").format(sql.SQL(t["sections"]))).fetchall()
+    out: list[SyntheticDocument] = []
+    for doc_id, group in itertools.groupby(rows, key=lambda r: r[0]):
+        g = list(group)
+        sections = [Section(r[1], r[2], r[3], r[4], r[5] or "", tuple(r[6] or ()), r[7], r[8], r[9]) for r in g]
+        emb = np.stack([np.asarray(r[10].to_numpy(), dtype=np.float32) for r in g])
+        out.append(SyntheticDocument(docs[doc_id], sections, emb))
+    if not out:
+        raise RuntimeError(f"{t['sections']} is empty: ingest the manual first (python -m benchmarks.ingest_manual)")
+    return out
+
+
+def manual_queries(docs: list[SyntheticDocument], n: int, seed: int, questions: list[str] | None = None) -> np.ndarray:
+    """Real text queries for the manual, embedded with onetrip's default model.
+
+    The tuning questions first (when given), then "how do I use <heading>"
+    questions built from the headings of randomly chosen sections.
+    """
+    from onetrip.embedders import SentenceTransformerEmbedder
+
+    rng = np.random.default_rng(seed + 1)
+    sections = [s for d in docs for s in d.sections if s.heading]
+    texts = list(questions or [])[:n]
+    while len(texts) < n:
+        s = sections[int(rng.integers(len(sections)))]
+        texts.append(f"How do I use {s.heading} ({' > '.join(s.heading_path[:-1][-2:])})?")
+    return np.asarray(SentenceTransformerEmbedder().embed_documents(texts), dtype=np.float32)
 
 
 def generate_corpus(n_sections: int, seed: int, dim: int = DEFAULT_DIM) -> list[SyntheticDocument]:

@@ -92,8 +92,11 @@ class PeerTables:
         return f"{self.vector_table}_embedding_idx"  # the name PGVectorStore._create_hnsw_index uses
 
 
-def peer_tables(n_sections: int, seed: int) -> PeerTables:
-    return PeerTables(f"bench{int(n_sections)}_s{int(seed)}_li", f"bench{int(n_sections)}_s{int(seed)}_lidoc")
+def peer_tables(corpus: int | str, seed: int) -> PeerTables:
+    from .corpus import corpus_tag
+
+    tag = corpus_tag(corpus)
+    return PeerTables(f"bench{tag}_s{int(seed)}_li", f"bench{tag}_s{int(seed)}_lidoc")
 
 
 def node_id(doc_id: str, section_id: str) -> str:
@@ -191,7 +194,7 @@ def ensure_loaded(
     dsn: str,
     conn: Any,
     docs: list[SyntheticDocument],
-    n_sections: int,
+    corpus: int | str,
     seed: int,
     dim: int,
     *,
@@ -211,7 +214,8 @@ def ensure_loaded(
 
     from .corpus import read_load_note, write_load_note
 
-    tables = peer_tables(n_sections, seed)
+    tables = peer_tables(corpus, seed)
+    n_sections = sum(len(d.sections) for d in docs)
     info: dict[str, Any] = {"vector_table": tables.vector_table, "docstore_table": tables.docstore_table}
     if not reload and loaded(conn, tables, n_sections):
         log(f"  LlamaIndex tables {tables.vector_table}, {tables.docstore_table}: reusing")
@@ -273,7 +277,7 @@ class LlamaIndexPeer:
     label = "E LlamaIndex PGVectorStore + docstore"
 
     def __init__(
-        self, dsn: str, n_sections: int, seed: int, dim: int, k: int, *,
+        self, dsn: str, corpus: int | str, seed: int, dim: int, k: int, *,
         application_name: str = "onetrip-bench-E", log_statements: bool = False,
     ) -> None:
         from llama_index.core import VectorStoreIndex
@@ -285,7 +289,7 @@ class LlamaIndexPeer:
 
         self.k = k
         self.application_name = application_name
-        tables = peer_tables(n_sections, seed)
+        tables = peer_tables(corpus, seed)
         self._engines = [*_engines(dsn, application_name, log_statements), *_engines(dsn, application_name, log_statements)]
         engine, aengine, dengine, daengine = self._engines
         self.vector_store = PGVectorStore(

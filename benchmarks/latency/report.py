@@ -21,6 +21,14 @@ COLORS = {"A": "#7f7f7f", "B": "#d62728", "C": "#1f77b4", "C2": "#17becf", "D": 
           "F": "#ff7f0e", "Af": "#bcbd22", "G": "#8c564b", "H": "#e377c2"}
 
 
+
+def corpus_title(doc: dict[str, Any]) -> str:
+    """"10,000 sections" for a synthetic corpus, "PostgreSQL 15 manual (9,421 sections)" for the real one."""
+    c = doc["corpus"]
+    if c.get("corpus") == "manual":
+        return f"PostgreSQL 15 manual ({c['sections']:,} sections)"
+    return f"{c['sections']:,} sections"
+
 def percentile(xs: list[float], p: float) -> float:
     """Linear-interpolated percentile (numpy's default method), p in [0, 100]."""
     if not xs:
@@ -99,7 +107,7 @@ def markdown(doc: dict[str, Any]) -> str:
     k = meta["k"]
     variants = [v for v in VARIANT_ORDER if v in doc["variants"]]
     lines: list[str] = []
-    lines.append(f"## Latency, {n:,} sections, k={k}")
+    lines.append(f"## Latency, {corpus_title(doc)}, k={k}")
     lines.append("")
     lines.append(
         f"{meta['date']}; {meta['machine']['cores']} cores; PostgreSQL {meta['versions']['postgresql']}, "
@@ -270,7 +278,7 @@ def diagnostics_document_markdown(doc: dict[str, Any]) -> str:
     """The report of a --only-diagnostics run."""
     n = doc["corpus"]["sections"]
     meta = doc["meta"]
-    lines = [f"## B vs A cost breakdown and fix preview, {n:,} sections, k={meta['k']}", "",
+    lines = [f"## B vs A cost breakdown and fix preview, {corpus_title(doc)}, k={meta['k']}", "",
              f"{meta['date']}; {meta['machine']['cores']} cores; PostgreSQL {meta['versions']['postgresql']}, "
              f"pgvector {meta['versions']['pgvector']}, psycopg {meta['versions']['psycopg']}."]
     lines.extend(diagnostics_markdown(doc["diagnostics"]))
@@ -300,7 +308,7 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("added network RTT (ms, delay proxy)")
     ax.set_ylabel("latency per query (ms, log scale)")
-    ax.set_title(f"Retrieval with parent + ±1 neighbors: {n:,} sections, k={k}\nline: p50, band: p50–p95")
+    ax.set_title(f"Retrieval with parent + ±1 neighbors: {corpus_title(doc)}, k={k}\nline: p50, band: p50–p95")
     ax.grid(True, which="both", alpha=0.3)
     ax.set_xticks(xs)
     ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0)

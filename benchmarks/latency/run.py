@@ -64,8 +64,10 @@ def log(msg: str) -> None:
 # -- CLI ---------------------------------------------------------------------------------
 
 
-def _size(text: str) -> int:
+def _size(text: str) -> int | str:
     t = text.strip().lower().replace("_", "")
+    if t == corpus_mod.MANUAL:
+        return corpus_mod.MANUAL
     mult = 1
     if t.endswith("k"):
         mult, t = 1000, t[:-1]
@@ -77,7 +79,7 @@ def _size(text: str) -> int:
     return n
 
 
-def _sizes(text: str) -> list[int]:
+def _sizes(text: str) -> list[int | str]:
     return [_size(x) for x in text.split(",") if x.strip()]
 
 
@@ -94,7 +96,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description="Latency of onetrip's one-statement retrieval vs multi-call retrieval under added network RTT.",
     )
     ap.add_argument("--dsn", help="PostgreSQL DSN (default: onetrip's resolve_dsn(): $ONETRIP_DSN or the embedded server)")
-    ap.add_argument("--sizes", type=_sizes, default=[10_000], help="corpus sizes in sections, e.g. 10000,100000 or 10k,1m")
+    ap.add_argument("--sizes", type=_sizes, default=[10_000],
+                    help="corpora: synthetic sizes in sections (10000,100000 or 10k,1m) and/or 'manual' "
+                         "(the ingested PostgreSQL 15 manual, see --manual-prefix)")
+    ap.add_argument("--manual-prefix", default=corpus_mod.MANUAL_PREFIX,
+                    help="table prefix of the ingested manual (default pg15_, as benchmarks.ingest_manual uses)")
+    ap.add_argument("--questions", type=Path, default=Path("../shared/eval/pgdocs_tuning.jsonl"),
+                    help="manual corpus: JSONL of questions used as the first queries (heading questions fill up)")
     ap.add_argument("--k", type=int, default=10, help="top-K (default 10)")
     ap.add_argument("--rtts", type=_rtts, default=list(DEFAULT_RTTS), help="added RTT levels in ms (default 0,0.5,1,2,5)")
     ap.add_argument("--queries", type=int, default=200, help="timed queries per RTT level (default 200)")
@@ -503,6 +511,11 @@ def _machine() -> dict[str, Any]:
     return {"cores": os.cpu_count(), "cpu": cpu, "platform": platform.platform()}
 
 
+def result_name(n: int | str) -> str:
+    """latency_n10000_k10.json for a synthetic corpus, latency_manual_k10.json for the manual."""
+    return corpus_mod.MANUAL if n == corpus_mod.MANUAL else f"n{n}"
+
+
 class _Proxy:
     """The delay proxy, thread or child process, with the calls the benchmark needs."""
 
@@ -522,18 +535,35 @@ class _Proxy:
         self.impl.stop()
 
 
-def run_size(args: argparse.Namespace, dsn: str, n: int, meta: dict[str, Any], e_error: str | None) -> tuple[dict[str, Any], bool]:
-    """Benchmark one corpus size; returns (result document, content check passed)."""
+def corpus_label(n: int | str) -> str:
+    return "the PostgreSQL 15 manual" if n == corpus_mod.MANUAL else f"{n:,} synthetic sections"
+
+
+def load_corpus(args: argparse.Namespace, dsn: str, n: int | str, count: int) -> tuple[list[Any], np.ndarray]:
+    """The corpus's documents and ``count`` query vectors (synthetic, or the ingested manual)."""
+    if n != corpus_mod.MANUAL:
+        docs = corpus_mod.generate_corpus(n, args.seed, args.dim)
+        return docs, corpus_mod.query_set(docs, count, args.seed)
+    with connect(dsn) as conn:
+        docs = corpus_mod.manual_corpus(conn, args.manual_prefix)
+    questions: list[str] = []
+    if args.questions and args.questions.exists():
+        questions = [json.loads(line)["question"] for line in args.questions.read_text().splitlines() if line.strip()]
+    return docs, corpus_mod.manual_queries(docs, count, args.seed, questions)
+
+
+def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, Any], e_error: str | None) -> tuple[dict[str, Any], bool]:
+    """Benchmark one corpus; returns (result document, content check passed)."""
     k, seed, dim = args.k, args.seed, args.dim
     q, w, c = args.queries, args.warmup, args.count_queries
-    log(f"\n=== corpus {n:,} sections, k={k} ===")
+    log(f"\n=== corpus: {corpus_label(n)}, k={k} ===")
     t0 = time.perf_counter()
-    docs = corpus_mod.generate_corpus(n, seed, dim)
-    log(f"  generated {n:,} sections in {len(docs):,} documents ({time.perf_counter() - t0:.1f} s)")
-    vectors = corpus_mod.query_set(docs, q + w + PRIME_RUNS + c, seed)
+    docs, vectors = load_corpus(args, dsn, n, q + w + PRIME_RUNS + c)
+    n_sections = sum(len(d.sections) for d in docs)
+    log(f"  {n_sections:,} sections in {len(docs):,} documents ({time.perf_counter() - t0:.1f} s)")
     timed_vecs, warm_vecs, count_vecs = vectors[:q], vectors[q:q + w], vectors[q + w:]
     layout = corpus_mod.bench_layout(n, seed, dim)
-    mwm = auto_maintenance_work_mem(n, dim) if args.maintenance_work_mem == "auto" else args.maintenance_work_mem
+    mwm = auto_maintenance_work_mem(n_sections, dim) if args.maintenance_work_mem == "auto" else args.maintenance_work_mem
     use_e = not args.skip_e and e_error is None and not args.only_diagnostics
     direct = connect(dsn)
     e_load: dict[str, Any] | None = None
@@ -556,7 +586,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int, meta: dict[str, Any], e
     gc.collect()
     gc.freeze()  # keep the collector from walking long-lived objects during timed runs
 
-    corpus_info = {"sections": n, "documents": n_docs, "seed": seed, "dim": dim, "layout_prefix": layout.prefix,
+    corpus_info = {"corpus": corpus_mod.corpus_tag(n), "sections": n_sections, "documents": n_docs, "seed": seed, "dim": dim, "layout_prefix": layout.prefix,
                    "load": load.as_dict()}
     if args.only_diagnostics:
         return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs, warm_vecs)
@@ -803,10 +833,10 @@ def main(argv: list[str] | None = None) -> int:
         doc, ok = run_size(args, dsn, n, meta, e_error)
         all_ok &= ok
         if args.only_diagnostics:
-            stem = args.out / f"diagnostics_n{n}_k{args.k}"
+            stem = args.out / f"diagnostics_{result_name(n)}_k{args.k}"
             md = report.diagnostics_document_markdown(doc)
         else:
-            stem = args.out / f"latency_n{n}_k{args.k}"
+            stem = args.out / f"latency_{result_name(n)}_k{args.k}"
             md = report.markdown(doc)
             report.plot(doc, stem.with_suffix(".png"))
         stem.with_suffix(".json").write_text(json.dumps(doc, indent=1, default=str) + "\n")
