@@ -54,7 +54,8 @@ def bench_layout(n_sections: int | str, seed: int, dim: int = DEFAULT_DIM, **opt
     benchmarks; halfvec or partitioned layouts (``vector_type=``, ``partitions=``)
     get a prefix of their own.
     """
-    tag = "".join(f"_{k[0]}{v}" for k, v in sorted(options.items()))
+    short = {"vector_type": "", "partitions": "p", "hnsw_m": "m", "hnsw_ef_construction": "efc"}
+    tag = "".join(f"_{short[k]}{v}" for k, v in sorted(options.items()) if v != Layout.__dataclass_fields__[k].default)
     return Layout(dim=dim, prefix=f"bench{corpus_tag(n_sections)}_s{int(seed)}{tag}_", **options)
 
 
