@@ -79,3 +79,22 @@ def test_sql_render_writes_both_editions(tmp_path):
     assert "VECTOR(768, FLOAT32)" in ora
     bad = onetrip("sql", "render", "--out", str(tmp_path), "--schema", "x;drop")
     assert bad.returncode == 2 and "schema name" in bad.stderr
+
+
+def test_init_layout_options_build_what_they_say(dsn):
+    import psycopg
+
+    res = onetrip("init", "--prefix", "lay_", "--partitions", "4", "--vector-type", "halfvec",
+                  "--hnsw-ef-construction", "100", dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    with psycopg.connect(dsn) as conn:
+        parts = conn.execute("SELECT count(*) FROM pg_inherits WHERE inhparent = 'lay_sections'::regclass").fetchone()
+        coltype = conn.execute("SELECT format_type(atttypid, atttypmod) FROM pg_attribute "
+                               "WHERE attrelid = 'lay_sections'::regclass AND attname = 'embedding'").fetchone()
+        indexdef = conn.execute("SELECT pg_get_indexdef('lay_sections_embedding_hnsw'::regclass)").fetchone()
+    assert parts[0] == 4 and coltype[0] == "halfvec(384)"
+    assert "halfvec_cosine_ops" in indexdef[0] and "ef_construction='100'" in indexdef[0]
+    bad = onetrip("init", "--prefix", "lay2_", "--hnsw-m", "40", "--hnsw-ef-construction", "64", dsn=dsn)
+    assert bad.returncode == 2 and "hnsw_ef_construction must be at least 2 * hnsw_m = 80" in bad.stderr
+    with psycopg.connect(dsn) as conn:  # nothing was created for the rejected layout
+        assert conn.execute("SELECT to_regclass('lay2_sections')").fetchone()[0] is None

@@ -44,6 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384, MiniLM)")
     p.add_argument("--recreate", action="store_true",
                    help="drop onetrip's tables (and their data) first, e.g. after an incompatible upgrade")
+    _layout_options(p)
 
     p = sub.add_parser("ingest", help="ingest Markdown, HTML and text files or folders")
     _common(p)
@@ -85,8 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     sql_sub = p.add_subparsers(dest="sql_command", required=True)
     r = sql_sub.add_parser("render", help="write the rendered SQL editions")
     r.add_argument("--dialect", choices=["postgres", "oracle", "citus", "all"], default="all")
-    r.add_argument("--partitions", type=int, default=0, help="hash-partition sections by doc_id (PostgreSQL)")
-    r.add_argument("--vector-type", choices=["vector", "halfvec"], default="vector")
+    _layout_options(r)
     r.add_argument("--dim", type=int, default=384)
     r.add_argument("--schema", default=None)
     r.add_argument("--prefix", default="")
@@ -124,10 +124,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _layout_options(p: argparse.ArgumentParser) -> None:
+    """The table layout choices of `onetrip.templates.Layout`, for `init` and `sql render`."""
+    p.add_argument("--partitions", type=int, default=0,
+                   help="hash-partition sections by doc_id into N partitions, each with its own HNSW index")
+    p.add_argument("--vector-type", choices=["vector", "halfvec"], default="vector",
+                   help="halfvec: 16-bit embeddings, about half the index size")
+    p.add_argument("--hnsw-m", type=int, default=16, help="HNSW m (default 16, pgvector's)")
+    p.add_argument("--hnsw-ef-construction", type=int, default=64,
+                   help="HNSW ef_construction (default 64, pgvector's; 200 builds a higher-recall graph)")
+
+
 def _layout(args: argparse.Namespace, dim: int = 384) -> Any:
     from .templates import Layout
 
-    return Layout(dim=dim, schema=args.schema, prefix=args.prefix)
+    return Layout(dim=dim, schema=args.schema, prefix=args.prefix,
+                  partitions=getattr(args, "partitions", 0), vector_type=getattr(args, "vector_type", "vector"),
+                  hnsw_m=getattr(args, "hnsw_m", 16), hnsw_ef_construction=getattr(args, "hnsw_ef_construction", 64))
 
 
 def hit_to_json(hit: Any) -> dict[str, Any]:
@@ -322,10 +335,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 def cmd_sql(args: argparse.Namespace) -> int:
     from .editions import render_edition, write_editions
-    from .templates import Layout
 
-    layout = Layout(dim=args.dim, schema=args.schema, prefix=args.prefix, partitions=args.partitions,
-                    vector_type=args.vector_type)
+    layout = _layout(args, args.dim)
     dialects = ["postgres", "oracle", "citus"] if args.dialect == "all" else [args.dialect]
     if args.stdout:
         for d in dialects:
