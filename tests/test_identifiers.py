@@ -73,3 +73,16 @@ def test_password_is_not_echoed_in_errors():
     with pytest.raises(ConnectionFailedError) as e:
         connect("host=127.0.0.1 port=1 dbname=x user=u password=hunter2 connect_timeout=2")
     assert "hunter2" not in str(e.value)
+
+
+def test_longest_prefix_builds_every_object_and_one_more_is_refused(db):
+    from onetrip.identifiers import MAX_PREFIX_LENGTH
+    from onetrip.schema import init_schema
+
+    prefix = ("p" * MAX_PREFIX_LENGTH)[:-1] + "_"
+    init_schema(db, Layout(prefix=prefix, partitions=2))
+    names = [r[0] for r in db.execute("SELECT relname FROM pg_class WHERE relname LIKE %s", (prefix + "%",))]
+    assert f"{prefix}sections_embedding_hnsw" in names  # not truncated by PostgreSQL's 63-byte limit
+    assert all(len(n) <= 63 for n in names)
+    with pytest.raises(InvalidIdentifierError, match=f"the limit is {MAX_PREFIX_LENGTH}"):
+        Layout(prefix="p" + prefix)

@@ -47,13 +47,12 @@ from . import corpus as corpus_mod
 from . import report
 from .delay_proxy import DelayProxy, DelayProxyProcess, measure_rtt, proxied_dsn, upstream_from_dsn
 from .variants import (
-    ROUND_TRIPS, VARIANT_LABELS, OnetripSingle, build_variants, diff_hits, has_revision, hit_ids, related_ids,
+    ROUND_TRIPS, VARIANT_LABELS, CacheWarmer, OnetripSingle, build_variants, diff_hits, has_revision, hit_ids, related_ids,
     topk_sql,
 )
 
 DEFAULT_RTTS = (0.0, 0.5, 1.0, 2.0, 5.0)
 MULTI_CALL = ("C", "C2", "D")  # compared with B for identical content
-FIX_PREVIEW_RTT_MS = 1.0  # the acceptance check's RTT level
 PRIME_RUNS = 7  # > psycopg's prepare_threshold (5): counted queries run prepared, as timed ones do
 
 
@@ -395,63 +394,6 @@ def _tuple_mapper(names: list[str]) -> Any:
     return mapper
 
 
-def fix_preview(pdsn: str, layout: Any, k: int, vectors: np.ndarray, warm: np.ndarray, seed: int) -> dict[str, Any]:
-    """A, B and two candidate fixes of B, interleaved through the proxy (at its current delay).
-
-    B_literal_k and B_literal_k_tuple_rows are NOT benchmark variants: they are the
-    proposed fixes for B's extra time over A (see the diagnostics section of the
-    report), measured under the same conditions as A and B so their effect on B/A
-    can be read directly:
-      B_literal_k             B's statement with k written into the SQL text, so
-                              PostgreSQL's plan cache can reuse a generic plan;
-      B_literal_k_tuple_rows  that, plus plain tuple rows mapped to Hits by position
-                              instead of dict rows + hit_from_row.
-    Both must return exactly B's Hits (checked on every query).
-    """
-    b_sql, _ = library_statement(pdsn, layout, k, vectors[0])
-    lit_sql = b_sql.replace("%(k)s", str(int(k)))
-
-    def lit_params(v: np.ndarray) -> dict[str, Any]:
-        return {"query_embedding": Vector(v)}
-
-    names = ("A", "B", "B_literal_k", "B_literal_k_tuple_rows")
-    conns = {name: connect(pdsn, application_name=f"onetrip-bench-diag-{name}") for name in names}
-    try:
-        vs: dict[str, Any] = {
-            "A": _SqlTextVariant(conns["A"], topk_sql(layout, revision=has_revision(conns["A"], layout)),
-                                 lambda v: {"q": Vector(v), "k": k}),
-            "B": OnetripSingle(conns["B"], layout, k),  # B exactly as in the benchmark
-            "B_literal_k": _SqlTextVariant(conns["B_literal_k"], lit_sql, lit_params),
-            "B_literal_k_tuple_rows": _TupleMapped(conns["B_literal_k_tuple_rows"], lit_sql, lit_params),
-        }
-        rng = random.Random(seed + 17)
-        raw: dict[str, list[float]] = {name: [] for name in vs}
-        equal = True
-        for phase, vecs in (("warm", warm), ("timed", vectors)):
-            for vec in vecs:
-                order = list(vs)
-                rng.shuffle(order)
-                res = {}
-                for name in order:
-                    t0 = time.perf_counter_ns()
-                    res[name] = vs[name].run(vec)
-                    if phase == "timed":
-                        raw[name].append((time.perf_counter_ns() - t0) / 1e6)
-                for name in ("B_literal_k", "B_literal_k_tuple_rows"):
-                    equal &= diff_hits(res["B"], res[name]) is None
-        stats = {name: report.summarize(xs) for name, xs in raw.items()}
-        out: dict[str, Any] = {"n": len(vectors), "raw_ms": raw, "stats": stats, "fixes_return_b_hits": equal}
-        for name in names[1:]:
-            out[f"{name}/A_p50"] = stats[name]["p50"] / stats["A"]["p50"]
-        return out
-    finally:
-        for c in conns.values():
-            c.close()
-
-
-# -- the run -----------------------------------------------------------------------------------------
-
-
 def _versions(conn: psycopg.Connection) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -663,6 +605,14 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
 
         rng = random.Random(seed)
         e_limit = doc["e_queries_per_level"] or 0
+        peer_table = None
+        if "E" in variants:
+            from . import llamaindex_peer
+
+            peer_table = llamaindex_peer.peer_tables(n, seed).vector_table
+        warmer = CacheWarmer(dsn, layout, k, peer_table)
+        doc["hot_cache"] = ("before its timed runs each query is run once, untimed, on a direct connection by A's and "
+                            "B's statements" + (" and by a vector search on E's table" if peer_table else ""))
         for d in args.rtts:
             proxy.set_delay_ms(d)
             gc.collect()
@@ -683,6 +633,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
                 order = [v for v in names if v != "E" or i < e_limit]
                 rng.shuffle(order)
                 order_log.append(order)
+                warmer.warm(vec)  # untimed, direct: every variant then runs on a hot cache
                 results: dict[str, Any] = {}
                 for name in order:
                     fn = variants[name].run
@@ -729,12 +680,6 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
         if args.diag_queries > 0:
             log("  diagnostics: EXPLAIN ANALYZE, result size, mapping cost (direct connection)")
             doc["diagnostics"] = diagnostics(dsn, layout, k, timed_vecs[: min(30, args.diag_queries)])
-            proxy.set_delay_ms(FIX_PREVIEW_RTT_MS)
-            preview = fix_preview(pdsn, layout, k, timed_vecs[: args.diag_queries], warm_vecs, seed)
-            preview["added_rtt_ms"] = FIX_PREVIEW_RTT_MS
-            doc["diagnostics"]["fix_preview"] = preview
-            log(f"  at +{FIX_PREVIEW_RTT_MS:g} ms: B/A {preview['B/A_p50']:.3f}; with k as a literal "
-                f"(proposed fix) {preview['B_literal_k/A_p50']:.3f}")
             prepared = []
             for name in ("A", "B", "C", "D"):
                 rows = variants[name].conn.execute(
@@ -775,24 +720,14 @@ def run_diagnostics_only(
     args: argparse.Namespace, dsn: str, layout: Any, meta: dict[str, Any], corpus_info: dict[str, Any],
     timed_vecs: np.ndarray, warm_vecs: np.ndarray,
 ) -> tuple[dict[str, Any], bool]:
-    """--only-diagnostics: the A-vs-B breakdown and the fix preview, no timed levels."""
-    n_diag = max(1, min(args.diag_queries or len(timed_vecs), len(timed_vecs)))
-    log(f"  diagnostics only: EXPLAIN ANALYZE etc. on {min(30, n_diag)} queries, fix preview on {n_diag}")
-    proxy = _Proxy(dsn, args.proxy)
+    """--only-diagnostics: the A-vs-B breakdown (server plan and execution, size, mapping), no timed levels."""
+    n_diag = max(1, min(args.diag_queries or len(timed_vecs), len(timed_vecs), 30))
+    log(f"  diagnostics only: EXPLAIN ANALYZE etc. on {n_diag} queries")
     try:
-        diag = diagnostics(dsn, layout, args.k, timed_vecs[: min(30, n_diag)])
-        proxy.set_delay_ms(FIX_PREVIEW_RTT_MS)
-        rtt = measure_rtt(proxy.dsn, args.rtt_samples, direct=dsn)
-        preview = fix_preview(proxy.dsn, layout, args.k, timed_vecs[:n_diag], warm_vecs, args.seed)
-        preview["added_rtt_ms"] = FIX_PREVIEW_RTT_MS
-        preview["rtt"] = rtt
-        diag["fix_preview"] = preview
+        diag = diagnostics(dsn, layout, args.k, timed_vecs[:n_diag])
     finally:
-        proxy.stop()
         gc.unfreeze()
-    log("  at +{:g} ms: ".format(FIX_PREVIEW_RTT_MS) + ", ".join(
-        f"{k} {v:.3f}" for k, v in preview.items() if k.endswith("/A_p50")))
-    return {"kind": "diagnostics", "meta": meta, "corpus": corpus_info, "diagnostics": diag}, preview["fixes_return_b_hits"]
+    return {"kind": "diagnostics", "meta": meta, "corpus": corpus_info, "diagnostics": diag}, True
 
 
 def main(argv: list[str] | None = None) -> int:

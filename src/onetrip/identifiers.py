@@ -24,8 +24,9 @@ _PREFIX = re.compile(r"(?:[a-z][a-z0-9_]*)?\Z")
 
 #: PostgreSQL limits identifiers to 63 bytes; Oracle 23ai allows 128.
 MAX_IDENTIFIER_LENGTH = 63
-#: Leaves room for the longest derived name ("<prefix>sections_embedding_hnsw").
-MAX_PREFIX_LENGTH = 24
+#: The longest derived name, "<prefix>sections_embedding_hnsw" (23 + prefix), plus the suffix Citus
+#: gives shard relations ("_102008", up to 8) stays within PostgreSQL's 63 bytes.
+MAX_PREFIX_LENGTH = 32
 
 # Words reserved in PostgreSQL or Oracle that could plausibly be chosen as a
 # schema name. They are refused: a schema called "select" is a footgun in both.
