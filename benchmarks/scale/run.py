@@ -214,10 +214,12 @@ def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None
             if rtt == "1.0" and all(rtt in r["latency"] for r in rs):
                 ax1.plot(xs, [r["latency"][rtt]["A_p50"] for r in rs], "o" + style, label=f"A bare, {tag}, +{rtt} ms")
                 ax1.plot(xs, [r["latency"][rtt]["B_p50"] for r in rs], "s" + style, label=f"B onetrip, {tag}, +{rtt} ms")
-        for ef in meta["ef"]:
+        style = {"vector": "-", "halfvec": "--", "partitioned": "-."}.get(name, ":")
+        for i, ef in enumerate(meta["ef"]):
             pts = [(x, r["recall"][str(ef)]["recall"]) for x, r in zip(xs, rs) if str(ef) in r["recall"]]
-            if pts:
-                ax2.plot(*zip(*pts), "o-" if efc != 64 else "x:", label=f"{tag}, ef_search={ef}")
+            if pts:  # colour = ef_search, line = layout, x markers = pgvector's default build
+                ax2.plot(*zip(*pts), ("x" if efc == 64 else "o") + style, color=f"C{i}",
+                         label=f"{tag}, ef_search={ef}")
     for ax in (ax1, ax2):
         ax.set_xscale("log")
         ax.set_xlabel("sections")
@@ -229,6 +231,13 @@ def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None
     ax2.set_title("HNSW recall vs corpus size")
     fig.tight_layout()
     fig.savefig(out / "scale.png", dpi=110)
+
+
+def replot(out: Path) -> None:
+    """Redraw scale.md and scale.png from scale.json without measuring again."""
+    doc = json.loads((out / "scale.json").read_text())
+    write_report(doc["results"], doc["meta"], out)
+    plot(doc["results"], doc["meta"], out)
 
 
 def key(r: dict[str, Any]) -> tuple[int, str, int]:
@@ -253,7 +262,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="HNSW ef_construction of every layout (default 200; pgvector's default 64 gives "
                          "recall@10 0.78-0.93 at 1M on this corpus; 64 reuses the latency benchmark's tables)")
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--replot", action="store_true", help="only redraw scale.md/.png from scale.json")
     args = ap.parse_args(argv)
+    if args.replot:
+        replot(Path(args.out))
+        return 0
     args.ef = [int(x) for x in args.ef.split(",")]
     args.rtts = [float(x) for x in args.rtts.split(",")]
     out = Path(args.out)
