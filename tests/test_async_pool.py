@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 
-import numpy as np
 import pytest
 
 from onetrip import AsyncRetriever, Filters, Retriever, init_schema, make_async_pool, make_pool

@@ -10,11 +10,10 @@ import uuid
 from pathlib import Path
 
 import numpy as np
-import psycopg
 import pytest
 
 from onetrip import Filters, Retriever, connect, init_schema
-from onetrip.store import DocumentRecord, prune_history, replace_document
+from onetrip.store import prune_history, replace_document
 from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
 from onetrip.templates import Layout
 

@@ -9,7 +9,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import psycopg
 import pytest
 
 from onetrip import Retriever, connect, init_schema

@@ -103,7 +103,6 @@ def _stmt_cell(counts: dict[str, Any] | None, name: str) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     """The Markdown report for one corpus size."""
     meta = doc["meta"]
-    n = doc["corpus"]["sections"]
     k = meta["k"]
     variants = [v for v in VARIANT_ORDER if v in doc["variants"]]
     lines: list[str] = []
@@ -221,7 +220,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def diagnostics_markdown(diag: dict[str, Any]) -> list[str]:
-    """Where B's time over A goes, and what the proposed fixes would do."""
+    """Where B's time over A goes: server planning and execution, result size, fetch and mapping."""
     lines: list[str] = []
     lines.append("")
     lines.append("Where B's time over A goes (direct connection, no proxy; medians over "
@@ -242,30 +241,6 @@ def diagnostics_markdown(diag: dict[str, Any]) -> list[str]:
     ):
         digits = 0 if key in ("result_bytes", "generic_plans", "custom_plans") else 3
         lines.append(f"| {label} | " + " | ".join(_f(diag[c].get(key), digits) for c in cols) + " |")
-    fp = diag.get("fix_preview")
-    if fp:
-        st = fp["stats"]
-        rtt = fp.get("rtt")
-        lines.append("")
-        lines.append(
-            f"Fix preview at +{fp['added_rtt_ms']:g} ms added RTT"
-            + (f" (achieved SELECT 1 RTT p50 {_f(rtt['median_ms'], 3)} ms)" if rtt else "")
-            + f": {fp['n']} queries, interleaved in random order through the proxy. The candidate changes of B are "
-            "NOT benchmark variants; they return exactly B's Hits"
-            + (" (checked on every query)" if fp.get("fixes_return_b_hits", True) else " (CHECK FAILED)") + "."
-        )
-        lines.append("")
-        lines.append("| | p50 ms | p95 ms | p50 / A's p50 |")
-        lines.append("|---|---|---|---|")
-        labels = {
-            "A": "A (floor)",
-            "B": "B as the library runs it",
-            "B_literal_k": "B's statement with every LIMIT written into the SQL (k not bound)",
-            "B_literal_k_tuple_rows": "... and tuple rows mapped by position (no dict_row)",
-        }
-        for name, s_ in st.items():
-            lines.append(f"| {labels.get(name, name)} | {_f(s_['p50'])} | {_f(s_['p95'])} | "
-                         f"{_f(s_['p50'] / st['A']['p50'], 3)} |")
     if diag.get("prepared"):
         lines.append("")
         lines.append("Prepared statements after the run (pg_prepared_statements on the timed connections): "
@@ -276,7 +251,6 @@ def diagnostics_markdown(diag: dict[str, Any]) -> list[str]:
 
 def diagnostics_document_markdown(doc: dict[str, Any]) -> str:
     """The report of a --only-diagnostics run."""
-    n = doc["corpus"]["sections"]
     meta = doc["meta"]
     lines = [f"## B vs A cost breakdown and fix preview, {corpus_title(doc)}, k={meta['k']}", "",
              f"{meta['date']}; {meta['machine']['cores']} cores; PostgreSQL {meta['versions']['postgresql']}, "
@@ -293,7 +267,6 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    n = doc["corpus"]["sections"]
     k = doc["meta"]["k"]
     fig, ax = plt.subplots(figsize=(10.0, 5.0), dpi=120)
     xs = [lv["added_rtt_ms"] for lv in doc["levels"]]

@@ -331,69 +331,6 @@ def diagnostics(dsn: str, layout: Any, k: int, vectors: np.ndarray) -> dict[str,
         conn.close()
 
 
-class _SqlTextVariant:
-    """Diagnostics only: Retriever.search's client path (dict rows, hit_from_row) with a given SQL text."""
-
-    def __init__(self, conn: psycopg.Connection, sql: str, params: Any) -> None:
-        self.conn, self.sql, self.params = conn, sql, params
-
-    def run(self, vec: np.ndarray) -> list[Any]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
-            cur.execute(self.sql, self.params(vec))
-            rows = cur.fetchall()
-        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
-
-
-class _TupleMapped(_SqlTextVariant):
-    """Diagnostics only: the same Hits as hit_from_row, built from plain tuple rows by position."""
-
-    def __init__(self, conn: psycopg.Connection, sql: str, params: Any) -> None:
-        super().__init__(conn, sql, params)
-        self._mapper: Any = None
-
-    def run(self, vec: np.ndarray) -> list[Any]:
-        cur = self.conn.execute(self.sql, self.params(vec))
-        rows = cur.fetchall()
-        if self._mapper is None:
-            self._mapper = _tuple_mapper([d.name for d in cur.description or ()])
-        return [self._mapper(i + 1, r) for i, r in enumerate(rows)]
-
-
-def _tuple_mapper(names: list[str]) -> Any:
-    from onetrip.retrieve import Hit, SectionRecord
-
-    ix = {n: i for i, n in enumerate(names)}
-    hit_cols = [ix[c] for c in ("doc_id", "section_id", "sequence_index", "heading_level", "heading",
-                                "heading_path", "content", "parent_section_id", "anchor", "token_count")]
-    rel = [
-        (ix[f"{role}_id"], ix[f"{role}_sequence_index"], ix[f"{role}_heading_level"], ix[f"{role}_heading"],
-         ix[f"{role}_heading_path"], ix[f"{role}_content"])
-        for role in ("parent", "prev", "next")
-    ]
-    d_ix = ix["distance"]
-
-    def related(r: tuple, doc_id: str, cols: tuple[int, ...]) -> Any:
-        sid = r[cols[0]]
-        if sid is None:
-            return None
-        return SectionRecord(doc_id=doc_id, section_id=sid, sequence_index=r[cols[1]], heading_level=r[cols[2]],
-                             heading=r[cols[3]] or "", heading_path=tuple(r[cols[4]] or ()), content=r[cols[5]])
-
-    rev_ix = ix.get("revision")
-    with_revision = rev_ix is not None and "revision" in getattr(SectionRecord, "__dataclass_fields__", {})
-
-    def mapper(rank: int, r: tuple) -> Any:
-        doc, sid, seq, lvl, head, path, content, parent, anchor, tokens = (r[i] for i in hit_cols)
-        extra = {"revision": r[rev_ix]} if with_revision else {}
-        section = SectionRecord(doc_id=doc, section_id=sid, sequence_index=seq, heading_level=lvl,
-                                heading=head or "", heading_path=tuple(path or ()), content=content,
-                                parent_section_id=parent, anchor=anchor, token_count=tokens, **extra)
-        return Hit(rank, float(r[d_ix]), section, related(r, doc, rel[0]), related(r, doc, rel[1]),
-                   related(r, doc, rel[2]))
-
-    return mapper
-
-
 def _versions(conn: psycopg.Connection) -> dict[str, str]:
     from importlib.metadata import PackageNotFoundError, version
 

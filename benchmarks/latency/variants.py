@@ -202,23 +202,16 @@ class OnetripSingle(Variant):
         return 1
 
 
-class OnetripAssembled(Variant):
+class OnetripAssembled(OnetripSingle):
     """F: the assembled context (issue: within 1.15x of bare top-K at 1 ms RTT, k=10)."""
 
     name = "F"
-
-    def __init__(self, conn: psycopg.Connection, layout: Layout, k: int) -> None:
-        super().__init__(conn, layout, k)
-        self.retriever = Retriever(conn, schema=layout.schema, prefix=layout.prefix)
 
     def run(self, vec: np.ndarray) -> Any:
         return self.retriever.assemble(vec, k=self.k, max_tokens=2000)
 
     def hits(self, result: Any) -> list[Hit]:
         return []
-
-    def expected_statements(self, result: Any) -> int:
-        return 1
 
 
 class BareFilteredTopK(Variant):

@@ -71,7 +71,7 @@ class PageText:
 
 def page_text(parsed: Any) -> PageText:
     """Flatten a `onetrip.sections.ParsedDocument`: heading line + content per section."""
-    from onetrip.sections import section_anchors, Section
+    from onetrip.sections import section_anchors
 
     pieces: list[str] = []
     spans: list[tuple[int, int, tuple[str, ...]]] = []

@@ -138,9 +138,10 @@ def _layout_options(p: argparse.ArgumentParser) -> None:
 def _layout(args: argparse.Namespace, dim: int = 384) -> Any:
     from .templates import Layout
 
-    return Layout(dim=dim, schema=args.schema, prefix=args.prefix,
-                  partitions=getattr(args, "partitions", 0), vector_type=getattr(args, "vector_type", "vector"),
-                  hnsw_m=getattr(args, "hnsw_m", 16), hnsw_ef_construction=getattr(args, "hnsw_ef_construction", 64))
+    # the layout options exist on init and sql render only; other commands take Layout's defaults
+    options = {k: getattr(args, k) for k in ("partitions", "vector_type", "hnsw_m", "hnsw_ef_construction")
+               if hasattr(args, k)}
+    return Layout(dim=dim, schema=args.schema, prefix=args.prefix, **options)
 
 
 def hit_to_json(hit: Any) -> dict[str, Any]:

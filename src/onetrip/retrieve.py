@@ -17,7 +17,6 @@ from typing import Any
 import numpy as np
 import psycopg
 from pgvector import Vector
-from psycopg.rows import dict_row
 
 from .connection import connect
 from .context import Context, Passage
@@ -280,39 +279,9 @@ def _passage_mapper(names: tuple[str, ...]) -> Any:
     return to_passage
 
 
-def _record(row: dict[str, Any], doc_id: str, prefix: str = "", id_column: str = "section_id",
-            **extra: Any) -> SectionRecord:
-    return SectionRecord(
-        doc_id=doc_id,
-        section_id=row[prefix + id_column],
-        sequence_index=row[prefix + "sequence_index"],
-        heading_level=row[prefix + "heading_level"],
-        heading=row[prefix + "heading"] or "",
-        heading_path=tuple(row[prefix + "heading_path"] or ()),
-        content=row[prefix + "content"],
-        **extra,
-    )
-
-
-def _related(row: dict[str, Any], role: str, doc_id: str) -> SectionRecord | None:
-    if row.get(f"{role}_id") is None:
-        return None
-    return _record(row, doc_id, f"{role}_", "id")
-
-
 def hit_from_row(rank: int, row: dict[str, Any]) -> Hit:
-    """Map one result row (named columns) to a typed Hit."""
-    section = _record(row, row["doc_id"], parent_section_id=row["parent_section_id"], anchor=row["anchor"],
-                      token_count=row["token_count"], revision=row.get("revision"))
-    return Hit(
-        rank=rank,
-        distance=None if row["distance"] is None else float(row["distance"]),
-        score=None if row.get("score") is None else float(row["score"]),
-        section=section,
-        parent=_related(row, "parent", section.doc_id),
-        prev=_related(row, "prev", section.doc_id),
-        next=_related(row, "next", section.doc_id),
-    )
+    """Map one result row with named columns (a dict_row) to a typed Hit, as `Retriever.search` does."""
+    return _hit_mapper(tuple(row))(rank, tuple(row.values()))
 
 
 def check_k(k: object) -> int:
