@@ -14,11 +14,13 @@ from onetrip.retrieve import Hit, SectionRecord
 
 
 def _record(row: tuple) -> SectionRecord:
-    doc_id, section_id, seq, level, heading, path, content = row
-    return SectionRecord(doc_id, section_id, seq, level, heading or "", tuple(path or ()), content)
+    doc_id, section_id, seq, level, heading, path, content, parent_id, anchor, tokens, revision = row
+    return SectionRecord(doc_id, section_id, seq, level, heading or "", tuple(path or ()), content, parent_id, anchor,
+                         tokens, revision)
 
 
-COLS = "doc_id, section_id, sequence_index, heading_level, heading, heading_path, content"
+COLS = ("doc_id, section_id, sequence_index, heading_level, heading, heading_path, content, "
+        "parent_section_id, anchor, token_count, revision")
 
 
 def multi_call_search(conn: psycopg.Connection, table: str, vec, k: int, vector_type: str = "vector") -> list[Hit]:

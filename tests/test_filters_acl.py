@@ -310,12 +310,15 @@ def test_function_wrapper_filters_hits_and_expansions(db, dsn, acl_corpus):
     acls = _acl_table(db)
     r = Retriever(db, ef_search=100)
     for q in corpus_query_vectors(acl_corpus, 10, seed=36):
-        rows = db.execute("SELECT doc_id, section_id, parent_id, prev_id, next_id FROM retrieve_sections("
+        rows = db.execute("SELECT hit_rank, doc_id, section_id FROM retrieve_sections("
                           "%s::vector(16), 5, principals => ARRAY['hr'])", (str(q.tolist()),)).fetchall()
         api = r.search(q, k=5, filters=Filters(principals=("hr",)))
-        assert [(h.section.doc_id, h.section.section_id, h.parent and h.parent.section_id,
-                 h.prev and h.prev.section_id, h.next and h.next.section_id) for h in api] == rows
-        for doc_id, *ids in rows:
-            for sid in ids:
-                if sid is not None:
-                    assert _allowed(acls[(doc_id, sid)], ("hr",))
+        # the function returns each section once: the hits in rank order, then their context rows
+        assert [(rank, doc_id, sid) for rank, doc_id, sid in rows if rank is not None] == \
+            [(h.rank, h.section.doc_id, h.section.section_id) for h in api]
+        expected = {(h.section.doc_id, rec.section_id) for h in api
+                    for rec in (h.section, h.parent, h.prev, h.next) if rec is not None}
+        assert {(doc_id, sid) for _, doc_id, sid in rows} == expected
+        assert len(rows) == len(expected)
+        for _, doc_id, sid in rows:
+            assert _allowed(acls[(doc_id, sid)], ("hr",))

@@ -163,4 +163,8 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
          "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     api = kb.search(vec, k=3, mode="hybrid", text="max_connections")
-    assert [(r["doc_id"], r["section_id"]) for r in rows] == [(h.section.doc_id, h.section.section_id) for h in api]
+    hits = [r for r in rows if r["hit_rank"]]  # then the hits' context rows, each section once
+    assert [(r["doc_id"], r["section_id"]) for r in hits] == [(h.section.doc_id, h.section.section_id) for h in api]
+    context = {(h.section.doc_id, x.section_id) for h in api for x in (h.parent, h.prev, h.next) if x}
+    assert {(r["doc_id"], r["section_id"]) for r in rows[len(hits):]} == context - {
+        (h.section.doc_id, h.section.section_id) for h in api}

@@ -127,9 +127,9 @@ def test_langchain_expanded_text_has_parent_and_neighbors_in_reading_order(corpu
     top = lc.invoke(VACATION)[0]
     text = top.page_content
     # the parent is also the previous section: listed once, then the hit, then the next section
-    # (a related section's separator names only its document: the search returns no anchor for it)
+    # (each separator names its source location: related rows carry their anchors too; "sick" has none)
     assert text == (
-        "### Employee handbook > Leave [handbook]\n" + SECTIONS[1].content + "\n\n"
+        "### Employee handbook > Leave [handbook#leave]\n" + SECTIONS[1].content + "\n\n"
         "### Employee handbook > Leave > Vacation [handbook#vacation]\n" + VACATION + "\n\n"
         "### Employee handbook > Leave > Sick leave [handbook]\n" + SECTIONS[3].content)
     assert top.metadata["parent_section_id"] == "leave" and "parent_content" not in top.metadata

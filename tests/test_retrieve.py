@@ -77,7 +77,7 @@ def test_options_change_sql_not_statement_count(db, corpus):
     layout = Retriever(db).layout
     full = retrieval_sql(layout, parent=True, neighbors=True)
     bare = retrieval_sql(layout, parent=False, neighbors=False)
-    assert "LEFT JOIN" in full and "LEFT JOIN" not in bare
+    assert "context AS" in full and "context AS" not in bare
     hits = Retriever(db).search(corpus_query_vectors(corpus, 1)[0], k=5, parent=False, neighbors=False)
     assert all(h.parent is None and h.prev is None and h.next is None for h in hits)
 

@@ -82,8 +82,20 @@ def loaded(db, dsn):
 
 
 def _key(rows: list[dict[str, str]]) -> list[tuple]:
-    return [(r["doc_id"], r["section_id"], r["parent_id"] or None, r["prev_id"] or None, r["next_id"] or None,
-             r["content"], r["parent_content"] or None, r["next_content"] or None) for r in rows]
+    """psql's rows (each section once: hits, then context) linked by key, as a reader of the file would."""
+    by_id = {(r["doc_id"], r["section_id"]): r for r in rows}
+    by_seq = {(r["doc_id"], int(r["sequence_index"])): r for r in rows}
+    hits = [r for r in rows if r["hit_rank"]]
+    assert [int(r["hit_rank"]) for r in hits] == list(range(1, len(hits) + 1))
+    assert rows[:len(hits)] == hits, "hits come first"
+    out = []
+    for r in hits:
+        doc, seq = r["doc_id"], int(r["sequence_index"])
+        parent = by_id.get((doc, r["parent_section_id"])) if r["parent_section_id"] else None
+        prev, nxt = by_seq.get((doc, seq - 1)), by_seq.get((doc, seq + 1))
+        out.append((doc, r["section_id"], parent and parent["section_id"], prev and prev["section_id"],
+                    nxt and nxt["section_id"], r["content"], parent and parent["content"], nxt and nxt["content"]))
+    return out
 
 
 def _api_key(hits) -> list[tuple]:
@@ -98,8 +110,12 @@ def test_psql_runs_retrieve_sql_as_is_and_matches_the_api(db, dsn, loaded):
         rows = run_psql(dsn, "-v", "k=5", "-v", f"query_embedding={vec_literal(q)}",
                         "-f", str(SQL_DIR / "postgres" / "retrieve.sql"))
         hits = r.search(q, k=5)
-        assert len(rows) == 5
+        assert sum(1 for row in rows if row["hit_rank"]) == 5
         assert _key(rows) == _api_key(hits)
+        # each section once: no row repeats a section, and every context row serves a hit
+        assert len({(row["doc_id"], row["section_id"]) for row in rows}) == len(rows)
+        related = {(h.section.doc_id, x.section_id) for h in hits for x in (h.parent, h.prev, h.next) if x}
+        assert {(row["doc_id"], row["section_id"]) for row in rows if not row["hit_rank"]} <= related
         for row, hit in zip(rows, hits):
             assert float(row["distance"]) == pytest.approx(hit.distance, abs=1e-5)
 
@@ -115,7 +131,7 @@ def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
     assert db.execute("SHOW hnsw.ef_search").fetchone()[0] == str(DEFAULT_EF_SEARCH)
     with db.cursor() as cur:
         cur.execute("RESET hnsw.ef_search")
-        cur.execute("SELECT count(*) FROM retrieve_sections(%s::vector, 3)", (vec_literal(loaded[0].embeddings[0]),))
+        cur.execute("SELECT count(hit_rank) FROM retrieve_sections(%s::vector, 3)", (vec_literal(loaded[0].embeddings[0]),))
         assert cur.fetchone()[0] == 3
         assert cur.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
 
@@ -174,13 +190,14 @@ def test_oracle_edition_pins_each_oracle_construct():
         # No AS before table aliases (Oracle rejects it); column aliases keep AS.
         import re
         assert not re.search(r"\b(FROM|JOIN)\s+\w+\s+AS\s+\w+", q), "table alias with AS"
-        assert "LEFT JOIN sections p" in q and "LEFT JOIN sections nx" in q
+        assert "MINUS" in q and "EXCEPT" not in q  # Oracle's set difference
+        assert "JOIN sections s" in q and "LEFT JOIN" not in q
     assert ":query_embedding" in query and ":k" in query
     assert "SQL_MACRO(TABLE)" in macro and "RETURN q'~" in macro and macro.rstrip().endswith("/")
-    # Every join carries doc_id in both editions (shard/partition-local joins).
+    # Every join to sections carries doc_id in both editions (shard/partition-local joins).
     for text in (query, _code((SQL_DIR / "postgres" / "retrieve.sql").read_text())):
-        for alias in ("p", "pv", "nx"):
-            assert f"ON {alias}.doc_id = h.doc_id" in text
+        joins = re.findall(r"JOIN sections s\s+ON s\.(\w+) = w\.doc_id", text)
+        assert joins == ["doc_id", "doc_id"], joins
 
 
 def test_psql_runs_assemble_sql_as_is_and_matches_the_api(db, dsn, loaded):

@@ -38,10 +38,9 @@ from typing import Any
 import numpy as np
 import psycopg
 from pgvector import Vector
-from psycopg.rows import dict_row
 
 from onetrip.connection import connect, resolve_dsn
-from onetrip.retrieve import hit_from_row
+from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
 from . import corpus as corpus_mod
 from . import report
@@ -300,7 +299,7 @@ def diagnostics(dsn: str, layout: Any, k: int, vectors: np.ndarray) -> dict[str,
                     plan = conn.execute("EXPLAIN (ANALYZE, FORMAT JSON) " + sql, params).fetchone()[0][0]
                     plan_ms.append(plan["Planning Time"])
                     exec_ms.append(plan["Execution Time"])
-                    with own.cursor(row_factory=dict_row) as cur:
+                    with own.cursor() as cur:
                         for _ in range(PRIME_RUNS):  # steady state: prepared, as in the timed run
                             cur.execute(sql, params)
                             cur.fetchall()
@@ -312,10 +311,14 @@ def diagnostics(dsn: str, layout: Any, k: int, vectors: np.ndarray) -> dict[str,
                         assert res is not None
                         nbytes.append(sum(len(res.get_value(r, c) or b"")
                                           for r in range(res.ntuples) for c in range(res.nfields)))
+                        names = column_names(cur)
                     reps = 20
                     t0 = time.perf_counter()
                     for _ in range(reps):
-                        [hit_from_row(j + 1, r) for j, r in enumerate(rows)]
+                        if "hit_rank" in names:  # B's shape: each section once, linked into Hits
+                            hits_from_rows(names, rows)
+                        else:
+                            bare_hits(names, rows)
                     map_ms.append((time.perf_counter() - t0) * 1000 / reps)
                 plans = own.execute(
                     "SELECT sum(generic_plans), sum(custom_plans) FROM pg_prepared_statements "

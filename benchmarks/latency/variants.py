@@ -32,10 +32,9 @@ from typing import Any
 import numpy as np
 import psycopg
 from pgvector import Vector
-from psycopg.rows import dict_row
 
 from onetrip.connection import connect
-from onetrip.retrieve import Hit, Retriever, SectionRecord, hit_from_row
+from onetrip.retrieve import Hit, Retriever, SectionRecord, bare_hits, statement_columns
 from onetrip.templates import Layout
 
 HIT_COLS = (
@@ -177,10 +176,11 @@ class BareTopK(Variant):
         self.sql = topk_sql(layout, revision=has_revision(conn, layout))
 
     def run(self, vec: np.ndarray) -> list[Hit]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
+        with self.conn.cursor() as cur:
             cur.execute(self.sql, {"q": Vector(vec), "k": self.k})
             rows = cur.fetchall()
-        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+            names = statement_columns(self.sql, cur)
+        return bare_hits(names, rows)
 
     def expected_statements(self, result: Any) -> int:
         return 1
@@ -227,11 +227,12 @@ class BareFilteredTopK(Variant):
                     f"ORDER BY embedding <=> %(q)s::{layout.vector_type} LIMIT %(k)s")
 
     def run(self, vec: np.ndarray) -> list[Hit]:
-        with self.conn.cursor(row_factory=dict_row) as cur:
+        with self.conn.cursor() as cur:
             cur.execute(self.sql, {"q": Vector(vec), "k": self.k, "c": list(BENCH_FILTER["collections"]),
                                    "p": list(BENCH_FILTER["principals"])})
             rows = cur.fetchall()
-        return [hit_from_row(i + 1, r) for i, r in enumerate(rows)]
+            names = statement_columns(self.sql, cur)
+        return bare_hits(names, rows)
 
     def expected_statements(self, result: Any) -> int:
         return 1

@@ -32,6 +32,8 @@ CREATE OR REPLACE FUNCTION retrieve_sections(
     principals text[] DEFAULT NULL
 )
 RETURNS TABLE (
+    hit_rank              bigint,
+    distance              double precision,
     doc_id                text,
     section_id            text,
     parent_section_id     text,
@@ -42,26 +44,7 @@ RETURNS TABLE (
     anchor                text,
     content               text,
     token_count           integer,
-    revision              integer,
-    distance              double precision,
-    parent_id             text,
-    parent_sequence_index integer,
-    parent_heading_level  smallint,
-    parent_heading        text,
-    parent_heading_path   text[],
-    parent_content        text,
-    prev_id               text,
-    prev_sequence_index   integer,
-    prev_heading_level    smallint,
-    prev_heading          text,
-    prev_heading_path     text[],
-    prev_content          text,
-    next_id               text,
-    next_sequence_index   integer,
-    next_heading_level    smallint,
-    next_heading          text,
-    next_heading_path     text[],
-    next_content          text
+    revision              integer
 )
 LANGUAGE sql
 STABLE
@@ -86,8 +69,69 @@ WITH hits AS MATERIALIZED (
        AND (principals IS NULL OR s.acl IS NULL OR s.acl && principals)
      ORDER BY s.embedding <=> query_embedding
      LIMIT k
+),
+neighbor_keys AS (
+    SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
+      FROM hits h
+    UNION
+    SELECT h.doc_id, h.sequence_index + 1
+      FROM hits h
+    EXCEPT
+    SELECT h.doc_id, h.sequence_index
+      FROM hits h
+),
+parent_keys AS (
+    SELECT h.doc_id, h.parent_section_id AS section_id
+      FROM hits h
+     WHERE h.parent_section_id IS NOT NULL
+    EXCEPT
+    SELECT h.doc_id, h.section_id
+      FROM hits h
+),
+context AS (
+    SELECT s.doc_id,
+           s.section_id,
+           s.parent_section_id,
+           s.sequence_index,
+           s.heading_level,
+           s.heading,
+           s.heading_path,
+           s.anchor,
+           s.content,
+           s.token_count,
+           s.revision
+      FROM neighbor_keys w
+      JOIN sections s
+        ON s.doc_id = w.doc_id
+       AND s.sequence_index = w.sequence_index
+       AND (collections IS NULL OR s.collection = ANY(collections))
+       AND (principals IS NULL OR s.acl IS NULL OR s.acl && principals)
+    UNION ALL
+    SELECT s.doc_id,
+           s.section_id,
+           s.parent_section_id,
+           s.sequence_index,
+           s.heading_level,
+           s.heading,
+           s.heading_path,
+           s.anchor,
+           s.content,
+           s.token_count,
+           s.revision
+      FROM parent_keys w
+      JOIN sections s
+        ON s.doc_id = w.doc_id
+       AND s.section_id = w.section_id
+       AND (collections IS NULL OR s.collection = ANY(collections))
+       AND (principals IS NULL OR s.acl IS NULL OR s.acl && principals)
+     WHERE NOT EXISTS (SELECT 1
+                         FROM neighbor_keys n
+                        WHERE n.doc_id = s.doc_id
+                          AND n.sequence_index = s.sequence_index)
 )
-SELECT h.doc_id,
+SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank,
+       h.distance,
+       h.doc_id,
        h.section_id,
        h.parent_section_id,
        h.sequence_index,
@@ -97,42 +141,23 @@ SELECT h.doc_id,
        h.anchor,
        h.content,
        h.token_count,
-       h.revision,
-       h.distance,
-       p.section_id     AS parent_id,
-       p.sequence_index AS parent_sequence_index,
-       p.heading_level  AS parent_heading_level,
-       p.heading        AS parent_heading,
-       p.heading_path   AS parent_heading_path,
-       p.content        AS parent_content,
-       pv.section_id     AS prev_id,
-       pv.sequence_index AS prev_sequence_index,
-       pv.heading_level  AS prev_heading_level,
-       pv.heading        AS prev_heading,
-       pv.heading_path   AS prev_heading_path,
-       pv.content        AS prev_content,
-       nx.section_id     AS next_id,
-       nx.sequence_index AS next_sequence_index,
-       nx.heading_level  AS next_heading_level,
-       nx.heading        AS next_heading,
-       nx.heading_path   AS next_heading_path,
-       nx.content        AS next_content
+       h.revision
   FROM hits h
-  LEFT JOIN sections p
-         ON p.doc_id = h.doc_id
-        AND p.section_id = h.parent_section_id
-        AND (collections IS NULL OR p.collection = ANY(collections))
-       AND (principals IS NULL OR p.acl IS NULL OR p.acl && principals)
-  LEFT JOIN sections pv
-         ON pv.doc_id = h.doc_id
-        AND pv.sequence_index = h.sequence_index - 1
-        AND (collections IS NULL OR pv.collection = ANY(collections))
-       AND (principals IS NULL OR pv.acl IS NULL OR pv.acl && principals)
-  LEFT JOIN sections nx
-         ON nx.doc_id = h.doc_id
-        AND nx.sequence_index = h.sequence_index + 1
-        AND (collections IS NULL OR nx.collection = ANY(collections))
-       AND (principals IS NULL OR nx.acl IS NULL OR nx.acl && principals)
- ORDER BY h.distance, h.doc_id, h.sequence_index
+UNION ALL
+SELECT NULL,
+       NULL,
+       c.doc_id,
+       c.section_id,
+       c.parent_section_id,
+       c.sequence_index,
+       c.heading_level,
+       c.heading,
+       c.heading_path,
+       c.anchor,
+       c.content,
+       c.token_count,
+       c.revision
+  FROM context c
+ ORDER BY hit_rank, doc_id, sequence_index
 
 $function$;

@@ -5,7 +5,7 @@
 --           distance (HNSW) and the top-N by full-text rank (GIN, tsv column and
 --           exact technical terms), fused by Reciprocal Rank Fusion, then the
 --           top-K fused hits, each with its parent and previous/next sections.
---           ONE statement, ONE row per hit.
+--           ONE statement; each section comes back once (see Returns).
 -- Requires  PostgreSQL 13+ (tested on 18), pgvector 0.8+.
 --           Tables and indexes from schema.sql: sections with the HNSW
 --           index sections_embedding_hnsw and the unique index sections_doc_seq_key.
@@ -24,10 +24,16 @@
 --           lexical: Bitmap Heap Scan over BitmapOr of sections_tsv_gin and
 --           sections_terms_gin, then a top-N sort by rank; then index lookups.
 --           Oracle: hybrid mode is PostgreSQL-only (no Oracle Text edition).
--- Returns   One row per hit, ordered by fused score (then distance) (ties: doc_id, sequence_index):
---           the hit's own columns, then parent_*, prev_* and next_* columns that
---           are NULL where there is no such section (a root, a document's first
---           or last section).
+-- Returns   Each section ONCE. First the hits: hit_rank 1..k, ordered by
+--           fused score (then distance) (ties: doc_id, sequence_index), with score.
+--           Then the context rows (hit_rank and distance NULL), ordered by
+--           doc_id, sequence_index: every hit's parent and previous/next section
+--           in document order that is not itself a hit. A hit's parent is the
+--           row (hit or context) with section_id = its parent_section_id; its
+--           neighbors are the rows of the same doc_id at sequence_index - 1 and
+--           + 1. No such row: a root, a document boundary (or, with filters, a
+--           section the caller may not see). A section that is the neighbor or
+--           parent of several hits is read and sent once.
 -- =============================================================================
 WITH dense AS MATERIALIZED (
     SELECT s.doc_id,
@@ -83,8 +89,66 @@ hits AS MATERIALIZED (
        AND s.section_id = f.section_id
      ORDER BY f.score DESC, distance, s.doc_id, s.sequence_index
      LIMIT :k
+),
+neighbor_keys AS (
+    SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
+      FROM hits h
+    UNION
+    SELECT h.doc_id, h.sequence_index + 1
+      FROM hits h
+    EXCEPT
+    SELECT h.doc_id, h.sequence_index
+      FROM hits h
+),
+parent_keys AS (
+    SELECT h.doc_id, h.parent_section_id AS section_id
+      FROM hits h
+     WHERE h.parent_section_id IS NOT NULL
+    EXCEPT
+    SELECT h.doc_id, h.section_id
+      FROM hits h
+),
+context AS (
+    SELECT s.doc_id,
+           s.section_id,
+           s.parent_section_id,
+           s.sequence_index,
+           s.heading_level,
+           s.heading,
+           s.heading_path,
+           s.anchor,
+           s.content,
+           s.token_count,
+           s.revision
+      FROM neighbor_keys w
+      JOIN sections s
+        ON s.doc_id = w.doc_id
+       AND s.sequence_index = w.sequence_index
+    UNION ALL
+    SELECT s.doc_id,
+           s.section_id,
+           s.parent_section_id,
+           s.sequence_index,
+           s.heading_level,
+           s.heading,
+           s.heading_path,
+           s.anchor,
+           s.content,
+           s.token_count,
+           s.revision
+      FROM parent_keys w
+      JOIN sections s
+        ON s.doc_id = w.doc_id
+       AND s.section_id = w.section_id
+     WHERE NOT EXISTS (SELECT 1
+                         FROM neighbor_keys n
+                        WHERE n.doc_id = s.doc_id
+                          AND n.sequence_index = s.sequence_index)
 )
-SELECT h.doc_id,
+SELECT row_number() OVER (ORDER BY h.score DESC, h.distance, h.doc_id, h.sequence_index) AS hit_rank,
+       h.distance,
+       h.score,
+       h.doc_id,
        h.section_id,
        h.parent_section_id,
        h.sequence_index,
@@ -94,35 +158,22 @@ SELECT h.doc_id,
        h.anchor,
        h.content,
        h.token_count,
-       h.revision,
-       h.distance,
-       h.score,
-       p.section_id     AS parent_id,
-       p.sequence_index AS parent_sequence_index,
-       p.heading_level  AS parent_heading_level,
-       p.heading        AS parent_heading,
-       p.heading_path   AS parent_heading_path,
-       p.content        AS parent_content,
-       pv.section_id     AS prev_id,
-       pv.sequence_index AS prev_sequence_index,
-       pv.heading_level  AS prev_heading_level,
-       pv.heading        AS prev_heading,
-       pv.heading_path   AS prev_heading_path,
-       pv.content        AS prev_content,
-       nx.section_id     AS next_id,
-       nx.sequence_index AS next_sequence_index,
-       nx.heading_level  AS next_heading_level,
-       nx.heading        AS next_heading,
-       nx.heading_path   AS next_heading_path,
-       nx.content        AS next_content
+       h.revision
   FROM hits h
-  LEFT JOIN sections p
-         ON p.doc_id = h.doc_id
-        AND p.section_id = h.parent_section_id
-  LEFT JOIN sections pv
-         ON pv.doc_id = h.doc_id
-        AND pv.sequence_index = h.sequence_index - 1
-  LEFT JOIN sections nx
-         ON nx.doc_id = h.doc_id
-        AND nx.sequence_index = h.sequence_index + 1
- ORDER BY h.score DESC, h.distance, h.doc_id, h.sequence_index
+UNION ALL
+SELECT NULL,
+       NULL,
+       NULL,
+       c.doc_id,
+       c.section_id,
+       c.parent_section_id,
+       c.sequence_index,
+       c.heading_level,
+       c.heading,
+       c.heading_path,
+       c.anchor,
+       c.content,
+       c.token_count,
+       c.revision
+  FROM context c
+ ORDER BY hit_rank, doc_id, sequence_index

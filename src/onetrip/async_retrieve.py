@@ -22,12 +22,12 @@ from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder
 from .retrieve import (
     Plan,
-    column_names,
     _split_search_kwargs,
     bind_vector,
     plan_assemble,
     plan_search,
     result_of,
+    statement_columns,
     session_settings,
     settings_statement,
 )
@@ -109,7 +109,7 @@ class AsyncRetriever:
             async with c.cursor() as cur:
                 await cur.execute(plan.statement, params)
                 rows = await cur.fetchall()
-                names = column_names(cur)
+                names = statement_columns(plan.statement, cur)
         return result_of(plan, names, rows)
 
     async def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:

@@ -22,7 +22,6 @@ ASSEMBLE_DEFAULT = {
 }
 
 FULL_EXPANSION = {
-    "related": [("parent", "p"), ("prev", "pv"), ("next", "nx")],
     "include_parent": True,
     "include_neighbors": True,
 }

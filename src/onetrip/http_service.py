@@ -13,9 +13,8 @@ first request that needs it, so a database that does not answer makes
 /health and /search say 503 with a clear message instead of failing the start;
 they recover by themselves when the database comes back.
 
-Statements per request. Hits (one row per hit with its parent and ±1
-neighbors) and the assembled context (deduplicated, budgeted passages) are two
-different result shapes made by two different statements; neither can be
+Statements per request. Hits (each with its parent and ±1 neighbors) and the
+assembled context (deduplicated, budgeted passages) are two different result shapes made by two different statements; neither can be
 derived from the other (the budget drops hits; passages do not say which hit
 they neighbor). So a request costs one statement per shape it asks for:
 ``"hits": true, "context": true`` (the default) is two statements run one after

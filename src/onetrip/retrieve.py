@@ -146,18 +146,13 @@ class Hit:
     score: float | None = None  # fused RRF score in hybrid/lexical mode
 
 
-_ROLES = (("parent", "p"), ("prev", "pv"), ("next", "nx"))
-
-
 @lru_cache(maxsize=256)
 def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True,
                   filters: tuple[str, ...] = (), mode: str = "dense", bucket: int | None = None) -> str:
     """The statement `Retriever.search` sends for these options (psycopg binds)."""
-    related = [(r, a) for r, a in _ROLES if (r == "parent" and parent) or (r != "parent" and neighbors)]
     return render(
         "retrieve",
         layout=layout,
-        related=related,
         include_parent=parent,
         include_neighbors=neighbors,
         filters=dict.fromkeys(filters, True),
@@ -279,9 +274,11 @@ def _passage_mapper(names: tuple[str, ...]) -> Any:
     return to_passage
 
 
-def hit_from_row(rank: int, row: dict[str, Any]) -> Hit:
-    """Map one result row with named columns (a dict_row) to a typed Hit, as `Retriever.search` does."""
-    return _hit_mapper(tuple(row))(rank, tuple(row.values()))
+def bare_hits(names: tuple[str, ...], rows: list[tuple]) -> list[Hit]:
+    """Map hit-only rows (a bare top-K: the hit columns and distance, in rank order) to Hits without context."""
+    to_record = _record_mapper(names)
+    dist = names.index("distance")
+    return [Hit(i, None if r[dist] is None else float(r[dist]), to_record(r)) for i, r in enumerate(rows, 1)]
 
 
 def check_k(k: object) -> int:
@@ -390,7 +387,8 @@ def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, 
     params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode,
                               bucket=k_bucket(k) if mode == "dense" else None)
-    return Plan("search", statement, {**params, **flt.params()}, embed, vector, needs)
+    return Plan("search", statement, {**params, **flt.params()}, embed, vector, needs,
+                options={"parent": bool(parent), "neighbors": bool(neighbors)})
 
 
 def plan_assemble(layout: Layout, query: Any, k: int = 10, *, expand: Expansion | None = None,
@@ -428,52 +426,79 @@ def bind_vector(plan: Plan, vector: np.ndarray | None, dim: int) -> dict[str, An
     return {**plan.params, "query_embedding": Vector(vec)}
 
 
-_SECTION_COLS = ("section_id", "sequence_index", "heading_level", "heading", "heading_path", "content")
+#: The section columns of a search result row, in SectionRecord's field order.
+_RECORD_COLS = ("doc_id", "section_id", "sequence_index", "heading_level", "heading", "heading_path", "content",
+                "parent_section_id", "anchor", "token_count")
 
 
 @lru_cache(maxsize=128)
-def _hit_mapper(names: tuple[str, ...]) -> Any:
-    """A row -> Hit function for one result shape, with column positions resolved once.
+def _record_mapper(names: tuple[str, ...]) -> Any:
+    """A row -> SectionRecord function for one result shape, column positions resolved once.
 
     Mapping tuples by position instead of dict rows by name is measurable on
-    the hot path (benchmarks/latency): a search returns ~30 columns per hit.
+    the hot path (benchmarks/latency).
     """
     ix = {n: i for i, n in enumerate(names)}
-    own = itemgetter(*(ix[c] for c in _SECTION_COLS))
-    doc, parent_id, anchor, tokens = ix["doc_id"], ix["parent_section_id"], ix["anchor"], ix["token_count"]
-    rev, dist, score = ix.get("revision"), ix["distance"], ix.get("score")
-    # (position of the related row's id, getter of its six fields) for parent, prev, next; absent -> None
-    related = [
-        (ix[f"{role}_id"], itemgetter(*(ix[f"{role}_{'id' if c == 'section_id' else c}"] for c in _SECTION_COLS)))
-        if f"{role}_id" in ix else None
-        for role in ("parent", "prev", "next")
-    ]
+    get = itemgetter(*(ix[c] for c in _RECORD_COLS))
+    rev = ix.get("revision")
 
-    def rel(row: tuple, doc_id: str, spec: tuple[int, Any] | None) -> SectionRecord | None:
-        if spec is None or row[spec[0]] is None:
-            return None
-        sid, seq, level, heading, path, content = spec[1](row)
-        return SectionRecord(doc_id, sid, seq, level, heading or "", tuple(path or ()), content)
+    def to_record(row: tuple) -> SectionRecord:
+        doc, sid, seq, level, heading, path, content, parent, anchor, tokens = get(row)
+        return SectionRecord(doc, sid, seq, level, heading or "", tuple(path or ()), content, parent, anchor, tokens,
+                             None if rev is None else row[rev])
 
-    def to_hit(rank: int, row: tuple) -> Hit:
-        doc_id = row[doc]
-        sid, seq, level, heading, path, content = own(row)
-        section = SectionRecord(doc_id, sid, seq, level, heading or "", tuple(path or ()), content,
-                                row[parent_id], row[anchor], row[tokens], None if rev is None else row[rev])
-        d = row[dist]
-        sc = None if score is None else row[score]
-        return Hit(rank, None if d is None else float(d), section, rel(row, doc_id, related[0]),
-                   rel(row, doc_id, related[1]), rel(row, doc_id, related[2]), None if sc is None else float(sc))
+    return to_record
 
-    return to_hit
+
+def hits_from_rows(names: tuple[str, ...], rows: list[tuple], *, parent: bool = True,
+                   neighbors: bool = True) -> list[Hit]:
+    """Link retrieve.sql's rows (each section once: hits, then context rows) into Hits.
+
+    A hit's parent is the returned row with its ``parent_section_id``, its
+    neighbors the rows at ``sequence_index`` -1/+1 of the same document: the
+    statement returns exactly those (when asked for and visible), so a missing
+    key means a boundary or a filtered-out section, and the Hit holds None.
+    Sections shared by several hits are one SectionRecord object.
+    """
+    return _hits_linker(names, parent, neighbors)(rows)
+
+
+@lru_cache(maxsize=128)
+def _hits_linker(names: tuple[str, ...], parent: bool, neighbors: bool) -> Any:
+    to_record = _record_mapper(names)
+    ix = {n: i for i, n in enumerate(names)}
+    rank_i, dist_i, score_i = ix["hit_rank"], ix["distance"], ix.get("score")
+
+    def link(rows: list[tuple]) -> list[Hit]:
+        by_id: dict[tuple[str, str], SectionRecord] = {}
+        by_seq: dict[tuple[str, int], SectionRecord] = {}
+        ranked = []
+        for row in rows:
+            rec = to_record(row)
+            by_id[rec.doc_id, rec.section_id] = rec
+            by_seq[rec.doc_id, rec.sequence_index] = rec
+            if row[rank_i] is not None:
+                ranked.append((row, rec))
+        hits = []
+        for row, rec in ranked:  # the statement orders hits by hit_rank
+            doc, seq, d = rec.doc_id, rec.sequence_index, row[dist_i]
+            sc = None if score_i is None else row[score_i]
+            hits.append(Hit(row[rank_i], None if d is None else float(d), rec,
+                            by_id.get((doc, rec.parent_section_id)) if parent else None,
+                            by_seq.get((doc, seq - 1)) if neighbors else None,
+                            by_seq.get((doc, seq + 1)) if neighbors else None,
+                            None if sc is None else float(sc)))
+        return hits
+
+    return link
 
 
 def column_names(cur: Any) -> tuple[str, ...]:
     """The result's column names, read straight from the libpq result.
 
     ``cursor.description`` builds a `psycopg.Column` (with a type lookup) per
-    column on every call: ~4 us each, 120 us for a search's 30 columns, which
-    was a third of onetrip's overhead over bare top-K (benchmarks/latency).
+    column on every call: ~4 us each, 120 us for 30 columns, which was a third
+    of onetrip's overhead over bare top-K (benchmarks/latency).
     """
     res = cur.pgresult
     if res is None:
@@ -482,11 +507,23 @@ def column_names(cur: Any) -> tuple[str, ...]:
     return tuple(res.fname(i).decode(enc) for i in range(res.nfields))
 
 
+_STATEMENT_COLUMNS: dict[str, tuple[str, ...]] = {}
+
+
+def statement_columns(statement: str, cur: Any) -> tuple[str, ...]:
+    """`column_names`, remembered per statement text: a statement's columns never change."""
+    names = _STATEMENT_COLUMNS.get(statement)
+    if names is None:
+        names = column_names(cur)
+        if len(_STATEMENT_COLUMNS) < 1024:
+            _STATEMENT_COLUMNS[statement] = names
+    return names
+
+
 def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
     """Map the statement's rows (tuples, with the cursor's column names) to Hits or a Context."""
     if plan.kind == "search":
-        to_hit = _hit_mapper(names)
-        return [to_hit(i + 1, r) for i, r in enumerate(rows)]
+        return hits_from_rows(names, rows, parent=plan.options["parent"], neighbors=plan.options["neighbors"])
     to_passage = _passage_mapper(names)
     hits = int(rows[0][names.index("hit_count")]) if rows else 0
     return Context([to_passage(r) for r in rows], plan.max_tokens, hits, plan.options)
@@ -539,6 +576,7 @@ class Retriever:
         with self._connection() as c:
             self.layout = read_layout(c, schema=schema, prefix=prefix)
         self._embedder = embedder
+        self._default_plans: dict[int, Plan] = {}
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
@@ -567,12 +605,33 @@ class Retriever:
     def run(self, plan: Plan) -> Any:
         """Embed (if needed, before touching the database), then send the plan's ONE statement."""
         vector = self.embedder.embed_query(plan.embed) if plan.embed is not None else None
-        params = bind_vector(plan, vector, self.layout.dim)
-        with self._connection() as c, c.cursor() as cur:
-            cur.execute(plan.statement, params)
-            rows = cur.fetchall()
-            names = column_names(cur)
+        return self._execute(plan, bind_vector(plan, vector, self.layout.dim))
+
+    def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
+        if self.pool is None:
+            assert self.conn is not None
+            with self.conn.cursor() as cur:
+                cur.execute(plan.statement, params)
+                rows = cur.fetchall()
+                names = statement_columns(plan.statement, cur)
+        else:
+            with self.pool.connection() as c, c.cursor() as cur:
+                cur.execute(plan.statement, params)
+                rows = cur.fetchall()
+                names = statement_columns(plan.statement, cur)
         return result_of(plan, names, rows)
+
+    def _default_search(self, query: Any, k: int) -> list[Hit]:
+        """search(embedding, k) with default options: the statement planned once per k.
+
+        Every Python step between two round trips costs several times its
+        isolated cost here (the process wakes from a socket wait with cold
+        caches), so the common call skips re-validating options that are known.
+        """
+        plan = self._default_plans.get(k)
+        if plan is None:
+            plan = self._default_plans[k] = plan_search(self.layout, None, k)
+        return self._execute(plan, {"k": k, "query_embedding": Vector(as_vector(query, self.layout.dim))})
 
     def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement.
@@ -581,6 +640,8 @@ class Retriever:
         text=None (query text for lexical/hybrid with an embedding), hybrid=HybridOptions().
         Returns one `Hit` per hit, or with ``assemble=True`` a `Context` (options as `assemble`).
         """
+        if not options and not isinstance(query, str) and type(k) is int and 1 <= k <= MAX_K:
+            return self._default_search(query, k)
         assemble, options = _split_search_kwargs(dict(options))
         if assemble:
             return self.assemble(query, k, **options)
