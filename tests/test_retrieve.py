@@ -107,7 +107,35 @@ def test_hit_whose_neighbor_is_also_a_hit(db, corpus):
         pytest.skip("the two sections were not the top-2; corpus geometry changed")
     a, b = sorted(hits, key=lambda h: h.section.sequence_index)
     assert a.next.section_id == b.section.section_id and b.prev.section_id == a.section.section_id
-    assert len(hits) == 2  # one row per hit, not one per neighbor
+    assert a.next is b.section and b.prev is a.section  # sent once, one record for both roles
+    assert len(hits) == 2
+
+
+def test_each_section_is_sent_once(db, corpus):
+    """The statement returns the hits and then only the context rows no hit already carries."""
+    from onetrip.retrieve import column_names, hits_from_rows, plan_search
+
+    r = Retriever(db)
+    per_hit_rows = context_rows = 0
+    for q in corpus_query_vectors(corpus, 40, seed=21):
+        plan = plan_search(r.layout, q, 10)
+        with db.cursor() as cur:
+            cur.execute(plan.statement, {**plan.params, "query_embedding": q})
+            rows = cur.fetchall()
+            names = column_names(cur)
+        keys = [(row[names.index("doc_id")], row[names.index("section_id")]) for row in rows]
+        assert len(keys) == len(set(keys)), "a section came back twice"
+        want = multi_call_search(db, "sections", q, 10)
+        hit_keys = {(h.section.doc_id, h.section.section_id) for h in want}
+        related = {(h.section.doc_id, x.section_id) for h in want for x in (h.parent, h.prev, h.next) if x}
+        assert set(keys) == hit_keys | related
+        assert [row[names.index("hit_rank")] for row in rows[:10]] == list(range(1, 11))
+        assert all(row[names.index("hit_rank")] is None for row in rows[10:])
+        assert hits_from_rows(names, rows) == r.search(q, k=10)
+        per_hit_rows += sum(1 for h in want for x in (h.parent, h.prev, h.next) if x)
+        context_rows += len(rows) - 10
+    # what one-row-per-hit columns would have repeated (shared parents, hits that neighbor hits)
+    assert context_rows < per_hit_rows
 
 
 def test_k_larger_than_table_and_empty_table(db):

@@ -203,6 +203,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"Corpus: {c['sections']:,} sections in {c['documents']:,} documents{reused}; "
         f"binary COPY {_f(load.get('copy_s'), 1)} s, HNSW build {_f(load.get('index_build_s'), 1)} s "
         f"(maintenance_work_mem={load.get('maintenance_work_mem') or '–'}), VACUUM ANALYZE {_f(load.get('analyze_s'), 1)} s."
+        + (f" Index: `{load['hnsw_indexdef']}`." if load.get("hnsw_indexdef") else "")
     )
     el = doc.get("e_load")
     if el:

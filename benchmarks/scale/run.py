@@ -88,6 +88,7 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
     keys = [(d.record.doc_id, s.section_id) for d in docs for s in d.sections]
     emb = np.concatenate([d.embeddings for d in docs]).astype(np.float32)
     result: dict[str, Any] = {"sections": n, "layout": name, "ef_construction": args.ef_construction,
+                              "b_query": B_QUERY, "measured": time.strftime("%Y-%m-%d"),
                               "documents": len(docs), "generate_s": round(gen_s, 1)}
     mwm = args.maintenance_work_mem
     workers = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
@@ -163,6 +164,10 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
     return result
 
 
+#: B's statement shape, recorded per row: rows measured before it changed are marked in the report.
+B_QUERY = "each section once"
+
+
 def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> str:
     lines = [f"## Scale: growth curve on one machine (k={meta['k']})", "",
              f"{meta['date']}; {meta['cores']} cores; {meta['server']}; synthetic clustered 384-d corpora; "
@@ -185,12 +190,16 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
         lines.append(f"| {r['sections']:,} | {r['layout']} | {r.get('ef_construction', 64)} | {r['copy_s']} | {r['hnsw_build_s']} | "
                      f"{r['table_bytes'] / 2**20:.0f} | {r['hnsw_bytes'] / 2**20:.0f} | {rec} | {bare} | "
                      f"{pp(l0, 'A')} | {pp(l0, 'B')} | {pp(l1, 'A')} | {pp(l1, 'B')} | "
-                     f"{(l1 or {}).get('B_over_A', '–')} |")
+                     f"{(l1 or {}).get('B_over_A', '–')}{'' if r.get('b_query') == B_QUERY else ' †'} |")
     lines += ["", f"maintenance_work_mem={meta['maintenance_work_mem']}, parallel maintenance workers="
               f"{results[0]['max_parallel_maintenance_workers'] if results else '?'}; HNSW m=16 and the "
               "ef_construction of each row (64 is pgvector's default). Recall is against exact search "
               "(numpy, float32) with hnsw.iterative_scan off; B/A is measured at pgvector's default "
               "ef_search 40, the setting onetrip runs with."]
+    if any(r.get("b_query") != B_QUERY for r in results):
+        lines += ["", "† measured with the earlier product query (one row per hit with parent_*/prev_*/next_* "
+                  "columns, ~30 lookups per query); the other rows with the current one, which returns each "
+                  "section once (sql/README.md). Re-run that size and layout to update the row."]
     text = "\n".join(lines) + "\n"
     (out / "scale.md").write_text(text)
     return text

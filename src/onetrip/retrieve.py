@@ -576,7 +576,7 @@ class Retriever:
         with self._connection() as c:
             self.layout = read_layout(c, schema=schema, prefix=prefix)
         self._embedder = embedder
-        self._default_plans: dict[int, Plan] = {}
+        self._plans: dict[tuple, Plan] = {}
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
@@ -621,17 +621,28 @@ class Retriever:
                 names = statement_columns(plan.statement, cur)
         return result_of(plan, names, rows)
 
-    def _default_search(self, query: Any, k: int) -> list[Hit]:
-        """search(embedding, k) with default options: the statement planned once per k.
+    def _cached_plan(self, kind: str, query: Any, k: Any, options: dict[str, Any]) -> Plan | None:
+        """The plan of an embedding query in dense mode, made once per (kind, k, options).
 
         Every Python step between two round trips costs several times its
-        isolated cost here (the process wakes from a socket wait with cold
-        caches), so the common call skips re-validating options that are known.
+        isolated cost (the process wakes from a socket wait with cold caches),
+        so repeated calls skip re-validating options already validated. None:
+        not cacheable (a text query, lexical/hybrid mode, unhashable options such
+        as a filters dict); the caller plans as usual.
         """
-        plan = self._default_plans.get(k)
+        if isinstance(query, str) or type(k) is not int or options.get("mode", "dense") != "dense" \
+                or "text" in options:
+            return None
+        try:
+            key = (kind, k, tuple(sorted(options.items())))
+            plan = self._plans.get(key)
+        except TypeError:
+            return None
         if plan is None:
-            plan = self._default_plans[k] = plan_search(self.layout, None, k)
-        return self._execute(plan, {"k": k, "query_embedding": Vector(as_vector(query, self.layout.dim))})
+            plan = (plan_search if kind == "search" else plan_assemble)(self.layout, None, k, **options)
+            if len(self._plans) < 256:
+                self._plans[key] = plan
+        return plan
 
     def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement.
@@ -640,8 +651,10 @@ class Retriever:
         text=None (query text for lexical/hybrid with an embedding), hybrid=HybridOptions().
         Returns one `Hit` per hit, or with ``assemble=True`` a `Context` (options as `assemble`).
         """
-        if not options and not isinstance(query, str) and type(k) is int and 1 <= k <= MAX_K:
-            return self._default_search(query, k)
+        if options.keys() <= {"parent", "neighbors", "filters", "mode"}:
+            plan = self._cached_plan("search", query, k, options)
+            if plan is not None:
+                return self._execute(plan, bind_vector(plan, query, self.layout.dim))
         assemble, options = _split_search_kwargs(dict(options))
         if assemble:
             return self.assemble(query, k, **options)
@@ -654,6 +667,9 @@ class Retriever:
         neighbor_scope, ancestors, section, document, document_max_tokens),
         max_tokens=2000 (None: no budget), filters, mode, text, hybrid.
         """
+        plan = self._cached_plan("assemble", query, k, options)
+        if plan is not None:
+            return self._execute(plan, bind_vector(plan, query, self.layout.dim))
         return self.run(plan_assemble(self.layout, query, k, **options))
 
     def close(self) -> None:
