@@ -80,6 +80,10 @@ def exact_topk(emb: np.ndarray, queries: np.ndarray, k: int) -> np.ndarray:
     return np.array(out)
 
 
+#: B's statement shape, recorded per row: rows measured before it changed are marked in the report.
+B_QUERY = "each section once"
+
+
 def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, log=print) -> dict[str, Any]:
     layout = layout_for(n, name, args.seed, args.ef_construction)
     t0 = time.perf_counter()
@@ -162,10 +166,6 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
         warmer.close()
     result["latency"] = latency
     return result
-
-
-#: B's statement shape, recorded per row: rows measured before it changed are marked in the report.
-B_QUERY = "each section once"
 
 
 def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> str:

@@ -14,12 +14,13 @@ first request that needs it, so a database that does not answer makes
 they recover by themselves when the database comes back.
 
 Statements per request. Hits (each with its parent and ±1 neighbors) and the
-assembled context (deduplicated, budgeted passages) are two different result shapes made by two different statements; neither can be
-derived from the other (the budget drops hits; passages do not say which hit
-they neighbor). So a request costs one statement per shape it asks for:
-``"hits": true, "context": true`` (the default) is two statements run one after
-the other, each on a pooled connection held only for that statement; asking
-for one shape is one statement. A text query is embedded ONCE per request (in a
+assembled context (deduplicated, budgeted passages) are two different result
+shapes made by two different statements; neither can be derived from the other
+(the budget drops hits; passages do not say which hit they neighbor). So a
+request costs one statement per shape it asks for: ``"hits": true,
+"context": true`` (the default) is two statements run one after the other,
+each on a pooled connection held only for that statement; asking for one
+shape is one statement. A text query is embedded ONCE per request (in a
 worker thread) and the vector is used by both statements.
 
 Principals (whose ACL rows a request may read), in this order:

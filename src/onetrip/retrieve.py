@@ -520,6 +520,13 @@ def statement_columns(statement: str, cur: Any) -> tuple[str, ...]:
     return names
 
 
+def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
+    """Send ONE statement; its rows and column names."""
+    with conn.cursor() as cur:
+        cur.execute(statement, params)
+        return cur.fetchall(), statement_columns(statement, cur)
+
+
 def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
     """Map the statement's rows (tuples, with the cursor's column names) to Hits or a Context."""
     if plan.kind == "search":
@@ -608,17 +615,14 @@ class Retriever:
         return self._execute(plan, bind_vector(plan, vector, self.layout.dim))
 
     def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
+        # a plain connection is used directly: the _connection() context manager costs measurable
+        # time on the hot path (benchmarks/latency), and only a pool needs one
         if self.pool is None:
             assert self.conn is not None
-            with self.conn.cursor() as cur:
-                cur.execute(plan.statement, params)
-                rows = cur.fetchall()
-                names = statement_columns(plan.statement, cur)
+            rows, names = _fetch(self.conn, plan.statement, params)
         else:
-            with self.pool.connection() as c, c.cursor() as cur:
-                cur.execute(plan.statement, params)
-                rows = cur.fetchall()
-                names = statement_columns(plan.statement, cur)
+            with self.pool.connection() as c:
+                rows, names = _fetch(c, plan.statement, params)
         return result_of(plan, names, rows)
 
     def _cached_plan(self, kind: str, query: Any, k: Any, options: dict[str, Any]) -> Plan | None:
