@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
+import numpy as np
+
 import pytest
 
 from onetrip import AsyncRetriever, Filters, Retriever, init_schema, make_async_pool, make_pool
@@ -52,6 +54,10 @@ def test_async_matches_sync(db, dsn, corpus):
             for name, kw in CALLS:
                 out.append(await getattr(r, name)(q, **kw))
         out.append(await r.search("a text query is embedded once", k=3))
+        bad = np.array(queries[0], np.float32)
+        bad[0] = np.nan
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            await r.search(bad, k=3)
         await r.close()
         return out
 

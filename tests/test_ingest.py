@@ -204,3 +204,33 @@ def test_section_metadata_is_stored_as_a_json_object(db, tmp_path):
     assert kinds == {"object"}
     merged = db.execute("SELECT count(*) FROM sections WHERE metadata ? 'merged'").fetchone()[0]
     assert merged >= 1  # the tiny sibling 'A' was merged into 'B', and that is queryable
+
+
+PARENT_SEQ_MISMATCHES = """
+    SELECT count(*)
+      FROM sections c
+      LEFT JOIN sections p
+        ON p.doc_id = c.doc_id
+       AND p.section_id = c.parent_section_id
+     WHERE c.parent_sequence_index IS DISTINCT FROM p.sequence_index
+"""
+
+
+def test_parent_sequence_index_is_the_parents_sequence_index(db, tmp_path):
+    """The retrieval query finds parents by (doc_id, parent_sequence_index): it must match the tree."""
+    from onetrip.synthetic import bulk_load, generate
+
+    init_schema(db)
+    f = tmp_path / "deep.md"
+    f.write_text(f"# A\n\nTop.{PAD}\n\n## B\n\nMid.{PAD}\n\n### C\n\nLow.{PAD}\n\n## D\n\nMid two.{PAD}\n")
+    ingest_paths(db, [f], layout=Layout(), embedder=HashEmbedder())
+    bulk_load(db, Layout(), list(generate(200, seed=3)))  # the bulk loader writes the same column
+    n, roots, with_parent = db.execute(
+        "SELECT count(*), count(*) FILTER (WHERE parent_section_id IS NULL), "
+        "count(*) FILTER (WHERE parent_sequence_index IS NOT NULL) FROM sections").fetchone()
+    assert n > 200 and 0 < roots < n and with_parent == n - roots
+    assert db.execute(PARENT_SEQ_MISMATCHES).fetchone()[0] == 0
+    # Deep parent: C's parent is B (not the root A).
+    assert db.execute("SELECT parent_sequence_index FROM sections WHERE doc_id = 'deep.md' AND heading = 'C'"
+                      ).fetchone()[0] == db.execute(
+        "SELECT sequence_index FROM sections WHERE doc_id = 'deep.md' AND heading = 'B'").fetchone()[0]

@@ -77,7 +77,7 @@ def test_options_change_sql_not_statement_count(db, corpus):
     layout = Retriever(db).layout
     full = retrieval_sql(layout, parent=True, neighbors=True)
     bare = retrieval_sql(layout, parent=False, neighbors=False)
-    assert "context AS" in full and "context AS" not in bare
+    assert "context_keys AS" in full and "context_keys AS" not in bare
     hits = Retriever(db).search(corpus_query_vectors(corpus, 1)[0], k=5, parent=False, neighbors=False)
     assert all(h.parent is None and h.prev is None and h.next is None for h in hits)
 
@@ -202,6 +202,19 @@ def test_wrong_dimension_is_a_clear_error(db, corpus):
         r.search(np.ones(31, np.float32))
     with pytest.raises(ValueError, match="k must be between 1"):
         r.search(np.ones(32, np.float32), k=0)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_query_embedding_is_a_clear_error(db, corpus, bad):
+    """The hot path leaves the NaN check to pgvector at bind time; the caller still gets a ValueError."""
+    r = Retriever(db)
+    q = np.ones(32, np.float32)
+    q[5] = bad
+    for call in (lambda: r.search(q, k=3), lambda: r.search(q, k=3), lambda: r.assemble(q, k=3),
+                 lambda: r.search(q, k=3, parent=False)):  # cached plan twice, assemble, uncached shape
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            call()
+    assert len(r.search(np.ones(32, np.float32), k=3)) == 3  # the connection is still usable
 
 
 def test_missing_schema_is_a_clear_error(db):

@@ -194,10 +194,11 @@ def test_oracle_edition_pins_each_oracle_construct():
         assert "JOIN sections s" in q and "LEFT JOIN" not in q
     assert ":query_embedding" in query and ":k" in query
     assert "SQL_MACRO(TABLE)" in macro and "RETURN q'~" in macro and macro.rstrip().endswith("/")
-    # Every join to sections carries doc_id in both editions (shard/partition-local joins).
+    # The one context join carries doc_id and reads (doc_id, sequence_index) in both editions
+    # (shard/partition-local, one index).
     for text in (query, _code((SQL_DIR / "postgres" / "retrieve.sql").read_text())):
-        joins = re.findall(r"JOIN sections s\s+ON s\.(\w+) = w\.doc_id", text)
-        assert joins == ["doc_id", "doc_id"], joins
+        joins = re.findall(r"JOIN sections s\s+ON s\.(\w+) = w\.doc_id\s+AND s\.(\w+) = w\.(\w+)", text)
+        assert joins == [("doc_id", "sequence_index", "sequence_index")], joins
 
 
 def test_psql_runs_assemble_sql_as_is_and_matches_the_api(db, dsn, loaded):

@@ -250,8 +250,7 @@ def ensure_loaded(
             with cur.copy(copy_sections) as copy:
                 copy.set_types(store.copy_types(layout))
                 for d, ctx in zip(docs, context_tokens):
-                    for s, vec, c in zip(d.sections, d.embeddings, ctx):
-                        copy.write_row(store.section_copy_row(d.record, s, vec, c, 1, layout.vector_type))
+                    store.write_section_rows(copy, layout, d.record, d.sections, d.embeddings, ctx)
     copy_s = time.perf_counter() - t0
     log(f"  corpus {layout.prefix}: COPY {copy_s:.1f} s; building HNSW (maintenance_work_mem={maintenance_work_mem})")
 

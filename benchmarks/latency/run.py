@@ -285,7 +285,7 @@ def diagnostics(dsn: str, layout: Any, k: int, vectors: np.ndarray) -> dict[str,
     try:
         b_sql, _ = library_statement(dsn, layout, k, vectors[0])
         sqls = {
-            "A": (topk_sql(layout, revision=has_revision(conn, layout)), "q", True),
+            "A": (topk_sql(layout, k, revision=has_revision(conn, layout)), "q", False),
             "B": (b_sql, "query_embedding", True),
             # Not a benchmark variant: B's statement with k written into the SQL text instead of
             # bound, to test whether PostgreSQL's plan cache can then reuse a generic plan.

@@ -45,6 +45,7 @@ CREATE TABLE IF NOT EXISTS sections (
     section_id        text NOT NULL,
     parent_section_id text,
     sequence_index    integer NOT NULL,
+    parent_sequence_index integer,
     heading_level     smallint NOT NULL,
     heading           text,
     heading_path      text[] DEFAULT '{}' NOT NULL,

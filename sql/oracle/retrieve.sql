@@ -12,18 +12,22 @@
 --           :k                NUMBER                 number of hits (top-K)
 -- Plan      Expect the hits CTE to be materialized (the MATERIALIZE hint) and
 --           to use the vector index: VECTOR INDEX HNSW SCAN on sections_embedding_hnsw,
---           then index unique scans on sections_doc_seq_key / sections_pkey,
---           one per distinct context section.
--- Returns   Each section ONCE. First the hits: hit_rank 1..k, ordered by
+--           then one index unique scan on sections_doc_seq_key per distinct
+--           context section.
+-- Returns   Each section ONCE. The hits: hit_rank 1..k, ranked by
 --           distance (ties: doc_id, sequence_index).
---           Then the context rows (hit_rank and distance NULL), ordered by
---           doc_id, sequence_index: every hit's parent and previous/next section
---           in document order that is not itself a hit. A hit's parent is the
---           row (hit or context) with section_id = its parent_section_id; its
---           neighbors are the rows of the same doc_id at sequence_index - 1 and
---           + 1. No such row: a root, a document boundary (or, with filters, a
---           section the caller may not see). A section that is the neighbor or
---           parent of several hits is read and sent once.
+--           The context rows (hit_rank and distance NULL): every hit's parent
+--           and previous/next section in document order that is not itself a
+--           hit. A hit's parent is the row (hit or context) with section_id =
+--           its parent_section_id; its neighbors are the rows of the same doc_id
+--           at sequence_index - 1 and + 1. No such row: a root, a document
+--           boundary (or, with filters, a section the caller may not see). A
+--           section that is the neighbor or parent of several hits is read and
+--           sent once.
+-- Order     None guaranteed: the statement does not sort its rows (sorting the
+--           wide rows cost ~10 us per query, benchmarks/latency); onetrip links
+--           rows by key. As planned, the hits come first in hit_rank order. To
+--           read it in psql, append: ORDER BY hit_rank, doc_id, sequence_index
 -- =============================================================================
 WITH hits AS (
     SELECT /*+ MATERIALIZE */ s.doc_id,
@@ -37,65 +41,25 @@ WITH hits AS (
            s.content,
            s.token_count,
            s.revision,
+           s.parent_sequence_index,
            VECTOR_DISTANCE(s.embedding, :query_embedding, COSINE) AS distance
       FROM sections s
      ORDER BY VECTOR_DISTANCE(s.embedding, :query_embedding, COSINE)
      FETCH APPROX FIRST :k ROWS ONLY
 ),
-neighbor_keys AS (
+context_keys AS (
     SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
       FROM hits h
     UNION
     SELECT h.doc_id, h.sequence_index + 1
       FROM hits h
+    UNION
+    SELECT h.doc_id, h.parent_sequence_index
+      FROM hits h
+     WHERE h.parent_sequence_index IS NOT NULL
     MINUS
     SELECT h.doc_id, h.sequence_index
       FROM hits h
-),
-parent_keys AS (
-    SELECT h.doc_id, h.parent_section_id AS section_id
-      FROM hits h
-     WHERE h.parent_section_id IS NOT NULL
-    MINUS
-    SELECT h.doc_id, h.section_id
-      FROM hits h
-),
-context AS (
-    SELECT s.doc_id,
-           s.section_id,
-           s.parent_section_id,
-           s.sequence_index,
-           s.heading_level,
-           s.heading,
-           s.heading_path,
-           s.anchor,
-           s.content,
-           s.token_count,
-           s.revision
-      FROM neighbor_keys w
-      JOIN sections s
-        ON s.doc_id = w.doc_id
-       AND s.sequence_index = w.sequence_index
-    UNION ALL
-    SELECT s.doc_id,
-           s.section_id,
-           s.parent_section_id,
-           s.sequence_index,
-           s.heading_level,
-           s.heading,
-           s.heading_path,
-           s.anchor,
-           s.content,
-           s.token_count,
-           s.revision
-      FROM parent_keys w
-      JOIN sections s
-        ON s.doc_id = w.doc_id
-       AND s.section_id = w.section_id
-     WHERE NOT EXISTS (SELECT 1
-                         FROM neighbor_keys n
-                        WHERE n.doc_id = s.doc_id
-                          AND n.sequence_index = s.sequence_index)
 )
 SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank,
        h.distance,
@@ -114,16 +78,18 @@ SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hi
 UNION ALL
 SELECT NULL,
        NULL,
-       c.doc_id,
-       c.section_id,
-       c.parent_section_id,
-       c.sequence_index,
-       c.heading_level,
-       c.heading,
-       c.heading_path,
-       c.anchor,
-       c.content,
-       c.token_count,
-       c.revision
-  FROM context c
- ORDER BY hit_rank, doc_id, sequence_index
+       s.doc_id,
+       s.section_id,
+       s.parent_section_id,
+       s.sequence_index,
+       s.heading_level,
+       s.heading,
+       s.heading_path,
+       s.anchor,
+       s.content,
+       s.token_count,
+       s.revision
+  FROM context_keys w
+  JOIN sections s
+    ON s.doc_id = w.doc_id
+   AND s.sequence_index = w.sequence_index

@@ -35,65 +35,25 @@ WITH hits AS (
            s.content,
            s.token_count,
            s.revision,
+           s.parent_sequence_index,
            VECTOR_DISTANCE(s.embedding, query_embedding, COSINE) AS distance
       FROM sections s
      ORDER BY VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)
      FETCH APPROX FIRST k ROWS ONLY
 ),
-neighbor_keys AS (
+context_keys AS (
     SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
       FROM hits h
     UNION
     SELECT h.doc_id, h.sequence_index + 1
       FROM hits h
+    UNION
+    SELECT h.doc_id, h.parent_sequence_index
+      FROM hits h
+     WHERE h.parent_sequence_index IS NOT NULL
     MINUS
     SELECT h.doc_id, h.sequence_index
       FROM hits h
-),
-parent_keys AS (
-    SELECT h.doc_id, h.parent_section_id AS section_id
-      FROM hits h
-     WHERE h.parent_section_id IS NOT NULL
-    MINUS
-    SELECT h.doc_id, h.section_id
-      FROM hits h
-),
-context AS (
-    SELECT s.doc_id,
-           s.section_id,
-           s.parent_section_id,
-           s.sequence_index,
-           s.heading_level,
-           s.heading,
-           s.heading_path,
-           s.anchor,
-           s.content,
-           s.token_count,
-           s.revision
-      FROM neighbor_keys w
-      JOIN sections s
-        ON s.doc_id = w.doc_id
-       AND s.sequence_index = w.sequence_index
-    UNION ALL
-    SELECT s.doc_id,
-           s.section_id,
-           s.parent_section_id,
-           s.sequence_index,
-           s.heading_level,
-           s.heading,
-           s.heading_path,
-           s.anchor,
-           s.content,
-           s.token_count,
-           s.revision
-      FROM parent_keys w
-      JOIN sections s
-        ON s.doc_id = w.doc_id
-       AND s.section_id = w.section_id
-     WHERE NOT EXISTS (SELECT 1
-                         FROM neighbor_keys n
-                        WHERE n.doc_id = s.doc_id
-                          AND n.sequence_index = s.sequence_index)
 )
 SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank,
        h.distance,
@@ -112,19 +72,21 @@ SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hi
 UNION ALL
 SELECT NULL,
        NULL,
-       c.doc_id,
-       c.section_id,
-       c.parent_section_id,
-       c.sequence_index,
-       c.heading_level,
-       c.heading,
-       c.heading_path,
-       c.anchor,
-       c.content,
-       c.token_count,
-       c.revision
-  FROM context c
- ORDER BY hit_rank, doc_id, sequence_index
+       s.doc_id,
+       s.section_id,
+       s.parent_section_id,
+       s.sequence_index,
+       s.heading_level,
+       s.heading,
+       s.heading_path,
+       s.anchor,
+       s.content,
+       s.token_count,
+       s.revision
+  FROM context_keys w
+  JOIN sections s
+    ON s.doc_id = w.doc_id
+   AND s.sequence_index = w.sequence_index
 
 ~';
 END;

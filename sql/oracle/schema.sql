@@ -4,7 +4,9 @@
 -- Purpose   Tables and indexes for section-level retrieval: one row per document,
 --           one row per section (the unit that is embedded and searched), with
 --           the section tree (parent_section_id) and document order
---           (sequence_index) stored next to the embedding.
+--           (sequence_index) stored next to the embedding. parent_sequence_index
+--           repeats the parent's sequence_index, so the retrieval query finds
+--           parents and neighbors through the one (doc_id, sequence_index) index.
 -- Requires  Oracle Database 23ai (23.4+): VECTOR type, vector indexes, JSON type,
 --           CREATE ... IF NOT EXISTS.
 --           This edition is validated by parsing (sqlglot, Oracle dialect) and
@@ -44,6 +46,7 @@ CREATE TABLE IF NOT EXISTS sections (
     section_id        VARCHAR2(512) NOT NULL,
     parent_section_id VARCHAR2(512),
     sequence_index    NUMBER(10) NOT NULL,
+    parent_sequence_index NUMBER(10),
     heading_level     NUMBER(3) NOT NULL,
     heading           VARCHAR2(4000),
     heading_path      JSON DEFAULT '[]' NOT NULL,

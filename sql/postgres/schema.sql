@@ -4,7 +4,9 @@
 -- Purpose   Tables and indexes for section-level retrieval: one row per document,
 --           one row per section (the unit that is embedded and searched), with
 --           the section tree (parent_section_id) and document order
---           (sequence_index) stored next to the embedding.
+--           (sequence_index) stored next to the embedding. parent_sequence_index
+--           repeats the parent's sequence_index, so the retrieval query finds
+--           parents and neighbors through the one (doc_id, sequence_index) index.
 -- Requires  PostgreSQL 13+ (tested on 18), pgvector 0.8+ (CREATE EXTENSION vector).
 -- Params    embedding dimension 384; schema (search_path);
 --           table prefix ''.
@@ -44,6 +46,7 @@ CREATE TABLE IF NOT EXISTS sections (
     section_id        text NOT NULL,
     parent_section_id text,
     sequence_index    integer NOT NULL,
+    parent_sequence_index integer,
     heading_level     smallint NOT NULL,
     heading           text,
     heading_path      text[] DEFAULT '{}' NOT NULL,

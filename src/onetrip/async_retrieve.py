@@ -24,6 +24,7 @@ from .retrieve import (
     Plan,
     _split_search_kwargs,
     bind_vector,
+    vector_value_error,
     plan_assemble,
     plan_search,
     result_of,
@@ -68,8 +69,9 @@ class AsyncRetriever:
         iterative_scan: str | None = "relaxed_order",
         max_scan_tuples: int | None = 20000,
     ) -> AsyncRetriever:
-        from pgvector.psycopg import register_vector_async
         from psycopg_pool import AsyncConnectionPool
+
+        from .adapters import register_adapters_async
 
         self = object.__new__(cls)
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
@@ -78,7 +80,7 @@ class AsyncRetriever:
         self.conn = None
         if self.pool is None:
             self.conn = await connect_async(conn) if self._owns_conn else conn
-            await register_vector_async(self.conn)
+            await register_adapters_async(self.conn)
             await apply_settings_async(self.conn, self.settings)
         self._embedder = embedder
         async with self._connection() as c:
@@ -107,7 +109,10 @@ class AsyncRetriever:
         params = bind_vector(plan, vector, self.layout.dim)
         async with self._connection() as c:
             async with c.cursor() as cur:
-                await cur.execute(plan.statement, params)
+                try:
+                    await cur.execute(plan.statement, params)
+                except psycopg.errors.DataException as e:
+                    raise (vector_value_error(e) or e) from None
                 rows = await cur.fetchall()
                 names = statement_columns(plan.statement, cur)
         return result_of(plan, names, rows)

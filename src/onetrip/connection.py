@@ -21,6 +21,7 @@ from typing import Any
 import psycopg
 from psycopg import conninfo, sql
 
+from .adapters import register_adapters
 from .errors import ConnectionFailedError, ServerRequirementError
 
 ENV_DSN = "ONETRIP_DSN"
@@ -140,13 +141,6 @@ def ensure_pgvector(conn: psycopg.Connection, *, create: bool = True) -> str:
     return version
 
 
-def register_adapters(conn: psycopg.Connection) -> None:
-    """Register pgvector's psycopg adapters (vector, halfvec, sparsevec)."""
-    from pgvector.psycopg import register_vector
-
-    register_vector(conn)
-
-
 def connect(
     dsn: str | None = None,
     *,
@@ -184,7 +178,7 @@ async def connect_async(
     **kwargs: Any,
 ) -> psycopg.AsyncConnection:
     """Async twin of `connect` (the extension must already exist: run `onetrip init`)."""
-    from pgvector.psycopg import register_vector_async
+    from .adapters import register_adapters_async
 
     target = resolve_dsn(dsn)
     try:
@@ -200,7 +194,7 @@ async def connect_async(
             raise ServerRequirementError("the vector extension is not created in this database: run `onetrip init`")
         if _version_tuple(str(row[0])) < MIN_PGVECTOR:
             raise ServerRequirementError(f"pgvector {row[0]} is too old: onetrip needs 0.8.0 or newer")
-        await register_vector_async(conn)
+        await register_adapters_async(conn)
     except BaseException:
         await conn.close()
         raise

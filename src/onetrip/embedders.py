@@ -122,15 +122,24 @@ class PrecomputedEmbedder:
         return self.embed_documents([text])[0]
 
 
-def as_vector(value: object, dim: int) -> np.ndarray:
-    """Coerce a query embedding to float32 of the expected dimension, or say why not."""
-    arr = np.asarray(getattr(value, "to_numpy", lambda: value)(), dtype=np.float32)
+def as_vector(value: object, dim: int, *, check_finite: bool = True) -> np.ndarray:
+    """Coerce a query embedding to float32 of the expected dimension, or say why not.
+
+    ``check_finite=False`` is for the query hot path: pgvector itself refuses NaN
+    and infinities when the statement binds the vector, and the Retriever turns
+    that refusal into the same ValueError (`onetrip.retrieve.vector_value_error`).
+    The first numpy reduction after a socket wait cost ~25 us per query.
+    """
+    if type(value) is np.ndarray and value.dtype == np.float32:
+        arr = value  # the common case, kept cheap: this runs on every query
+    else:
+        arr = np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
     if arr.ndim != 1:
         raise DimensionMismatchError(f"a query embedding must be one vector, got an array of shape {arr.shape}")
     if arr.shape[0] != dim:
         raise DimensionMismatchError(
             f"query embedding has {arr.shape[0]} dimensions but the sections table stores vector({dim})"
         )
-    if not np.all(np.isfinite(arr)):
+    if check_finite and not np.isfinite(arr).all():
         raise ValueError("query embedding contains NaN or infinity")
     return arr

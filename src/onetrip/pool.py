@@ -29,14 +29,15 @@ def make_pool(
     **kwargs: Any,
 ) -> Any:
     """A `psycopg_pool.ConnectionPool` for `Retriever(pool)`."""
-    from pgvector.psycopg import register_vector
     from psycopg_pool import ConnectionPool
+
+    from .adapters import register_adapters
 
     settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
 
     def configure(conn: psycopg.Connection) -> None:
         conn.autocommit = True
-        register_vector(conn)
+        register_adapters(conn)
         apply_settings(conn, settings)
 
     return ConnectionPool(
@@ -57,8 +58,9 @@ def make_async_pool(
     **kwargs: Any,
 ) -> Any:
     """An `psycopg_pool.AsyncConnectionPool` for `AsyncRetriever(pool)`; open it with ``await pool.open()``."""
-    from pgvector.psycopg import register_vector_async
     from psycopg_pool import AsyncConnectionPool
+
+    from .adapters import register_adapters_async
 
     settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
 
@@ -66,7 +68,7 @@ def make_async_pool(
 
     async def configure(conn: psycopg.AsyncConnection) -> None:
         await conn.set_autocommit(True)
-        await register_vector_async(conn)
+        await register_adapters_async(conn)
         await apply_settings_async(conn, settings)
 
     return AsyncConnectionPool(

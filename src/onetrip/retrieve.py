@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 import psycopg
-from pgvector import Vector
 
 from .connection import connect
 from .context import Context, Passage
@@ -422,8 +421,8 @@ def bind_vector(plan: Plan, vector: np.ndarray | None, dim: int) -> dict[str, An
     """The plan's binds with the query embedding added (validated against the table's dimension)."""
     if not plan.needs_vector:
         return plan.params
-    vec = as_vector(vector if vector is not None else plan.vector, dim)
-    return {**plan.params, "query_embedding": Vector(vec)}
+    vec = as_vector(vector if vector is not None else plan.vector, dim, check_finite=False)
+    return {**plan.params, "query_embedding": vec}  # dumped by onetrip.adapters.Float32VectorDumper
 
 
 #: The section columns of a search result row, in SectionRecord's field order.
@@ -452,7 +451,7 @@ def _record_mapper(names: tuple[str, ...]) -> Any:
 
 def hits_from_rows(names: tuple[str, ...], rows: list[tuple], *, parent: bool = True,
                    neighbors: bool = True) -> list[Hit]:
-    """Link retrieve.sql's rows (each section once: hits, then context rows) into Hits.
+    """Link retrieve.sql's rows (each section once: hits and context rows, in any order) into Hits.
 
     A hit's parent is the returned row with its ``parent_section_id``, its
     neighbors the rows at ``sequence_index`` -1/+1 of the same document: the
@@ -469,6 +468,9 @@ def _hits_linker(names: tuple[str, ...], parent: bool, neighbors: bool) -> Any:
     ix = {n: i for i, n in enumerate(names)}
     rank_i, dist_i, score_i = ix["hit_rank"], ix["distance"], ix.get("score")
 
+    def by_rank(pair: tuple[tuple, SectionRecord]) -> int:
+        return pair[0][rank_i]
+
     def link(rows: list[tuple]) -> list[Hit]:
         by_id: dict[tuple[str, str], SectionRecord] = {}
         by_seq: dict[tuple[str, int], SectionRecord] = {}
@@ -479,8 +481,9 @@ def _hits_linker(names: tuple[str, ...], parent: bool, neighbors: bool) -> Any:
             by_seq[rec.doc_id, rec.sequence_index] = rec
             if row[rank_i] is not None:
                 ranked.append((row, rec))
+        ranked.sort(key=by_rank)  # the statement does not sort its rows
         hits = []
-        for row, rec in ranked:  # the statement orders hits by hit_rank
+        for row, rec in ranked:
             doc, seq, d = rec.doc_id, rec.sequence_index, row[dist_i]
             sc = None if score_i is None else row[score_i]
             hits.append(Hit(row[rank_i], None if d is None else float(d), rec,
@@ -520,10 +523,25 @@ def statement_columns(statement: str, cur: Any) -> tuple[str, ...]:
     return names
 
 
+def vector_value_error(e: psycopg.errors.DataException) -> ValueError | None:
+    """pgvector's refusal of a NaN/infinite query embedding as onetrip's ValueError (None: another error).
+
+    `bind_vector` leaves this check to the server (it costs nothing there), and
+    the statement fails before it reads anything.
+    """
+    msg = str(e)
+    if "not allowed in vector" in msg:
+        return ValueError(f"query embedding contains NaN or infinity ({msg.splitlines()[0]})")
+    return None
+
+
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
     """Send ONE statement; its rows and column names."""
     with conn.cursor() as cur:
-        cur.execute(statement, params)
+        try:
+            cur.execute(statement, params)
+        except psycopg.errors.DataException as e:
+            raise (vector_value_error(e) or e) from None
         return cur.fetchall(), statement_columns(statement, cur)
 
 
@@ -576,7 +594,7 @@ class Retriever:
         self.conn: psycopg.Connection | None = None
         if self.pool is None:
             self.conn = connect(conn) if self._owns_conn else conn
-            from .connection import register_adapters
+            from .adapters import register_adapters
 
             register_adapters(self.conn)
             apply_settings(self.conn, self.settings)

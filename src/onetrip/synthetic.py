@@ -115,7 +115,7 @@ def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_m
     from psycopg import sql
 
     from .schema import init_schema
-    from .store import SECTION_COLUMNS, copy_types, passage_tokens, section_copy_row
+    from .store import SECTION_COLUMNS, copy_types, passage_tokens, write_section_rows
 
     init_schema(conn, layout)
     t = layout.tables
@@ -142,9 +142,8 @@ def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_m
                     sql.SQL(t["sections"]), sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS))) as copy:
                 copy.set_types(copy_types(layout))
                 for d in docs:
-                    ctx = passage_tokens(d.record.doc_id, d.sections)
-                    for s, vec, c in zip(d.sections, d.embeddings, ctx):
-                        copy.write_row(section_copy_row(d.record, s, vec, c, 1, layout.vector_type))
+                    write_section_rows(copy, layout, d.record, d.sections, d.embeddings,
+                                       passage_tokens(d.record.doc_id, d.sections))
     copied = time.perf_counter() - t0
     t0 = time.perf_counter()
     with conn.transaction():
