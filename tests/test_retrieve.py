@@ -224,6 +224,17 @@ def test_missing_schema_is_a_clear_error(db):
         Retriever(db, prefix="other_")
 
 
+def test_tables_of_an_older_onetrip_are_a_clear_error(db):
+    """Tables without parent_sequence_index (before the each-section-once key set) name the fix."""
+    init_schema(db, Layout(dim=32))
+    db.execute("ALTER TABLE section_history DROP COLUMN parent_sequence_index")
+    db.execute("ALTER TABLE sections DROP COLUMN parent_sequence_index")
+    with pytest.raises(SchemaMissingError, match="lacks column parent_sequence_index.*onetrip init --recreate"):
+        Retriever(db)
+    with pytest.raises(SchemaMissingError, match="parent_sequence_index"):
+        init_schema(db, Layout(dim=32))
+
+
 def test_init_twice_is_harmless_and_dim_mismatch_is_refused(db):
     init_schema(db, Layout(dim=32))
     init_schema(db, Layout(dim=32))

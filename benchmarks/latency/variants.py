@@ -47,7 +47,7 @@ _SECTION_FIELDS = ("doc_id", "section_id", "sequence_index", "heading_level", "h
 REL_COLS = "s.doc_id, s.section_id, s.sequence_index, s.heading_level, s.heading, s.heading_path, s.content"
 
 VARIANT_LABELS = {
-    "A": "A bare top-K (floor)",
+    "A": "A bare top-K (floor; LIMIT k written in the SQL, so its plan is cached)",
     "B": "B onetrip single statement",
     "C": "C batched multi-call (3 RT)",
     "C2": "C2 batched + pipeline (2 RT)",

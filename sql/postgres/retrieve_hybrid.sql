@@ -96,12 +96,13 @@ hits AS MATERIALIZED (
      LIMIT :k
 ),
 context_keys AS (
+    -- UNION ALL is enough: EXCEPT returns distinct rows
     SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
       FROM hits h
-    UNION
+    UNION ALL
     SELECT h.doc_id, h.sequence_index + 1
       FROM hits h
-    UNION
+    UNION ALL
     SELECT h.doc_id, h.parent_sequence_index
       FROM hits h
      WHERE h.parent_sequence_index IS NOT NULL

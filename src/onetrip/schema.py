@@ -58,7 +58,12 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
 LAYOUT_QUERY = """
     SELECT a.atttypmod,
            format_type(a.atttypid, a.atttypmod),
-           (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = a.attrelid)
+           (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = a.attrelid),
+           EXISTS (SELECT 1
+                     FROM pg_attribute p
+                    WHERE p.attrelid = a.attrelid
+                      AND p.attname = 'parent_sequence_index'
+                      AND NOT p.attisdropped)
       FROM pg_attribute a
      WHERE a.attrelid = to_regclass(%s)
        AND a.attname = 'embedding'
@@ -79,7 +84,13 @@ def layout_from_row(row: tuple | None, schema: str | None, prefix: str) -> Layou
         raise SchemaMissingError(
             f"table {table} (with an embedding column) does not exist in this database; run `onetrip init` first"
         )
-    typmod, typename, parts = row
+    typmod, typename, parts, current = row
+    if not current:
+        raise SchemaMissingError(
+            f"{table} was created by an older onetrip and lacks column parent_sequence_index (the retrieval "
+            "query reads parents by it); run `onetrip init --recreate` (drops onetrip's tables and their data) "
+            "and ingest again, or use another --prefix/--schema"
+        )
     if typmod is None or typmod <= 0:
         raise SchemaMissingError(f"{table}.embedding is {typename}, without a fixed dimension")
     vector_type = str(typename).split("(", 1)[0]
