@@ -98,3 +98,23 @@ def test_init_layout_options_build_what_they_say(dsn):
     assert bad.returncode == 2 and "hnsw_ef_construction must be at least 2 * hnsw_m = 80" in bad.stderr
     with psycopg.connect(dsn) as conn:  # nothing was created for the rejected layout
         assert conn.execute("SELECT to_regclass('lay2_sections')").fetchone()[0] is None
+
+
+def test_demo_rebuilds_its_own_outdated_tables_but_not_a_users(dsn):
+    """An embedded data folder outlives upgrades: the demo's tables (bundled corpus only) are rebuilt,
+    anyone else's tables get the error naming `onetrip init --recreate`."""
+    import psycopg
+
+    assert onetrip("init", "--prefix", "demo_", dsn=dsn).returncode == 0
+    assert onetrip("init", "--prefix", "mine_", dsn=dsn).returncode == 0
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        for prefix in ("demo_", "mine_"):
+            conn.execute(f"ALTER TABLE {prefix}section_history DROP COLUMN parent_sequence_index")
+            conn.execute(f"ALTER TABLE {prefix}sections DROP COLUMN parent_sequence_index")
+    res = onetrip("demo", dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    assert "rebuilding the demo tables" in res.stderr and "3 new" in res.stdout
+    res = onetrip("ingest", str(DEMO), "--prefix", "mine_", dsn=dsn)
+    assert res.returncode == 1 and "onetrip init --recreate" in res.stderr
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM mine_sections").fetchone() == (0,)

@@ -207,20 +207,30 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json: bool) -> Any:
+def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json: bool,
+            rebuild_outdated: bool = False) -> Any:
+    """Ingest paths; with rebuild_outdated, tables from an older onetrip are dropped and rebuilt.
+
+    Only the demo passes rebuild_outdated: its demo_ tables hold nothing but the
+    bundled corpus, so rebuilding them loses nothing. Anyone else's tables get the
+    SchemaMissingError that names `onetrip init --recreate`.
+    """
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .connection import connect
     from .embedders import SentenceTransformerEmbedder
     from .ingest import ingest_paths, iter_files
-    from .schema import init_schema
+    from .schema import drop_schema, init_schema, missing_columns
 
     embedder = SentenceTransformerEmbedder()
     layout = _layout(args, 384)
     total = sum(1 for _ in iter_files(paths))
     console = Console(stderr=True)
     with connect(args.dsn) as conn:
+        if rebuild_outdated and missing_columns(conn, layout):
+            console.print(f"{layout.tables['sections']} predates this onetrip; rebuilding the demo tables")
+            drop_schema(conn, layout)
         layout = init_schema(conn, layout)
         with Progress(
             TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("docs"),
@@ -355,7 +365,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from .retrieve import Retriever
 
     corpus = Path(__file__).with_name("demo_corpus")
-    report = _ingest(args, [str(corpus)], False, True)
+    # The demo's tables hold only the bundled corpus, so outdated ones are rebuilt;
+    # with another --prefix they are the user's and get the usual error instead.
+    report = _ingest(args, [str(corpus)], False, True, rebuild_outdated=args.prefix == "demo_")
     console = Console()
     console.print(f"[bold]demo corpus[/]: {report.new} new, {report.changed} changed, "
                   f"{report.unchanged} unchanged, {len(report.failed)} failed documents "
