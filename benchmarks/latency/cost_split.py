@@ -3,7 +3,7 @@
     python -m benchmarks.latency.cost_split --sizes 10000,1000000
 
 The latency benchmark shows B (Retriever.search: hits + parent + +/-1) costs
-0.15-0.35 ms more than A (bare top-K) per call. This splits that difference,
+0.15-0.4 ms more than A (bare top-K) per call. This splits that difference,
 on a direct connection (no proxy: the RTT is the same for both and only hides
 the cost) with hot caches, five steps interleaved query by query:
 
@@ -58,10 +58,8 @@ def raw_fetch(conn: psycopg.Connection, statement: str, params: Callable[[np.nda
 
 
 def retriever_settings(conn: psycopg.Connection, layout: Layout) -> Retriever:
-    """Apply Retriever's per-connection settings to conn (its first search does that)."""
-    r = Retriever(conn, schema=layout.schema, prefix=layout.prefix)
-    r.search(np.full(layout.dim, 0.05, dtype=np.float32), k=1)
-    return r
+    """Apply Retriever's per-connection settings to conn: constructing one on it does exactly that."""
+    return Retriever(conn, schema=layout.schema, prefix=layout.prefix)
 
 
 def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int) -> dict[str, Any]:
