@@ -17,21 +17,18 @@
 --           :neighbors  integer  neighbor window N (sections before and after)
 --           :max_tokens  integer  token budget (context_tokens: header line + content)
 -- Plan      The hits CTE is an Index Scan using sections_embedding_hnsw (Order By
---           embedding <=> ...); every expansion is an index lookup by doc_id
---           (sections_pkey, sections_doc_seq_key, sections_doc_parent_idx);
---           the budget is a short recursive CTE over the candidate rows only.
+--           embedding <=> ...). The passage keys are computed from the hits
+--           (parent_sequence_index, sequence_index +/- offsets); each
+--           distinct passage is then one Index Scan using sections_doc_seq_key.
+--           The budget is a short recursive CTE over the passages' token counts.
 -- Returns   One row per passage within budget, in reading order, with roles
 --           (text[]), best_rank (best hit it serves) and doc_rank.
 -- =============================================================================
 WITH RECURSIVE hits AS MATERIALIZED (
     SELECT s.doc_id,
            s.section_id,
-           s.parent_section_id,
            s.sequence_index,
-           s.heading_level,
-           s.heading_path,
-           s.anchor,
-           s.context_tokens,
+           s.parent_sequence_index,
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
      ORDER BY s.embedding <=> :'query_embedding'::vector
@@ -43,53 +40,66 @@ ranked AS (
       FROM hits h
 ),
 candidates AS (
-    -- every row carries what ordering and the budget need, so no second lookup per passage
-    SELECT r.doc_id, r.section_id, r.sequence_index, r.context_tokens, 'hit' AS role, r.hit_rank, 0 AS priority
+    -- one row per (passage key, hit served, role); priority orders the budget fill;
+    -- role bits: 1 hit, 2 parent, 4 ancestor, 8 neighbor, 16 section, 32 document
+    SELECT r.doc_id, r.sequence_index, r.hit_rank, 0 AS priority, 1 AS role_bit, r.distance
       FROM ranked r
     UNION ALL
-    SELECT p.doc_id, p.section_id, p.sequence_index, p.context_tokens, 'parent', r.hit_rank, 1
+    SELECT r.doc_id, r.parent_sequence_index, r.hit_rank, 1, 2, NULL
       FROM ranked r
-      JOIN sections p
-        ON p.doc_id = r.doc_id
-       AND p.section_id = r.parent_section_id
+     WHERE r.parent_sequence_index IS NOT NULL
     UNION ALL
-    SELECT n.doc_id, n.section_id, n.sequence_index, n.context_tokens, 'neighbor', r.hit_rank, 2
+    SELECT r.doc_id, r.sequence_index + g.step, r.hit_rank, 2, 8, NULL
       FROM ranked r
-      JOIN sections n
-        ON n.doc_id = r.doc_id
-       AND n.sequence_index BETWEEN r.sequence_index - :neighbors
-                                AND r.sequence_index + :neighbors
-       AND n.sequence_index <> r.sequence_index
+     CROSS JOIN generate_series(-50, 50) AS g (step)
+     WHERE g.step <> 0
+       AND abs(g.step) <= :neighbors
 ),
-passages AS (
+passage_keys AS (
     SELECT c.doc_id,
-           c.section_id,
            c.sequence_index,
-           c.context_tokens,
            min(c.priority) AS priority,
            min(c.hit_rank) AS best_rank,
            -- a hit is ranked by its own rank even when it is also a neighbor of a better hit
-           coalesce(min(c.hit_rank) FILTER (WHERE c.role = 'hit'), min(c.hit_rank)) AS pick_rank,
-           array_agg(DISTINCT c.role) AS roles
+           coalesce(min(c.hit_rank) FILTER (WHERE c.priority = 0), min(c.hit_rank)) AS pick_rank,
+           bit_or(c.role_bit) AS role_bits,
+           min(c.distance) AS distance
       FROM candidates c
-     GROUP BY c.doc_id, c.section_id, c.sequence_index, c.context_tokens
+     GROUP BY c.doc_id, c.sequence_index
 ),
-ordered AS (
-    SELECT p.doc_id,
-           p.section_id,
-           p.priority,
-           p.best_rank,
-           p.roles,
-           p.sequence_index,
-           p.context_tokens,
-           min(p.best_rank) OVER (PARTITION BY p.doc_id) AS doc_best,
-           row_number() OVER (ORDER BY p.priority, p.pick_rank, p.doc_id, p.sequence_index) AS pick_order
-      FROM passages p
+passages AS (
+    -- each passage read once, through the caller's filters
+    SELECT s.doc_id,
+           s.section_id,
+           s.sequence_index,
+           s.heading_level,
+           s.heading,
+           s.heading_path,
+           s.anchor,
+           s.content,
+           s.token_count,
+           s.context_tokens,
+           s.revision,
+           k.role_bits,
+           k.best_rank,
+           k.distance,
+           row_number() OVER (ORDER BY k.priority, k.pick_rank, k.doc_id, k.sequence_index) AS pick_order
+      FROM passage_keys k
+      JOIN sections s
+        ON s.doc_id = k.doc_id
+       AND s.sequence_index = k.sequence_index
+),
+documents_ranked AS (
+    -- a document's place in the context: its best hit
+    SELECT r.doc_id,
+           min(r.hit_rank) AS doc_best
+      FROM ranked r
+     GROUP BY r.doc_id
 ),
 costs AS MATERIALIZED (
     -- the passages' token costs as one array in pick order: the fill below steps through it
-    SELECT array_agg(o.context_tokens ORDER BY o.pick_order) AS tokens
-      FROM ordered o
+    SELECT array_agg(p.context_tokens ORDER BY p.pick_order) AS tokens
+      FROM passages p
 ),
 packed (pick_order, used, taken) AS (
     -- greedy fill in priority order: take a section if it fits, else skip it
@@ -103,30 +113,29 @@ packed (pick_order, used, taken) AS (
      CROSS JOIN costs c
      WHERE k.pick_order < cardinality(c.tokens)
 )
-SELECT s.doc_id,
-       s.section_id,
-       s.sequence_index,
-       s.heading_level,
-       s.heading,
-       s.heading_path,
-       s.anchor,
-       s.content,
-       s.token_count,
-       s.context_tokens,
-       s.revision,
-       o.roles,
-       o.best_rank,
-       dense_rank() OVER (ORDER BY o.doc_best, o.doc_id) AS doc_rank,
-       h.distance,
+SELECT p.doc_id,
+       p.section_id,
+       p.sequence_index,
+       p.heading_level,
+       p.heading,
+       p.heading_path,
+       p.anchor,
+       p.content,
+       p.token_count,
+       p.context_tokens,
+       p.revision,
+       array_remove(ARRAY[CASE WHEN p.role_bits & 1 <> 0 THEN 'hit' END,
+                          CASE WHEN p.role_bits & 2 <> 0 THEN 'parent' END,
+                          CASE WHEN p.role_bits & 8 <> 0 THEN 'neighbor' END],
+                    NULL) AS roles,
+       p.best_rank,
+       dense_rank() OVER (ORDER BY d.doc_best) AS doc_rank,
+       p.distance,
        (SELECT count(*) FROM hits) AS hit_count
-  FROM ordered o
+  FROM passages p
   JOIN packed k
-    ON k.pick_order = o.pick_order
+    ON k.pick_order = p.pick_order
    AND k.taken
-  JOIN sections s
-    ON s.doc_id = o.doc_id
-   AND s.section_id = o.section_id
-  LEFT JOIN ranked h
-    ON h.doc_id = o.doc_id
-   AND h.section_id = o.section_id
- ORDER BY o.doc_best, o.doc_id, s.sequence_index
+  JOIN documents_ranked d
+    ON d.doc_id = p.doc_id
+ ORDER BY d.doc_best, p.sequence_index

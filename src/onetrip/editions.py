@@ -18,7 +18,7 @@ DEFAULT_EF_SEARCH = 100
 #: The rendered assemble.sql: the library's default context (see retrieve.Expansion).
 ASSEMBLE_DEFAULT = {
     "parent": True, "ancestors": False, "neighbors": True, "neighbor_scope": "any",
-    "section": False, "document": False, "budget": True, "max_depth": 32,
+    "section": False, "document": False, "budget": True, "max_depth": 32, "max_neighbors": 50,
 }
 
 FULL_EXPANSION = {

@@ -245,6 +245,7 @@ def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters:
         document=expansion.document,
         budget=budget,
         max_depth=MAX_DEPTH,
+        max_neighbors=MAX_NEIGHBORS,
         filters=dict.fromkeys(filters, True),
         mode=mode,
         k_bucket=bucket,
