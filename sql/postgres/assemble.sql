@@ -83,18 +83,13 @@ passages AS (
            k.role_bits,
            k.best_rank,
            k.distance,
+           -- a document's place in the context: its best hit
+           min(k.best_rank) OVER (PARTITION BY k.doc_id) AS doc_best,
            row_number() OVER (ORDER BY k.priority, k.pick_rank, k.doc_id, k.sequence_index) AS pick_order
       FROM passage_keys k
       JOIN sections s
         ON s.doc_id = k.doc_id
        AND s.sequence_index = k.sequence_index
-),
-documents_ranked AS (
-    -- a document's place in the context: its best hit
-    SELECT r.doc_id,
-           min(r.hit_rank) AS doc_best
-      FROM ranked r
-     GROUP BY r.doc_id
 ),
 costs AS MATERIALIZED (
     -- the passages' token costs as one array in pick order: the fill below steps through it
@@ -129,13 +124,11 @@ SELECT p.doc_id,
                           CASE WHEN p.role_bits & 8 <> 0 THEN 'neighbor' END],
                     NULL) AS roles,
        p.best_rank,
-       dense_rank() OVER (ORDER BY d.doc_best) AS doc_rank,
+       dense_rank() OVER (ORDER BY p.doc_best) AS doc_rank,
        p.distance,
        (SELECT count(*) FROM hits) AS hit_count
   FROM passages p
   JOIN packed k
     ON k.pick_order = p.pick_order
    AND k.taken
-  JOIN documents_ranked d
-    ON d.doc_id = p.doc_id
- ORDER BY d.doc_best, p.sequence_index
+ ORDER BY p.doc_best, p.sequence_index
