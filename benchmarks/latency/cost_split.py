@@ -52,7 +52,7 @@ def raw_fetch(conn: psycopg.Connection, statement: str, params: Callable[[np.nda
     """The statement's rows as tuples, nothing mapped: what the server and psycopg cost."""
     def run(q: np.ndarray) -> list[tuple]:
         with conn.cursor() as cur:
-            cur.execute(statement, params(q))
+            cur.execute(statement, params(q), binary=True)  # as Retriever fetches
             return cur.fetchall()
     return run
 

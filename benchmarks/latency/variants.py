@@ -19,7 +19,8 @@ answers can be compared for equality (`diff_hits`). A builds Hits without
 parent/prev/next. Every variant owns its own connection (autocommit, psycopg's
 default ``prepare_threshold`` of 5: each statement text is prepared
 server-side from its 6th execution on, so after warm-up all of them run as
-prepared statements).
+prepared statements). A, C, C2 and D fetch rows in binary format, as
+Retriever does, so no variant pays for text formatting that another skips.
 
 LlamaIndex (variant E) is in ``llamaindex_peer.py``.
 """
@@ -182,7 +183,7 @@ class BareTopK(Variant):
 
     def run(self, vec: np.ndarray) -> list[Hit]:
         with self.conn.cursor() as cur:
-            cur.execute(self.sql, {"q": vec})
+            cur.execute(self.sql, {"q": vec}, binary=True)
             rows = cur.fetchall()
             names = statement_columns(self.sql, cur)
         return bare_hits(names, rows)
@@ -234,7 +235,7 @@ class BareFilteredTopK(Variant):
     def run(self, vec: np.ndarray) -> list[Hit]:
         with self.conn.cursor() as cur:
             cur.execute(self.sql, {"q": vec, "c": list(BENCH_FILTER["collections"]),
-                                   "p": list(BENCH_FILTER["principals"])})
+                                   "p": list(BENCH_FILTER["principals"])}, binary=True)
             rows = cur.fetchall()
             names = statement_columns(self.sql, cur)
         return bare_hits(names, rows)
@@ -278,7 +279,7 @@ class BatchedMultiCall(Variant):
 
     def run(self, vec: np.ndarray) -> list[Hit]:
         conn = self.conn
-        rows = _sorted_topk(conn.execute(self.topk, {"q": vec}).fetchall())
+        rows = _sorted_topk(conn.execute(self.topk, {"q": vec}, binary=True).fetchall())
         p_keys = list(dict.fromkeys((r[0], r[2]) for r in rows if r[2] is not None))
         n_keys = list(dict.fromkeys(
             [(r[0], r[3] - 1) for r in rows if r[3] > 0] + [(r[0], r[3] + 1) for r in rows]
@@ -291,15 +292,15 @@ class BatchedMultiCall(Variant):
             with conn.pipeline():  # both follow-ups and one Sync leave together: one round trip
                 if p_keys:
                     p_cur = conn.cursor()
-                    p_cur.execute(self.parents, p_params)
+                    p_cur.execute(self.parents, p_params, binary=True)
                 if n_keys:
                     n_cur = conn.cursor()
-                    n_cur.execute(self.neighbors, n_params)
+                    n_cur.execute(self.neighbors, n_params, binary=True)
             p_rows = p_cur.fetchall() if p_cur is not None else []
             n_rows = n_cur.fetchall() if n_cur is not None else []
         else:
-            p_rows = conn.execute(self.parents, p_params).fetchall() if p_keys else []
-            n_rows = conn.execute(self.neighbors, n_params).fetchall() if n_keys else []
+            p_rows = conn.execute(self.parents, p_params, binary=True).fetchall() if p_keys else []
+            n_rows = conn.execute(self.neighbors, n_params, binary=True).fetchall() if n_keys else []
         calls += bool(p_keys) + bool(n_keys)
         self._last_calls = calls
         by_sid = {(r[0], r[1]): _rel(r) for r in p_rows}
@@ -332,21 +333,21 @@ class NaiveMultiCall(Variant):
 
     def run(self, vec: np.ndarray) -> list[Hit]:
         conn = self.conn
-        rows = _sorted_topk(conn.execute(self.topk, {"q": vec}).fetchall())
+        rows = _sorted_topk(conn.execute(self.topk, {"q": vec}, binary=True).fetchall())
         calls = 1
         hits = []
         for rank, r in enumerate(rows, 1):
             doc_id, parent_id, seq = r[0], r[2], r[3]
             parent = prev = nxt = None
             if parent_id is not None:  # a root section has no parent: nothing to fetch
-                row = conn.execute(self.parent, (doc_id, parent_id)).fetchone()
+                row = conn.execute(self.parent, (doc_id, parent_id), binary=True).fetchone()
                 calls += 1
                 parent = _rel(row) if row else None
             if seq > 0:  # the first section of a document has no previous one
-                row = conn.execute(self.neighbor, (doc_id, seq - 1)).fetchone()
+                row = conn.execute(self.neighbor, (doc_id, seq - 1), binary=True).fetchone()
                 calls += 1
                 prev = _rel(row) if row else None
-            row = conn.execute(self.neighbor, (doc_id, seq + 1)).fetchone()  # may not exist
+            row = conn.execute(self.neighbor, (doc_id, seq + 1), binary=True).fetchone()  # may not exist
             calls += 1
             nxt = _rel(row) if row else None
             hits.append(Hit(rank, float(r[-1]), _hit_section(r), parent, prev, nxt))

