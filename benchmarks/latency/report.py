@@ -120,7 +120,7 @@ def markdown(doc: dict[str, Any]) -> str:
     lines.append("A, C, C2 and D run with the server's pgvector settings. B, F, G and H run as `Retriever` runs, "
                  "with `hnsw.iterative_scan = relaxed_order` and `hnsw.max_scan_tuples = 20000` set once per "
                  "connection, so filtered searches still return k rows; on an unfiltered query that costs "
-                 "20-36 us per query (benchmarks/latency/cost_split.py, 10k to 1M sections).")
+                 "13-61 us per query (benchmarks/latency/cost_split.py, 10k to 1M sections, two runs).")
     if "E" in doc["variants"] and doc.get("e_queries_per_level") not in (None, doc["queries_per_level"]):
         lines.append(f"E ran on the first {doc['e_queries_per_level']} queries of each level only.")
     lines.append("")
