@@ -118,6 +118,46 @@ def test_rendered_context_costs_exactly_the_budgeted_tokens(db, corpus):
     assert ctx.passages[0].header.startswith("### ")
 
 
+def test_budget_skips_a_section_that_does_not_fit_and_takes_a_later_one(db, corpus):
+    """The fill is greedy, not a prefix: a section that does not fit is skipped and the next one tried.
+
+    Searches the corpus for a hit whose priority list (hit, parent, then neighbors
+    in document order) has a budget where the two differ, and checks the statement
+    returns the greedy set.
+    """
+    r = Retriever(db)
+    rows = db.execute("SELECT doc_id, section_id, sequence_index, parent_section_id, context_tokens "
+                      "FROM sections").fetchall()
+    by_seq = {(d, q): sid for d, sid, q, _, _ in rows}
+    info = {(d, sid): (q, par, c) for d, sid, q, par, c in rows}
+    for doc in corpus:
+        d = doc.record.doc_id
+        for i, sec in enumerate(doc.sections):
+            seq, parent, _ = info[d, sec.section_id]
+            order = [sec.section_id] + ([parent] if parent else [])
+            order += [n for n in (by_seq.get((d, seq - 1)), by_seq.get((d, seq + 1))) if n and n not in order]
+            costs = [info[d, x][2] for x in order]
+            for budget in range(costs[0], sum(costs)):
+                greedy, prefix, used, stopped = set(), set(), 0, False
+                for x, c in zip(order, costs):
+                    if used + c <= budget:
+                        greedy.add(x)
+                        used += c
+                        if not stopped:
+                            prefix.add(x)
+                    else:
+                        stopped = True
+                if greedy == prefix:
+                    continue
+                ctx = r.assemble(doc.embeddings[i], k=1, parent=True, neighbors=1, max_tokens=budget)
+                if [p.section_id for p in ctx.passages if p.is_hit] != [sec.section_id]:
+                    break  # the approximate search ranked another section first; try the next one
+                assert {p.section_id for p in ctx.passages} == greedy, (d, sec.section_id, budget)
+                assert ctx.tokens <= budget
+                return
+    pytest.fail("no hit in the corpus whose budget fill skips a section")
+
+
 def test_document_mode_respects_size_gate(db, corpus):
     r = Retriever(db)
     doc = corpus[0]

@@ -20,7 +20,9 @@
 --           embedding <=> ...). The passage keys are computed from the hits
 --           (parent_sequence_index, sequence_index +/- offsets); each
 --           distinct passage is then one Index Scan using sections_doc_seq_key.
---           The budget is a short recursive CTE over the passages' token counts.
+--           The budget takes the longest prefix that fits (a running sum), then a
+--           short recursive CTE adds each next section that still fits; when
+--           everything fits, the recursion never runs.
 -- Returns   One row per passage within budget, in reading order, with roles
 --           (text[]), best_rank (best hit it serves) and doc_rank.
 -- =============================================================================
@@ -85,28 +87,33 @@ passages AS (
            k.distance,
            -- a document's place in the context: its best hit
            min(k.best_rank) OVER (PARTITION BY k.doc_id) AS doc_best,
-           row_number() OVER (ORDER BY k.priority, k.pick_rank, k.doc_id, k.sequence_index) AS pick_order
+           -- priority order for the budget: hits by rank, then parents/ancestors, then the rest
+           row_number() OVER pick AS pick_order,
+           sum(s.context_tokens) OVER pick AS running
       FROM passage_keys k
       JOIN sections s
         ON s.doc_id = k.doc_id
        AND s.sequence_index = k.sequence_index
+    WINDOW pick AS (ORDER BY k.priority, k.pick_rank, k.doc_id, k.sequence_index)
 ),
-costs AS MATERIALIZED (
-    -- the passages' token costs as one array in pick order: the fill below steps through it
-    SELECT array_agg(p.context_tokens ORDER BY p.pick_order) AS tokens
+packed (pick_order, used) AS (
+    -- greedy fill in priority order, whole sections only: the longest prefix that
+    -- fits, in one step ...
+    SELECT coalesce(max(p.pick_order), 0), coalesce(max(p.running), 0)
       FROM passages p
-),
-packed (pick_order, used, taken) AS (
-    -- greedy fill in priority order: take a section if it fits, else skip it
-    SELECT CAST(0 AS bigint), CAST(0 AS bigint), false
+     WHERE p.running <= :max_tokens
     UNION ALL
-    SELECT k.pick_order + 1,
-           CASE WHEN k.used + c.tokens[k.pick_order + 1] <= :max_tokens
-                THEN k.used + c.tokens[k.pick_order + 1] ELSE k.used END,
-           k.used + c.tokens[k.pick_order + 1] <= :max_tokens
+    -- ... then each next section that still fits; those that do not are skipped
+    SELECT n.pick_order, k.used + n.context_tokens
       FROM packed k
-     CROSS JOIN costs c
-     WHERE k.pick_order < cardinality(c.tokens)
+     CROSS JOIN LATERAL (
+           SELECT p.pick_order, p.context_tokens
+             FROM passages p
+            WHERE p.pick_order > k.pick_order
+              AND p.context_tokens <= :max_tokens - k.used
+            ORDER BY p.pick_order
+            LIMIT 1
+           ) n
 )
 SELECT p.doc_id,
        p.section_id,
@@ -128,7 +135,6 @@ SELECT p.doc_id,
        p.distance,
        (SELECT count(*) FROM hits) AS hit_count
   FROM passages p
-  JOIN packed k
-    ON k.pick_order = p.pick_order
-   AND k.taken
+ WHERE p.running <= :max_tokens  -- the prefix; packed runs only if something did not fit
+    OR p.pick_order IN (SELECT k.pick_order FROM packed k)
  ORDER BY p.doc_best, p.sequence_index
