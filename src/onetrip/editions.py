@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from .retrieve import MAX_DEPTH, MAX_NEIGHBORS
 from .templates import Dialect, Layout, render
 
 #: ef_search pinned by the PostgreSQL function wrapper (pgvector's default is 40).
@@ -18,7 +19,7 @@ DEFAULT_EF_SEARCH = 100
 #: The rendered assemble.sql: the library's default context (see retrieve.Expansion).
 ASSEMBLE_DEFAULT = {
     "parent": True, "ancestors": False, "neighbors": True, "neighbor_scope": "any",
-    "section": False, "document": False, "budget": True, "max_depth": 32, "max_neighbors": 50,
+    "section": False, "document": False, "budget": True, "max_depth": MAX_DEPTH, "max_neighbors": MAX_NEIGHBORS,
 }
 
 FULL_EXPANSION = {
