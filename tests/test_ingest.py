@@ -234,3 +234,42 @@ def test_parent_sequence_index_is_the_parents_sequence_index(db, tmp_path):
     assert db.execute("SELECT parent_sequence_index FROM sections WHERE doc_id = 'deep.md' AND heading = 'C'"
                       ).fetchone()[0] == db.execute(
         "SELECT sequence_index FROM sections WHERE doc_id = 'deep.md' AND heading = 'B'").fetchone()[0]
+
+
+def test_bulk_copy_writes_the_rows_replace_document_writes(db):
+    """The bulk loader (tests, benchmarks) and ingestion must store identical rows, or benchmarks measure
+    a table users never get: e.g. documents.token_count gates the `document` expansion mode."""
+    from onetrip.store import copy_documents
+    from onetrip.synthetic import generate
+
+    docs = list(generate(120, seed=5))
+    a, b = Layout(prefix="viacopy_"), Layout(prefix="viareplace_")
+    for layout in (a, b):
+        init_schema(db, layout)
+    with db.transaction():
+        assert copy_documents(db, a, ((d.record, d.sections, d.embeddings) for d in docs)) == 120
+    for d in docs:
+        replace_document(db, b, d.record, d.sections, d.embeddings)
+
+    def dump(layout: Layout, table: str, skip: tuple[str, ...]) -> list[tuple]:
+        cols = [c for (c,) in db.execute(
+            "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 "
+            "AND NOT attisdropped ORDER BY attnum", (layout.prefix + table,)).fetchall() if c not in skip]
+        return db.execute(f"SELECT {', '.join(cols)} FROM {layout.prefix}{table} ORDER BY 1, 2").fetchall()
+
+    assert dump(a, "documents", ("ingested_at",)) == dump(b, "documents", ("ingested_at",))
+    assert dump(a, "sections", ()) == dump(b, "sections", ())
+    assert db.execute("SELECT min(token_count) FROM viacopy_documents").fetchone()[0] > 0
+
+
+def test_bulk_copy_refuses_a_wrong_dimension_before_writing(db):
+    from onetrip.errors import DimensionMismatchError
+    from onetrip.store import copy_documents
+    from onetrip.synthetic import generate
+
+    init_schema(db)
+    good, bad = list(generate(40, seed=6)), list(generate(20, seed=7, dim=16, doc_prefix="bad"))
+    with pytest.raises(DimensionMismatchError, match="16 dimensions"):
+        with db.transaction():
+            copy_documents(db, Layout(), [(d.record, d.sections, d.embeddings) for d in good + bad])
+    assert db.execute("SELECT count(*) FROM sections").fetchone()[0] == 0

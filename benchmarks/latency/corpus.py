@@ -27,17 +27,11 @@ from psycopg import sql
 
 from onetrip import store
 from onetrip.schema import init_schema
-from onetrip.synthetic import SyntheticDocument, corpus_query_vectors, generate
+from onetrip.synthetic import SyntheticDocument, corpus_query_vectors, generate, hnsw_indexdef
 from onetrip.templates import Layout, render
 
 DEFAULT_DIM = 384
 DEFAULT_MAINTENANCE_WORK_MEM = "1GB"
-
-# Sections rows are written exactly as onetrip.store writes them (its column list,
-# COPY types, row builder and context_tokens); documents rows with the columns
-# store fills, the others take their schema defaults.
-_DOCUMENT_COLUMNS = ("doc_id", "source_uri", "title", "revision", "content_hash", "metadata", "token_count", "section_count")
-_DOCUMENT_TYPES = ["text", "text", "text", "int4", "text", "jsonb", "int4", "int4"]
 
 
 def schema_fingerprint(layout: Layout) -> str:
@@ -219,38 +213,12 @@ def ensure_loaded(
     drop = [t[name] for name in ("sections", "documents", "section_history") if name in t]
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(", ").join(sql.SQL(x) for x in drop)))
     init_schema(conn, layout)
-    hnsw_name = layout.prefix + "sections_embedding_hnsw"
-    indexdef = conn.execute(
-        "SELECT pg_get_indexdef(to_regclass(%s))", (layout.object_name("sections_embedding_hnsw"),)
-    ).fetchone()[0]
-    if indexdef:  # on a partitioned table, rebuild the index on all partitions, not ON ONLY the parent
-        indexdef = indexdef.replace(" ON ONLY ", " ON ")
-    if not indexdef:
-        raise RuntimeError(f"init_schema did not create the HNSW index {hnsw_name}")
-    conn.execute(sql.SQL("DROP INDEX {}").format(sql.Identifier(hnsw_name)))
+    indexdef = hnsw_indexdef(conn, layout)
+    conn.execute(sql.SQL("DROP INDEX {}").format(sql.SQL(layout.qualified("sections_embedding_hnsw"))))
 
     t0 = time.perf_counter()
     with conn.transaction():
-        with conn.cursor() as cur:
-            copy_docs = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-                sql.SQL(t["documents"]), sql.SQL(", ").join(sql.Identifier(c) for c in _DOCUMENT_COLUMNS)
-            )
-            context_tokens = [store.passage_tokens(d.record.doc_id, d.sections) for d in docs]
-            with cur.copy(copy_docs) as copy:
-                copy.set_types(_DOCUMENT_TYPES)
-                for d, ctx in zip(docs, context_tokens):
-                    r = d.record
-                    copy.write_row((
-                        r.doc_id, r.source_uri, r.title, 1, r.content_hash, json.dumps(dict(r.metadata)),
-                        sum(ctx), len(d.sections),
-                    ))
-            copy_sections = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-                sql.SQL(t["sections"]), sql.SQL(", ").join(sql.Identifier(c) for c in store.SECTION_COLUMNS)
-            )
-            with cur.copy(copy_sections) as copy:
-                copy.set_types(store.copy_types(layout))
-                for d, ctx in zip(docs, context_tokens):
-                    store.write_section_rows(copy, layout, d.record, d.sections, d.embeddings, ctx)
+        store.copy_documents(conn, layout, ((d.record, d.sections, d.embeddings) for d in docs))
     copy_s = time.perf_counter() - t0
     log(f"  corpus {layout.prefix}: COPY {copy_s:.1f} s; building HNSW (maintenance_work_mem={maintenance_work_mem})")
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
@@ -179,6 +179,48 @@ def passage_tokens(doc_id: str, sections: Sequence[SectionLike]) -> list[int]:
 
     headers = [passage_header(doc_id, s.anchor, s.heading_path) for s in sections]
     return [h + s.token_count for h, s in zip(count_tokens_batch(headers), sections)]
+
+
+#: The documents columns a load writes (ingested_at takes its default, now()).
+DOCUMENT_COLUMNS = ("doc_id", "source_uri", "title", "revision", "content_hash", "collection", "acl", "metadata",
+                    "token_count", "section_count")
+DOCUMENT_COPY_TYPES = ["text", "text", "text", "int4", "text", "text", "text[]", "jsonb", "int4", "int4"]
+
+
+def copy_documents(conn: psycopg.Connection, layout: Layout,
+                   docs: Iterable[tuple[DocumentRecord, Sequence[SectionLike], Any]]) -> int:
+    """COPY new documents and their sections (revision 1) in the caller's transaction; sections written.
+
+    The bulk path for synthetic corpora (tests, benchmarks): one binary COPY per
+    table instead of `replace_document`'s per-document statements, with the same
+    rows (documents.token_count is the sum of the sections' context_tokens, as
+    there). It neither replaces nor skips: the documents must not exist yet.
+    """
+    docs = [(d, ss, _check_embeddings(ss, e, layout.dim)) for d, ss, e in docs]
+    for d, ss, _ in docs:
+        if not ss:
+            raise ValueError(f"{d.doc_id}: a document needs at least one section")
+        _check_tree(d.doc_id, ss)
+    context_tokens = [passage_tokens(d.doc_id, ss) for d, ss, _ in docs]
+
+    def copy_sql(table: str, columns: Sequence[str]) -> sql.Composed:
+        return sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+            sql.SQL(table), sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+
+    from psycopg.types.json import Jsonb
+
+    with conn.cursor() as cur:
+        with cur.copy(copy_sql(layout.tables["documents"], DOCUMENT_COLUMNS)) as copy:
+            copy.set_types(DOCUMENT_COPY_TYPES)
+            for (d, ss, _), ctx in zip(docs, context_tokens):
+                copy.write_row((d.doc_id, d.source_uri, d.title, 1, d.content_hash, d.collection,
+                                None if d.acl is None else list(d.acl),
+                                Jsonb(json.loads(json.dumps(dict(d.metadata), default=str))), sum(ctx), len(ss)))
+        with cur.copy(copy_sql(layout.tables["sections"], SECTION_COLUMNS)) as copy:
+            copy.set_types(copy_types(layout))
+            for (d, ss, arr), ctx in zip(docs, context_tokens):
+                write_section_rows(copy, layout, d, ss, arr, ctx)
+    return sum(len(ss) for _, ss, _ in docs)
 
 
 def replace_document(

@@ -107,47 +107,40 @@ def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_m
 
     For tests and benchmarks only (no per-document atomicity, no skip-unchanged):
     dropping the index first and building it once is several times faster than
-    maintaining it row by row. Returns seconds spent copying and indexing.
+    maintaining it row by row. The rows are `onetrip.store.copy_documents`'s,
+    the same as ingestion writes. Returns seconds spent copying and indexing.
     """
-    import json
     import time
 
     from psycopg import sql
 
     from .schema import init_schema
-    from .store import SECTION_COLUMNS, copy_types, passage_tokens, write_section_rows
+    from .store import copy_documents
 
     init_schema(conn, layout)
-    t = layout.tables
-    hnsw = layout.names["hnsw_index"]
-    indexdef = conn.execute(
-        "SELECT indexdef FROM pg_indexes WHERE indexname = %s AND tablename = %s "
-        "AND schemaname = coalesce(%s, current_schema())",
-        (hnsw.strip('"'), layout.prefix + "sections", layout.schema)).fetchone()[0]
-    indexdef = indexdef.replace(" ON ONLY ", " ON ")  # a partitioned table's index covers its partitions
+    indexdef = hnsw_indexdef(conn, layout)
     t0 = time.perf_counter()
     with conn.transaction():
-        conn.execute(sql.SQL("DROP INDEX IF EXISTS {}").format(
-            sql.SQL(f"{layout.schema}.{hnsw}" if layout.schema else hnsw)))
-        with conn.cursor() as cur:
-            with cur.copy(sql.SQL(
-                "COPY {} (doc_id, source_uri, title, revision, content_hash, collection, acl, metadata, "
-                "token_count, section_count) FROM STDIN").format(sql.SQL(t["documents"]))) as copy:
-                for d in docs:
-                    r = d.record
-                    copy.write_row((r.doc_id, r.source_uri, r.title, 1, r.content_hash, r.collection,
-                                    None if r.acl is None else list(r.acl), json.dumps(dict(r.metadata)),
-                                    sum(s.token_count for s in d.sections), len(d.sections)))
-            with cur.copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-                    sql.SQL(t["sections"]), sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS))) as copy:
-                copy.set_types(copy_types(layout))
-                for d in docs:
-                    write_section_rows(copy, layout, d.record, d.sections, d.embeddings,
-                                       passage_tokens(d.record.doc_id, d.sections))
+        conn.execute(sql.SQL("DROP INDEX {}").format(sql.SQL(layout.qualified("sections_embedding_hnsw"))))
+        copy_documents(conn, layout, ((d.record, d.sections, d.embeddings) for d in docs))
     copied = time.perf_counter() - t0
     t0 = time.perf_counter()
     with conn.transaction():
         conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem)))
         conn.execute(indexdef)
-    conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(t["sections"])))
+    conn.execute(sql.SQL("ANALYZE {}").format(sql.SQL(layout.tables["sections"])))
     return {"copy_seconds": copied, "index_seconds": time.perf_counter() - t0}
+
+
+def hnsw_indexdef(conn, layout) -> str:
+    """The HNSW index's CREATE INDEX as `init_schema` made it, to rebuild it after a bulk load.
+
+    Read back from the catalog so it cannot drift from schema.sql.j2; on a
+    partitioned table it is rewritten to cover the partitions, not ``ON ONLY``
+    the parent.
+    """
+    name = layout.qualified("sections_embedding_hnsw")
+    row = conn.execute("SELECT pg_get_indexdef(to_regclass(%s))", (name,)).fetchone()
+    if row is None or not row[0]:
+        raise RuntimeError(f"no HNSW index {name}: run init_schema first")
+    return row[0].replace(" ON ONLY ", " ON ")
