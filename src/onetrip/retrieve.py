@@ -300,7 +300,9 @@ def session_settings(ef_search: int | None, iterative_scan: str | None,
     configure hook), never per query, so they cost no round trip on the hot
     path. Iterative index scans (pgvector 0.8) keep filtered searches at K
     results: the HNSW scan goes on past ef_search until K rows pass the filter
-    or max_scan_tuples is reached. Without a filter they change nothing.
+    or max_scan_tuples is reached. Without a filter they return the same rows
+    but cost 15-110 us per query (benchmarks/latency/cost_split.py, 10k-1M
+    sections): pass iterative_scan="off" when no search is ever filtered.
     """
     out: dict[str, str] = {}
     if ef_search is not None:
