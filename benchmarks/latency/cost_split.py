@@ -20,7 +20,8 @@ the cost) with hot caches, five steps interleaved query by query:
 and reports the medians and three differences: iterative scan
 (A_iter - A), expansion in SQL plus the wider result (B_iter - A_iter) and
 client-side mapping (B - B_iter). Each query is first run once, untimed, on a
-separate connection so every step finds its pages in shared_buffers. The
+separate connection with A's and B's statements (the latency benchmark's
+CacheWarmer), so every step finds its pages in shared_buffers. The
 corpora are the latency/scale benchmarks' (synthetic, clustered, 384-d, HNSW
 ef_construction 200), loaded if missing.
 
@@ -28,7 +29,7 @@ ef_construction 200), loaded if missing.
 and through the latency benchmark's delay proxy at +1 ms. The second shows what
 the latency benchmark's B/A is made of, and A_work - A in both shows whether
 the machine inflates server work that follows an idle wait (the same SQL and
-rows; on the 2-core VMs used here it ranged from 0.95x to 1.35x at +1 ms
+rows; on the 2-core VMs used here it ranged from 0.9x to 1.35x at +1 ms
 between runs and corpus sizes). Writes benchmarks/results/cost_split.{json,md}.
 """
 
@@ -49,7 +50,7 @@ import psycopg
 
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
-from benchmarks.latency.variants import BareTopK, OnetripSingle
+from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripSingle
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import Retriever, bind_vector, plan_search, statement_columns
 from onetrip.synthetic import corpus_query_vectors, generate
@@ -86,9 +87,9 @@ def retriever_settings(conn: psycopg.Connection, layout: Layout) -> Retriever:
 def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, *,
             warm_dsn: str | None = None) -> dict[str, Any]:
     """Interleaved timings of every step on connections to ``dsn``; ``warm_dsn`` (default ``dsn``) warms."""
-    conns = [connect(warm_dsn or dsn)] + [connect(dsn) for _ in range(6)]
+    warmer = CacheWarmer(warm_dsn or dsn, layout, k)
+    conns = [warmer.conn] + [connect(dsn) for _ in range(6)]
     try:
-        warm = BareTopK(conns[0], layout, k)
         a = BareTopK(conns[1], layout, k)
         retriever_settings(conns[2], layout)
         a_iter = BareTopK(conns[2], layout, k)
@@ -123,7 +124,7 @@ def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, 
 
         times: dict[str, list[float]] = {s: [] for s in STEPS}
         for i, q in enumerate(queries):
-            warm.run(q)
+            warmer.warm(q)  # A's and B's pages (hits, parents, neighbors) in shared_buffers, as in the latency run
             order = list(STEPS)
             random.shuffle(order)
             for name in order:

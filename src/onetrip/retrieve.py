@@ -301,7 +301,7 @@ def session_settings(ef_search: int | None, iterative_scan: str | None,
     path. Iterative index scans (pgvector 0.8) keep filtered searches at K
     results: the HNSW scan goes on past ef_search until K rows pass the filter
     or max_scan_tuples is reached. Without a filter they return the same rows
-    but cost 15-110 us per query (benchmarks/latency/cost_split.py, 10k-1M
+    but cost up to ~0.1 ms per query (benchmarks/latency/cost_split.py, 10k-1M
     sections): pass iterative_scan="off" when no search is ever filtered.
     """
     out: dict[str, str] = {}
