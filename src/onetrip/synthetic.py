@@ -13,9 +13,11 @@ from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
+import psycopg
 
 from .sections import Section
 from .store import DocumentRecord
+from .templates import Layout
 from .tokens import count_tokens_batch
 
 
@@ -102,7 +104,7 @@ def corpus_query_vectors(docs: list[SyntheticDocument], n: int, *, seed: int = 1
     return _unit(allv[idx] + 0.8 * _unit(rng.standard_normal((n, dim)).astype(np.float32))).astype(np.float32)
 
 
-def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_mem: str = "512MB") -> dict[str, float]:
+def bulk_load(conn: psycopg.Connection, layout: Layout, docs: list[SyntheticDocument], *, maintenance_work_mem: str = "512MB") -> dict[str, float]:
     """Load a synthetic corpus fast: one COPY per table, HNSW built after the load.
 
     For tests and benchmarks only (no per-document atomicity, no skip-unchanged):
@@ -132,7 +134,7 @@ def bulk_load(conn, layout, docs: list[SyntheticDocument], *, maintenance_work_m
     return {"copy_seconds": copied, "index_seconds": time.perf_counter() - t0}
 
 
-def hnsw_indexdef(conn, layout) -> str:
+def hnsw_indexdef(conn: psycopg.Connection, layout: Layout) -> str:
     """The HNSW index's CREATE INDEX as `init_schema` made it, to rebuild it after a bulk load.
 
     Read back from the catalog so it cannot drift from schema.sql.j2; on a
