@@ -16,7 +16,6 @@ gives the same query vectors a previous run used.
 from __future__ import annotations
 
 import json
-import time
 import itertools
 from dataclasses import dataclass
 from typing import Any
@@ -25,9 +24,7 @@ import numpy as np
 import psycopg
 from psycopg import sql
 
-from onetrip import store
-from onetrip.schema import init_schema
-from onetrip.synthetic import SyntheticDocument, corpus_query_vectors, generate, hnsw_indexdef
+from onetrip.synthetic import SyntheticDocument, bulk_load, corpus_query_vectors, generate, hnsw_indexdef
 from onetrip.templates import Layout, render
 
 DEFAULT_DIM = 384
@@ -212,26 +209,11 @@ def ensure_loaded(
     log(f"  corpus {layout.prefix}: loading {n_sections} sections in {len(docs)} documents")
     drop = [t[name] for name in ("sections", "documents", "section_history") if name in t]
     conn.execute(sql.SQL("DROP TABLE IF EXISTS {} CASCADE").format(sql.SQL(", ").join(sql.SQL(x) for x in drop)))
-    init_schema(conn, layout)
+    loaded = bulk_load(conn, layout, docs, maintenance_work_mem=maintenance_work_mem, vacuum=True)
+    copy_s, index_s, analyze_s = loaded["copy_seconds"], loaded["index_seconds"], loaded["analyze_seconds"]
     indexdef = hnsw_indexdef(conn, layout)
-    conn.execute(sql.SQL("DROP INDEX {}").format(sql.SQL(layout.qualified("sections_embedding_hnsw"))))
-
-    t0 = time.perf_counter()
-    with conn.transaction():
-        store.copy_documents(conn, layout, ((d.record, d.sections, d.embeddings) for d in docs))
-    copy_s = time.perf_counter() - t0
-    log(f"  corpus {layout.prefix}: COPY {copy_s:.1f} s; building HNSW (maintenance_work_mem={maintenance_work_mem})")
-
-    t0 = time.perf_counter()
-    with conn.transaction():
-        conn.execute(sql.SQL("SET LOCAL maintenance_work_mem = {}").format(sql.Literal(maintenance_work_mem)))
-        conn.execute(indexdef)
-    index_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(t["sections"])))
-    conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(sql.SQL(t["documents"])))
-    analyze_s = time.perf_counter() - t0
-    log(f"  corpus {layout.prefix}: HNSW build {index_s:.1f} s, VACUUM ANALYZE {analyze_s:.1f} s")
+    log(f"  corpus {layout.prefix}: COPY {copy_s:.1f} s, HNSW build {index_s:.1f} s "
+        f"(maintenance_work_mem={maintenance_work_mem}), VACUUM ANALYZE {analyze_s:.1f} s")
     table_b, index_b = _sizes(conn, layout)
     info = LoadInfo(
         layout.prefix, n_sections, len(docs), False, copy_s, index_s, analyze_s, maintenance_work_mem,

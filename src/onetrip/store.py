@@ -103,6 +103,28 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
 
 
+def _checked(doc_id: str, sections: Sequence[SectionLike], embeddings: Any, dim: int) -> np.ndarray:
+    """Everything a write refuses, checked before it starts; the embeddings as float32."""
+    if not sections:
+        raise ValueError(f"{doc_id}: a document needs at least one section")
+    arr = _check_embeddings(sections, embeddings, dim)
+    _check_tree(doc_id, sections)
+    return arr
+
+
+def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
+    """``COPY table (columns) FROM STDIN`` in binary format (table: a quoted `Layout.tables` name)."""
+    return sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
+        sql.SQL(table), sql.SQL(", ").join(sql.Identifier(c) for c in columns))
+
+
+def _json_object(metadata: Mapping[str, Any]) -> Any:
+    """Metadata as a jsonb object (not a JSON string), values JSON cannot hold as their str()."""
+    from psycopg.types.json import Jsonb
+
+    return Jsonb(json.loads(json.dumps(dict(metadata), default=str)))
+
+
 _TECH_TERM = re.compile(r"(?<![\w.])[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+")
 
 
@@ -143,7 +165,6 @@ def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, conte
     ``parent_sequence_index`` comes from `parent_sequences` over the whole document.
     """
     from pgvector import HalfVector
-    from psycopg.types.json import Jsonb
 
     acl = getattr(s, "acl", doc.acl)
     return (
@@ -151,7 +172,7 @@ def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, conte
         s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, context_tokens,
         revision, doc.collection, None if acl is None else list(acl),
         HalfVector(vec) if vector_type == "halfvec" else Vector(vec),
-        Jsonb(json.loads(json.dumps(dict(s.metadata), default=str))),  # an object, not a JSON string
+        _json_object(s.metadata),
         " ".join(h for h in s.heading_path if h), technical_terms(" ".join(s.heading_path) + "\n" + s.content),
     )
 
@@ -196,27 +217,15 @@ def copy_documents(conn: psycopg.Connection, layout: Layout,
     rows (documents.token_count is the sum of the sections' context_tokens, as
     there). It neither replaces nor skips: the documents must not exist yet.
     """
-    docs = [(d, ss, _check_embeddings(ss, e, layout.dim)) for d, ss, e in docs]
-    for d, ss, _ in docs:
-        if not ss:
-            raise ValueError(f"{d.doc_id}: a document needs at least one section")
-        _check_tree(d.doc_id, ss)
+    docs = [(d, ss, _checked(d.doc_id, ss, e, layout.dim)) for d, ss, e in docs]
     context_tokens = [passage_tokens(d.doc_id, ss) for d, ss, _ in docs]
-
-    def copy_sql(table: str, columns: Sequence[str]) -> sql.Composed:
-        return sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-            sql.SQL(table), sql.SQL(", ").join(sql.Identifier(c) for c in columns))
-
-    from psycopg.types.json import Jsonb
-
     with conn.cursor() as cur:
-        with cur.copy(copy_sql(layout.tables["documents"], DOCUMENT_COLUMNS)) as copy:
+        with cur.copy(_binary_copy(layout.tables["documents"], DOCUMENT_COLUMNS)) as copy:
             copy.set_types(DOCUMENT_COPY_TYPES)
             for (d, ss, _), ctx in zip(docs, context_tokens):
                 copy.write_row((d.doc_id, d.source_uri, d.title, 1, d.content_hash, d.collection,
-                                None if d.acl is None else list(d.acl),
-                                Jsonb(json.loads(json.dumps(dict(d.metadata), default=str))), sum(ctx), len(ss)))
-        with cur.copy(copy_sql(layout.tables["sections"], SECTION_COLUMNS)) as copy:
+                                None if d.acl is None else list(d.acl), _json_object(d.metadata), sum(ctx), len(ss)))
+        with cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
             copy.set_types(copy_types(layout))
             for (d, ss, arr), ctx in zip(docs, context_tokens):
                 write_section_rows(copy, layout, d, ss, arr, ctx)
@@ -241,10 +250,7 @@ def replace_document(
     A section may carry its own ``acl`` attribute; otherwise it gets the
     document's. Everything is validated before the transaction starts.
     """
-    if not sections:
-        raise ValueError(f"{doc.doc_id}: a document needs at least one section")
-    arr = _check_embeddings(sections, embeddings, layout.dim)
-    _check_tree(doc.doc_id, sections)
+    arr = _checked(doc.doc_id, sections, embeddings, layout.dim)
     context_tokens = passage_tokens(doc.doc_id, sections)
     documents = sql.SQL(layout.tables["documents"])
     table = sql.SQL(layout.tables["sections"])
@@ -282,10 +288,7 @@ def replace_document(
              None if doc.acl is None else list(doc.acl), json.dumps(dict(doc.metadata), default=str),
              total_tokens, len(sections)),
         )
-        copy_sql = sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-            table, sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS)
-        )
-        with conn.cursor() as cur, cur.copy(copy_sql) as copy:
+        with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
             copy.set_types(copy_types(layout))
             write_section_rows(copy, layout, doc, sections, arr, context_tokens, revision)
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections))
