@@ -2,7 +2,7 @@
 
 Each file is a template from ``sql/templates`` rendered with a header and the
 edition's bind syntax (psql variables for PostgreSQL, ``:name`` for Oracle).
-`write_editions` writes them; `check_editions` reports stale checked-in files.
+`write_editions` writes them; `stale_files` reports stale checked-in files.
 """
 
 from __future__ import annotations
