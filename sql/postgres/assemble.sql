@@ -23,8 +23,10 @@
 --           The budget takes the longest prefix that fits (a running sum), then a
 --           short recursive CTE adds each next section that still fits; when
 --           everything fits, the recursion never runs.
--- Returns   One row per passage within budget, in reading order, with roles
---           (text[]), best_rank (best hit it serves) and doc_rank.
+-- Returns   One row per passage within budget, in reading order, with
+--           role_bits, the OR of the roles it plays
+--           (1 hit, 2 parent, 4 ancestor, 8 neighbor, 16 section, 32 document),
+--           best_rank (the best hit it serves) and doc_rank.
 -- =============================================================================
 WITH RECURSIVE hits AS MATERIALIZED (
     SELECT s.doc_id,
@@ -126,10 +128,7 @@ SELECT p.doc_id,
        p.token_count,
        p.context_tokens,
        p.revision,
-       array_remove(ARRAY[CASE WHEN p.role_bits & 1 <> 0 THEN 'hit' END,
-                          CASE WHEN p.role_bits & 2 <> 0 THEN 'parent' END,
-                          CASE WHEN p.role_bits & 8 <> 0 THEN 'neighbor' END],
-                    NULL) AS roles,
+       p.role_bits,
        p.best_rank,
        dense_rank() OVER (ORDER BY p.doc_best) AS doc_rank,
        p.distance,

@@ -16,6 +16,19 @@ from dataclasses import dataclass, field
 
 ROLES = ("hit", "parent", "ancestor", "neighbor", "section", "document")
 
+#: Each role's bit in assemble.sql's ``role_bits`` column (the template reads this map).
+#: The statement returns the OR of a passage's roles as one integer, not a text[]:
+#: building, sending and parsing the array cost ~50 us per assembled context at k=10
+#: (benchmarks/latency corpora, direct connection, interleaved).
+ROLE_BITS = {role: 1 << i for i, role in enumerate(ROLES)}
+
+_ROLES_BY_BITS = tuple(tuple(r for r in ROLES if bits & ROLE_BITS[r]) for bits in range(1 << len(ROLES)))
+
+
+def roles_of(role_bits: int) -> tuple[str, ...]:
+    """The role names in a ``role_bits`` value, in `ROLES` order."""
+    return _ROLES_BY_BITS[role_bits]
+
 
 def passage_header(doc_id: str, anchor: str | None, heading_path: Sequence[str]) -> str:
     """The separator line above a passage: heading path and source location."""

@@ -18,7 +18,7 @@ import numpy as np
 import psycopg
 
 from .connection import connect
-from .context import Context, Passage
+from .context import Context, Passage, roles_of
 from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
 from .schema import read_layout
 from .templates import Layout, render
@@ -252,9 +252,8 @@ def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters:
     )
 
 
-_ROLE_ORDER = ("hit", "parent", "ancestor", "neighbor", "section", "document")
 _PASSAGE_COLS = ("doc_id", "section_id", "sequence_index", "heading_level", "heading", "heading_path", "anchor",
-                 "content", "token_count", "context_tokens", "roles", "best_rank", "doc_rank", "distance")
+                 "content", "token_count", "context_tokens", "role_bits", "best_rank", "doc_rank", "distance")
 
 
 @lru_cache(maxsize=64)
@@ -265,10 +264,10 @@ def _passage_mapper(names: tuple[str, ...]) -> Any:
     rev = ix.get("revision")
 
     def to_passage(row: tuple) -> Passage:
-        (doc_id, sid, seq, level, heading, path, anchor, content, tokens, ctx, roles, best, doc_rank,
+        (doc_id, sid, seq, level, heading, path, anchor, content, tokens, ctx, bits, best, doc_rank,
          dist) = get(row)
         return Passage(doc_id, sid, seq, level, heading or "", tuple(path or ()), anchor, content, tokens, ctx,
-                       tuple(r for r in _ROLE_ORDER if r in roles), int(best), int(doc_rank),
+                       roles_of(bits), int(best), int(doc_rank),
                        None if dist is None else float(dist), None if rev is None else row[rev])
 
     return to_passage

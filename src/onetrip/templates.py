@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 import jinja2
 
+from .context import ROLE_BITS
 from .identifiers import quote_ident, validate_identifier, validate_prefix
 
 Dialect = Literal["postgres", "oracle"]
@@ -223,6 +224,7 @@ def render(
         "filters": {key: bool((options.get("filters") or {}).get(key)) for key in FILTER_KEYS},
         "mode": "dense",
         "k_bucket": None,
+        "role_bits": ROLE_BITS,
         "raise": _raise,
     }
     macros = env.get_template("macros.sql.j2").make_module(base)
