@@ -19,6 +19,7 @@ import numpy as np
 import psycopg
 from pgvector import Vector
 from psycopg import sql
+from psycopg.types.json import Jsonb
 
 from .errors import DimensionMismatchError
 from .templates import Layout
@@ -120,8 +121,6 @@ def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
 
 def _json_object(metadata: Mapping[str, Any]) -> Any:
     """Metadata as a jsonb object (not a JSON string), values JSON cannot hold as their str()."""
-    from psycopg.types.json import Jsonb
-
     return Jsonb(json.loads(json.dumps(dict(metadata), default=str)))
 
 
@@ -275,7 +274,7 @@ def replace_document(
                 """
                 INSERT INTO {} AS d (doc_id, source_uri, title, revision, content_hash, collection, acl,
                                      metadata, token_count, section_count, ingested_at)
-                VALUES (%s, %s, %s, %s, %s, %s, %s, %s::jsonb, %s, %s, now())
+                VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, now())
                 ON CONFLICT (doc_id) DO UPDATE
                    SET source_uri = excluded.source_uri, title = excluded.title,
                        revision = excluded.revision, content_hash = excluded.content_hash,
@@ -285,7 +284,7 @@ def replace_document(
                 """
             ).format(documents),
             (doc.doc_id, doc.source_uri, doc.title, revision, doc.content_hash, doc.collection,
-             None if doc.acl is None else list(doc.acl), json.dumps(dict(doc.metadata), default=str),
+             None if doc.acl is None else list(doc.acl), _json_object(doc.metadata),
              total_tokens, len(sections)),
         )
         with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:

@@ -9,14 +9,17 @@ as it does on real embeddings (neighbors are meaningful, recall is not trivial).
 from __future__ import annotations
 
 import hashlib
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
 import numpy as np
 import psycopg
+from psycopg import sql
 
 from .sections import Section
-from .store import DocumentRecord
+from .schema import init_schema
+from .store import DocumentRecord, copy_documents
 from .templates import Layout
 from .tokens import count_tokens_batch
 
@@ -115,13 +118,6 @@ def bulk_load(conn: psycopg.Connection, layout: Layout, docs: list[SyntheticDocu
     ``vacuum`` VACUUM (ANALYZE) of both tables (benchmarks: the visibility map
     is then set, as on a settled table). Returns seconds spent in each step.
     """
-    import time
-
-    from psycopg import sql
-
-    from .schema import init_schema
-    from .store import copy_documents
-
     init_schema(conn, layout)
     indexdef = hnsw_indexdef(conn, layout)
     t0 = time.perf_counter()
