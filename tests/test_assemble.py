@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from onetrip import Retriever, init_schema
 from onetrip.context import render_context
-from onetrip.retrieve import Expansion
+from onetrip.retrieve import CONTEXT_DEFAULT, Expansion, assemble_k
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
@@ -181,3 +181,34 @@ def test_bad_options_are_clear_errors(db, corpus):
         r.search(q, neighbor_scope="parent")  # only with assemble=True
     ctx = r.search(q, k=3, assemble=True, max_tokens=500, ancestors=True)
     assert ctx.tokens <= 500
+
+
+def test_default_k_follows_the_budget(db, corpus, statement_log):
+    """No k: one hit per TOKENS_PER_HIT of budget (10 unbudgeted); an explicit k wins; still one statement."""
+    r = Retriever(db)
+    q = corpus_query_vectors(corpus, 1, seed=31)[0]
+    for budget, hits in ((1000, 4), (2000, 8), (4000, 16), (100, 1), (None, 10)):
+        with statement_log.watch(db) as w:
+            ctx = r.assemble(q, max_tokens=budget)
+        assert len(w.statements) == 1
+        assert ctx.hits == hits == assemble_k(None, budget), budget
+        assert ctx.hits == r.assemble(q, k=hits, max_tokens=budget).hits
+    assert r.assemble(q, k=3, max_tokens=4000).hits == 3
+    with pytest.raises(ValueError, match="k must be"):
+        r.assemble(q, k=0)
+
+
+def test_default_expansion_is_context_default_and_keywords_mean_an_expansion(db, corpus):
+    """No expansion option: CONTEXT_DEFAULT (parent + section subtree); any keyword: Expansion(**keywords)."""
+    r = Retriever(db)
+    assert CONTEXT_DEFAULT == Expansion(parent=True, neighbors=0, section=True)
+    seen_section = False
+    for q in corpus_query_vectors(corpus, 6, seed=32):
+        default = r.assemble(q, k=5, max_tokens=None)
+        assert _key(default) == _key(r.assemble(q, k=5, max_tokens=None, expand=CONTEXT_DEFAULT))
+        assert not any("neighbor" in p.roles for p in default.passages)
+        seen_section |= any("section" in p.roles for p in default.passages)
+        for kw in ({"neighbors": 2}, {"ancestors": True}, {"parent": False}):
+            assert _key(r.assemble(q, k=5, max_tokens=None, **kw)) == \
+                _key(r.assemble(q, k=5, max_tokens=None, expand=Expansion(**kw)))
+    assert seen_section, "the corpus gave the section subtree nothing to add: the test proves nothing"

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from onetrip import Retriever
+
 DEMO = Path(__file__).resolve().parents[1] / "src" / "onetrip" / "demo_corpus"
 
 
@@ -49,6 +51,16 @@ def test_init_ingest_search_json(dsn, tmp_path):
     assert 0 < ctx["tokens"] <= 300 and ctx["text"].startswith("### ")
     ids = [(p["doc_id"], p["section_id"]) for p in ctx["passages"]]
     assert len(ids) == len(set(ids)) and any("hit" in p["roles"] for p in ctx["passages"])
+    # no -k, no expansion flag: the library's defaults (k from the budget, CONTEXT_DEFAULT); a flag
+    # means Expansion(flag), as in the Python API
+    with Retriever(dsn) as api:
+        for flags, options in (((), {}), (("--no-section",), {"section": False})):
+            got = json.loads(onetrip("search", "Is tennis elbow covered?", "--assemble", "--max-tokens", "1000",
+                                     *flags, "--json", dsn=dsn).stdout)
+            want = api.assemble("Is tennis elbow covered?", max_tokens=1000, **options)
+            assert got["hits"] == want.hits == 4
+            assert [(p["doc_id"], p["section_id"], p["roles"]) for p in got["passages"]] == \
+                [(p.doc_id, p.section_id, list(p.roles)) for p in want.passages]
 
     none = json.loads(onetrip("search", "tennis", "--collection", "elsewhere", "--json", dsn=dsn).stdout)
     assert none == []

@@ -32,6 +32,7 @@ from onetrip.cli import context_to_json  # noqa: E402
 from onetrip.http_service import ServiceConfig, create_app, hit_json  # noqa: E402
 from onetrip.ingest import ingest_paths  # noqa: E402
 from onetrip.templates import Layout  # noqa: E402
+from onetrip.retrieve import context_expansion  # noqa: E402
 
 from .embedders import HashEmbedder  # noqa: E402
 
@@ -151,13 +152,15 @@ def python_api(db: psycopg.Connection, body: dict[str, Any], principals: tuple[s
     mode = body.get("mode", "dense")
     q = body.get("embedding", body.get("query"))
     text = body.get("query") if "embedding" in body and mode == "hybrid" else None
-    exp = Expansion(**body.get("expand", {}))
+    exp = context_expansion(**body.get("expand", {}))  # the context's; hits start from Expansion()
     flt = Filters(principals=principals, **body.get("filters", {}))
-    k = body.get("k", 5)
+    k = body.get("k")  # absent: 5 hits; the context takes one hit per 250 tokens of budget
+    hit_exp = Expansion(**body.get("expand", {}))
     out: dict[str, Any] = {}
     if body.get("hits", True):
-        out["hits"] = [hit_json(h) for h in r.search(q, k, parent=exp.parent, neighbors=exp.neighbors > 0,
-                                                       filters=flt, mode=mode, text=text)]
+        out["hits"] = [hit_json(h) for h in r.search(q, 5 if k is None else k, parent=hit_exp.parent,
+                                                       neighbors=hit_exp.neighbors > 0, filters=flt, mode=mode,
+                                                       text=text)]
     if body.get("context", True):
         out["context"] = context_to_json(r.assemble(q, k, expand=exp, max_tokens=body.get("max_tokens", 2000),
                                                     filters=flt, mode=mode, text=text))

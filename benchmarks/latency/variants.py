@@ -35,7 +35,7 @@ import psycopg
 from pgvector import Vector
 
 from onetrip.connection import connect
-from onetrip.retrieve import Hit, Retriever, SectionRecord, bare_hits, statement_columns
+from onetrip.retrieve import Expansion, Hit, Retriever, SectionRecord, bare_hits, statement_columns
 from onetrip.templates import Layout
 
 HIT_COLS = (
@@ -209,12 +209,17 @@ class OnetripSingle(Variant):
 
 
 class OnetripAssembled(OnetripSingle):
-    """F: the assembled context (issue: within 1.15x of bare top-K at 1 ms RTT, k=10)."""
+    """F: the assembled context, parent + +/-1 neighbors (issue: within 1.15x of bare top-K at 1 ms RTT, k=10).
+
+    The expansion is named, not left to the library's default (CONTEXT_DEFAULT, the
+    parent and the section subtree), so F measures the same statement across versions.
+    """
 
     name = "F"
+    EXPANSION = Expansion(parent=True, neighbors=1)
 
     def run(self, vec: np.ndarray) -> Any:
-        return self.retriever.assemble(vec, k=self.k, max_tokens=2000)
+        return self.retriever.assemble(vec, k=self.k, max_tokens=2000, expand=self.EXPANSION)
 
     def hits(self, result: Any) -> list[Hit]:
         return []

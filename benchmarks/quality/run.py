@@ -53,10 +53,11 @@ from benchmarks.quality.metrics import (
     quotes_found,
     section_recall,
 )
+from onetrip.retrieve import CONTEXT_DEFAULT, TOKENS_PER_HIT, assemble_k
 
 BUDGETS = (1000, 2000, 4000)
 KS = (3, 4, 5, 8, 10, 16, 20, 30, 50)
-K_PER_TOKENS = 250  # the "k scales with the budget" rule: k = budget / 250 (4, 8, 16)
+K_PER_TOKENS = TOKENS_PER_HIT  # the library's "k scales with the budget" rule: k = budget / 250 (4, 8, 16)
 BASELINE_K = 200
 TUNE_BUDGET = 2000
 
@@ -515,7 +516,14 @@ class Selector:
 
 
 def rule_k(budget: int) -> int:
-    return max(1, budget // K_PER_TOKENS)
+    """The k `Retriever.assemble` uses for this budget when no k is given."""
+    return assemble_k(None, budget)
+
+
+def shipped_mode(modes: Sequence[Mode]) -> Mode | None:
+    """The library mode whose expansion is what `Retriever.assemble` uses by default (CONTEXT_DEFAULT)."""
+    return next((m for m in modes if m.family == "onetrip" and not m.document_budget
+                 and m.expansion(TUNE_BUDGET) == CONTEXT_DEFAULT), None)
 
 
 def f3(x: float | None, pct: bool = False) -> str:
@@ -551,8 +559,13 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
     L.append("| configuration | " + " | ".join(f"{b:,} tokens" for b in budgets) + " |")
     L.append("|---|" + "---|" * len(budgets))
     head_rows = [(m.label, [(m.name, m.ks[0], b) for b in budgets]) for m in modes if m.family == "baseline"]
+    shipped = shipped_mode(modes)
+    if shipped is not None and all((shipped.name, rule_k(b), b) in agg for b in budgets):
+        head_rows.append((f"library default as shipped: {shipped.label}, k = budget/{K_PER_TOKENS} "
+                          f"(k={'/'.join(str(rule_k(b)) for b in budgets)})",
+                          [(shipped.name, rule_k(b), b) for b in budgets]))
     if ("default", 10, TUNE_BUDGET) in agg:
-        head_rows.append(("library default as shipped: parent + ±1 neighbors, k=10",
+        head_rows.append(("earlier default (to 2026-12-01): parent + ±1 neighbors, k=10",
                           [("default", 10, b) for b in budgets]))
     head_rows.append((f"tuned: {label[tuned['mode']]}, k={tuned['k']}",
                       [(tuned["mode"], tuned["k"], b) for b in budgets]))
@@ -889,7 +902,7 @@ def main(argv: list[str] | None = None) -> int:
             f"{rec['wins']} better, {rec['ties']} same, {rec['losses']} worse.")
     d10 = agg.get(("default", 10, TUNE_BUDGET))
     if d10:
-        tuned_summary.append(f"The current default (parent + ±1 neighbors, k=10) scores {f3(d10['coverage'], True)} "
+        tuned_summary.append(f"The earlier default (parent + ±1 neighbors, k=10) scores {f3(d10['coverage'], True)} "
                              f"at {TUNE_BUDGET:,} tokens.")
     for b in budgets:
         bb = agg[(*sel.best(b, ["onetrip"]), b)]

@@ -2,7 +2,7 @@
 -- onetrip: assemble.sql (PostgreSQL edition)
 -- -----------------------------------------------------------------------------
 -- Purpose   Context assembly in ONE statement: the top-K hits, expanded by
---           parent, neighbors (+/-N, any scope),
+--           parent, section subtree,
 --           deduplicated (each section once, with all its roles), cut to a
 --           token budget by priority (hits, then parents/ancestors, then
 --           neighbors and the rest; whole sections only, a section that does not
@@ -14,11 +14,11 @@
 --           of this query yet.
 -- Params    :'query_embedding'::vector  vector(384)  the query embedding
 --           :k  integer  number of hits
---           :neighbors  integer  neighbor window N (sections before and after)
 --           :max_tokens  integer  token budget (context_tokens: header line + content)
 -- Plan      The hits CTE is an Index Scan using sections_embedding_hnsw (Order By
 --           embedding <=> ...). The passage keys are computed from the hits
---           (parent_sequence_index, sequence_index +/- offsets); each
+--           (parent_sequence_index, sequence_index +/- offsets) or by following
+--           parent links (sections_pkey, sections_doc_parent_idx); each
 --           distinct passage is then one Index Scan using sections_doc_seq_key.
 --           The budget takes the longest prefix that fits (a running sum), then a
 --           short recursive CTE adds each next section that still fits; when
@@ -32,6 +32,9 @@ WITH RECURSIVE hits AS MATERIALIZED (
     SELECT s.doc_id,
            s.section_id,
            s.sequence_index,
+           s.heading_level,
+           s.heading_path,
+           s.anchor,
            s.parent_sequence_index,
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
@@ -43,6 +46,25 @@ ranked AS (
            row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank
       FROM hits h
 ),
+subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
+    -- the hit with the other parts of its section (split parts share anchor and parent) ...
+    SELECT x.doc_id, x.section_id, x.sequence_index, r.hit_rank, 0
+      FROM ranked r
+      JOIN sections x
+        ON x.doc_id = r.doc_id
+       AND (x.section_id = r.section_id
+            OR (x.anchor = r.anchor
+                AND x.heading_level = r.heading_level
+                AND x.heading_path = r.heading_path))
+    UNION ALL
+    -- ... and everything below it
+    SELECT c.doc_id, c.section_id, c.sequence_index, t.hit_rank, t.depth + 1
+      FROM subtree t
+      JOIN sections c
+        ON c.doc_id = t.doc_id
+       AND c.parent_section_id = t.section_id
+     WHERE t.depth < 32
+),
 candidates AS (
     -- one row per (passage key, hit served, role); priority orders the budget fill;
     -- role bits: 1 hit, 2 parent, 4 ancestor, 8 neighbor, 16 section, 32 document
@@ -53,11 +75,8 @@ candidates AS (
       FROM ranked r
      WHERE r.parent_sequence_index IS NOT NULL
     UNION ALL
-    SELECT r.doc_id, r.sequence_index + g.step, r.hit_rank, 2, 8, NULL
-      FROM ranked r
-     CROSS JOIN generate_series(-50, 50) AS g (step)
-     WHERE g.step <> 0
-       AND abs(g.step) <= :neighbors
+    SELECT t.doc_id, t.sequence_index, t.hit_rank, 3, 16, NULL
+      FROM subtree t
 ),
 passage_keys AS (
     SELECT c.doc_id,

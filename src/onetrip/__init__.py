@@ -14,7 +14,7 @@ from .errors import (
     ServerRequirementError,
 )
 from .context import Context, Passage, render_context
-from .retrieve import Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord
+from .retrieve import CONTEXT_DEFAULT, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord
 from .schema import init_schema, read_layout
 from .templates import Layout
 
@@ -24,6 +24,7 @@ __all__ = [
     "make_pool",
     "ConnectionFailedError",
     "Context",
+    "CONTEXT_DEFAULT",
     "Expansion",
     "Filters",
     "Passage",

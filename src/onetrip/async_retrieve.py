@@ -124,7 +124,8 @@ class AsyncRetriever:
             return await self.assemble(query, k, **options)
         return await self.run(plan_search(self.layout, query, k, **options))
 
-    async def assemble(self, query: str | Sequence[float] | np.ndarray, k: int = 10, **options: Any) -> Context:
+    async def assemble(self, query: str | Sequence[float] | np.ndarray, k: int | None = None,
+                       **options: Any) -> Context:
         """Same as `Retriever.assemble`."""
         return await self.run(plan_assemble(self.layout, query, k, **options))
 

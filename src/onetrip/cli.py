@@ -58,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="search and print hits with parent and neighbors")
     _common(p)
     p.add_argument("query", help="the question")
-    p.add_argument("-k", type=int, default=5, help="number of hits (default 5)")
+    p.add_argument("-k", type=int, default=None,
+                   help="number of hits (default 5; with --assemble, one per 250 tokens of --max-tokens)")
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
@@ -68,15 +69,20 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--doc-id", action="append", help="only this document (repeatable)")
     g.add_argument("--source-prefix", help="only documents whose source URI starts with this")
     g.add_argument("--metadata", help="only documents whose metadata contains this JSON object")
-    a = p.add_argument_group("assembled context (--assemble)")
+    a = p.add_argument_group(
+        "assembled context (--assemble)",
+        "-k defaults to one hit per 250 tokens of --max-tokens. Expansion: with none of the flags below, the "
+        "parent and the section subtree (onetrip.CONTEXT_DEFAULT); with any, parent + +/-1 neighbors changed by "
+        "the flags given (onetrip.Expansion).")
     a.add_argument("--assemble", action="store_true", help="print one deduplicated, budgeted context")
     a.add_argument("--max-tokens", type=int, default=2000, help="token budget (default 2000)")
-    a.add_argument("--neighbors", type=int, default=1, help="neighbor window N (default 1)")
-    a.add_argument("--neighbor-scope", choices=["any", "parent"], default="any")
+    a.add_argument("--neighbors", type=int, default=None, help="neighbor window N")
+    a.add_argument("--neighbor-scope", choices=["any", "parent"], default=None)
     a.add_argument("--ancestors", action="store_true", help="add the chain of ancestors")
-    a.add_argument("--section", action="store_true", help="add the hit's whole section subtree")
+    a.add_argument("--section", action=argparse.BooleanOptionalAction, default=None,
+                   help="add the hit's whole section subtree")
     a.add_argument("--document", action="store_true", help="add whole documents under --document-max-tokens")
-    a.add_argument("--document-max-tokens", type=int, default=2000)
+    a.add_argument("--document-max-tokens", type=int, default=None, help="document size gate (default 2000)")
 
     p = sub.add_parser("prune", help="delete archived revisions")
     _common(p)
@@ -325,18 +331,22 @@ def cmd_search(args: argparse.Namespace) -> int:
     flt = _filters(args)
     with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
         if args.assemble:
+            # only the options given: none at all means the library's default context
+            given = {"parent": False if args.no_parent else None,
+                     "neighbors": 0 if args.no_neighbors else args.neighbors,
+                     "neighbor_scope": args.neighbor_scope, "ancestors": args.ancestors or None,
+                     "section": args.section, "document": args.document or None,
+                     "document_max_tokens": args.document_max_tokens}
             ctx = r.assemble(args.query, k=args.k, max_tokens=args.max_tokens, filters=flt,
-                             parent=not args.no_parent, neighbors=0 if args.no_neighbors else args.neighbors,
-                             neighbor_scope=args.neighbor_scope, ancestors=args.ancestors, section=args.section,
-                             document=args.document, document_max_tokens=args.document_max_tokens)
+                             **{name: v for name, v in given.items() if v is not None})
             if args.json:
                 print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=False))
             else:
                 print(ctx.render())
                 print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{ctx.max_tokens} tokens", file=sys.stderr)
             return 0
-        hits = r.search(args.query, k=args.k, parent=not args.no_parent, neighbors=not args.no_neighbors,
-                        filters=flt)
+        hits = r.search(args.query, k=5 if args.k is None else args.k, parent=not args.no_parent,
+                        neighbors=not args.no_neighbors, filters=flt)
     if args.json:
         print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
     else:

@@ -64,7 +64,8 @@ from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder
 from .errors import ConnectionFailedError, SchemaMissingError
-from .retrieve import MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODES, NEIGHBOR_SCOPES, Expansion, Filters
+from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODES, NEIGHBOR_SCOPES, Expansion,
+                       Filters, context_expansion)
 
 log = logging.getLogger("onetrip.serve")
 
@@ -160,13 +161,14 @@ class SearchRequest:
 
     query: str | None
     embedding: np.ndarray | None
-    k: int
+    k: int | None  # None: hits use DEFAULT_K, the context one hit per 250 tokens of budget
     mode: str
     expand: Expansion
     filters: Filters
     max_tokens: int
     hits: bool
     context: bool
+    hit_expand: Expansion = Expansion()  # the hits' parent/neighbors
 
 
 def _invalid(field_name: str, message: str, code: str = "invalid_field") -> ApiError:
@@ -274,7 +276,7 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
         raise _invalid("query", "hybrid mode needs the query text (with or without an embedding)", "missing_query")
     if mode == "dense" and query is not None and embedding is not None:
         raise _invalid("embedding", "dense mode takes query or embedding, not both (both are for hybrid)")
-    k = _int(body.get("k", DEFAULT_K), "k", 1, cfg.max_k, "k_out_of_range")
+    k = None if body.get("k") is None else _int(body["k"], "k", 1, cfg.max_k, "k_out_of_range")
     max_tokens = body.get("max_tokens", cfg.default_max_tokens)
     if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cfg.max_tokens_cap:
         raise ApiError(422, "budget_too_large",
@@ -322,8 +324,10 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     if not (want_hits or want_context):
         raise ApiError(422, "nothing_requested", "hits and context are both false: ask for at least one",
                        field="hits")
-    return SearchRequest(query, embedding, k, mode, Expansion(**exp), Filters(principals=principals, **flt),
-                         max_tokens, want_hits, want_context)
+    # expand given: the same Expansion for hits (parent, neighbors) and context; absent: hits carry
+    # parent + previous/next (Expansion()), the context the tuned CONTEXT_DEFAULT
+    return SearchRequest(query, embedding, k, mode, context_expansion(**exp), Filters(principals=principals, **flt),
+                         max_tokens, want_hits, want_context, Expansion(**exp))
 
 
 def hit_json(hit: Any) -> dict[str, Any]:
@@ -420,8 +424,8 @@ class Service:
         out: dict[str, Any] = {}
         try:
             if req.hits:
-                hits = await r.search(query, req.k, parent=req.expand.parent, neighbors=req.expand.neighbors > 0,
-                                      **common)
+                hits = await r.search(query, DEFAULT_K if req.k is None else req.k, parent=req.hit_expand.parent,
+                                      neighbors=req.hit_expand.neighbors > 0, **common)
                 out["hits"] = [hit_json(h) for h in hits]
             if req.context:
                 ctx = await r.assemble(query, req.k, expand=req.expand, max_tokens=req.max_tokens, **common)
@@ -649,7 +653,9 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "query": {"type": "string", "minLength": 1},
             "embedding": {"type": "array", "items": {"type": "number"}, "minItems": 1,
                           "description": "a query embedding of the table's dimension"},
-            "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k, "default": DEFAULT_K},
+            "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k,
+                  "description": f"number of hits; default {DEFAULT_K} for hits and, for the context, "
+                                 "one per 250 tokens of max_tokens"},
             "mode": {"enum": list(MODES), "default": "dense"},
             "expand": _ref("Expand"),
             "filters": _ref("Filters"),

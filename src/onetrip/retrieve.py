@@ -209,6 +209,10 @@ class Expansion:
     ancestors       the whole chain up to the root
     section         the hit's section with all its parts and its subtree
     document        the whole document, only when it has at most ``document_max_tokens``
+
+    The field defaults are the per-hit expansion of `Retriever.search` (parent +
+    previous/next section). `Retriever.assemble` called without any expansion
+    option uses `CONTEXT_DEFAULT` instead.
     """
 
     parent: bool = True
@@ -228,6 +232,30 @@ class Expansion:
             raise ValueError(f"neighbor_scope must be one of {NEIGHBOR_SCOPES}, got {self.neighbor_scope!r}")
         if not isinstance(self.document_max_tokens, int) or self.document_max_tokens < 0:
             raise ValueError(f"document_max_tokens must be a non-negative integer, got {self.document_max_tokens!r}")
+
+
+#: What `Retriever.assemble` adds around each hit unless told otherwise: the parent and the
+#: section subtree (the hit's section, its split parts and everything below it). Tuned on
+#: the evidence-coverage set (benchmarks/results/quality.md): with k = budget/250 it scored
+#: 57.4/71.5/80.1% at 1,000/2,000/4,000 tokens, parent + +/-1 neighbors 54.8/69.2/78.8%.
+#: The budget's priority keeps it cheap: the subtree only fills what hits and parents leave.
+CONTEXT_DEFAULT = Expansion(parent=True, neighbors=0, section=True)
+
+
+def context_expansion(expand: Expansion | None = None, **options: Any) -> Expansion:
+    """An assembled context's expansion: ``expand``, else ``Expansion(**options)``, else CONTEXT_DEFAULT.
+
+    Keywords mean what the same fields of an Expansion mean (``neighbors=2`` is
+    ``Expansion(neighbors=2)``: parent + +/-2); only a call that names no expansion
+    at all gets the tuned default.
+    """
+    if expand is not None and options:
+        raise TypeError("give expansion options either as expand=Expansion(...) or as keywords, not both")
+    if expand is not None:
+        if not isinstance(expand, Expansion):
+            raise TypeError(f"expand must be an Expansion, got {type(expand).__name__}")
+        return expand
+    return Expansion(**options) if options else CONTEXT_DEFAULT
 
 
 @lru_cache(maxsize=256)
@@ -278,6 +306,25 @@ def bare_hits(names: tuple[str, ...], rows: list[tuple]) -> list[Hit]:
     to_record = _record_mapper(names)
     dist = names.index("distance")
     return [Hit(i, None if r[dist] is None else float(r[dist]), to_record(r)) for i, r in enumerate(rows, 1)]
+
+
+#: `assemble` without k: one hit per this many tokens of budget (k=8 at the default 2,000).
+#: A fixed k=10 filled a 1,000-token budget with hits and left no room for their
+#: context, and left a 4,000-token one short of hits: on the tuning set, with the
+#: default expansion, k = budget/250 scored 57.4/71.5/80.1% evidence coverage at
+#: 1,000/2,000/4,000 tokens where k=10 scored 49.7/71.5/76.6% (benchmarks/results/quality.md).
+TOKENS_PER_HIT = 250
+#: `assemble` without k and without a budget.
+ASSEMBLE_K_UNBUDGETED = 10
+
+
+def assemble_k(k: int | None, max_tokens: int | None) -> int:
+    """The number of hits of an assembled context: ``k`` if given, else one per TOKENS_PER_HIT of budget."""
+    if k is not None:
+        return check_k(k)
+    if max_tokens is None:
+        return ASSEMBLE_K_UNBUDGETED
+    return min(MAX_K, max(1, max_tokens // TOKENS_PER_HIT))
 
 
 def check_k(k: object) -> int:
@@ -392,18 +439,16 @@ def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, 
                 options={"parent": bool(parent), "neighbors": bool(neighbors)})
 
 
-def plan_assemble(layout: Layout, query: Any, k: int = 10, *, expand: Expansion | None = None,
+def plan_assemble(layout: Layout, query: Any, k: int | None = None, *, expand: Expansion | None = None,
                   max_tokens: int | None = 2000, filters: Filters | dict[str, Any] | None = None,
                   mode: str = "dense", text: str | None = None, hybrid: HybridOptions | None = None,
                   **expansion: Any) -> Plan:
-    """Validate an assembled-context call and build its one statement."""
-    k = check_k(k)
-    if expand is not None and expansion:
-        raise TypeError("give expansion options either as expand=Expansion(...) or as keywords, not both")
-    exp = expand if expand is not None else Expansion(**expansion)
+    """Validate an assembled-context call and build its one statement (k=None: see `assemble_k`)."""
+    exp = context_expansion(expand, **expansion)
     if max_tokens is not None and (isinstance(max_tokens, bool) or not isinstance(max_tokens, int)
                                    or not 1 <= max_tokens <= MAX_BUDGET):
         raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
+    k = assemble_k(k, max_tokens)
     flt = as_filters(filters)
     params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     params.update(flt.params())
@@ -659,7 +704,7 @@ class Retriever:
         not cacheable (a text query, lexical/hybrid mode, unhashable options such
         as a filters dict); the caller plans as usual.
         """
-        if isinstance(query, str) or type(k) is not int or options.get("mode", "dense") != "dense" \
+        if isinstance(query, str) or (k is not None and type(k) is not int) or options.get("mode", "dense") != "dense" \
                 or "text" in options:
             return None
         try:
@@ -689,12 +734,14 @@ class Retriever:
             return self.assemble(query, k, **options)
         return self.run(plan_search(self.layout, query, k, **options))
 
-    def assemble(self, query: str | Sequence[float] | np.ndarray, k: int = 10, **options: Any) -> Context:
+    def assemble(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, **options: Any) -> Context:
         """A deduplicated, budgeted, document-ordered context for ``query``, in ONE statement.
 
+        k=None: one hit per 250 tokens of ``max_tokens`` (8 at 2,000; 10 without a budget).
         Options: expand=Expansion(...) or its fields as keywords (parent, neighbors,
-        neighbor_scope, ancestors, section, document, document_max_tokens),
-        max_tokens=2000 (None: no budget), filters, mode, text, hybrid.
+        neighbor_scope, ancestors, section, document, document_max_tokens; none given:
+        CONTEXT_DEFAULT, the parent and the section subtree), max_tokens=2000
+        (None: no budget), filters, mode, text, hybrid.
         """
         plan = self._cached_plan("assemble", query, k, options)
         if plan is not None:

@@ -19,8 +19,8 @@ from typing import Any
 
 from ..async_retrieve import AsyncRetriever
 from ..context import Context, Passage, passage_header, render_context
-from ..retrieve import (MODES, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord, as_filters,
-                        check_k)
+from ..retrieve import (CONTEXT_DEFAULT, MODES, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord,
+                        as_filters, check_k)
 
 CONTENTS = ("section", "expanded")
 
@@ -129,7 +129,8 @@ class Query:
     parent and the +/-1 neighbors (``Expansion(parent=..., neighbors=0|1)``);
     wider expansions (ancestors, section, document, neighbors > 1) need
     ``assembled=True``, which returns the deduplicated, ``max_tokens``-budgeted
-    context in reading order instead of one result per hit.
+    context in reading order instead of one result per hit (without ``expand``:
+    `onetrip.retrieve.CONTEXT_DEFAULT`, the parent and the section subtree).
     """
 
     k: int = 5
@@ -182,7 +183,7 @@ class Query:
         if self.hybrid is not None:
             common["hybrid"] = self.hybrid
         if self.assembled:
-            return "assemble", {**common, "expand": self.expand or Expansion(), "max_tokens": self.max_tokens}
+            return "assemble", {**common, "expand": self.expand or CONTEXT_DEFAULT, "max_tokens": self.max_tokens}
         exp = self.expand or Expansion()
         return "search", {**common, "parent": exp.parent, "neighbors": exp.neighbors > 0}
 
