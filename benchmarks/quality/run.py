@@ -902,8 +902,8 @@ def main(argv: list[str] | None = None) -> int:
             f"{rec['wins']} better, {rec['ties']} same, {rec['losses']} worse.")
     d10 = agg.get(("default", 10, TUNE_BUDGET))
     if d10:
-        tuned_summary.append(f"The earlier default (parent + ±1 neighbors, k=10) scores {f3(d10['coverage'], True)} "
-                             f"at {TUNE_BUDGET:,} tokens.")
+        tuned_summary.append(f"The earlier default (parent + ±1 neighbors, k=10) scores "
+                             f"{f3(d10['coverage'], True)} at {TUNE_BUDGET:,} tokens.")
     for b in budgets:
         bb = agg[(*sel.best(b, ["onetrip"]), b)]
         tuned_summary.append(

@@ -626,7 +626,9 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
     }
     expand = {
         "type": "object", "additionalProperties": False,
-        "description": "Hits get parent and prev/next (±1) when parent / neighbors > 0; the context uses all of it.",
+        "description": "Hits get parent and prev/next (±1) when parent / neighbors > 0; the context uses all of it. "
+                       "The defaults below apply once expand is given; without expand the context adds the parent "
+                       "and the section subtree (onetrip.CONTEXT_DEFAULT).",
         "properties": {
             "parent": {"type": "boolean", "default": True},
             "neighbors": {"type": "integer", "minimum": 0, "maximum": MAX_NEIGHBORS, "default": 1},
