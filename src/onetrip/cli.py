@@ -345,8 +345,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                 print(ctx.render())
                 print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{ctx.max_tokens} tokens", file=sys.stderr)
             return 0
-        hits = r.search(args.query, k=5 if args.k is None else args.k, parent=not args.no_parent,
-                        neighbors=not args.no_neighbors, filters=flt)
+        hits = r.search(args.query, **({} if args.k is None else {"k": args.k}),  # none: search's own default
+                        parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt)
     if args.json:
         print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
     else:

@@ -10,20 +10,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .retrieve import CONTEXT_DEFAULT, MAX_DEPTH, MAX_NEIGHBORS
+from .retrieve import CONTEXT_DEFAULT, assemble_template_options
 from .templates import Dialect, Layout, render
 
 #: ef_search pinned by the PostgreSQL function wrapper (pgvector's default is 40).
 DEFAULT_EF_SEARCH = 100
 
-_DEFAULT_EXPANSION = CONTEXT_DEFAULT
 #: The rendered assemble.sql: the library's default context (retrieve.CONTEXT_DEFAULT), with a budget.
-ASSEMBLE_DEFAULT = {
-    "parent": _DEFAULT_EXPANSION.parent, "ancestors": _DEFAULT_EXPANSION.ancestors,
-    "neighbors": _DEFAULT_EXPANSION.neighbors > 0, "neighbor_scope": _DEFAULT_EXPANSION.neighbor_scope,
-    "section": _DEFAULT_EXPANSION.section, "document": _DEFAULT_EXPANSION.document, "budget": True,
-    "max_depth": MAX_DEPTH, "max_neighbors": MAX_NEIGHBORS,
-}
+ASSEMBLE_DEFAULT = assemble_template_options(CONTEXT_DEFAULT, budget=True)
 
 FULL_EXPANSION = {
     "include_parent": True,

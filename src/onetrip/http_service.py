@@ -64,7 +64,7 @@ from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder
 from .errors import ConnectionFailedError, SchemaMissingError
-from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODES, NEIGHBOR_SCOPES, Expansion,
+from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
                        Filters, context_expansion)
 
 log = logging.getLogger("onetrip.serve")
@@ -657,7 +657,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                           "description": "a query embedding of the table's dimension"},
             "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k,
                   "description": f"number of hits; default {DEFAULT_K} for hits and, for the context, "
-                                 "one per 250 tokens of max_tokens"},
+                                 f"one per {TOKENS_PER_HIT} tokens of max_tokens"},
             "mode": {"enum": list(MODES), "default": "dense"},
             "expand": _ref("Expand"),
             "filters": _ref("Filters"),

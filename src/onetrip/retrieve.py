@@ -262,22 +262,15 @@ def context_expansion(expand: Expansion | None = None, **options: Any) -> Expans
 def assemble_sql(layout: Layout, expansion: Expansion, *, budget: bool, filters: tuple[str, ...] = (),
                  mode: str = "dense", bucket: int | None = None) -> str:
     """The one statement `Retriever.assemble` sends for these options (psycopg binds)."""
-    return render(
-        "assemble",
-        layout=layout,
-        parent=expansion.parent,
-        ancestors=expansion.ancestors,
-        neighbors=expansion.neighbors > 0,
-        neighbor_scope=expansion.neighbor_scope,
-        section=expansion.section,
-        document=expansion.document,
-        budget=budget,
-        max_depth=MAX_DEPTH,
-        max_neighbors=MAX_NEIGHBORS,
-        filters=dict.fromkeys(filters, True),
-        mode=mode,
-        k_bucket=bucket,
-    )
+    return render("assemble", layout=layout, **assemble_template_options(expansion, budget=budget),
+                  filters=dict.fromkeys(filters, True), mode=mode, k_bucket=bucket)
+
+
+def assemble_template_options(expansion: Expansion, *, budget: bool) -> dict[str, Any]:
+    """assemble.sql.j2's options for an expansion (also what renders sql/postgres/assemble.sql)."""
+    return {"parent": expansion.parent, "ancestors": expansion.ancestors, "neighbors": expansion.neighbors > 0,
+            "neighbor_scope": expansion.neighbor_scope, "section": expansion.section,
+            "document": expansion.document, "budget": budget, "max_depth": MAX_DEPTH, "max_neighbors": MAX_NEIGHBORS}
 
 
 _PASSAGE_COLS = ("doc_id", "section_id", "sequence_index", "heading_level", "heading", "heading_path", "anchor",
