@@ -11,6 +11,7 @@ from benchmarks.quality.metrics import (
     coverage,
     covered_pairs,
     distribution,
+    load_question_files,
     load_questions,
     normalize_ws,
     paired_record,
@@ -137,6 +138,16 @@ def test_question_records(tmp_path):
     f.write_text('{"question": "no id"}\n')
     with pytest.raises(ValueError, match="q.jsonl:1"):
         load_questions(f)
+
+
+def test_several_question_files_are_one_set_with_unique_ids(tmp_path):
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text(json.dumps({"id": "q1", "question": "?", "evidence": []}) + "\n")
+    b.write_text(json.dumps({"id": "q2", "question": "??", "evidence": []}) + "\n")
+    assert [q.id for q in load_question_files([a, b])] == ["q1", "q2"]
+    b.write_text(json.dumps({"id": "q1", "question": "again", "evidence": []}) + "\n")
+    with pytest.raises(ValueError, match="'q1' already read from"):
+        load_question_files([a, b])
 
 
 def test_small_statistics():

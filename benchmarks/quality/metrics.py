@@ -77,6 +77,19 @@ def load_questions(path: str | Path) -> list[Question]:
     return out
 
 
+def load_question_files(paths: Sequence[str | Path]) -> list[Question]:
+    """Several question files as one set; an id used twice is an error, not a silent overwrite."""
+    out: list[Question] = []
+    seen: dict[str, str] = {}
+    for path in paths:
+        for q in load_questions(path):
+            if q.id in seen:
+                raise ValueError(f"{path}: question id {q.id!r} already read from {seen[q.id]}")
+            seen[q.id] = str(path)
+            out.append(q)
+    return out
+
+
 def quotes_found(quotes: Sequence[str], context_text: str) -> list[bool]:
     """For each quote: is it in the context, both sides whitespace-normalized?"""
     hay = normalize_ws(context_text)

@@ -1,6 +1,6 @@
 """Evidence coverage and section recall of onetrip's context modes vs two baselines, at fixed budgets.
 
-    python -m benchmarks.quality.run --questions FILE --manual DIR [--dsn DSN] [--out DIR]
+    python -m benchmarks.quality.run --questions FILE [FILE ...] --manual DIR [--dsn DSN] [--out DIR]
                                      [--prefix pg15_] [--window-prefix pg15win_]
 
 1. Makes sure the manual is ingested with onetrip into ``{prefix}documents/sections``
@@ -44,7 +44,7 @@ from benchmarks.quality.metrics import (
     Question,
     covered_pairs,
     distribution,
-    load_questions,
+    load_question_files,
     mean,
     median,
     normalize_ws,
@@ -775,7 +775,8 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--questions", required=True, help="JSONL question file (pgdocs_tuning.jsonl format)")
+    ap.add_argument("--questions", required=True, nargs="+", metavar="FILE",
+                    help="JSONL question file(s) (pgdocs_tuning.jsonl format); several are scored as one set")
     ap.add_argument("--manual", default=None, help="folder of the manual's *.html (default: find/download)")
     ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN or the embedded server)")
     ap.add_argument("--out", default="benchmarks/results", help="folder for quality.json and quality.md")
@@ -804,7 +805,7 @@ def main(argv: list[str] | None = None) -> int:
     from onetrip.templates import Layout
 
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
-    questions = load_questions(args.questions)
+    questions = load_question_files(args.questions)
     answerable = {q.id for q in questions if q.answerable}
     none_qs = [q.id for q in questions if not q.answerable]
     manual = find_manual(args.manual)
@@ -1019,7 +1020,7 @@ def main(argv: list[str] | None = None) -> int:
 
     res: dict[str, Any] = {
         "settings": {
-            "questions": str(args.questions), "n_questions": len(questions), "n_answerable": len(answerable),
+            "questions": ", ".join(args.questions), "n_questions": len(questions), "n_answerable": len(answerable),
             "n_none": len(none_qs), "manual": str(manual), "prefix": args.prefix,
             "window_prefix": args.window_prefix, "budgets": budgets,
             "ks": sorted({k for m in modes if m.family == "onetrip" for k in m.ks}), "baseline_k": BASELINE_K,
