@@ -7,11 +7,14 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.pgdoc import DEFAULT_ROOT, HTML_SUBDIR
 from onetrip.parse_html import parse_html
 from onetrip.sections import ContentBlock, HeadingBlock, Section, build_sections, parse_file
 
 DATA = Path(__file__).parent / "data" / "parsing"
-PGDOC = Path("/tmp/pgdoc/usr/share/doc/postgresql-doc-15/html")
+# where benchmarks.pgdoc unpacks the manual (ONETRIP_PGDOC or ~/.cache/onetrip/pgdoc), else the eval README's ./pgdoc
+PGDOC = next((d for d in (DEFAULT_ROOT / HTML_SUBDIR, Path("/tmp/pgdoc") / HTML_SUBDIR) if d.is_dir()),
+             DEFAULT_ROOT / HTML_SUBDIR)
 
 
 def words(text: str) -> int:
