@@ -57,7 +57,6 @@ from onetrip.retrieve import CONTEXT_DEFAULT, TOKENS_PER_HIT, assemble_k
 
 BUDGETS = (1000, 2000, 4000)
 KS = (3, 4, 5, 8, 10, 16, 20, 30, 50)
-K_PER_TOKENS = TOKENS_PER_HIT  # the library's "k scales with the budget" rule: k = budget / 250 (4, 8, 16)
 BASELINE_K = 200
 TUNE_BUDGET = 2000
 
@@ -566,7 +565,7 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
     head_rows = [(m.label, [(m.name, m.ks[0], b) for b in budgets]) for m in modes if m.family == "baseline"]
     shipped = shipped_mode(modes)
     if shipped is not None and all((shipped.name, rule_k(b), b) in agg for b in budgets):
-        head_rows.append((f"library default as shipped: {shipped.label}, k = budget/{K_PER_TOKENS} "
+        head_rows.append((f"library default as shipped: {shipped.label}, k = budget/{TOKENS_PER_HIT} "
                           f"(k={'/'.join(str(rule_k(b)) for b in budgets)})",
                           [(shipped.name, rule_k(b), b) for b in budgets]))
     if ("default", 10, TUNE_BUDGET) in agg:
@@ -575,7 +574,7 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
     head_rows.append((f"tuned: {label[tuned['mode']]}, k={tuned['k']}",
                       [(tuned["mode"], tuned["k"], b) for b in budgets]))
     if all((tuned["mode"], rule_k(b), b) in agg for b in budgets):
-        head_rows.append((f"tuned mode with k = budget/{K_PER_TOKENS} (k={'/'.join(str(rule_k(b)) for b in budgets)})",
+        head_rows.append((f"tuned mode with k = budget/{TOKENS_PER_HIT} (k={'/'.join(str(rule_k(b)) for b in budgets)})",
                           [(tuned["mode"], rule_k(b), b) for b in budgets]))
     for name, keys in head_rows:
         L.append(f"| {name} | " + " | ".join(
@@ -583,7 +582,7 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
             for key in keys) + " |")
     L.append("")
     L.append("## Baselines and modes (each mode at k=10, at its best k for 2,000 tokens, and with k = budget/"
-             f"{K_PER_TOKENS})")
+             f"{TOKENS_PER_HIT})")
     L.append("")
     head = "| mode | k | " + " | ".join(f"cov@{b//1000}k" for b in budgets) + " | " + \
         " | ".join(f"recall@{b//1000}k" for b in budgets) + " | tokens used " + "/".join(
@@ -600,7 +599,7 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
             rec = [f3(agg[(m.name, kr, b)]["recall"], True) for kr, b in zip(rule, budgets)]
             a2 = agg[(m.name, rule_k(TUNE_BUDGET), TUNE_BUDGET)]
             toks = "/".join(f"{agg[(m.name, kr, b)]['tokens_mean']:.0f}" for kr, b in zip(rule, budgets))
-            rows_after = [f"| {m.label} | {'/'.join(map(str, rule))} (budget/{K_PER_TOKENS}) | " + " | ".join(cells)
+            rows_after = [f"| {m.label} | {'/'.join(map(str, rule))} (budget/{TOKENS_PER_HIT}) | " + " | ".join(cells)
                           + " | " + " | ".join(rec) + f" | {toks} | {a2['latency_ms_median']:.1f} |"]
         else:
             rows_after = []
@@ -925,7 +924,7 @@ def main(argv: list[str] | None = None) -> int:
             f"({f3(best_any['coverage'], True)} at {TUNE_BUDGET:,}).")
     if all((tuned["mode"], rule_k(b), b) in agg for b in budgets):
         tuned_summary.append(
-            f"Same mode with k = budget/{K_PER_TOKENS} (" + ", ".join(
+            f"Same mode with k = budget/{TOKENS_PER_HIT} (" + ", ".join(
                 f"k={rule_k(b)} at {b:,}: {f3(cov(tuned['mode'], rule_k(b), b), True)}" for b in budgets) + ").")
     loo = leave_one_out(sel, answerable, TUNE_BUDGET)
     tuned_summary.append(
