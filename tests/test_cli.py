@@ -130,3 +130,17 @@ def test_demo_rebuilds_its_own_outdated_tables_but_not_a_users(dsn):
     assert res.returncode == 1 and "onetrip init --recreate" in res.stderr
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM mine_sections").fetchone() == (0,)
+
+
+def test_search_modes_and_refresh_term_stats(dsn):
+    assert onetrip("init", dsn=dsn).returncode == 0
+    assert onetrip("ingest", str(DEMO), dsn=dsn).returncode == 0
+    res = onetrip("refresh-term-stats", dsn=dsn)
+    assert res.returncode == 0 and res.stdout.startswith("counted "), res.stderr
+    with Retriever(dsn) as api:
+        assert int(res.stdout.split()[1]) == api.conn.execute("SELECT count(*) FROM term_stats").fetchone()[0] > 0
+        for mode in ("lexical", "hybrid"):
+            got = json.loads(onetrip("search", "tennis elbow", "--mode", mode, "-k", "3", "--json", dsn=dsn).stdout)
+            want = api.search("tennis elbow", k=3, mode=mode)
+            assert got and [(h["doc_id"], h["section_id"]) for h in got] == \
+                [(h.section.doc_id, h.section.section_id) for h in want]

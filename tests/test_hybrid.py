@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import subprocess
 from pathlib import Path
 
 import pytest
 
-from onetrip import Filters, HybridOptions, Retriever, init_schema
+from onetrip import Filters, HybridOptions, Retriever, SchemaMissingError, init_schema, refresh_term_stats
 from onetrip.ingest import ingest_paths
 from onetrip.store import technical_terms
 from onetrip.templates import Layout
@@ -158,8 +159,8 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
     out = subprocess.run(
         [str(Path(c.POSTGRES_BIN_PATH) / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
          "-v", "k=3", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
-         "-v", "query_terms={max_connections}", "-v", "candidates=50", "-v", "rrf_k=60",
-         "-v", "dense_weight=1.0", "-v", "lexical_weight=1.0", "-v", "term_weight=1.0",
+         "-v", "query_terms={max_connections}",
+         *[a for name, value in HybridOptions().params(3).items() for a in ("-v", f"{name}={value}")],
          "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
     rows = list(csv.DictReader(io.StringIO(out)))
     api = kb.search(vec, k=3, mode="hybrid", text="max_connections")
@@ -168,3 +169,61 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
     context = {(h.section.doc_id, x.section_id) for h in api for x in (h.parent, h.prev, h.next) if x}
     assert {(r["doc_id"], r["section_id"]) for r in rows[len(hits):]} == context - {
         (h.section.doc_id, h.section.section_id) for h in api}
+
+
+def test_term_stats_count_every_word_of_every_section(kb):
+    """The word weights are the exact section counts (computed here in Python from each tsv)."""
+    from collections import Counter
+
+    counts: Counter[str] = Counter()
+    for (words,) in kb.conn.execute("SELECT tsvector_to_array(tsv) FROM sections"):
+        counts.update(words)
+    total = kb.conn.execute("SELECT count(*) FROM sections").fetchone()[0]
+    rows = kb.conn.execute("SELECT lexeme, sections, share, idf FROM term_stats").fetchall()
+    assert {w: n for w, n, _, _ in rows} == dict(counts)
+    for _, n, share, idf in rows:
+        assert share == pytest.approx(n / total) and idf == pytest.approx(math.log((total + 1) / n))
+
+
+def test_question_style_lexical_query_matches_any_word_weighted_by_rarity(kb):
+    q = "how many slots are kept back for superusers when connections run out"
+    # no section holds every word, so an AND of the words (websearch_to_tsquery) finds nothing
+    assert kb.conn.execute("SELECT count(*) FROM sections WHERE tsv @@ websearch_to_tsquery('english', %s)",
+                           (q,)).fetchone()[0] == 0
+    hits = kb.search(q, k=3, mode="lexical", parent=False, neighbors=False)
+    assert ids(hits)[0] == "connections.md#reserved-slots", ids(hits)
+    assert all("cooking.md" not in i for i in ids(hits))  # shares no word with the question
+
+
+def test_words_in_most_sections_are_skipped_on_a_large_corpus(db, tmp_path):
+    """Above rare_term_sections, a word in more than max_term_share of the sections is not searched."""
+    layout = Layout(prefix="common_")
+    init_schema(db, layout)
+    parts = [f"## Part {i}\n\nEvery widget part number {i} is listed here.{PAD}\n" for i in range(150)]
+    parts[77] = f"## Part 77\n\nEvery widget part number 77 needs a sprocket.{PAD}\n"
+    (tmp_path / "catalog.md").write_text("# Catalog\n\n" + "\n".join(parts))
+    ingest_paths(db, [tmp_path / "catalog.md"], layout=layout, embedder=HashEmbedder())
+    kb = Retriever(db, prefix="common_", embedder=HashEmbedder())
+    n = db.execute("SELECT sections FROM common_term_stats WHERE lexeme = 'widget'").fetchone()[0]
+    assert n > HybridOptions().rare_term_sections
+    assert kb.search("widget", k=3, mode="lexical") == []  # in every part: skipped
+    assert len(kb.search("widget", k=3, mode="lexical", hybrid=HybridOptions(max_term_share=1.0))) == 3
+    assert ids(kb.search("widget sprocket", k=1, mode="lexical")) == ["catalog.md#part-77"]
+
+
+def test_stale_or_missing_word_counts(kb, tmp_path):
+    """Never counted: every word weighs 1 and search still works; ingest recounts; no table: a clear error."""
+    kb.conn.execute("DELETE FROM term_stats")
+    assert ids(kb.search("GENERATED ALWAYS", k=1, mode="lexical")) == ["tables.md#identity-columns"]
+    report = ingest_paths(kb.conn, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert report.unchanged == 3 and kb.conn.execute("SELECT count(*) FROM term_stats").fetchone()[0] > 0
+    (tmp_path / "cooking.md").write_text(DOCS["cooking.md"] + f"\n## Risotto\n\nStir the risotto slowly.{PAD}\n")
+    ingest_paths(kb.conn, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert kb.conn.execute("SELECT sections FROM term_stats WHERE lexeme = 'risotto'").fetchone()[0] == 1
+    kb.conn.execute("DROP TABLE term_stats")
+    for mode in ("lexical", "hybrid"):
+        with pytest.raises(SchemaMissingError, match="onetrip init"):
+            kb.search("risotto", k=1, mode=mode)
+    assert ids(kb.search("risotto", k=1)) and init_schema(kb.conn)  # dense needs no word counts; init adds it
+    assert refresh_term_stats(kb.conn, Layout()) > 0
+    assert ids(kb.search("risotto", k=1, mode="lexical")) == ["cooking.md#risotto"]

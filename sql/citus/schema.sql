@@ -89,6 +89,19 @@ CREATE INDEX IF NOT EXISTS sections_tsv_gin
 CREATE INDEX IF NOT EXISTS sections_terms_gin
     ON sections USING gin (terms);
 
+-- How many sections contain each stemmed word of tsv: lexical search skips the
+-- words found almost everywhere and weights the others by rarity (idf).
+-- Recounted from the sections after every ingest run (onetrip's
+-- store.refresh_term_stats, CLI `onetrip refresh-term-stats`); a word missing
+-- here is searched with weight 1.
+CREATE TABLE IF NOT EXISTS term_stats (
+    lexeme            text NOT NULL,
+    sections          integer NOT NULL,           -- sections whose tsv holds the word
+    share             double precision NOT NULL,  -- sections / all sections
+    idf               double precision NOT NULL,  -- ln((all sections + 1) / sections)
+    CONSTRAINT term_stats_pkey PRIMARY KEY (lexeme)
+);
+
 -- Superseded revisions, kept only when a document is re-ingested with
 -- keep_history (audit); `onetrip prune` empties them. Never searched.
 CREATE TABLE IF NOT EXISTS section_history (
@@ -103,6 +116,9 @@ SELECT create_distributed_table('documents', 'doc_id');
 SELECT create_distributed_table('sections', 'doc_id', colocate_with => 'documents');
 
 SELECT create_distributed_table('section_history', 'doc_id', colocate_with => 'documents');
+
+-- Small and read by every lexical search: a copy on every node.
+SELECT create_reference_table('term_stats');
 
 -- pgvector settings on the workers, where the HNSW scans run (replace the
 -- database name; run once per database):

@@ -2,8 +2,9 @@
 -- onetrip: retrieve_hybrid.sql (PostgreSQL edition)
 -- -----------------------------------------------------------------------------
 -- Purpose   Hybrid retrieval in one round trip: the top-N sections by vector
---           distance (HNSW) and the top-N by full-text rank (GIN, tsv column and
---           exact technical terms), fused by Reciprocal Rank Fusion, then the
+--           distance (HNSW) and the top-N by the summed idf of the query words
+--           they hold (GIN, tsv column; plus exact technical terms), fused by
+--           Reciprocal Rank Fusion, then the
 --           top-K fused hits, each with its parent and previous/next sections.
 --           ONE statement; each section comes back once (see Returns).
 -- Requires  PostgreSQL 13+ (tested on 18), pgvector 0.8+.
@@ -11,18 +12,25 @@
 --           index sections_embedding_hnsw and the unique index sections_doc_seq_key.
 -- Params    :'query_embedding'::vector  vector(384)   the query embedding, e.g. '[0.1, ...]'
 --           :k  integer       number of hits (top-K)
---           :'query_text'  text  the query as typed (websearch syntax)
+--           :'query_text'  text  the query as typed; any of its stemmed words may match
 --           :'query_terms'::text[]  text[]  exact technical terms of the query, lower-case,
 --                      e.g. '{max_connections}' ('{}' if none)
 --           :candidates  integer  candidates per list (N, e.g. 50)
 --           :rrf_k  integer  RRF constant (60)
---           :dense_weight, :lexical_weight, :term_weight  float  weights (1.0)
+--           :dense_weight, :lexical_weight  float  list weights (1.0, 0.3)
+--           :term_weight  float  lexical score of an exact technical term (10.0)
+--           :max_term_share  float  skip words in more than this share of
+--                      the sections (0.03) ...
+--           :rare_term_sections  integer  ... and in more than this many (100)
+--           Word weights come from term_stats: run `onetrip refresh-term-stats`
+--           (or its INSERT ... ts_stat) after loading rows outside onetrip.
 -- Settings  hnsw.ef_search sets the HNSW candidate list (default 40). onetrip's
 --           Python API runs with the same server settings as this file does;
 --           raise it with SET hnsw.ef_search = 100 when k is large.
 -- Plan      dense: Index Scan using sections_embedding_hnsw (Order By embedding <=> ...);
---           lexical: Bitmap Heap Scan over BitmapOr of sections_tsv_gin and
---           sections_terms_gin, then a top-N sort by rank; then index lookups.
+--           lexical: a Nested Loop over the query words, each a Bitmap Heap
+--           Scan on sections_tsv_gin (a word's sections only), plus one on
+--           sections_terms_gin; then a top-N sort by score; then index lookups.
 --           Oracle: hybrid mode is PostgreSQL-only (no Oracle Text edition).
 -- Returns   Each section ONCE. The hits: hit_rank 1..k, ranked by
 --           fused score (then distance) (ties: doc_id, sequence_index), with score.
@@ -47,15 +55,40 @@ WITH dense AS MATERIALIZED (
      ORDER BY s.embedding <=> :'query_embedding'::vector
      LIMIT :candidates
 ),
+query_words AS MATERIALIZED (
+    -- The query's distinct stemmed words, each searched on its own (any word
+    -- may match) and weighted by its rarity. Words found almost everywhere are
+    -- skipped: in more than max_term_share of the sections and in more than
+    -- rare_term_sections of them. A word term_stats does not know gets weight 1.
+    -- query: the word as a one-lexeme tsquery, quoted (no second stemming).
+    SELECT w.lexeme,
+           coalesce(ts.idf, 1.0) AS idf,
+           ('''' || replace(replace(w.lexeme, '\', '\\'), '''', '''''') || '''')::tsquery AS query
+      FROM unnest(tsvector_to_array(to_tsvector('english'::regconfig, :'query_text'))) w (lexeme)
+      LEFT JOIN term_stats ts
+        ON ts.lexeme = w.lexeme
+     WHERE ts.lexeme IS NULL
+        OR ts.sections <= :rare_term_sections
+        OR ts.share <= :max_term_share
+),
 lexical AS MATERIALIZED (
-    SELECT s.doc_id,
-           s.section_id,
-           ts_rank_cd(s.tsv, q.query)
-             + :term_weight * (s.terms && :'query_terms'::text[])::int AS lex_score
-      FROM sections s,
-           websearch_to_tsquery('english'::regconfig, :'query_text') q (query)
-     WHERE (s.tsv @@ q.query OR s.terms && :'query_terms'::text[])
-     ORDER BY lex_score DESC, s.doc_id, s.section_id
+    -- lex_score: the summed idf of the query words a section holds, plus
+    -- term_weight when it holds an exact technical term of the query
+    SELECT m.doc_id,
+           m.section_id,
+           sum(m.weight) AS lex_score
+      FROM (
+            SELECT s.doc_id, s.section_id, w.idf AS weight
+              FROM query_words w
+              JOIN sections s
+                ON s.tsv @@ w.query
+            UNION ALL
+            SELECT s.doc_id, s.section_id, :term_weight
+              FROM sections s
+             WHERE s.terms && :'query_terms'::text[]
+           ) m
+     GROUP BY m.doc_id, m.section_id
+     ORDER BY lex_score DESC, m.doc_id, m.section_id
      LIMIT :candidates
 ),
 fused AS (

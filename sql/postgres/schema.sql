@@ -18,6 +18,7 @@
 --           sections_collection_idx  (collection): tenant filters
 --           section_history  superseded revisions (audit), never searched
 --           sections_tsv_gin, sections_terms_gin  GIN: hybrid (full-text) search
+--           term_stats  sections per stemmed word: lexical search weights
 -- Columns   collection (tenant) and acl (principals allowed to read; NULL =
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the
@@ -89,6 +90,19 @@ CREATE INDEX IF NOT EXISTS sections_tsv_gin
 
 CREATE INDEX IF NOT EXISTS sections_terms_gin
     ON sections USING gin (terms);
+
+-- How many sections contain each stemmed word of tsv: lexical search skips the
+-- words found almost everywhere and weights the others by rarity (idf).
+-- Recounted from the sections after every ingest run (onetrip's
+-- store.refresh_term_stats, CLI `onetrip refresh-term-stats`); a word missing
+-- here is searched with weight 1.
+CREATE TABLE IF NOT EXISTS term_stats (
+    lexeme            text NOT NULL,
+    sections          integer NOT NULL,           -- sections whose tsv holds the word
+    share             double precision NOT NULL,  -- sections / all sections
+    idf               double precision NOT NULL,  -- ln((all sections + 1) / sections)
+    CONSTRAINT term_stats_pkey PRIMARY KEY (lexeme)
+);
 
 -- Superseded revisions, kept only when a document is re-ingested with
 -- keep_history (audit); `onetrip prune` empties them. Never searched.

@@ -16,6 +16,7 @@ from .errors import (
 from .context import Context, Passage, render_context
 from .retrieve import CONTEXT_DEFAULT, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord
 from .schema import init_schema, read_layout
+from .store import refresh_term_stats
 from .templates import Layout
 
 __all__ = [
@@ -46,6 +47,7 @@ __all__ = [
     "connect",
     "init_schema",
     "read_layout",
+    "refresh_term_stats",
     "resolve_dsn",
 ]
 __version__ = "0.1.0"

@@ -24,6 +24,7 @@ from .retrieve import (
     Plan,
     _split_search_kwargs,
     bind_vector,
+    missing_table_error,
     vector_value_error,
     plan_assemble,
     plan_search,
@@ -113,6 +114,8 @@ class AsyncRetriever:
                     await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
                 except psycopg.errors.DataException as e:
                     raise (vector_value_error(e) or e) from None
+                except psycopg.errors.UndefinedTable as e:
+                    raise missing_table_error(e) from None
                 rows = await cur.fetchall()
                 names = statement_columns(plan.statement, cur)
         return result_of(plan, names, rows)

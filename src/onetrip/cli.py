@@ -63,6 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--mode", choices=["dense", "lexical", "hybrid"], default="dense",
+                   help="dense: embedding similarity (default); lexical: the query's words, rare ones weighted "
+                        "most; hybrid: both, fused by reciprocal rank")
     g = p.add_argument_group("filters (applied to hits and to every added section)")
     g.add_argument("--collection", action="append", help="only this collection (repeatable)")
     g.add_argument("--principal", action="append", help="the caller's principal/group (repeatable)")
@@ -83,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="add the hit's whole section subtree")
     a.add_argument("--document", action="store_true", help="add whole documents under --document-max-tokens")
     a.add_argument("--document-max-tokens", type=int, default=None, help="document size gate (default 2000)")
+
+    p = sub.add_parser("refresh-term-stats",
+                       help="recount the words lexical and hybrid search weight by (ingest does this itself)")
+    _common(p)
 
     p = sub.add_parser("prune", help="delete archived revisions")
     _common(p)
@@ -278,6 +285,18 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_refresh_term_stats(args: argparse.Namespace) -> int:
+    from .connection import connect
+    from .schema import read_layout
+    from .store import refresh_term_stats
+
+    with connect(args.dsn) as conn:
+        layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
+        n = refresh_term_stats(conn, layout)
+    print(f"counted {n} distinct words in {layout.tables['sections']}")
+    return 0
+
+
 def cmd_ingest(args: argparse.Namespace) -> int:
     report = _ingest(args, args.paths, args.force, args.json)
     if args.json:
@@ -337,7 +356,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                      "neighbor_scope": args.neighbor_scope, "ancestors": args.ancestors or None,
                      "section": args.section, "document": args.document or None,
                      "document_max_tokens": args.document_max_tokens}
-            ctx = r.assemble(args.query, k=args.k, max_tokens=args.max_tokens, filters=flt,
+            ctx = r.assemble(args.query, k=args.k, max_tokens=args.max_tokens, filters=flt, mode=args.mode,
                              **{name: v for name, v in given.items() if v is not None})
             if args.json:
                 print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=False))
@@ -346,7 +365,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{ctx.max_tokens} tokens", file=sys.stderr)
             return 0
         hits = r.search(args.query, **({} if args.k is None else {"k": args.k}),  # none: search's own default
-                        parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt)
+                        parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt, mode=args.mode)
     if args.json:
         print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
     else:
@@ -431,7 +450,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql": cmd_sql, "demo": cmd_demo,
-            "prune": cmd_prune, "serve": cmd_serve}
+            "prune": cmd_prune, "refresh-term-stats": cmd_refresh_term_stats, "serve": cmd_serve}
 
 
 def main(argv: list[str] | None = None) -> int:

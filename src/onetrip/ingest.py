@@ -21,7 +21,7 @@ import psycopg
 from .embedders import Embedder
 from .errors import InputDocumentError, OnetripError
 from .sections import ParsedDocument, parse_file
-from .store import DocumentRecord, StoreResult, current_hash, replace_document
+from .store import DocumentRecord, StoreResult, current_hash, refresh_term_stats, replace_document, term_stats_empty
 from .templates import Layout
 
 SUFFIXES = {".md", ".markdown", ".html", ".htm", ".txt", ".text", ".rst"}
@@ -106,7 +106,11 @@ def ingest_paths(
     acl: Sequence[str] | None = None,
     keep_history: bool = False,
 ) -> IngestReport:
-    """Ingest files and folders; returns counts of new/changed/unchanged/failed documents."""
+    """Ingest files and folders; returns counts of new/changed/unchanged/failed documents.
+
+    Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
+    when a document was added or changed, or none were counted yet.
+    """
     report = IngestReport()
     if embedder.dim != layout.dim:
         raise OnetripError(
@@ -186,4 +190,8 @@ def ingest_paths(
         if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
             flush()
     flush()
+    if report.new or report.changed or term_stats_empty(conn, layout):
+        t0 = time.perf_counter()
+        refresh_term_stats(conn, layout)
+        report.load_seconds += time.perf_counter() - t0
     return report

@@ -26,7 +26,8 @@ def drop_schema(conn: psycopg.Connection, layout: Layout) -> None:
     """Drop onetrip's tables for this layout, data included (for `onetrip init --recreate`)."""
     t = layout.tables
     with conn.transaction():
-        conn.execute(f"DROP TABLE IF EXISTS {t['section_history']}, {t['sections']}, {t['documents']} CASCADE")
+        conn.execute(f"DROP TABLE IF EXISTS {t['term_stats']}, {t['section_history']}, {t['sections']}, "
+                     f"{t['documents']} CASCADE")
 
 
 def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:

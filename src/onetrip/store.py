@@ -315,3 +315,29 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bo
     q = sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
     with conn.transaction():
         return conn.execute(q, (doc_id,)).rowcount > 0
+
+
+def refresh_term_stats(conn: psycopg.Connection, layout: Layout) -> int:
+    """Recount how many sections contain each stemmed word (lexical search's weights); returns the words counted.
+
+    One transaction: searches keep the previous counts until it commits. The
+    lock makes concurrent refreshes wait for each other instead of colliding on
+    the primary key; readers are not blocked. O(sections): onetrip runs it once
+    per ingest run, not per document, and tolerates counts that are a run old.
+    """
+    stats, sections = layout.tables["term_stats"], layout.tables["sections"]
+    with conn.transaction():
+        conn.execute(f"LOCK TABLE {stats} IN SHARE ROW EXCLUSIVE MODE")
+        conn.execute(f"DELETE FROM {stats}")
+        return conn.execute(
+            f"""INSERT INTO {stats} (lexeme, sections, share, idf)
+                SELECT w.word, w.ndoc, w.ndoc::float8 / n.total, ln((n.total + 1.0) / w.ndoc)
+                  FROM ts_stat(%s) w,
+                       (SELECT count(*) AS total FROM {sections}) n""",
+            (f"SELECT tsv FROM {sections}",),
+        ).rowcount
+
+
+def term_stats_empty(conn: psycopg.Connection, layout: Layout) -> bool:
+    """True when no words are counted yet (a table made or loaded without `refresh_term_stats`)."""
+    return conn.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {layout.tables['term_stats']})").fetchone()[0]

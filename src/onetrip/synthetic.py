@@ -19,7 +19,7 @@ from psycopg import sql
 
 from .sections import Section
 from .schema import init_schema
-from .store import DocumentRecord, copy_documents
+from .store import DocumentRecord, copy_documents, refresh_term_stats
 from .templates import Layout
 from .tokens import count_tokens_batch
 
@@ -116,7 +116,8 @@ def bulk_load(conn: psycopg.Connection, layout: Layout, docs: list[SyntheticDocu
     maintaining it row by row. The rows are `onetrip.store.copy_documents`'s,
     the same as ingestion writes. Ends with ANALYZE of the sections, or with
     ``vacuum`` VACUUM (ANALYZE) of both tables (benchmarks: the visibility map
-    is then set, as on a settled table). Returns seconds spent in each step.
+    is then set, as on a settled table), then the lexical word counts
+    (`refresh_term_stats`). Returns seconds spent in each step.
     """
     init_schema(conn, layout)
     indexdef = hnsw_indexdef(conn, layout)
@@ -133,7 +134,10 @@ def bulk_load(conn: psycopg.Connection, layout: Layout, docs: list[SyntheticDocu
     for table in tables:
         conn.execute(sql.SQL("VACUUM (ANALYZE) {}" if vacuum else "ANALYZE {}").format(
             sql.SQL(layout.tables[table])))
-    return {"copy_seconds": t1 - t0, "index_seconds": t2 - t1, "analyze_seconds": time.perf_counter() - t2}
+    t3 = time.perf_counter()
+    refresh_term_stats(conn, layout)
+    return {"copy_seconds": t1 - t0, "index_seconds": t2 - t1, "analyze_seconds": t3 - t2,
+            "term_stats_seconds": time.perf_counter() - t3}
 
 
 def hnsw_indexdef(conn: psycopg.Connection, layout: Layout) -> str:

@@ -113,6 +113,7 @@ class Layout:
             "collection_index": self.object_name("sections_collection_idx"),
             "tsv_index": self.object_name("sections_tsv_gin"),
             "terms_index": self.object_name("sections_terms_gin"),
+            "term_stats_pk": self.object_name("term_stats_pkey"),
             "section_history_pk": self.object_name("section_history_pkey"),
             "principals_function": self.qualified("current_principals"),
             "sections_policy": self.object_name("sections_acl_read"),
@@ -122,7 +123,7 @@ class Layout:
     @property
     def tables(self) -> dict[str, str]:
         return {"documents": self.table("documents"), "sections": self.table("sections"),
-                "section_history": self.table("section_history")}
+                "section_history": self.table("section_history"), "term_stats": self.table("term_stats")}
 
 
 def _param_renderer(binds: BindStyle, dialect: Dialect, vector_type: str = "vector"):
