@@ -437,6 +437,13 @@ def _query_side(query: Any, k: int, mode: str, text: str | None, hybrid: HybridO
     return params, embed, vector, needs_vector
 
 
+def scan_bucket(mode: str, k: int, params: dict[str, Any]) -> int | None:
+    """The constant LIMIT of the statement's HNSW scan: k's bucket (dense), the candidates' (hybrid), none (lexical)."""
+    if mode == "dense":
+        return k_bucket(k)
+    return k_bucket(params["candidates"]) if mode == "hybrid" else None
+
+
 def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, neighbors: bool = True,
                 filters: Filters | dict[str, Any] | None = None, mode: str = "dense", text: str | None = None,
                 hybrid: HybridOptions | None = None) -> Plan:
@@ -445,7 +452,7 @@ def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, 
     flt = as_filters(filters)
     params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode,
-                              bucket=k_bucket(k) if mode == "dense" else None)
+                              bucket=scan_bucket(mode, k, params))
     return Plan("search", statement, {**params, **flt.params()}, embed, vector, needs,
                 options={"parent": bool(parent), "neighbors": bool(neighbors)})
 
@@ -470,7 +477,7 @@ def plan_assemble(layout: Layout, query: Any, k: int | None = None, *, expand: E
     if max_tokens is not None:
         params["max_tokens"] = max_tokens
     statement = assemble_sql(layout, exp, budget=max_tokens is not None, filters=flt.shape, mode=mode,
-                             bucket=k_bucket(k) if mode == "dense" else None)
+                             bucket=scan_bucket(mode, k, params))
     options = {"k": k, "mode": mode, **{f: getattr(exp, f) for f in exp.__dataclass_fields__}}
     return Plan("assemble", statement, params, embed, vector, needs, max_tokens, options)
 
