@@ -224,6 +224,10 @@ def test_stale_or_missing_word_counts(kb, tmp_path):
     for mode in ("lexical", "hybrid"):
         with pytest.raises(SchemaMissingError, match="onetrip init"):
             kb.search("risotto", k=1, mode=mode)
+    (tmp_path / "new.md").write_text(f"# New\n\nA new page.{PAD}\n")
+    with pytest.raises(SchemaMissingError, match="term_stats.*onetrip init"):
+        ingest_paths(kb.conn, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert kb.conn.execute("SELECT count(*) FROM documents WHERE doc_id = 'new.md'").fetchone()[0] == 0
     assert ids(kb.search("risotto", k=1)) and init_schema(kb.conn)  # dense needs no word counts; init adds it
     assert refresh_term_stats(kb.conn, Layout()) > 0
     assert ids(kb.search("risotto", k=1, mode="lexical")) == ["cooking.md#risotto"]

@@ -20,11 +20,11 @@ import psycopg
 from .connection import connect_async
 from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder
+from .errors import missing_table_error
 from .retrieve import (
     Plan,
     _split_search_kwargs,
     bind_vector,
-    missing_table_error,
     vector_value_error,
     plan_assemble,
     plan_search,

@@ -38,3 +38,13 @@ class InputDocumentError(OnetripError, ValueError):
         super().__init__(f"{path}: {reason}")
         self.path = path
         self.reason = reason
+
+
+def missing_table_error(e: Exception) -> SchemaMissingError:
+    """A missing onetrip table as SchemaMissingError naming the fix (term_stats: added after the first release)."""
+    msg = str(e).splitlines()[0]
+    if "term_stats" in msg:
+        return SchemaMissingError(f"{msg}: lexical and hybrid search read word weights from it, which onetrip "
+                                  "versions before it did not create; run `onetrip init` (adds the table, keeps "
+                                  "your data), then `onetrip refresh-term-stats`")
+    return SchemaMissingError(f"{msg}; run `onetrip init` first")

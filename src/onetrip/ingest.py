@@ -117,6 +117,8 @@ def ingest_paths(
             f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
             f"stores vector({layout.dim})"
         )
+    # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
+    uncounted = term_stats_empty(conn, layout)
     pending: list[_Pending] = []
 
     def flush() -> None:
@@ -190,7 +192,7 @@ def ingest_paths(
         if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
             flush()
     flush()
-    if report.new or report.changed or term_stats_empty(conn, layout):
+    if report.new or report.changed or uncounted:
         t0 = time.perf_counter()
         refresh_term_stats(conn, layout)
         report.load_seconds += time.perf_counter() - t0

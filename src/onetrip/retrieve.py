@@ -20,7 +20,7 @@ import psycopg
 from .connection import connect
 from .context import Context, Passage, roles_of
 from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
-from .errors import SchemaMissingError
+from .errors import missing_table_error
 from .schema import read_layout
 from .templates import Layout, render
 
@@ -598,16 +598,6 @@ def vector_value_error(e: psycopg.errors.DataException) -> ValueError | None:
     if "not allowed in vector" in msg:
         return ValueError(f"query embedding contains NaN or infinity ({msg.splitlines()[0]})")
     return None
-
-
-def missing_table_error(e: psycopg.errors.UndefinedTable) -> SchemaMissingError:
-    """A missing onetrip table as SchemaMissingError naming the fix (term_stats: added after the first release)."""
-    msg = str(e).splitlines()[0]
-    if "term_stats" in msg:
-        return SchemaMissingError(f"{msg}: lexical and hybrid search read word weights from it, which onetrip "
-                                  "versions before it did not create; run `onetrip init` (adds the table, keeps "
-                                  "your data), then `onetrip refresh-term-stats`")
-    return SchemaMissingError(f"{msg}; run `onetrip init` first")
 
 
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:

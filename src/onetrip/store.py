@@ -21,7 +21,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from .errors import DimensionMismatchError
+from .errors import DimensionMismatchError, missing_table_error
 from .templates import Layout
 
 Outcome = Literal["new", "changed", "unchanged"]
@@ -327,7 +327,10 @@ def refresh_term_stats(conn: psycopg.Connection, layout: Layout) -> int:
     """
     stats, sections = layout.tables["term_stats"], layout.tables["sections"]
     with conn.transaction():
-        conn.execute(f"LOCK TABLE {stats} IN SHARE ROW EXCLUSIVE MODE")
+        try:
+            conn.execute(f"LOCK TABLE {stats} IN SHARE ROW EXCLUSIVE MODE")
+        except psycopg.errors.UndefinedTable as e:
+            raise missing_table_error(e) from None
         conn.execute(f"DELETE FROM {stats}")
         return conn.execute(
             f"""INSERT INTO {stats} (lexeme, sections, share, idf)
@@ -340,4 +343,7 @@ def refresh_term_stats(conn: psycopg.Connection, layout: Layout) -> int:
 
 def term_stats_empty(conn: psycopg.Connection, layout: Layout) -> bool:
     """True when no words are counted yet (a table made or loaded without `refresh_term_stats`)."""
-    return conn.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {layout.tables['term_stats']})").fetchone()[0]
+    try:
+        return conn.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {layout.tables['term_stats']})").fetchone()[0]
+    except psycopg.errors.UndefinedTable as e:
+        raise missing_table_error(e) from None
