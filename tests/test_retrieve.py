@@ -269,13 +269,9 @@ def test_prepared_statement_reuses_a_generic_plan_that_uses_hnsw(db):
     stats = db.execute("SELECT left(statement, 30), generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
     ours = [s for s in stats if s[0].startswith("WITH")]
     assert len(ours) == 2 and all(g > 0 for _, g, _ in ours), stats
-    db.execute("SET plan_cache_mode = force_generic_plan")
-    for stmt in (retrieval_sql(r.layout, bucket=10), ):
-        db.execute("PREPARE g AS " + stmt.replace("%(query_embedding)s", "$1").replace("%(k)s", "$2"))
-        lit = "[" + ",".join(f"{x:.6f}" for x in qs[0]) + "]"
-        plan = "\n".join(row[0] for row in db.execute(f"EXPLAIN EXECUTE g('{lit}', 7)"))
-        assert "Index Scan using sections_embedding_hnsw" in plan, plan
-        db.execute("DEALLOCATE g")
+    lit = "[" + ",".join(f"{x:.6f}" for x in qs[0]) + "]"
+    plan = _prepare_generic(db, retrieval_sql(r.layout, bucket=10), {"query_embedding": lit, "k": 7})
+    assert "Index Scan using sections_embedding_hnsw" in plan, plan
 
 
 def test_tables_from_an_older_version_are_named_not_half_migrated(db):
