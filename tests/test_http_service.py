@@ -149,9 +149,9 @@ def assert_error(status: int, data: Any, want_status: int, code: str, *words: st
 def python_api(db: psycopg.Connection, body: dict[str, Any], principals: tuple[str, ...] | None = ()) -> dict:
     """What the Python API returns for the same request (the expected HTTP response)."""
     r = Retriever(db, embedder=HashEmbedder())
-    mode = body.get("mode", "dense")
+    mode = body.get("mode", "auto")  # auto: hybrid when the query text is given
     q = body.get("embedding", body.get("query"))
-    text = body.get("query") if "embedding" in body and mode == "hybrid" else None
+    text = body.get("query") if "embedding" in body and mode in ("hybrid", "auto") else None
     exp = context_expansion(**body.get("expand", {}))  # the context's; hits start from Expansion()
     flt = Filters(principals=principals, **body.get("filters", {}))
     k = body.get("k")  # absent: 5 hits; the context takes one hit per 250 tokens of budget
@@ -178,6 +178,8 @@ REQUESTS = [
      "expand": {"section": True, "document": True, "document_max_tokens": 500}},
     {"query": "salt water", "embedding": HashEmbedder().embed_query("pasta").tolist(), "mode": "hybrid",
      "filters": {"collections": ["default"], "source_prefix": "", "metadata": {}}},
+    {"query": "salt water", "embedding": HashEmbedder().embed_query("pasta").tolist(), "k": 2},  # auto: hybrid
+    {"query": "salt water", "mode": "dense", "k": 2, "context": False},
 ]
 
 
@@ -293,9 +295,10 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
             ({"query": "x", "mode": "fuzzy"}, "invalid_field", ["mode"]),
             ({"query": "   "}, "invalid_field", ["empty"]),
             ({"k": 3}, "missing_query", ["query"]),
-            ({"embedding": [0.0] * 384, "mode": "lexical"}, "missing_query", ["lexical"]),
-            ({"embedding": [0.0] * 384, "mode": "hybrid"}, "missing_query", ["hybrid"]),
-            ({"query": "x", "embedding": [0.0] * 384}, "invalid_field", ["hybrid"]),
+            ({"embedding": [0.1] * 384, "mode": "lexical"}, "missing_query", ["lexical"]),
+            ({"embedding": [0.1] * 384, "mode": "hybrid"}, "missing_query", ["hybrid"]),
+            ({"query": "x", "embedding": [0.1] * 384, "mode": "dense"}, "invalid_field", ["hybrid"]),
+            ({"embedding": [0.0] * 384}, "invalid_field", ["embedding", "all zeros"]),
             ({"query": "x", "expand": {"neighbors": 51}}, "invalid_field", ["expand.neighbors"]),
             ({"query": "x", "expand": {"neighbor_scope": "doc"}}, "invalid_field", ["neighbor_scope"]),
             ({"query": "x", "expand": {"parent": "yes"}}, "invalid_field", ["expand.parent"]),

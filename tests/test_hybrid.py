@@ -94,6 +94,29 @@ def test_hybrid_is_one_statement_with_every_expansion(kb, statement_log):
         assert len(w.statements) == 1, w.statements
 
 
+def test_auto_mode_is_hybrid_for_text_and_dense_for_a_bare_embedding(kb, statement_log):
+    """The default: hybrid whenever the query text is at hand (a text query, or text= with an embedding)."""
+    q = "maximum number of concurrent connections"
+    vec = HashEmbedder().embed_query(q)
+
+    def same(a, b) -> bool:
+        return [(h.rank, ids([h]), h.score) for h in a] == [(h.rank, ids([h]), h.score) for h in b]
+
+    assert same(kb.search(q, k=4), kb.search(q, k=4, mode="hybrid"))
+    assert same(kb.search(vec, k=4, text=q), kb.search(q, k=4, mode="hybrid"))
+    assert all(h.score is not None for h in kb.search(q, k=4))  # the fused score: it ran hybrid
+    assert same(kb.search(vec, k=4), kb.search(vec, k=4, mode="dense"))
+    assert all(h.score is None for h in kb.search(vec, k=4))
+    assert kb.assemble(q).options["mode"] == "hybrid"
+    assert kb.assemble(vec).options["mode"] == "dense"
+    assert kb.assemble(q, mode="dense").options["mode"] == "dense"
+    with pytest.raises(ValueError, match="mode must be one of \\('auto', 'dense'"):
+        kb.search(q, mode="fuzzy")
+    with statement_log.watch(kb.conn) as w:
+        kb.assemble(q)
+    assert len(w.statements) == 1, w.statements
+
+
 def test_rrf_matches_a_python_fusion_of_the_two_lists(kb):
     opts = HybridOptions(candidates=20, rrf_k=60, dense_weight=1.0, lexical_weight=2.0)
     q = "maximum number of concurrent connections for superusers"
@@ -221,13 +244,14 @@ def test_stale_or_missing_word_counts(kb, tmp_path):
     ingest_paths(kb.conn, [tmp_path], layout=Layout(), embedder=HashEmbedder())
     assert kb.conn.execute("SELECT sections FROM term_stats WHERE lexeme = 'risotto'").fetchone()[0] == 1
     kb.conn.execute("DROP TABLE term_stats")
-    for mode in ("lexical", "hybrid"):
+    for mode in ("lexical", "hybrid", "auto"):  # auto: a text query runs hybrid
         with pytest.raises(SchemaMissingError, match="onetrip init"):
             kb.search("risotto", k=1, mode=mode)
     (tmp_path / "new.md").write_text(f"# New\n\nA new page.{PAD}\n")
     with pytest.raises(SchemaMissingError, match="term_stats.*onetrip init"):
         ingest_paths(kb.conn, [tmp_path], layout=Layout(), embedder=HashEmbedder())
     assert kb.conn.execute("SELECT count(*) FROM documents WHERE doc_id = 'new.md'").fetchone()[0] == 0
-    assert ids(kb.search("risotto", k=1)) and init_schema(kb.conn)  # dense needs no word counts; init adds it
+    assert ids(kb.search("risotto", k=1, mode="dense")) and init_schema(kb.conn)  # dense needs no word counts
+    # init adds the table
     assert refresh_term_stats(kb.conn, Layout()) > 0
     assert ids(kb.search("risotto", k=1, mode="lexical")) == ["cooking.md#risotto"]

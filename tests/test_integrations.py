@@ -97,12 +97,12 @@ def _doc_sig(docs):
 
 def test_langchain_invoke_equals_api_and_carries_metadata(corpus, statement_log):
     api = Retriever(corpus, embedder=HashEmbedder())
-    lc = LCRetriever(retriever=api, k=4, content="section")
+    lc = LCRetriever(retriever=api, k=4, content="section", mode="dense")
     for q in QUERIES:
         with statement_log.watch(corpus) as w:
             docs = lc.invoke(q)
         assert len(w.statements) == 1, w.statements
-        hits = api.search(q, k=4)
+        hits = api.search(q, k=4, mode="dense")
         assert [(d.id, d.page_content, d.metadata["distance"]) for d in docs] == \
             [(f"{h.section.doc_id}#{h.section.section_id}", h.section.content, h.distance) for h in hits]
         for d, h in zip(docs, hits):
@@ -167,11 +167,12 @@ def test_langchain_hybrid_score_is_rrf(corpus):
 
 def test_langchain_assembled_context_in_reading_order(corpus, statement_log):
     api = Retriever(corpus, embedder=HashEmbedder())
-    lc = LCRetriever(retriever=api, k=4, assembled=True, max_tokens=400, expand=Expansion(neighbors=2, ancestors=True))
+    lc = LCRetriever(retriever=api, k=4, assembled=True, max_tokens=400, expand=Expansion(neighbors=2, ancestors=True),
+                     mode="dense")
     with statement_log.watch(corpus) as w:
         docs = lc.invoke(VACATION)
     assert len(w.statements) == 1
-    ctx = api.assemble(VACATION, 4, max_tokens=400, neighbors=2, ancestors=True)
+    ctx = api.assemble(VACATION, 4, max_tokens=400, neighbors=2, ancestors=True, mode="dense")
     assert [d.id for d in docs] == [f"{p.doc_id}#{p.section_id}" for p in ctx.passages]
     assert "\n\n".join(d.page_content for d in docs) == ctx.render()
     assert [d.metadata["roles"] for d in docs] == [list(p.roles) for p in ctx.passages]
@@ -182,13 +183,30 @@ def test_langchain_assembled_context_in_reading_order(corpus, statement_log):
     assert [d.page_content for d in plain] == [p.content for p in api.assemble(VACATION, 4).passages]
 
 
+def test_adapters_default_to_hybrid_for_their_text_queries(corpus, statement_log):
+    """mode="auto" (the default): a framework query has its text, so it runs hybrid, scored by the fused score."""
+    api = Retriever(corpus, embedder=HashEmbedder())
+    lc = LCRetriever(retriever=api, k=3, content="section")
+    li = LIRetriever(api, k=3, content="section")
+    for q in QUERIES:
+        want = [(f"{h.section.doc_id}#{h.section.section_id}", h.distance, h.score)
+                for h in api.search(q, k=3, mode="hybrid")]
+        assert all(score is not None for *_, score in want)
+        with statement_log.watch(corpus) as w:
+            docs = lc.invoke(q)
+        assert len(w.statements) == 1, w.statements
+        assert [(d.id, d.metadata["distance"], d.metadata["score"]) for d in docs] == want
+        nodes = li.retrieve(q)
+        assert [(n.node.node_id, n.score) for n in nodes] == [(i, score) for i, _, score in want]
+
+
 def test_langchain_ainvoke_uses_async_retriever_one_statement(corpus, dsn, statement_log):
     api = Retriever(corpus, embedder=HashEmbedder())
-    want = [api.search(q, k=3) for q in QUERIES]
+    want = [api.search(q, k=3, mode="dense") for q in QUERIES]
 
     async def main():
         ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
-        lc = LCRetriever(async_retriever=ar, k=3, content="section")
+        lc = LCRetriever(async_retriever=ar, k=3, content="section", mode="dense")
         got, counts = [], []
         for q in QUERIES:
             with statement_log.watch(ar.conn) as w:
@@ -207,9 +225,9 @@ def test_langchain_ainvoke_uses_async_retriever_one_statement(corpus, dsn, state
 
 
 def test_langchain_from_dsn_sync_async_and_batch(corpus, dsn, statement_log):
-    lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=3, content="section")
+    lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=3, content="section", mode="dense")
     api = Retriever(corpus, embedder=HashEmbedder())
-    want = [_api_sig(api.search(q, k=3)) for q in QUERIES]
+    want = [_api_sig(api.search(q, k=3, mode="dense")) for q in QUERIES]
     assert [_doc_sig(d) for d in lc.batch(QUERIES)] == want
     with statement_log.watch(lc.source.sync().conn) as w:
         assert _doc_sig(lc.invoke(QUERIES[1])) == want[1]
@@ -244,12 +262,12 @@ def test_llamaindex_retrieve_equals_api_one_statement(corpus, statement_log):
     from llama_index.core.schema import NodeRelationship, NodeWithScore, TextNode
 
     api = Retriever(corpus, embedder=HashEmbedder())
-    li = LIRetriever(api, k=4, content="section")
+    li = LIRetriever(api, k=4, content="section", mode="dense")
     for q in QUERIES:
         with statement_log.watch(corpus) as w:
             nodes = li.retrieve(q)
         assert len(w.statements) == 1, w.statements
-        hits = api.search(q, k=4)
+        hits = api.search(q, k=4, mode="dense")
         assert all(isinstance(n, NodeWithScore) and isinstance(n.node, TextNode) for n in nodes)
         assert [(n.node.node_id, n.node.text, n.score) for n in nodes] == \
             [(f"{h.section.doc_id}#{h.section.section_id}", h.section.content, pytest.approx(1 - h.distance))
@@ -300,11 +318,17 @@ def test_llamaindex_expanded_hybrid_and_hidden_parent(corpus):
 
 def test_llamaindex_assembled(corpus):
     api = Retriever(corpus, embedder=HashEmbedder())
-    nodes = LIRetriever(api, k=3, assembled=True, max_tokens=300).retrieve(VACATION)
-    ctx = api.assemble(VACATION, 3, max_tokens=300)
+    nodes = LIRetriever(api, k=3, assembled=True, max_tokens=300, mode="dense").retrieve(VACATION)
+    ctx = api.assemble(VACATION, 3, max_tokens=300, mode="dense")
     assert [n.node.node_id for n in nodes] == [f"{p.doc_id}#{p.section_id}" for p in ctx.passages]
     assert "\n\n".join(n.node.text for n in nodes) == ctx.render()
     assert [n.score is not None for n in nodes] == [p.is_hit for p in ctx.passages]
+    # the default (auto: hybrid, the query is text): the same context as the API's; no fused score per passage
+    nodes = LIRetriever(api, k=3, assembled=True, max_tokens=300).retrieve(VACATION)
+    ctx = api.assemble(VACATION, 3, max_tokens=300)
+    assert ctx.options["mode"] == "hybrid"
+    assert [n.node.node_id for n in nodes] == [f"{p.doc_id}#{p.section_id}" for p in ctx.passages]
+    assert all(n.score is None for n in nodes)
 
 
 def test_llamaindex_aretrieve_uses_async_retriever_one_statement(corpus, dsn, statement_log):
@@ -370,4 +394,7 @@ def test_options_are_validated_at_construction(corpus):
         LCRetriever(retriever=api, k=0)
     with pytest.raises(TypeError, match="expand must be"):
         LIRetriever(api, expand={"parent": False})
-    assert np.isclose(LCRetriever(retriever=api, k=1).invoke(VACATION)[0].metadata["score"], 1.0, atol=1e-6)
+    assert np.isclose(LCRetriever(retriever=api, k=1, mode="dense").invoke(VACATION)[0].metadata["score"], 1.0,
+                      atol=1e-6)
+    with pytest.raises(ValueError, match="mode must be one of"):
+        LIRetriever(api, mode="semantic")

@@ -217,6 +217,17 @@ def test_non_finite_query_embedding_is_a_clear_error(db, corpus, bad):
     assert len(r.search(np.ones(32, np.float32), k=3)) == 3  # the connection is still usable
 
 
+def test_all_zero_query_embedding_is_a_clear_error(db, corpus):
+    """pgvector answers a zero-length query with NaN distances; the caller gets a ValueError instead."""
+    r = Retriever(db)
+    z = np.zeros(32, np.float32)
+    for call in (lambda: r.search(z, k=3), lambda: r.search(z, k=3), lambda: r.assemble(z, k=3),
+                 lambda: r.query_vector(z)):
+        with pytest.raises(ValueError, match="length zero"):
+            call()
+    assert len(r.search(np.ones(32, np.float32), k=3)) == 3
+
+
 def test_missing_schema_is_a_clear_error(db):
     with pytest.raises(SchemaMissingError, match="run `onetrip init`"):
         Retriever(db)

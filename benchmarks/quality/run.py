@@ -325,8 +325,11 @@ def score_context(q: Question, passages: Sequence[Any], anchors_of: dict[tuple[s
 
 
 def search_options(search_mode: str, q: Question) -> dict[str, Any]:
-    """Extra assemble/search keywords for a non-dense search mode (needs the query text)."""
-    return {} if search_mode == "dense" else {"mode": search_mode, "text": q.question}
+    """The mode keyword, and the question's text unless dense (the query embeddings are computed once, up front).
+
+    "auto" with the text is what ``Retriever.assemble(question)`` does by default (hybrid).
+    """
+    return {"mode": "dense"} if search_mode == "dense" else {"mode": search_mode, "text": q.question}
 
 
 def run_mode(mode: Mode, retriever: Any, questions: Sequence[Question], vectors: dict[str, Any],
@@ -545,7 +548,7 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
              f"{s['ingest']['sections_stored']} sections (prefix `{s['prefix']}`); windows: "
              f"{s.get('windows', {}).get('windows_stored', '–')} (prefix `{s['window_prefix']}`). "
              f"Model all-MiniLM-L6-v2; tokens = `onetrip.tokens.count_tokens` of the rendered context. "
-             f"Search mode: {s.get('search_mode', 'dense')}. "
+             f"Search mode: {s.get('search_mode', 'dense')} (baselines: {s.get('baseline_search_mode', 'the same')}). "
              f"HNSW ef_search={s['ef_search']}; baselines use k={BASELINE_K} so the budget is filled by rank.")
     L.append("")
     if s.get("held_out"):
@@ -791,8 +794,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modes", default=None, help="comma-separated mode names (default: all)")
     ap.add_argument("--ks", default=None, help="comma-separated k values for the onetrip modes (default: "
                     + ",".join(map(str, KS)) + ")")
-    ap.add_argument("--search-mode", default="dense", choices=("dense", "hybrid", "lexical"),
-                    help="how hits are found (onetrip's mode option; hybrid/lexical need a library that has them)")
+    ap.add_argument("--search-mode", default="auto", choices=("auto", "dense", "hybrid", "lexical"),
+                    help="how the onetrip modes find their hits (the library's mode option; default auto, the "
+                         "library's default: hybrid, as every question has its text)")
+    ap.add_argument("--baseline-search-mode", default="dense", choices=("dense", "hybrid", "lexical"),
+                    help="how the two baselines find theirs (default dense: vector search, the tutorial way; "
+                         "give the onetrip modes' to compare the expansions alone)")
     ap.add_argument("--no-ingest", action="store_true", help="use the tables as they are")
     ap.add_argument("--held-out", action="store_true",
                     help="the questions were not used to choose the library's defaults: say so in the report, "
@@ -870,7 +877,7 @@ def main(argv: list[str] | None = None) -> int:
         if m.packing == "parts" and m.table not in parts_index:
             parts_index[m.table] = PartsIndex(conn, tables[m.table])
         all_rows += run_mode(m, retrievers[m.table], questions, vectors, anchors_of[m.table], budgets, keep,
-                             args.search_mode, parts_index.get(m.table) if m.packing == "parts" else None,
+                             args.baseline_search_mode if m.family == "baseline" else args.search_mode, parts_index.get(m.table) if m.packing == "parts" else None,
                              replay_check if m.packing == "parts" else None)
         log(f"{m.name}: {time.perf_counter() - t0:.1f}s")
 
@@ -999,7 +1006,7 @@ def main(argv: list[str] | None = None) -> int:
                                  args.search_mode)}
     if "windows" in retrievers:
         hr["windows"] = hit_recall(retrievers["windows"], questions, vectors, anchors_of["windows"], hit_ks,
-                                   args.search_mode)
+                                   args.baseline_search_mode)
 
     tm = next(m for m in modes if m.name == tuned["mode"])
     misses = diagnose(tm, tuned["k"], TUNE_BUDGET, retrievers[tm.table], questions, vectors, stored[tm.table],
@@ -1032,6 +1039,7 @@ def main(argv: list[str] | None = None) -> int:
             "window_prefix": args.window_prefix, "budgets": budgets,
             "ks": sorted({k for m in modes if m.family == "onetrip" for k in m.ks}), "baseline_k": BASELINE_K,
             "ef_search": args.ef_search, "search_mode": args.search_mode,
+            "baseline_search_mode": args.baseline_search_mode,
             "held_out": args.held_out, "ingest": ingest, "windows": windows_stats, "model": embedder.name,
             "torch_threads": torch.get_num_threads(), "cores": os.cpu_count(),
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M"),

@@ -63,9 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--mode", choices=["dense", "lexical", "hybrid"], default="dense",
-                   help="dense: embedding similarity (default); lexical: the query's words, rare ones weighted "
-                        "most; hybrid: both, fused by reciprocal rank")
+    p.add_argument("--mode", choices=["auto", "dense", "lexical", "hybrid"], default="auto",
+                   help="dense: embedding similarity; lexical: the query's words, rare ones weighted most; "
+                        "hybrid: both, fused by reciprocal rank; auto (default): hybrid, as the query is text")
     g = p.add_argument_group("filters (applied to hits and to every added section)")
     g.add_argument("--collection", action="append", help="only this collection (repeatable)")
     g.add_argument("--principal", action="append", help="the caller's principal/group (repeatable)")

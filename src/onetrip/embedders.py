@@ -142,4 +142,7 @@ def as_vector(value: object, dim: int, *, check_finite: bool = True) -> np.ndarr
         )
     if check_finite and not np.isfinite(arr).all():
         raise ValueError("query embedding contains NaN or infinity")
+    if check_finite and not arr.any():
+        raise ValueError("the query embedding has length zero (all zeros): its cosine distance to every section "
+                         "is undefined")
     return arr

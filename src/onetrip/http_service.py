@@ -64,8 +64,8 @@ from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder
 from .errors import ConnectionFailedError, SchemaMissingError
-from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
-                       Filters, context_expansion)
+from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
+                       Filters, context_expansion, resolve_mode)
 
 log = logging.getLogger("onetrip.serve")
 
@@ -255,6 +255,8 @@ def _embedding(value: Any) -> np.ndarray:
         raise _invalid("embedding", "contains a value that is not a finite 32-bit float") from None
     if not np.all(np.isfinite(arr)) or np.any(np.abs(arr) > np.finfo(np.float32).max):
         raise _invalid("embedding", "contains a value that is not a finite 32-bit float")
+    if not arr.any():
+        raise _invalid("embedding", "is all zeros: its cosine distance to every section is undefined")
     return arr.astype(np.float32)
 
 
@@ -265,11 +267,12 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     if query is not None and not query.strip():
         raise _invalid("query", "is empty")
     embedding = _embedding(body["embedding"]) if body.get("embedding") is not None else None
-    mode = body.get("mode", "dense")
-    if mode not in MODES:
-        raise _invalid("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+    mode = body.get("mode", "auto")
+    if mode not in MODE_CHOICES:
+        raise _invalid("mode", f"must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
     if query is None and embedding is None:
         raise ApiError(422, "missing_query", "give query (text) or embedding (a list of floats)", field="query")
+    mode = resolve_mode(mode, query is not None)
     if mode == "lexical" and (query is None or embedding is not None):
         raise _invalid("query", "lexical mode takes the query text only (no embedding)", "missing_query")
     if mode == "hybrid" and query is None:
@@ -650,7 +653,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                       "refused (403): this service takes principals from its operator, not from requests")
     request = {
         "type": "object", "additionalProperties": False,
-        "description": "query (text) or embedding; both only in hybrid mode. Unknown fields are a 422.",
+        "description": "query (text) or embedding; both only in hybrid (or auto) mode. Unknown fields are a 422.",
         "properties": {
             "query": {"type": "string", "minLength": 1},
             "embedding": {"type": "array", "items": {"type": "number"}, "minItems": 1,
@@ -658,7 +661,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k,
                   "description": f"number of hits; default {DEFAULT_K} for hits and, for the context, "
                                  f"one per {TOKENS_PER_HIT} tokens of max_tokens"},
-            "mode": {"enum": list(MODES), "default": "dense"},
+            "mode": {"enum": list(MODE_CHOICES), "default": "auto",
+                     "description": "auto: hybrid when query (text) is given, dense for an embedding alone"},
             "expand": _ref("Expand"),
             "filters": _ref("Filters"),
             "principals": {**strings, "description": principals_doc},

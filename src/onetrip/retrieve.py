@@ -162,6 +162,23 @@ def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True
 
 
 MODES = ("dense", "lexical", "hybrid")
+#: What the ``mode`` option accepts: a mode above, or "auto" (the default; see `resolve_mode`).
+MODE_CHOICES = ("auto", *MODES)
+
+
+def resolve_mode(mode: str, has_text: bool) -> str:
+    """The mode a call runs in: "auto" is hybrid when the query text is at hand, else dense.
+
+    Why hybrid for text: on the PostgreSQL manual it found more of the evidence
+    than dense search on the tuning and the held-out questions alike
+    (benchmarks/results/quality_mode_*.md), for ~3 ms more per call, less than
+    embedding the query text costs. A bare embedding can only be searched densely.
+    """
+    if mode == "auto":
+        return "hybrid" if has_text else "dense"
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODE_CHOICES}, got {mode!r}")
+    return mode
 
 
 @dataclass(frozen=True)
@@ -305,11 +322,24 @@ def _passage_mapper(names: tuple[str, ...]) -> Any:
     def to_passage(row: tuple) -> Passage:
         (doc_id, sid, seq, level, heading, path, anchor, content, tokens, ctx, bits, best, doc_rank,
          dist) = get(row)
+        if dist is not None and dist != dist:
+            raise zero_query_error()
         return Passage(doc_id, sid, seq, level, heading or "", tuple(path or ()), anchor, content, tokens, ctx,
                        roles_of(bits), int(best), int(doc_rank),
                        None if dist is None else float(dist), None if rev is None else row[rev])
 
     return to_passage
+
+
+def zero_query_error() -> ValueError:
+    """A NaN distance: what pgvector returns for a query embedding of length zero.
+
+    Checked on the returned hits (a comparison per row) rather than on the
+    vector before sending: a numpy reduction costs more on the hot path
+    (see `onetrip.embedders.as_vector`).
+    """
+    return ValueError("the query embedding has length zero (all zeros): its cosine distance to every section "
+                      "is undefined")
 
 
 def bare_hits(names: tuple[str, ...], rows: list[tuple]) -> list[Hit]:
@@ -410,9 +440,7 @@ class Plan:
 
 
 def _query_side(query: Any, k: int, mode: str, text: str | None, hybrid: HybridOptions | None) -> tuple[dict, Any, Any, bool]:
-    """Binds for the query text side, and what the embedding will be made from."""
-    if mode not in MODES:
-        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    """Binds for the query text side, and what the embedding will be made from (``mode`` resolved)."""
     params: dict[str, Any] = {"k": k}
     if mode in ("lexical", "hybrid"):
         qtext = text if text is not None else (query if isinstance(query, str) else None)
@@ -445,11 +473,12 @@ def scan_bucket(mode: str, k: int, params: dict[str, Any]) -> int | None:
 
 
 def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, neighbors: bool = True,
-                filters: Filters | dict[str, Any] | None = None, mode: str = "dense", text: str | None = None,
+                filters: Filters | dict[str, Any] | None = None, mode: str = "auto", text: str | None = None,
                 hybrid: HybridOptions | None = None) -> Plan:
     """Validate a per-hit search and build its one statement."""
     k = check_k(k)
     flt = as_filters(filters)
+    mode = resolve_mode(mode, isinstance(query, str) or text is not None)
     params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode,
                               bucket=scan_bucket(mode, k, params))
@@ -459,7 +488,7 @@ def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, 
 
 def plan_assemble(layout: Layout, query: Any, k: int | None = None, *, expand: Expansion | None = None,
                   max_tokens: int | None = 2000, filters: Filters | dict[str, Any] | None = None,
-                  mode: str = "dense", text: str | None = None, hybrid: HybridOptions | None = None,
+                  mode: str = "auto", text: str | None = None, hybrid: HybridOptions | None = None,
                   **expansion: Any) -> Plan:
     """Validate an assembled-context call and build its one statement (k=None: see `assemble_k`)."""
     exp = context_expansion(expand, **expansion)
@@ -468,6 +497,7 @@ def plan_assemble(layout: Layout, query: Any, k: int | None = None, *, expand: E
         raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
     k = assemble_k(k, max_tokens)
     flt = as_filters(filters)
+    mode = resolve_mode(mode, isinstance(query, str) or text is not None)
     params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     params.update(flt.params())
     if exp.neighbors:
@@ -550,6 +580,8 @@ def _hits_linker(names: tuple[str, ...], parent: bool, neighbors: bool) -> Any:
         hits = []
         for row, rec in ranked:
             doc, seq, d = rec.doc_id, rec.sequence_index, row[dist_i]
+            if d is not None and d != d:
+                raise zero_query_error()
             sc = None if score_i is None else row[score_i]
             hits.append(Hit(row[rank_i], None if d is None else float(d), rec,
                             by_id.get((doc, rec.parent_section_id)) if parent else None,
@@ -716,7 +748,7 @@ class Retriever:
         return result_of(plan, names, rows)
 
     def _cached_plan(self, kind: str, query: Any, k: Any, options: dict[str, Any]) -> Plan | None:
-        """The plan of an embedding query in dense mode, made once per (kind, k, options).
+        """The plan of an embedding query (no text) in dense mode, made once per (kind, k, options).
 
         Every Python step between two round trips costs several times its
         isolated cost (the process wakes from a socket wait with cold caches),
@@ -724,7 +756,7 @@ class Retriever:
         not cacheable (a text query, lexical/hybrid mode, unhashable options such
         as a filters dict); the caller plans as usual.
         """
-        if isinstance(query, str) or (k is not None and type(k) is not int) or options.get("mode", "dense") != "dense" \
+        if isinstance(query, str) or (k is not None and type(k) is not int) or options.get("mode", "auto") not in ("auto", "dense") \
                 or "text" in options:
             return None
         try:
@@ -741,8 +773,9 @@ class Retriever:
     def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement.
 
-        Options: parent=True, neighbors=True, filters=None, mode="dense"|"lexical"|"hybrid",
-        text=None (query text for lexical/hybrid with an embedding), hybrid=HybridOptions().
+        Options: parent=True, neighbors=True, filters=None, mode="auto"|"dense"|"lexical"|"hybrid"
+        ("auto": hybrid for a text query or with ``text``, dense for a bare embedding),
+        text=None (the query text, with an embedding), hybrid=HybridOptions().
         Returns one `Hit` per hit, or with ``assemble=True`` a `Context` (options as `assemble`).
         """
         if options.keys() <= {"parent", "neighbors", "filters", "mode"}:

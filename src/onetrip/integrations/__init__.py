@@ -19,8 +19,8 @@ from typing import Any
 
 from ..async_retrieve import AsyncRetriever
 from ..context import Context, Passage, passage_header, render_context
-from ..retrieve import (CONTEXT_DEFAULT, MODES, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord,
-                        as_filters, check_k)
+from ..retrieve import (CONTEXT_DEFAULT, MODE_CHOICES, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord,
+                        as_filters, check_k, resolve_mode)
 
 CONTENTS = ("section", "expanded")
 
@@ -134,7 +134,7 @@ class Query:
     """
 
     k: int = 5
-    mode: str = "dense"
+    mode: str = "auto"
     content: str = "expanded"
     assembled: bool = False
     expand: Expansion | None = None
@@ -148,8 +148,8 @@ class Query:
             raise TypeError(f"expand must be an Expansion, got {type(self.expand).__name__}")
         if self.hybrid is not None and not isinstance(self.hybrid, HybridOptions):
             raise TypeError(f"hybrid must be a HybridOptions, got {type(self.hybrid).__name__}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode must be one of {MODES}, got {self.mode!r}")
+        if self.mode not in MODE_CHOICES:
+            raise ValueError(f"mode must be one of {MODE_CHOICES}, got {self.mode!r}")
         if self.content not in CONTENTS:
             raise ValueError(f"content must be one of {CONTENTS}, got {self.content!r}")
         exp = self.expand
@@ -188,11 +188,11 @@ class Query:
         return "search", {**common, "parent": exp.parent, "neighbors": exp.neighbors > 0}
 
 
-def to_items(result: list[Hit] | Context, query: Query) -> list[Item]:
-    """Hits in rank order, or an assembled context's passages in reading order."""
+def to_items(result: list[Hit] | Context, query: Query, mode: str) -> list[Item]:
+    """Hits in rank order, or an assembled context's passages in reading order (``mode``: the one the call ran in)."""
     if isinstance(result, Context):
-        return [passage_item(p, mode=query.mode, content=query.content) for p in result.passages]
-    return [hit_item(h, mode=query.mode, content=query.content) for h in result]
+        return [passage_item(p, mode=mode, content=query.content) for p in result.passages]
+    return [hit_item(h, mode=mode, content=query.content) for h in result]
 
 
 class Source:
@@ -248,13 +248,15 @@ class Source:
     def search(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One sync call; ``query`` is text (embedded by onetrip's embedder) or an embedding."""
         method, options = q.call(text)
-        return to_items(getattr(self.sync(), method)(query, q.k, **options), q)
+        mode = resolve_mode(q.mode, isinstance(query, str) or "text" in options)
+        return to_items(getattr(self.sync(), method)(query, q.k, **options), q, mode)
 
     async def asearch(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One async call, on the AsyncRetriever."""
         method, options = q.call(text)
+        mode = resolve_mode(q.mode, isinstance(query, str) or "text" in options)
         r = await self.async_()
-        return to_items(await getattr(r, method)(query, q.k, **options), q)
+        return to_items(await getattr(r, method)(query, q.k, **options), q, mode)
 
     def close(self) -> None:
         """Close the sync connection this Source opened (given instances stay open)."""

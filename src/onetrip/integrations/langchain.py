@@ -41,6 +41,7 @@ class OnetripRetriever(BaseRetriever):
                         (parent_content, prev_content, next_content)
     assembled=True      the deduplicated, ``max_tokens``-budgeted context of `Retriever.assemble`,
                         one Document per passage in reading order
+    mode="auto" (default) searches hybrid (dense + full text): a LangChain query always has its text.
     Metadata: doc_id, section_id, sequence_index, heading_path, anchor, revision, distance,
     score (1 - distance in dense mode, the RRF score in hybrid/lexical), rank, and
     parent/prev/next_section_id (roles, best_rank, doc_rank when assembled).
@@ -53,7 +54,7 @@ class OnetripRetriever(BaseRetriever):
     db_schema: str | None = None
     prefix: str = ""
     k: int = 5
-    mode: Literal["dense", "lexical", "hybrid"] = "dense"
+    mode: Literal["auto", "dense", "lexical", "hybrid"] = "auto"
     content: Literal["section", "expanded"] = "expanded"
     assembled: bool = False
     # Typed Any so pydantic does not coerce them: a dict with a misspelt filter key must fail

@@ -68,6 +68,8 @@ class OnetripRetriever(BaseRetriever):
                         (parent_content, prev_content, next_content; shown to the LLM)
     assembled=True      the deduplicated, ``max_tokens``-budgeted context, one node per passage
                         in reading order
+    mode="auto" (default) searches hybrid (dense + full text) when the query has text, as a
+    query bundle with a query string does; dense for a bare embedding.
     Score: 1 - distance in dense mode, the RRF score in hybrid/lexical mode (an assembled
     context's non-hit passages, and hybrid ones, have none).
     """
@@ -82,7 +84,7 @@ class OnetripRetriever(BaseRetriever):
         schema: str | None = None,
         prefix: str = "",
         k: int = 5,
-        mode: str = "dense",
+        mode: str = "auto",
         content: str = "expanded",
         assembled: bool = False,
         expand: Expansion | None = None,
