@@ -255,3 +255,26 @@ def test_stale_or_missing_word_counts(kb, tmp_path):
     # init adds the table
     assert refresh_term_stats(kb.conn, Layout()) > 0
     assert ids(kb.search("risotto", k=1, mode="lexical")) == ["cooking.md#risotto"]
+
+
+def test_text_queries_run_hybrid_on_every_table_layout(db, tmp_path, statement_log):
+    """The default (auto: hybrid for text) on the partitioned and halfvec layouts finds what the plain one finds."""
+    for name, text in DOCS.items():
+        (tmp_path / name).write_text(text)
+    layouts = {"plain": Layout(prefix="pl_"), "partitioned": Layout(prefix="pt_", partitions=4),
+               "halfvec": Layout(prefix="hv_", vector_type="halfvec")}
+    got = {}
+    for name, layout in layouts.items():
+        init_schema(db, layout)
+        assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).new == 3
+        r = Retriever(db, prefix=layout.prefix, embedder=HashEmbedder())
+        assert (r.layout.partitions, r.layout.vector_type) == (layout.partitions, layout.vector_type)
+        with statement_log.watch(db) as w:
+            hits = r.search("maximum number of concurrent connections", k=4)
+            ctx = r.assemble("what does pg_stat_activity show", k=3, max_tokens=500)
+        assert len(w.statements) == 2, w.statements  # one per call
+        assert all(h.score is not None for h in hits) and ctx.options["mode"] == "hybrid"
+        got[name] = (ids(hits), [(p.doc_id, p.section_id) for p in ctx.passages])
+    assert got["plain"][0][0] == "connections.md#connection-settings"
+    assert got["partitioned"] == got["plain"]
+    assert got["halfvec"] == got["plain"]
