@@ -756,8 +756,8 @@ class Retriever:
         not cacheable (a text query, lexical/hybrid mode, unhashable options such
         as a filters dict); the caller plans as usual.
         """
-        if isinstance(query, str) or (k is not None and type(k) is not int) or options.get("mode", "auto") not in ("auto", "dense") \
-                or "text" in options:
+        if isinstance(query, str) or (k is not None and type(k) is not int) \
+                or options.get("mode", "auto") not in ("auto", "dense") or "text" in options:
             return None
         try:
             key = (kind, k, tuple(sorted(options.items())))
