@@ -439,8 +439,11 @@ class Plan:
     options: dict[str, Any] = field(default_factory=dict)
 
 
-def _query_side(query: Any, k: int, mode: str, text: str | None, hybrid: HybridOptions | None) -> tuple[dict, Any, Any, bool]:
-    """Binds for the query text side, and what the embedding will be made from (``mode`` resolved)."""
+def _query_side(query: Any, k: int, mode: str, text: str | None,
+                hybrid: HybridOptions | None) -> tuple[str, dict, Any, Any, bool]:
+    """The mode the call runs in ("auto" resolved), the binds for the query text side, and what the
+    embedding will be made from."""
+    mode = resolve_mode(mode, isinstance(query, str) or text is not None)
     params: dict[str, Any] = {"k": k}
     if mode in ("lexical", "hybrid"):
         qtext = text if text is not None else (query if isinstance(query, str) else None)
@@ -462,7 +465,7 @@ def _query_side(query: Any, k: int, mode: str, text: str | None, hybrid: HybridO
             embed = query
         else:
             vector = query
-    return params, embed, vector, needs_vector
+    return mode, params, embed, vector, needs_vector
 
 
 def scan_bucket(mode: str, k: int, params: dict[str, Any]) -> int | None:
@@ -478,8 +481,7 @@ def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, 
     """Validate a per-hit search and build its one statement."""
     k = check_k(k)
     flt = as_filters(filters)
-    mode = resolve_mode(mode, isinstance(query, str) or text is not None)
-    params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
+    mode, params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode,
                               bucket=scan_bucket(mode, k, params))
     return Plan("search", statement, {**params, **flt.params()}, embed, vector, needs,
@@ -497,8 +499,7 @@ def plan_assemble(layout: Layout, query: Any, k: int | None = None, *, expand: E
         raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET}, got {max_tokens!r}")
     k = assemble_k(k, max_tokens)
     flt = as_filters(filters)
-    mode = resolve_mode(mode, isinstance(query, str) or text is not None)
-    params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
+    mode, params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     params.update(flt.params())
     if exp.neighbors:
         params["neighbors"] = exp.neighbors

@@ -172,13 +172,15 @@ class Query:
             flt = dataclasses.replace(flt, principals=tuple(principals))
         return cls(filters=flt if flt.shape else None, **fields)
 
-    def call(self, text: str | None = None) -> tuple[str, dict[str, Any]]:
-        """The Retriever/AsyncRetriever method and keyword options for one call.
+    def call(self, query: Any, text: str | None = None) -> tuple[str, dict[str, Any]]:
+        """The Retriever/AsyncRetriever method and keyword options for one call on ``query``.
 
         ``text`` is the query text when the query is given as an embedding (lexical/hybrid need it).
+        The options carry the mode the call runs in ("auto" resolved), which the items' scores follow.
         """
-        common: dict[str, Any] = {"mode": self.mode, "filters": self.filters}
-        if text is not None and self.mode != "dense":
+        mode = resolve_mode(self.mode, isinstance(query, str) or text is not None)
+        common: dict[str, Any] = {"mode": mode, "filters": self.filters}
+        if text is not None and mode != "dense":
             common["text"] = text
         if self.hybrid is not None:
             common["hybrid"] = self.hybrid
@@ -247,16 +249,14 @@ class Source:
 
     def search(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One sync call; ``query`` is text (embedded by onetrip's embedder) or an embedding."""
-        method, options = q.call(text)
-        mode = resolve_mode(q.mode, isinstance(query, str) or "text" in options)
-        return to_items(getattr(self.sync(), method)(query, q.k, **options), q, mode)
+        method, options = q.call(query, text)
+        return to_items(getattr(self.sync(), method)(query, q.k, **options), q, options["mode"])
 
     async def asearch(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One async call, on the AsyncRetriever."""
-        method, options = q.call(text)
-        mode = resolve_mode(q.mode, isinstance(query, str) or "text" in options)
+        method, options = q.call(query, text)
         r = await self.async_()
-        return to_items(await getattr(r, method)(query, q.k, **options), q, mode)
+        return to_items(await getattr(r, method)(query, q.k, **options), q, options["mode"])
 
     def close(self) -> None:
         """Close the sync connection this Source opened (given instances stay open)."""
