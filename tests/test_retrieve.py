@@ -129,9 +129,16 @@ def test_each_section_is_sent_once(db, corpus):
         hit_keys = {(h.section.doc_id, h.section.section_id) for h in want}
         related = {(h.section.doc_id, x.section_id) for h in want for x in (h.parent, h.prev, h.next) if x}
         assert set(keys) == hit_keys | related
-        assert [row[names.index("hit_rank")] for row in rows[:10]] == list(range(1, 11))
-        assert all(row[names.index("hit_rank")] is None for row in rows[10:])
-        assert hits_from_rows(names, rows) == r.search(q, k=10)
+        # the hits (a distance) first as planned, then the context rows (none); no hit_rank column:
+        # the client ranks by (distance, doc_id, sequence_index), in whatever order the rows come
+        assert "hit_rank" not in names
+        assert all(row[names.index("distance")] is not None for row in rows[:10])
+        assert all(row[names.index("distance")] is None for row in rows[10:])
+        hits = hits_from_rows(names, rows)
+        assert [h.rank for h in hits] == list(range(1, 11))
+        assert [(h.section.doc_id, h.section.section_id) for h in hits] == \
+            [(h.section.doc_id, h.section.section_id) for h in want]
+        assert hits == r.search(q, k=10) == hits_from_rows(names, rows[::-1])
         per_hit_rows += sum(1 for h in want for x in (h.parent, h.prev, h.next) if x)
         context_rows += len(rows) - 10
     # what one-row-per-hit columns would have repeated (shared parents, hits that neighbor hits)
@@ -267,19 +274,22 @@ def test_schema_and_prefix_layouts_are_isolated(db):
 def test_prepared_statement_reuses_a_generic_plan_that_uses_hnsw(db):
     """Replanning every call costs more than the query (measured in benchmarks/latency).
 
-    With the index scan's LIMIT a constant bucket (k stays a bind), the plan
-    cache settles on one generic plan, and that plan still uses the index.
+    With the index scan's LIMIT a constant bucket (k stays a bind; or k itself,
+    when k is a bucket), the plan cache settles on one generic plan, and that
+    plan still uses the index.
     """
     load(db, 3000, seed=11)
     db.execute("ANALYZE sections")
     r = Retriever(db)
     qs = np.random.default_rng(3).standard_normal((12, 32)).astype(np.float32)
     for q in qs:
-        r.search(q, k=7)
-        r.assemble(q, k=7, max_tokens=1000)
-    stats = db.execute("SELECT left(statement, 30), generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
+        for k in (7, 10):  # bucket 10 with the exact LIMIT k after it; k = 10, the bucket alone
+            r.search(q, k=k)
+            r.assemble(q, k=k, max_tokens=1000)
+    stats = db.execute("SELECT statement, generic_plans, custom_plans FROM pg_prepared_statements").fetchall()
     ours = [s for s in stats if s[0].startswith("WITH")]
-    assert len(ours) == 2 and all(g > 0 for _, g, _ in ours), stats
+    assert len(ours) == 4 and all(g > 0 for _, g, _ in ours), stats
+    assert sum("LIMIT $" in s for s, _, _ in ours) == 2  # only the k=7 statements bind k
     lit = "[" + ",".join(f"{x:.6f}" for x in qs[0]) + "]"
     plan = _prepare_generic(db, retrieval_sql(r.layout, bucket=10), {"query_embedding": lit, "k": 7})
     assert "Index Scan using sections_embedding_hnsw" in plan, plan

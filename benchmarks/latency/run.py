@@ -318,7 +318,7 @@ def diagnostics(dsn: str, layout: Any, k: int, vectors: np.ndarray) -> dict[str,
                     reps = 20
                     t0 = time.perf_counter()
                     for _ in range(reps):
-                        if "hit_rank" in names:  # B's shape: each section once, linked into Hits
+                        if name != "A":  # B's shape: each section once, linked into Hits
                             hits_from_rows(names, rows)
                         else:
                             bare_hits(names, rows)

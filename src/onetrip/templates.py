@@ -225,6 +225,8 @@ def render(
         "filters": {key: bool((options.get("filters") or {}).get(key)) for key in FILTER_KEYS},
         "mode": "dense",
         "k_bucket": None,
+        "k_exact": False,
+        "hit_rank": True,
         "role_bits": ROLE_BITS,
         "raise": _raise,
     }
