@@ -24,9 +24,10 @@ from .schema import read_layout
 from .templates import Layout, render
 
 MAX_K = 1000
-#: Index-scan LIMIT buckets for prepared statements (see hits_cte.sql.j2): k stays a bind.
-#: 4, 5, 8, 16: the k that search and assemble use by default (5; 4/8/16 at 1,000/2,000/4,000
-#: tokens), 10 the benchmarks': a k that is a bucket gets the single-LIMIT statement.
+#: Index-scan LIMIT buckets for prepared statements (see hits_cte.sql.j2): k stays a bind,
+#: applied after the bucket, unless k is a bucket itself; then the bucket LIMIT alone is k.
+#: 4, 5, 8, 16 are the k that search and assemble use by default (5; 4/8/16 at 1,000/2,000/4,000
+#: tokens), 10 the benchmarks'.
 K_BUCKETS = (4, 5, 8, 10, 16, 20, 50, 100, 200, 500, 1000)
 
 
