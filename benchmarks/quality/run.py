@@ -876,8 +876,9 @@ def main(argv: list[str] | None = None) -> int:
         keep = m.family == "baseline" or m.name == "default"
         if m.packing == "parts" and m.table not in parts_index:
             parts_index[m.table] = PartsIndex(conn, tables[m.table])
+        search_mode = args.baseline_search_mode if m.family == "baseline" else args.search_mode
         all_rows += run_mode(m, retrievers[m.table], questions, vectors, anchors_of[m.table], budgets, keep,
-                             args.baseline_search_mode if m.family == "baseline" else args.search_mode, parts_index.get(m.table) if m.packing == "parts" else None,
+                             search_mode, parts_index.get(m.table) if m.packing == "parts" else None,
                              replay_check if m.packing == "parts" else None)
         log(f"{m.name}: {time.perf_counter() - t0:.1f}s")
 

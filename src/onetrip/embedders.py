@@ -143,6 +143,16 @@ def as_vector(value: object, dim: int, *, check_finite: bool = True) -> np.ndarr
     if check_finite and not np.isfinite(arr).all():
         raise ValueError("query embedding contains NaN or infinity")
     if check_finite and not arr.any():
-        raise ValueError("the query embedding has length zero (all zeros): its cosine distance to every section "
-                         "is undefined")
+        raise zero_query_error()
     return arr
+
+
+def zero_query_error() -> ValueError:
+    """An all-zero query embedding, whose cosine distance pgvector returns as NaN.
+
+    `as_vector` checks for it when asked to check values; the hot search path
+    does not (a numpy reduction costs more there) and `onetrip.retrieve` raises
+    this on the first NaN distance among the returned rows instead.
+    """
+    return ValueError("the query embedding has length zero (all zeros): its cosine distance to every section "
+                      "is undefined")

@@ -18,7 +18,7 @@ import psycopg
 
 from .connection import connect
 from .context import Context, Passage, roles_of
-from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
+from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, zero_query_error
 from .errors import missing_table_error
 from .schema import read_layout
 from .templates import Layout, render
@@ -338,17 +338,6 @@ def _passage_mapper(names: tuple[str, ...]) -> Any:
                        int(row[doc_rank]), None if dist is None else float(dist), None if rev is None else row[rev])
 
     return to_passage
-
-
-def zero_query_error() -> ValueError:
-    """A NaN distance: what pgvector returns for a query embedding of length zero.
-
-    Checked on the returned hits (a comparison per row) rather than on the
-    vector before sending: a numpy reduction costs more on the hot path
-    (see `onetrip.embedders.as_vector`).
-    """
-    return ValueError("the query embedding has length zero (all zeros): its cosine distance to every section "
-                      "is undefined")
 
 
 def bare_hits(names: tuple[str, ...], rows: list[tuple]) -> list[Hit]:
