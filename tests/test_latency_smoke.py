@@ -87,3 +87,18 @@ def test_disagreeing_variant_fails_the_run(dsn, statement_log, tmp_path, monkeyp
     assert run.main(argv) == 1
     doc = json.loads((tmp_path / f"latency_n{N_SECTIONS}_k5.json").read_text())
     assert doc["checks"]["mismatches"] and {m["variant"] for m in doc["checks"]["mismatches"]} == {"D"}
+
+
+def test_by_preceding_splits_each_variant_by_what_ran_before_it():
+    from benchmarks.latency.report import by_preceding
+
+    # query 0: D ran just before A and F; query 1: nothing multi-statement before A, B or F
+    level = {"order": [["D", "A", "B", "D", "F"], ["A", "B", "F", "C"]],
+             "raw_ms": {"A": [3.0, 1.0], "B": [4.0, 1.2], "F": [9.0, 1.5]}}
+    r = by_preceding(level)
+    assert r["A"]["after_multi_statement_p50"] == 3.0 and r["A"]["n_multi"] == 1
+    assert r["A"]["after_one_statement_p50"] == 1.0 and r["A"]["n_one"] == 1
+    assert r["B"]["n_multi"] == 0 and r["B"]["after_one_statement_p50"] == 2.6  # median of 4.0 and 1.2
+    assert r["B/A"]["n"] == 1 and r["B/A"]["both_after_one_statement_p50"] == pytest.approx(1.2)
+    assert r["F/A"]["n"] == 1 and r["F/A"]["both_after_one_statement_p50"] == pytest.approx(1.5)
+    assert by_preceding({"raw_ms": level["raw_ms"]}) is None  # older result files have no order

@@ -77,6 +77,65 @@ def ratios(level: dict[str, Any]) -> dict[str, dict[str, float]]:
     return out
 
 
+#: variants that send several statements per query (the rest send one)
+MULTI_STATEMENT = frozenset({"C", "C2", "D", "E"})
+
+
+def by_preceding(level: dict[str, Any], names: tuple[str, ...] = ("A", "B", "F")) -> dict[str, Any] | None:
+    """p50 of each variant split by what ran just before it on the same query.
+
+    Tests whether the many-statement variants (C, C2, D, E), interleaved between
+    A and B, are what lifts B/A in the all-variant run: if they were, B/A over
+    the queries where both A and B followed a one-statement variant would be
+    lower. None when the level has no recorded order.
+    """
+    order, raw = level.get("order"), level["raw_ms"]
+    if not order or any(n not in raw for n in names):
+        return None
+
+    def after_multi(i: int, name: str) -> bool:
+        o = order[i]
+        j = o.index(name)
+        return j > 0 and o[j - 1] in MULTI_STATEMENT
+
+    out: dict[str, Any] = {}
+    for n in names:
+        one = [raw[n][i] for i in range(len(order)) if not after_multi(i, n)]
+        multi = [raw[n][i] for i in range(len(order)) if after_multi(i, n)]
+        out[n] = {"after_one_statement_p50": statistics.median(one) if one else math.nan, "n_one": len(one),
+                  "after_multi_statement_p50": statistics.median(multi) if multi else math.nan,
+                  "n_multi": len(multi)}
+    base = names[0]
+    for n in names[1:]:
+        clean = [i for i in range(len(order)) if not after_multi(i, base) and not after_multi(i, n)]
+        out[f"{n}/{base}"] = {
+            "both_after_one_statement_p50": statistics.median(raw[n][i] for i in clean)
+            / statistics.median(raw[base][i] for i in clean) if clean else math.nan,
+            "n": len(clean)}
+    return out
+
+
+def by_preceding_markdown(doc: dict[str, Any]) -> list[str]:
+    lines: list[str] = []
+    for lv in doc["levels"]:
+        r = by_preceding(lv)
+        if r is None:
+            continue
+        if not lines:
+            lines = ["", "By the variant that ran just before, on the same query (p50 in ms after a one-statement "
+                     "variant / after one of C, C2, D, E; B/A and F/A over the queries where both followed a "
+                     "one-statement variant, next to the whole run's):", "",
+                     "| added RTT | A | B | F | B/A both after one statement (whole run) | F/A likewise (whole run) |",
+                     "|---|---|---|---|---|---|"]
+        cells = " | ".join(f"{_f(r[n]['after_one_statement_p50'])} / {_f(r[n]['after_multi_statement_p50'])}"
+                           for n in ("A", "B", "F"))
+        ratio_cells = " | ".join(
+            f"{_f(r[x]['both_after_one_statement_p50'])} (n={r[x]['n']}; {_f(lv['ratios'][x]['p50'])})"
+            for x in ("B/A", "F/A"))
+        lines.append(f"| {lv['added_rtt_ms']:g} ms | {cells} | {ratio_cells} |")
+    return lines
+
+
 def _f(x: float | None, digits: int = 2) -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "–"
@@ -166,6 +225,7 @@ def markdown(doc: dict[str, Any]) -> str:
             + " | ".join(f"{_f(r[x]['p50'])} ({_f(r[x]['paired_median'])})" if x in r else "–" for x in ratio_names)
             + " |"
         )
+    lines.extend(by_preceding_markdown(doc))
     lines.append("")
     counts = doc.get("statement_counts") or {}
     lines.append("Statements per query counted at the server (`log_statement = all`, that backend's log lines), "
