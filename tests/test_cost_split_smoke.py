@@ -25,7 +25,9 @@ def test_cost_split_runs_and_writes_every_step(dsn, tmp_path):
         assert result["sections"] == 2000
         assert {s: len(v) for s, v in result["raw_ms"].items()} == {s: 20 for s in cost_split.STEPS}
         assert set(result["split_us"]) >= {"iterative_scan", "expansion_sql_and_transfer", "mapping_to_hits",
-                                           "B_minus_A", "server_work_yardstick"}
+                                           "B_minus_A", "server_work_yardstick", "wider_result",
+                                           "expansion_work", "F_statement", "F_mapping", "F_minus_A"}
+        assert result["pad_chars"] > 0  # B's result (hits + context rows) is larger than A's
     md = (tmp_path / "cost_split.md").read_text()
     assert md.startswith("## Cost split") and "| 2,000 | direct |" in md and "+0.5 ms (achieved" in md
 
@@ -35,6 +37,23 @@ def test_server_work_is_added_without_changing_the_rows():
     assert cost_split.with_server_work(sql, 5) == (
         "SELECT doc_id, content, (SELECT count(*) FROM generate_series(1, 5)) AS work FROM t "
         "ORDER BY e <=> %(q)s LIMIT 10")
+
+
+def test_content_is_padded_without_changing_the_rows():
+    sql = "SELECT doc_id, content, token_count FROM t ORDER BY e <=> %(q)s LIMIT 10"
+    assert cost_split.padded_content(sql, 7) == (
+        "SELECT doc_id, content || repeat(' ', 7) AS content, token_count FROM t ORDER BY e <=> %(q)s LIMIT 10")
+    with pytest.raises(ValueError, match="content"):
+        cost_split.padded_content("SELECT doc_id FROM t", 7)
+
+
+def test_wire_bytes_counts_values_and_row_overhead(dsn):
+    import psycopg
+
+    with psycopg.connect(dsn) as conn, conn.cursor() as cur:
+        cur.execute("SELECT 'abc'::text, NULL::text UNION ALL SELECT 'de', 'f'")
+        # values 3 + 0 + 2 + 1 bytes; two DataRows of 7 header bytes and 4 length bytes per column
+        assert cost_split.wire_bytes(cur) == 6 + 2 * (7 + 4 * 2)
 
 
 @pytest.mark.slow

@@ -13,13 +13,20 @@ the cost) with hot caches, five steps interleaved query by query:
     B_sql   Retriever's statement without those settings, raw tuples
     B_iter  the same with the settings, raw tuples
     B       Retriever.search: statement, settings and mapping to Hit objects
+    F_iter  the assembled-context statement (parent + +/-1, 2,000-token budget;
+            the latency benchmark's F) with the settings, raw tuples
+    F       Retriever.assemble: that statement and mapping to a Context
 
     A_work  A plus a fixed amount of pure server computation (a count over
             generate_series), returning A's rows: a yardstick, not a variant
+    A_bytes A_iter with each hit's content padded so the result is as large
+            (in bytes on the wire) as B_iter's on average: what B's wider
+            result costs alone (a yardstick, not a variant)
 
 and reports the medians and three differences: iterative scan
-(A_iter - A), expansion in SQL plus the wider result (B_iter - A_iter) and
-client-side mapping (B - B_iter). Each query is first run once, untimed, on a
+(A_iter - A), the wider result (A_bytes - A_iter), the expansion work itself
+(B_iter - A_bytes) and client-side mapping (B - B_iter); and for the
+assembled context, its statement (F_iter - A_iter) and mapping (F - F_iter). Each query is first run once, untimed, on a
 separate connection with A's and B's statements (the latency benchmark's
 CacheWarmer), so every step finds its pages in shared_buffers. The
 corpora are the latency/scale benchmarks' (synthetic, clustered, 384-d, HNSW
@@ -50,13 +57,13 @@ import psycopg
 
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
-from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripSingle
+from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripAssembled, OnetripSingle
 from onetrip.connection import connect, resolve_dsn
-from onetrip.retrieve import Retriever, bind_vector, plan_search, statement_columns
+from onetrip.retrieve import Retriever, bind_vector, plan_assemble, plan_search, statement_columns
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
 
-STEPS = ("A", "A_iter", "B_sql", "B_iter", "B", "A_work")
+STEPS = ("A", "A_iter", "B_sql", "B_iter", "B", "A_work", "A_bytes", "F_iter", "F")
 
 #: generate_series length of A_work's server-side computation (~0.1-0.2 ms on the machines here)
 WORK_ROWS = 2000
@@ -68,6 +75,36 @@ def with_server_work(statement: str, rows: int = WORK_ROWS) -> str:
     if not sep:
         raise ValueError("expected a SELECT ... FROM statement")
     return f"{head}, (SELECT count(*) FROM generate_series(1, {int(rows)})) AS work FROM {tail}"
+
+
+def padded_content(statement: str, pad_chars: int) -> str:
+    """The bare top-K statement with ``pad_chars`` spaces appended to each row's content."""
+    out = statement.replace("content,", f"content || repeat(' ', {int(pad_chars)}) AS content,", 1)
+    if out == statement:
+        raise ValueError("expected a 'content,' column in the statement")
+    return out
+
+
+def wire_bytes(cur: Any) -> int:
+    """The result's size in the protocol: every value's bytes plus each DataRow's header and lengths."""
+    res = cur.pgresult
+    if res is None:
+        return 0
+    values = sum(len(res.get_value(r, c) or b"") for r in range(res.ntuples) for c in range(res.nfields))
+    return values + res.ntuples * (7 + 4 * res.nfields)
+
+
+def pad_for_bytes(conn: psycopg.Connection, b_statement: str, params: Callable[[np.ndarray], dict[str, Any]],
+                  a_statement: str, queries: np.ndarray, k: int) -> int:
+    """Characters to add to each of A's k contents so its result matches B's mean size on the wire."""
+    sizes: dict[str, list[int]] = {"A": [], "B": []}
+    with conn.cursor() as cur:
+        for q in queries:
+            cur.execute(b_statement, params(q), binary=True)
+            sizes["B"].append(wire_bytes(cur))
+            cur.execute(a_statement, {"q": q}, binary=True)
+            sizes["A"].append(wire_bytes(cur))
+    return max(0, round((statistics.fmean(sizes["B"]) - statistics.fmean(sizes["A"])) / k))
 
 
 def raw_fetch(conn: psycopg.Connection, statement: str, params: Callable[[np.ndarray], dict[str, Any]]):
@@ -85,10 +122,13 @@ def retriever_settings(conn: psycopg.Connection, layout: Layout) -> Retriever:
 
 
 def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, *,
-            warm_dsn: str | None = None) -> dict[str, Any]:
-    """Interleaved timings of every step on connections to ``dsn``; ``warm_dsn`` (default ``dsn``) warms."""
+            warm_dsn: str | None = None) -> tuple[dict[str, list[float]], int]:
+    """Interleaved timings of every step on connections to ``dsn``; ``warm_dsn`` (default ``dsn``) warms.
+
+    Also returns A_bytes' padding, characters per hit.
+    """
     warmer = CacheWarmer(warm_dsn or dsn, layout, k)
-    conns = [warmer.conn] + [connect(dsn) for _ in range(6)]
+    conns = [warmer.conn] + [connect(dsn) for _ in range(9)]
     try:
         a = BareTopK(conns[1], layout, k)
         retriever_settings(conns[2], layout)
@@ -104,7 +144,19 @@ def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, 
         b = OnetripSingle(conns[5], layout, k)
         a_work = BareTopK(conns[6], layout, k)
         a_work.sql = with_server_work(a_work.sql)  # mapped like A, so A_work - A is the server work alone
-        run = {"A": a.run, "A_iter": a_iter.run, "B_sql": b_sql, "B_iter": b_iter, "B": b.run, "A_work": a_work.run}
+        fplan = plan_assemble(layout, queries[0], k, max_tokens=2000, expand=OnetripAssembled.EXPANSION)
+
+        def fparams(q: np.ndarray) -> dict[str, Any]:
+            return bind_vector(fplan, q, layout.dim)
+
+        retriever_settings(conns[8], layout)
+        f_iter = raw_fetch(conns[8], fplan.statement, fparams)
+        f = OnetripAssembled(conns[9], layout, k)
+        # A_bytes: A_iter's hits padded to B_iter's mean result size (set below, once it is measured)
+        retriever_settings(conns[7], layout)
+        a_bytes = BareTopK(conns[7], layout, k)
+        run = {"A": a.run, "A_iter": a_iter.run, "B_sql": b_sql, "B_iter": b_iter, "B": b.run, "A_work": a_work.run,
+               "A_bytes": a_bytes.run, "F_iter": f_iter, "F": f.run}
 
         # The steps must return the same sections, or the split compares different work.
         with conns[0].cursor() as cur:
@@ -121,6 +173,11 @@ def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, 
             bare = {(h.section.doc_id, h.section.section_id) for h in a.run(q)}
             if bare != {(h.section.doc_id, h.section.section_id) for h in a_iter.run(q)}:
                 raise RuntimeError("A and A_iter returned different hits")
+            packed = {(p.doc_id, p.section_id) for p in f.run(q).passages}
+            if {(row[0], row[1]) for row in f_iter(q)} != packed:
+                raise RuntimeError("F_iter returned other passages than F")
+        pad = pad_for_bytes(conns[4], plan.statement, params, a_iter.sql, queries[:20], k)
+        a_bytes.sql = padded_content(a_bytes.sql, pad)
 
         times: dict[str, list[float]] = {s: [] for s in STEPS}
         for i, q in enumerate(queries):
@@ -133,7 +190,7 @@ def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, 
                 dt = (time.perf_counter() - t) * 1000
                 if i >= warmup:
                     times[name].append(dt)
-        return times
+        return times, pad
     finally:
         for c in conns:
             c.close()
@@ -141,15 +198,24 @@ def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, 
 
 def summarize(times: dict[str, list[float]]) -> dict[str, Any]:
     p50 = {s: statistics.median(v) for s, v in times.items()}
+
+    def us(x: str, y: str) -> float:
+        return round((p50[x] - p50[y]) * 1000, 1)
+
     return {
         "p50_ms": {s: round(v, 4) for s, v in p50.items()},
         "split_us": {
-            "iterative_scan": round((p50["A_iter"] - p50["A"]) * 1000, 1),
-            "expansion_sql_and_transfer": round((p50["B_iter"] - p50["A_iter"]) * 1000, 1),
-            "mapping_to_hits": round((p50["B"] - p50["B_iter"]) * 1000, 1),
-            "iterative_scan_on_B_sql": round((p50["B_iter"] - p50["B_sql"]) * 1000, 1),
-            "B_minus_A": round((p50["B"] - p50["A"]) * 1000, 1),
-            "server_work_yardstick": round((p50["A_work"] - p50["A"]) * 1000, 1),
+            "iterative_scan": us("A_iter", "A"),
+            "expansion_sql_and_transfer": us("B_iter", "A_iter"),
+            "wider_result": us("A_bytes", "A_iter"),
+            "expansion_work": us("B_iter", "A_bytes"),
+            "mapping_to_hits": us("B", "B_iter"),
+            "iterative_scan_on_B_sql": us("B_iter", "B_sql"),
+            "B_minus_A": us("B", "A"),
+            "server_work_yardstick": us("A_work", "A"),
+            "F_statement": us("F_iter", "A_iter"),
+            "F_mapping": us("F", "F_iter"),
+            "F_minus_A": us("F", "A"),
         },
     }
 
@@ -163,28 +229,44 @@ def _condition(r: dict[str, Any]) -> str:
 def report(doc: dict[str, Any]) -> str:
     m = doc["meta"]
     lines = [
-        f"## Cost split: B (onetrip) over A (bare top-K), k={m['k']}",
+        f"## Cost split: B (onetrip) and F (assembled context) over A (bare top-K), k={m['k']}",
         "",
         f"{m['date']}; {m['cores']} cores; {m['server']}; {m['queries']} queries per size and connection, all "
         "steps interleaved per query in random order, hot cache; medians in ms, differences in µs. "
         "`direct`: no proxy; `+d ms`: through benchmarks/latency/delay_proxy.py, as the latency benchmark runs.",
         "",
-        "| sections | connection | A | A_iter | B_sql | B_iter | B | A_work | iterative scan (A_iter−A) | "
-        "expansion SQL + transfer (B_iter−A_iter) | mapping (B−B_iter) | B−A | server work yardstick (A_work−A) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| sections | connection | " + " | ".join(STEPS) + " |",
+        "|---|---|" + "---|" * len(STEPS),
+    ]
+    for r in doc["results"]:
+        lines.append(f"| {r['sections']:,} | {_condition(r)} | " + " | ".join(f"{r['p50_ms'][x]:.3f}" for x in STEPS)
+                     + " |")
+    lines += [
+        "",
+        "| sections | connection | iterative scan (A_iter−A) | wider result (A_bytes−A_iter) | "
+        "expansion work (B_iter−A_bytes) | mapping (B−B_iter) | B−A (B/A) | F statement (F_iter−A_iter) | "
+        "F mapping (F−F_iter) | F−A (F/A) | server work yardstick (A_work−A) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in doc["results"]:
         p, s = r["p50_ms"], r["split_us"]
-        lines.append(
-            f"| {r['sections']:,} | {_condition(r)} | " + " | ".join(f"{p[x]:.3f}" for x in STEPS)
-            + f" | {s['iterative_scan']:.0f} | {s['expansion_sql_and_transfer']:.0f} | {s['mapping_to_hits']:.0f}"
-            f" | {s['B_minus_A']:.0f} | {s['server_work_yardstick']:.0f} |")
-    lines += ["", "A_iter and B_iter run with Retriever's per-connection settings (hnsw.iterative_scan = "
-              "relaxed_order, hnsw.max_scan_tuples); A and B_sql with pgvector's defaults. A_work is A plus "
+        cells = [f"{s[x]:.0f}" for x in ("iterative_scan", "wider_result", "expansion_work", "mapping_to_hits")]
+        cells.append(f"{s['B_minus_A']:.0f} ({p['B'] / p['A']:.2f})")
+        cells += [f"{s['F_statement']:.0f}", f"{s['F_mapping']:.0f}", f"{s['F_minus_A']:.0f} ({p['F'] / p['A']:.2f})",
+                  f"{s['server_work_yardstick']:.0f}"]
+        lines.append(f"| {r['sections']:,} | {_condition(r)} | " + " | ".join(cells) + " |")
+    pads = ", ".join(f"{r['sections']:,}: {r['pad_chars']} characters per hit" for r in doc["results"]
+                     if r.get("added_rtt_ms") is None and "pad_chars" in r)
+    lines += ["", "A_iter, B_iter, A_bytes and F_iter run with Retriever's per-connection settings "
+              "(hnsw.iterative_scan = relaxed_order, hnsw.max_scan_tuples); A and B_sql with pgvector's "
+              "defaults. A_bytes is A_iter with each hit's content padded so its result is as large on the "
+              f"wire as B_iter's, on average ({pads}): the same 10 rows, so B_iter − A_bytes is the expansion "
+              "itself (the context rows' count, their reads and the statement's other plan nodes). F is the "
+              "latency benchmark's F: parent + ±1 neighbors, 2,000-token budget. A_work is A plus "
               f"a count over generate_series(1, {WORK_ROWS}) on the server, the same rows mapped the same way: "
               "the same server work costs what that column shows on each connection, so its ratio between "
               "a proxied and the direct row is how much this machine inflates server time after an idle wait. "
-              "Differences of medians are not medians of differences: read them to ±10 µs.", ""]
+              "Differences of medians are not medians of differences: read them to ±10–30 µs.", ""]
     return "\n".join(lines)
 
 
@@ -192,14 +274,14 @@ def measure_condition(dsn: str, layout: Layout, queries: np.ndarray, args: argpa
                       added_rtt_ms: float | None) -> dict[str, Any]:
     """One split on a direct connection (None) or through the delay proxy at +added_rtt_ms."""
     if added_rtt_ms is None:
-        times = measure(dsn, layout, queries, args.k, args.warmup)
+        times, pad = measure(dsn, layout, queries, args.k, args.warmup)
         rtt: dict[str, Any] = {}
     else:
         with DelayProxyProcess.from_dsn(dsn, added_rtt_ms) as proxy:
             pdsn = proxy.dsn(dsn)
             rtt = {"achieved_rtt_ms": round(measure_rtt(pdsn, 200)["median_ms"], 4)}
-            times = measure(pdsn, layout, queries, args.k, args.warmup, warm_dsn=dsn)
-    return {**rtt, **summarize(times), "raw_ms": {s: [round(t, 4) for t in v] for s, v in times.items()}}
+            times, pad = measure(pdsn, layout, queries, args.k, args.warmup, warm_dsn=dsn)
+    return {**rtt, "pad_chars": pad, **summarize(times), "raw_ms": {s: [round(t, 4) for t in v] for s, v in times.items()}}
 
 
 def main(argv: list[str] | None = None) -> int:
