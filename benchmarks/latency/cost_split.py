@@ -1,11 +1,11 @@
-"""Where the product query's time over the floor goes: iterative scan, expansion SQL, row mapping.
+"""Where B's and F's time over the floor goes: iterative scan, result size, expansion SQL, row mapping.
 
     python -m benchmarks.latency.cost_split --sizes 10000,1000000
 
 The latency benchmark shows B (Retriever.search: hits + parent + +/-1) costs
 0.15-0.4 ms more than A (bare top-K) per call. This splits that difference,
 on a direct connection (no proxy: the RTT is the same for both and only hides
-the cost) with hot caches, five steps interleaved query by query:
+the cost) with hot caches, nine steps interleaved query by query:
 
     A       bare top-K, pgvector's session defaults (the latency benchmark's A)
     A_iter  the same statement with the settings Retriever applies per connection
@@ -23,10 +23,10 @@ the cost) with hot caches, five steps interleaved query by query:
             (in bytes on the wire) as B_iter's on average: what B's wider
             result costs alone (a yardstick, not a variant)
 
-and reports the medians and three differences: iterative scan
-(A_iter - A), the wider result (A_bytes - A_iter), the expansion work itself
-(B_iter - A_bytes) and client-side mapping (B - B_iter); and for the
-assembled context, its statement (F_iter - A_iter) and mapping (F - F_iter). Each query is first run once, untimed, on a
+and reports the medians and their differences: iterative scan (A_iter - A),
+the wider result (A_bytes - A_iter), the expansion work itself (B_iter -
+A_bytes) and client-side mapping (B - B_iter); for the assembled context, its
+statement (F_iter - A_iter) and mapping (F - F_iter). Each query is first run once, untimed, on a
 separate connection with A's and B's statements (the latency benchmark's
 CacheWarmer), so every step finds its pages in shared_buffers. The
 corpora are the latency/scale benchmarks' (synthetic, clustered, 384-d, HNSW
@@ -174,7 +174,7 @@ def measure(dsn: str, layout: Layout, queries: np.ndarray, k: int, warmup: int, 
             if bare != {(h.section.doc_id, h.section.section_id) for h in a_iter.run(q)}:
                 raise RuntimeError("A and A_iter returned different hits")
             packed = {(p.doc_id, p.section_id) for p in f.run(q).passages}
-            if {(row[0], row[1]) for row in f_iter(q)} != packed:
+            if {(row[0], row[1]) for row in f_iter(q)} != packed:  # assemble.sql: doc_id, section_id, ...
                 raise RuntimeError("F_iter returned other passages than F")
         pad = pad_for_bytes(conns[4], plan.statement, params, a_iter.sql, queries[:20], k)
         a_bytes.sql = padded_content(a_bytes.sql, pad)
@@ -281,7 +281,8 @@ def measure_condition(dsn: str, layout: Layout, queries: np.ndarray, args: argpa
             pdsn = proxy.dsn(dsn)
             rtt = {"achieved_rtt_ms": round(measure_rtt(pdsn, 200)["median_ms"], 4)}
             times, pad = measure(pdsn, layout, queries, args.k, args.warmup, warm_dsn=dsn)
-    return {**rtt, "pad_chars": pad, **summarize(times), "raw_ms": {s: [round(t, 4) for t in v] for s, v in times.items()}}
+    raw = {s: [round(t, 4) for t in v] for s, v in times.items()}
+    return {**rtt, "pad_chars": pad, **summarize(times), "raw_ms": raw}
 
 
 def main(argv: list[str] | None = None) -> int:
