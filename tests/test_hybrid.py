@@ -278,3 +278,59 @@ def test_text_queries_run_hybrid_on_every_table_layout(db, tmp_path, statement_l
     assert got["plain"][0][0] == "connections.md#connection-settings"
     assert got["partitioned"] == got["plain"]
     assert got["halfvec"] == got["plain"]
+
+
+def test_term_frequency_ranks_a_repeated_word_first_in_lexical_mode(db, tmp_path):
+    """tf_weight: a section that repeats the query word outranks one that has it once (lexical's default)."""
+    layout = Layout(prefix="tf_")
+    init_schema(db, layout)
+    # "a-once" sorts before "b-thrice", so presence-only scoring (a tie) ranks it first
+    (tmp_path / "vacuum.md").write_text(
+        "# Vacuum\n\n## A once\n\nThe autovacuum daemon runs in the background on every database."
+        f"{PAD}\n\n## B thrice\n\nRun autovacuum often: autovacuum keeps tables small, and autovacuum "
+        f"workers run in parallel.{PAD}\n\n## C none\n\nCheckpoints write dirty pages.{PAD}\n")
+    ingest_paths(db, [tmp_path / "vacuum.md"], layout=layout, embedder=HashEmbedder())
+    kb = Retriever(db, prefix="tf_", embedder=HashEmbedder())
+    q = "autovacuum"
+    assert ids(kb.search(q, k=2, mode="lexical", parent=False, neighbors=False)) == \
+        ["vacuum.md#b-thrice", "vacuum.md#a-once"]
+    assert ids(kb.search(q, k=2, mode="lexical", hybrid=HybridOptions(tf_weight=0), parent=False,
+                         neighbors=False)) == ["vacuum.md#a-once", "vacuum.md#b-thrice"]
+    assert HybridOptions().params(5, "lexical")["tf_weight"] == 2.0
+    assert HybridOptions().params(5, "hybrid")["tf_weight"] == 0.0
+    assert HybridOptions(tf_weight=0.5).params(5, "lexical")["tf_weight"] == 0.5
+    for bad in (-1, float("nan"), True, "2"):
+        with pytest.raises(ValueError, match="tf_weight"):
+            HybridOptions(tf_weight=bad)
+
+
+def test_sections_holding_the_same_words_tie_exactly_whatever_the_plan(db, tmp_path):
+    """Sections holding the same query words tie exactly and then go by key, whichever plan runs.
+
+    A float sum of the words' weights depends on the order of its terms. A sort
+    before a group aggregate (the generic plan of a prepared statement chose one
+    on the PostgreSQL manual) is not stable, so the terms came in another order
+    for each section, and equal sections were ranked by rounding noise.
+    """
+    layout = Layout(prefix="ties_")
+    init_schema(db, layout)
+    words = ["replication", "slot", "standby", "walsender", "timeline", "archive", "restore", "promote"]
+    parts = [f"## Full {i:02d}\n\n{' '.join(words)} notes for part {i}.{PAD}\n" for i in range(40)]
+    parts += [f"## Some {i:02d}\n\n{' '.join(words[: 1 + i % 7])} notes for part {i}.{PAD}\n" for i in range(40)]
+    (tmp_path / "ties.md").write_text("# Ties\n\n" + "\n".join(parts))
+    ingest_paths(db, [tmp_path / "ties.md"], layout=layout, embedder=HashEmbedder())
+    kb = Retriever(db, prefix="ties_", embedder=HashEmbedder())
+    query = " ".join(words)
+    ranked = {}
+    for hashagg in ("on", "off"):
+        db.execute(f"SET enable_hashagg = {hashagg}")
+        for tf in (0, 2):
+            opts = HybridOptions(tf_weight=tf, max_term_share=1.0, candidates=50)
+            got = ids(kb.search(query, k=50, mode="lexical", hybrid=opts, parent=False, neighbors=False))
+            full = [i for i in got if "#full-" in i]
+            assert len(full) == 40 and full == got[:40], (hashagg, tf, got[:42])
+            assert full == sorted(full), (hashagg, tf, full)  # the tie goes by key
+            ranked[hashagg, tf] = got
+    db.execute("RESET enable_hashagg")
+    for tf in (0, 2):
+        assert ranked["on", tf] == ranked["off", tf]

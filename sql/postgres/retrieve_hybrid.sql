@@ -22,6 +22,8 @@
 --           :max_term_share  float  skip words in more than this share of
 --                      the sections (0.03) ...
 --           :rare_term_sections  integer  ... and in more than this many (100)
+--           :tf_weight  float  term frequency's weight in the lexical score (0:
+--                      presence only, as this hybrid edition is tuned; 2.0 for lexical alone)
 --           Word weights come from term_stats: run `onetrip refresh-term-stats`
 --           (or its INSERT ... ts_stat) after loading rows outside onetrip.
 -- Settings  hnsw.ef_search sets the HNSW candidate list (default 40). onetrip's
@@ -79,13 +81,21 @@ query_words AS MATERIALIZED (
         OR ts.share <= :max_term_share
 ),
 lexical AS MATERIALIZED (
-    -- lex_score: the summed idf of the query words a section holds, plus
-    -- term_weight when it holds an exact technical term of the query
+    -- lex_score: the summed idf of the query words a section holds (times
+    -- their term frequency with tf_weight), plus term_weight when it holds an
+    -- exact technical term of the query. Summed as numeric: a float sum depends on
+    -- the order of its terms, which differs between plans (custom and generic),
+    -- and sections holding the same words must tie exactly, then go by key
     SELECT m.doc_id,
            m.section_id,
-           sum(m.weight) AS lex_score
+           sum(m.weight::numeric) AS lex_score
       FROM (
-            SELECT s.doc_id, s.section_id, w.idf AS weight
+            SELECT s.doc_id, s.section_id,
+                   -- a repeated word counts more: ts_rank's saturating term frequency,
+                   -- 1 for one occurrence (0.0607927 = ts_rank of one), up to 1.64
+                   w.idf * CASE WHEN :tf_weight > 0
+                                THEN 1 + :tf_weight * (ts_rank(s.tsv, w.query, 0) / 0.0607927 - 1)
+                                ELSE 1 END AS weight
               FROM query_words w
               JOIN sections s
                 ON s.tsv @@ w.query
