@@ -1,0 +1,120 @@
+"""Grid over the lexical side's HybridOptions: section recall@K of the hits, and coverage of the default context.
+
+    V=benchmarks/quality/validation
+    python -m benchmarks.quality.lexical_grid --questions ../shared/eval/pgdocs_tuning.jsonl \
+        $V/administration.jsonl,$V/reference.jsonl,$V/sql_language.jsonl \
+        --grid tf_weight=0,0.5,1,2 [--mode lexical]
+Why it exists: the hybrid weights are chosen on the evidence-coverage sets, and
+the choice should be re-runnable. Each grid point runs every question once
+through `Retriever.search` (bare hits, section recall@K against the cited
+sections) and once through `Retriever.assemble` with the shipped defaults
+(evidence coverage at each budget), on the manual already ingested by
+`benchmarks.quality.run` (prefix pg15_). Question files are scored separately,
+so a choice made on one set can be read on the other. Writes JSON and a
+Markdown table (lexical_grid_<mode>.*); no timing claims (one pass, noisy machine).
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, replace
+from pathlib import Path
+from typing import Any
+
+from benchmarks.quality.metrics import covered_pairs, load_questions, mean, section_recall
+from benchmarks.quality.run import load_rows, score_context
+
+
+def parse_grid(items: list[str]) -> list[dict[str, float]]:
+    """``name=v1,v2`` items -> every combination, as HybridOptions keyword dicts."""
+    axes: list[tuple[str, list[float]]] = []
+    for item in items:
+        name, _, values = item.partition("=")
+        if not values:
+            raise ValueError(f"grid item {item!r} is not name=v1,v2,...")
+        axes.append((name.strip(), [float(v) for v in values.split(",") if v.strip()]))
+    names = [n for n, _ in axes]
+    return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in axes))]
+
+
+def main(argv: list[str] | None = None) -> int:
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--questions", nargs="+", required=True, metavar="FILE[,FILE]",
+                    help="question sets; comma-joined files are one set")
+    ap.add_argument("--grid", nargs="+", default=["tf_weight=0"], metavar="NAME=V1,V2")
+    ap.add_argument("--dsn", default=None)
+    ap.add_argument("--prefix", default="pg15_")
+    ap.add_argument("--mode", default="hybrid", choices=("hybrid", "lexical"))
+    ap.add_argument("--k", type=int, default=10, help="hits for section recall@K")
+    ap.add_argument("--budgets", default="1000,2000,4000")
+    ap.add_argument("--ef-search", type=int, default=200)
+    ap.add_argument("--out", default="benchmarks/results")
+    args = ap.parse_args(argv)
+
+    from onetrip.connection import connect
+    from onetrip.embedders import SentenceTransformerEmbedder
+    from onetrip.retrieve import HybridOptions, Retriever
+    from onetrip.templates import Layout
+
+    grid = parse_grid(args.grid)
+    budgets = [int(b) for b in args.budgets.split(",")]
+    # each --questions argument is one set; comma-joined files are scored as one set
+    sets = {"+".join(Path(f).stem for f in arg.split(",")):
+            [q for f in arg.split(",") for q in load_questions(f) if q.answerable] for arg in args.questions}
+    conn = connect(args.dsn)
+    embedder = SentenceTransformerEmbedder()
+    r = Retriever(conn, prefix=args.prefix, embedder=embedder, ef_search=args.ef_search)
+    table = Layout(prefix=args.prefix).tables["sections"]
+    anchors_of = {key: row["anchors"] for key, row in load_rows(conn, table).items()}
+    vectors = {q.id: r.query_vector(q.question) for qs in sets.values() for q in qs}
+
+    results = []
+    for point in grid:
+        opts = replace(HybridOptions(), **point)
+        row: dict[str, Any] = {"options": point}
+        t0 = time.perf_counter()
+        for name, qs in sets.items():
+            rec, cov = [], {b: [] for b in budgets}
+            for q in qs:
+                hits = r.search(vectors[q.id], args.k, parent=False, neighbors=False, mode=args.mode,
+                                text=q.question, hybrid=opts)
+                got = covered_pairs(((h.section.doc_id, h.section.section_id) for h in hits), anchors_of)
+                rec.append(section_recall(list(q.cited_pairs), got))
+                for b in budgets:
+                    ctx = r.assemble(vectors[q.id], max_tokens=b, mode=args.mode, text=q.question, hybrid=opts)
+                    cov[b].append(score_context(q, ctx.passages, anchors_of)["coverage"])
+            row[name] = {"questions": len(qs), f"recall@{args.k}": mean(rec),
+                         "coverage": {str(b): mean(v) for b, v in cov.items()}}
+        row["seconds"] = round(time.perf_counter() - t0, 1)
+        results.append(row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    doc = {"mode": args.mode, "k": args.k, "budgets": budgets, "prefix": args.prefix, "ef_search": args.ef_search,
+           "base_options": asdict(HybridOptions()), "results": results}
+    (out / f"lexical_grid_{args.mode}.json").write_text(json.dumps(doc, indent=1))
+    lines = [f"## Lexical options grid ({args.mode}; section recall@{args.k} of the hits; evidence coverage of "
+             f"the default context at {' / '.join(map(str, budgets))} tokens)", "",
+             "| options | " + " | ".join(f"{n} ({len(qs)} q) recall / coverage" for n, qs in sets.items()) + " |",
+             "|---|" + "---|" * len(sets)]
+    for row in results:
+        cells = []
+        for n in sets:
+            s = row[n]
+            cells.append(f"{s[f'recall@{args.k}']:.3f} / " + " / ".join(f"{100 * v:.1f}%" for v in s["coverage"].values()))
+        lines.append("| " + ", ".join(f"{k}={v:g}" for k, v in row["options"].items()) + " | " + " | ".join(cells) + " |")
+    (out / f"lexical_grid_{args.mode}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
