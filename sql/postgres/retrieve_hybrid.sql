@@ -83,12 +83,13 @@ query_words AS MATERIALIZED (
 lexical AS MATERIALIZED (
     -- lex_score: the summed idf of the query words a section holds (times
     -- their term frequency with tf_weight), plus term_weight when it holds an
-    -- exact technical term of the query. Summed as numeric: a float sum depends on
-    -- the order of its terms, which differs between plans (custom and generic),
-    -- and sections holding the same words must tie exactly, then go by key
+    -- exact technical term of the query. Each weight is rounded to a multiple of
+    -- 2^-20 so that the sum is exact: a float sum depends on the order of its
+    -- terms, which differs between plans (custom and generic), and sections
+    -- holding the same words must tie exactly, then go by key
     SELECT m.doc_id,
            m.section_id,
-           sum(m.weight::numeric) AS lex_score
+           sum(round(m.weight * 1048576)) / 1048576 AS lex_score
       FROM (
             SELECT s.doc_id, s.section_id,
                    -- a repeated word counts more: ts_rank's saturating term frequency,
