@@ -246,3 +246,14 @@ def test_page_text_spans_and_window_anchors():
         assert r.token_count == count_tokens(r.content)
         assert r.parent_section_id is None and r.anchor is None
     assert [r.sequence_index for r in rows] == list(range(len(rows)))
+
+
+def test_lexical_grid_parses_every_combination():
+    from benchmarks.quality.lexical_grid import parse_grid
+
+    grid = parse_grid(["tf_weight=0,0.5", "candidates=50,100"])
+    assert grid == [{"tf_weight": 0, "candidates": 50}, {"tf_weight": 0, "candidates": 100},
+                    {"tf_weight": 0.5, "candidates": 50}, {"tf_weight": 0.5, "candidates": 100}]
+    assert isinstance(grid[0]["candidates"], int)
+    with pytest.raises(ValueError, match="name=v1"):
+        parse_grid(["tf_weight"])

@@ -3,15 +3,17 @@
     V=benchmarks/quality/validation
     python -m benchmarks.quality.lexical_grid --questions ../shared/eval/pgdocs_tuning.jsonl \
         $V/administration.jsonl,$V/reference.jsonl,$V/sql_language.jsonl \
-        --grid tf_weight=0,0.5,1,2 [--mode lexical]
+        --grid tf_weight=0,0.5,1,2 [lexical_weight=0.2,0.3] [--mode lexical]
+
 Why it exists: the hybrid weights are chosen on the evidence-coverage sets, and
 the choice should be re-runnable. Each grid point runs every question once
 through `Retriever.search` (bare hits, section recall@K against the cited
-sections) and once through `Retriever.assemble` with the shipped defaults
-(evidence coverage at each budget), on the manual already ingested by
-`benchmarks.quality.run` (prefix pg15_). Question files are scored separately,
-so a choice made on one set can be read on the other. Writes JSON and a
-Markdown table (lexical_grid_<mode>.*); no timing claims (one pass, noisy machine).
+sections) and once per budget through `Retriever.assemble` with the shipped
+defaults (evidence coverage), on the manual already ingested by
+`benchmarks.quality.run` (prefix pg15_). Each --questions argument is one set
+(comma-joined files are one set), scored separately, so a choice made on one
+set can be read on the other. Writes lexical_grid_<mode>.json and .md; no
+timing claims (one pass, noisy machine).
 """
 
 from __future__ import annotations
@@ -30,14 +32,15 @@ from benchmarks.quality.metrics import covered_pairs, load_questions, mean, sect
 from benchmarks.quality.run import load_rows, score_context
 
 
-def parse_grid(items: list[str]) -> list[dict[str, float]]:
-    """``name=v1,v2`` items -> every combination, as HybridOptions keyword dicts."""
-    axes: list[tuple[str, list[float]]] = []
+def parse_grid(items: list[str]) -> list[dict[str, int | float]]:
+    """``name=v1,v2`` items -> every combination, as HybridOptions keyword dicts (integers stay int)."""
+    axes: list[tuple[str, list[int | float]]] = []
     for item in items:
         name, _, values = item.partition("=")
         if not values:
             raise ValueError(f"grid item {item!r} is not name=v1,v2,...")
-        axes.append((name.strip(), [float(v) for v in values.split(",") if v.strip()]))
+        axes.append((name.strip(), [int(v) if v.strip().isdigit() else float(v)
+                                    for v in values.split(",") if v.strip()]))
     names = [n for n, _ in axes]
     return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in axes))]
 
