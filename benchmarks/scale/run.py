@@ -177,12 +177,15 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
              "| sections | layout | ef_construction | COPY s | HNSW build s | table MiB | HNSW MiB "
              f"| recall@10 ef={' / '.join(map(str, meta['ef']))} "
              f"| bare p50 ms at ef {'/'.join(map(str, meta['ef']))} | A p50/p95 0 ms | B p50/p95 0 ms | A p50/p95 +1 ms | B p50/p95 +1 ms "
-             "| B/A +1 ms |", "|" + "---|" * 14]
+             "| B/A +1 ms | measured, achieved RTT ms at 0 / +1 |", "|" + "---|" * 15]
     for r in results:
         rec = " / ".join(f"{r['recall'][e]['recall']:.3f}" if e in r["recall"] else "–" for e in map(str, meta["ef"]))
         bare = " / ".join(f"{r['recall'][e]['bare_p50_ms']:.2f}" if e in r["recall"] else "–"
                           for e in map(str, meta["ef"]))
         l0, l1 = r["latency"].get("0.0") or r["latency"].get("0"), r["latency"].get("1.0") or r["latency"].get("1")
+
+        def rtt(x: dict | None) -> str:
+            return "–" if not x or x.get("achieved_rtt_ms") is None else f"{x['achieved_rtt_ms']:.2f}"
 
         def pp(x: dict | None, v: str) -> str:
             return "–" if not x else f"{x[v + '_p50']:.2f} / {x[v + '_p95']:.2f}"
@@ -190,12 +193,15 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
         lines.append(f"| {r['sections']:,} | {r['layout']} | {r.get('ef_construction', 64)} | {r['copy_s']} | {r['hnsw_build_s']} | "
                      f"{r['table_bytes'] / 2**20:.0f} | {r['hnsw_bytes'] / 2**20:.0f} | {rec} | {bare} | "
                      f"{pp(l0, 'A')} | {pp(l0, 'B')} | {pp(l1, 'A')} | {pp(l1, 'B')} | "
-                     f"{(l1 or {}).get('B_over_A', '–')}{'' if r.get('b_query') == B_QUERY else ' †'} |")
+                     f"{(l1 or {}).get('B_over_A', '–')}{'' if r.get('b_query') == B_QUERY else ' †'} | "
+                     f"{r.get('measured', '?')}, {rtt(l0)} / {rtt(l1)} |")
     lines += ["", f"maintenance_work_mem={meta['maintenance_work_mem']}, parallel maintenance workers="
               f"{results[0]['max_parallel_maintenance_workers'] if results else '?'}; HNSW m=16 and the "
               "ef_construction of each row (64 is pgvector's default). Recall is against exact search "
               "(numpy, float32) with hnsw.iterative_scan off; B/A is measured at pgvector's default "
-              "ef_search 40, the setting onetrip runs with."]
+              "ef_search 40, the setting onetrip runs with. Rows measured on different days may come from "
+              "different machines: compare ratios within a day, and read the achieved RTT (the proxy's "
+              "SELECT 1 ping) as a sign of the machine's speed."]
     if any(r.get("b_query") != B_QUERY for r in results):
         lines += ["", "† measured with an earlier product query (one row per hit with parent_*/prev_*/next_* "
                   "columns, or separate parent and neighbor key sets) and an A whose bound LIMIT was re-planned "
