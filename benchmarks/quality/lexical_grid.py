@@ -28,7 +28,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.quality.metrics import covered_pairs, load_questions, mean, section_recall
+from benchmarks.quality.metrics import covered_pairs, load_question_files, mean, section_recall
 from benchmarks.quality.run import load_rows, score_context
 
 
@@ -64,19 +64,18 @@ def main(argv: list[str] | None = None) -> int:
     from onetrip.connection import connect
     from onetrip.embedders import SentenceTransformerEmbedder
     from onetrip.retrieve import HybridOptions, Retriever
-    from onetrip.templates import Layout
 
     grid = parse_grid(args.grid)
     budgets = [int(b) for b in args.budgets.split(",")]
     # each --questions argument is one set; comma-joined files are scored as one set
-    sets = {"+".join(Path(f).stem for f in arg.split(",")):
-            [q for f in arg.split(",") for q in load_questions(f) if q.answerable] for arg in args.questions}
+    sets = {"+".join(Path(f).stem for f in files): [q for q in load_question_files(files) if q.answerable]
+            for files in (arg.split(",") for arg in args.questions)}
     conn = connect(args.dsn)
     embedder = SentenceTransformerEmbedder()
     r = Retriever(conn, prefix=args.prefix, embedder=embedder, ef_search=args.ef_search)
-    table = Layout(prefix=args.prefix).tables["sections"]
-    anchors_of = {key: row["anchors"] for key, row in load_rows(conn, table).items()}
-    vectors = {q.id: r.query_vector(q.question) for qs in sets.values() for q in qs}
+    anchors_of = {key: row["anchors"] for key, row in load_rows(conn, r.layout.tables["sections"]).items()}
+    # keyed by text: two sets may reuse an id
+    vectors = {q.question: r.query_vector(q.question) for qs in sets.values() for q in qs}
 
     results = []
     for point in grid:
@@ -86,12 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         for name, qs in sets.items():
             rec, cov = [], {b: [] for b in budgets}
             for q in qs:
-                hits = r.search(vectors[q.id], args.k, parent=False, neighbors=False, mode=args.mode,
+                hits = r.search(vectors[q.question], args.k, parent=False, neighbors=False, mode=args.mode,
                                 text=q.question, hybrid=opts)
                 got = covered_pairs(((h.section.doc_id, h.section.section_id) for h in hits), anchors_of)
                 rec.append(section_recall(list(q.cited_pairs), got))
                 for b in budgets:
-                    ctx = r.assemble(vectors[q.id], max_tokens=b, mode=args.mode, text=q.question, hybrid=opts)
+                    ctx = r.assemble(vectors[q.question], max_tokens=b, mode=args.mode, text=q.question, hybrid=opts)
                     cov[b].append(score_context(q, ctx.passages, anchors_of)["coverage"])
             row[name] = {"questions": len(qs), f"recall@{args.k}": mean(rec),
                          "coverage": {str(b): mean(v) for b, v in cov.items()}}
