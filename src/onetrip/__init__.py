@@ -16,7 +16,8 @@ from .errors import (
 from .context import Context, Passage, render_context
 from .retrieve import CONTEXT_DEFAULT, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord
 from .schema import init_schema, read_layout
-from .store import refresh_term_stats
+from .ingest import IngestReport, ingest_paths
+from .store import DocumentInfo, delete_document, list_documents, refresh_term_stats
 from .templates import Layout
 
 __all__ = [
@@ -31,9 +32,11 @@ __all__ = [
     "Passage",
     "render_context",
     "DimensionMismatchError",
+    "DocumentInfo",
     "Embedder",
     "Hit",
     "HybridOptions",
+    "IngestReport",
     "InputDocumentError",
     "InvalidIdentifierError",
     "Layout",
@@ -45,7 +48,10 @@ __all__ = [
     "SentenceTransformerEmbedder",
     "ServerRequirementError",
     "connect",
+    "delete_document",
+    "ingest_paths",
     "init_schema",
+    "list_documents",
     "read_layout",
     "refresh_term_stats",
     "resolve_dsn",

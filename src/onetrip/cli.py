@@ -3,6 +3,8 @@
     onetrip init                 create tables and indexes (idempotent)
     onetrip ingest PATH...       parse, embed and load documents
     onetrip search "question"    top-K hits with parent and neighbors
+    onetrip documents            list the stored documents
+    onetrip delete DOC_ID...     delete documents and their sections
     onetrip sql render           write the PostgreSQL / Oracle SQL editions
     onetrip demo                 the README's main job, on the embedded server
 
@@ -90,6 +92,16 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("refresh-term-stats",
                        help="recount the words lexical and hybrid search weight by (ingest does this itself)")
     _common(p)
+
+    p = sub.add_parser("documents", help="list the stored documents (revision, sections, tokens)")
+    _common(p)
+    p.add_argument("--collection", default=None, help="only this collection")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+
+    p = sub.add_parser("delete", help="delete documents and their sections (by doc_id, as `documents` lists them)")
+    _common(p)
+    p.add_argument("doc_ids", nargs="+", metavar="DOC_ID", help="document id(s)")
+    p.add_argument("--keep-history", action="store_true", help="archive the deleted sections first (audit)")
 
     p = sub.add_parser("prune", help="delete archived revisions")
     _common(p)
@@ -285,6 +297,45 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_documents(args: argparse.Namespace) -> int:
+    from .connection import connect
+    from .schema import read_layout
+    from .store import list_documents
+
+    with connect(args.dsn) as conn:
+        docs = list_documents(conn, read_layout(conn, schema=args.schema, prefix=args.prefix),
+                              collection=args.collection)
+    if args.json:
+        print(json.dumps([{**d.__dict__, "acl": None if d.acl is None else list(d.acl),
+                           "ingested_at": d.ingested_at.isoformat()} for d in docs], indent=2))
+        return 0
+    for d in docs:
+        acl = "everyone" if d.acl is None else ",".join(d.acl)
+        print(f"{d.doc_id}\trevision {d.revision}\t{d.section_count} sections\t{d.token_count} tokens\t"
+              f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}")
+    print(f"{len(docs)} document(s)", file=sys.stderr)
+    return 0
+
+
+def cmd_delete(args: argparse.Namespace) -> int:
+    """Exit 0 when every id was stored and is now gone, 3 when some were not stored (the others are deleted)."""
+    from .connection import connect
+    from .schema import read_layout
+    from .store import delete_document, refresh_term_stats
+
+    with connect(args.dsn) as conn:
+        layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
+        missing = [d for d in dict.fromkeys(args.doc_ids)
+                   if not delete_document(conn, layout, d, keep_history=args.keep_history)]
+        deleted = len(dict.fromkeys(args.doc_ids)) - len(missing)
+        if deleted:
+            refresh_term_stats(conn, layout)  # the deleted sections' words no longer count
+    print(f"deleted {deleted} document(s)" + (" (sections archived)" if args.keep_history and deleted else ""))
+    for d in missing:
+        print(f"  not stored: {d}", file=sys.stderr)
+    return 3 if missing else 0
+
+
 def cmd_refresh_term_stats(args: argparse.Namespace) -> int:
     from .connection import connect
     from .schema import read_layout
@@ -450,7 +501,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql": cmd_sql, "demo": cmd_demo,
-            "prune": cmd_prune, "refresh-term-stats": cmd_refresh_term_stats, "serve": cmd_serve}
+            "prune": cmd_prune, "refresh-term-stats": cmd_refresh_term_stats, "serve": cmd_serve,
+            "documents": cmd_documents, "delete": cmd_delete}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,6 +13,7 @@ import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Any, Literal, Protocol
 
 import numpy as np
@@ -310,11 +311,59 @@ def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, do
         return conn.execute(q, (keep, doc_id, doc_id)).rowcount
 
 
-def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
-    """Remove a document and its sections; True if it existed."""
-    q = sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
+@dataclass(frozen=True)
+class DocumentInfo:
+    """One stored document, as `list_documents` reports it (the documents row)."""
+
+    doc_id: str
+    title: str | None
+    source_uri: str
+    collection: str
+    acl: tuple[str, ...] | None
+    revision: int
+    section_count: int
+    token_count: int  # context tokens of all its sections (what `document` expansion gates on)
+    ingested_at: datetime
+
+
+def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None) -> list[DocumentInfo]:
+    """The stored documents by doc_id, optionally of one collection: what `delete_document` takes."""
+    q = sql.SQL(
+        "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at "
+        "FROM {} WHERE %(c)s::text IS NULL OR collection = %(c)s ORDER BY doc_id"
+    ).format(sql.SQL(layout.tables["documents"]))
+    try:
+        rows = conn.execute(q, {"c": collection}).fetchall()
+    except psycopg.errors.UndefinedTable as e:
+        raise missing_table_error(e) from None
+    return [DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at)
+            for d, t, u, c, a, r, n, tok, at in rows]
+
+
+def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, keep_history: bool = False) -> bool:
+    """Remove a document and all its sections in one transaction; True if it was stored.
+
+    Takes the same per-document lock as `replace_document`, so a delete and a
+    re-ingest of the same document run one after the other, never interleaved.
+    With ``keep_history`` the deleted revision's sections are archived first, as
+    a re-ingest with keep_history does. Lexical word weights count the deleted
+    sections until `refresh_term_stats` runs (``onetrip delete`` runs it).
+    """
+    documents = sql.SQL(layout.tables["documents"])
+    sections = sql.SQL(layout.tables["sections"])
     with conn.transaction():
-        return conn.execute(q, (doc_id,)).rowcount > 0
+        try:
+            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (doc_id,))
+            if keep_history:
+                conn.execute(
+                    sql.SQL("INSERT INTO {} SELECT s.*, now() FROM {} s WHERE s.doc_id = %s "
+                            "ON CONFLICT DO NOTHING").format(sql.SQL(layout.tables["section_history"]), sections),
+                    (doc_id,),
+                )
+            # the sections go with it: their foreign key is ON DELETE CASCADE
+            return conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(documents), (doc_id,)).rowcount > 0
+        except psycopg.errors.UndefinedTable as e:
+            raise missing_table_error(e) from None
 
 
 def refresh_term_stats(conn: psycopg.Connection, layout: Layout) -> int:
