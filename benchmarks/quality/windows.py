@@ -179,7 +179,7 @@ def build_windows(
     """
     from onetrip.schema import init_schema
     from onetrip.sections import parse_file
-    from onetrip.store import DocumentRecord, current_hash, refresh_term_stats, replace_document
+    from onetrip.store import DocumentRecord, current_hash, refresh_term_stats, replace_document, term_stats_empty
     from onetrip.templates import Layout
 
     layout = init_schema(conn, Layout(prefix=prefix, dim=embedder.dim))
@@ -229,7 +229,7 @@ def build_windows(
     flush()
     # rows written here bypass ingest, which recounts the lexical word weights after
     # every run; without the recount a lexical/hybrid window baseline weighs every word 1
-    if stats["built"] or not conn.execute(f"SELECT EXISTS (SELECT FROM {layout.tables['term_stats']})").fetchone()[0]:
+    if stats["built"] or term_stats_empty(conn, layout):
         stats["term_stats_words"] = refresh_term_stats(conn, layout)
     stats["embed_seconds"] = round(stats["embed_seconds"], 1)
     stats["windows_stored"] = conn.execute(f"SELECT count(*) FROM {layout.tables['sections']}").fetchone()[0]

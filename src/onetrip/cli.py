@@ -325,9 +325,9 @@ def cmd_delete(args: argparse.Namespace) -> int:
 
     with connect(args.dsn) as conn:
         layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
-        missing = [d for d in dict.fromkeys(args.doc_ids)
-                   if not delete_document(conn, layout, d, keep_history=args.keep_history)]
-        deleted = len(dict.fromkeys(args.doc_ids)) - len(missing)
+        doc_ids = list(dict.fromkeys(args.doc_ids))  # each once, in the order given
+        missing = [d for d in doc_ids if not delete_document(conn, layout, d, keep_history=args.keep_history)]
+        deleted = len(doc_ids) - len(missing)
         if deleted:
             refresh_term_stats(conn, layout)  # the deleted sections' words no longer count
     print(f"deleted {deleted} document(s)" + (" (sections archived)" if args.keep_history and deleted else ""))

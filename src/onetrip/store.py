@@ -232,6 +232,20 @@ def copy_documents(conn: psycopg.Connection, layout: Layout,
     return sum(len(ss) for _, ss, _ in docs)
 
 
+def _lock_document(conn: psycopg.Connection, doc_id: str) -> None:
+    """Serialise writers of one document (re-ingest, delete) until the transaction ends."""
+    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (doc_id,))
+
+
+def _archive_sections(conn: psycopg.Connection, layout: Layout, doc_id: str) -> None:
+    """Copy a document's current sections to section_history (audit), inside the caller's transaction."""
+    conn.execute(
+        sql.SQL("INSERT INTO {} SELECT s.*, now() FROM {} s WHERE s.doc_id = %s ON CONFLICT DO NOTHING").format(
+            sql.SQL(layout.tables["section_history"]), sql.SQL(layout.tables["sections"])),
+        (doc_id,),
+    )
+
+
 def replace_document(
     conn: psycopg.Connection,
     layout: Layout,
@@ -255,7 +269,7 @@ def replace_document(
     documents = sql.SQL(layout.tables["documents"])
     table = sql.SQL(layout.tables["sections"])
     with conn.transaction():
-        conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (doc.doc_id,))
+        _lock_document(conn, doc.doc_id)
         row = conn.execute(
             sql.SQL("SELECT content_hash, revision FROM {} WHERE doc_id = %s").format(documents), (doc.doc_id,)
         ).fetchone()
@@ -264,11 +278,7 @@ def replace_document(
         revision = 1 if row is None else row[1] + 1
         total_tokens = sum(context_tokens)
         if keep_history and row is not None:
-            conn.execute(
-                sql.SQL("INSERT INTO {} SELECT s.*, now() FROM {} s WHERE s.doc_id = %s "
-                        "ON CONFLICT DO NOTHING").format(sql.SQL(layout.tables["section_history"]), table),
-                (doc.doc_id,),
-            )
+            _archive_sections(conn, layout, doc.doc_id)
         conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(table), (doc.doc_id,))
         conn.execute(
             sql.SQL(
@@ -350,16 +360,11 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
     sections until `refresh_term_stats` runs (``onetrip delete`` runs it).
     """
     documents = sql.SQL(layout.tables["documents"])
-    sections = sql.SQL(layout.tables["sections"])
     with conn.transaction():
         try:
-            conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", (doc_id,))
+            _lock_document(conn, doc_id)
             if keep_history:
-                conn.execute(
-                    sql.SQL("INSERT INTO {} SELECT s.*, now() FROM {} s WHERE s.doc_id = %s "
-                            "ON CONFLICT DO NOTHING").format(sql.SQL(layout.tables["section_history"]), sections),
-                    (doc_id,),
-                )
+                _archive_sections(conn, layout, doc_id)
             # the sections go with it: their foreign key is ON DELETE CASCADE
             return conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(documents), (doc_id,)).rowcount > 0
         except psycopg.errors.UndefinedTable as e:
