@@ -61,8 +61,18 @@ class SentenceTransformerEmbedder:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer
+        from transformers.utils import logging as hf_logging
 
-        return SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
+        # transformers 5 draws a "Loading weights" progress bar on stderr for a
+        # local 90 MB model; it cluttered every CLI command. Off while loading
+        # only, so the caller's own setting is left as it was.
+        bars = hf_logging.is_progress_bar_enabled()
+        hf_logging.disable_progress_bar()
+        try:
+            return SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
+        finally:
+            if bars:
+                hf_logging.enable_progress_bar()
 
     @property
     def name(self) -> str:
