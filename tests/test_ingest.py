@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from onetrip import Retriever, connect, init_schema
-from onetrip.ingest import ingest_paths
+from onetrip.ingest import ingest_paths, iter_files
 from onetrip.sections import parse_file
 from onetrip.store import DocumentRecord, replace_document
 from onetrip.templates import Layout
@@ -43,10 +43,15 @@ def test_bad_files_are_reported_per_file_and_never_abort_the_batch(db, tmp_path)
     (tmp_path / "broken.html").write_text("<html><body><h1>Title<p>unclosed <b>tags <div>everywhere")
     (tmp_path / "broken.md").write_text("# Title\n\n```python\nnever closed fence\n# not a heading\n")
     missing = tmp_path / "missing.md"
-    report = ingest_paths(db, [tmp_path, missing], layout=Layout(), embedder=HashEmbedder())
+    unreadable = Path("/proc/self/mem")  # reading it raises OSError (EIO), even as root
+    seen: list[str] = []
+    report = ingest_paths(db, [tmp_path, missing, unreadable], layout=Layout(), embedder=HashEmbedder(),
+                          on_progress=lambda path, _: seen.append(path))
     failed = dict(report.failed)
     assert set(failed) == {str(tmp_path / n) for n in ("empty.md", "blank.txt", "binary.md", "latin1.md")} | {
-        str(missing)}
+        str(missing), str(unreadable)}
+    assert "OSError" in failed[str(unreadable)]
+    assert sorted(seen) == sorted(str(f) for f, _ in iter_files([tmp_path, missing, unreadable]))  # each file once
     assert "empty" in failed[str(tmp_path / "empty.md")]
     assert "binary" in failed[str(tmp_path / "binary.md")]
     assert "UTF-8" in failed[str(tmp_path / "latin1.md")]

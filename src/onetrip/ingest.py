@@ -172,15 +172,12 @@ def ingest_paths(
                     on_progress(shown, report)
                 continue
             parsed = parse_file(path)
-        except InputDocumentError as e:
-            report.failed.append((shown, e.reason))
+        except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
+            why = e.reason if isinstance(e, InputDocumentError) else f"{type(e).__name__}: {e}"
+            report.failed.append((shown, why))
             report.parse_seconds += time.perf_counter() - t0
-            if on_progress:
+            if on_progress:  # every file is reported once, however it failed
                 on_progress(shown, report)
-            continue
-        except (OSError, UnicodeError, ValueError) as e:
-            report.failed.append((shown, f"{type(e).__name__}: {e}"))
-            report.parse_seconds += time.perf_counter() - t0
             continue
         report.parse_seconds += time.perf_counter() - t0
         record = DocumentRecord(
