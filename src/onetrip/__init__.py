@@ -14,6 +14,7 @@ from .errors import (
     ServerRequirementError,
 )
 from .context import Context, Passage, render_context
+from .explain import Explained
 from .retrieve import CONTEXT_DEFAULT, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord
 from .schema import init_schema, read_layout
 from .ingest import IngestReport, ingest_paths
@@ -28,6 +29,7 @@ __all__ = [
     "Context",
     "CONTEXT_DEFAULT",
     "Expansion",
+    "Explained",
     "Filters",
     "Passage",
     "render_context",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
@@ -35,6 +35,9 @@ from .retrieve import (
 )
 from .schema import layout_from_row, layout_query
 from .templates import Layout
+
+if TYPE_CHECKING:
+    from .explain import Explained
 
 
 async def apply_settings_async(conn: psycopg.AsyncConnection, settings: dict[str, str]) -> None:
@@ -131,6 +134,22 @@ class AsyncRetriever:
                        **options: Any) -> Context:
         """Same as `Retriever.assemble`."""
         return await self.run(plan_assemble(self.layout, query, k, **options))
+
+    async def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *,
+                      assemble: bool = False, analyze: bool = True, **options: Any) -> Explained:
+        """Same as `Retriever.explain`."""
+        from .explain import explain_statement_async
+
+        if assemble:
+            plan = plan_assemble(self.layout, query, k, **options)
+        else:
+            plan = plan_search(self.layout, query, 5 if k is None else k, **options)
+        vector = None
+        if plan.embed is not None:
+            vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)
+        params = bind_vector(plan, vector, self.layout.dim)
+        async with self._connection() as c:
+            return await explain_statement_async(c, plan, params, self.layout.dim, analyze=analyze)
 
     async def close(self) -> None:
         if self._owns_conn and self.conn is not None:

@@ -65,6 +65,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
+    p.add_argument("--explain", action="store_true",
+                   help="print the statement this search sends, its binds and its EXPLAIN (ANALYZE, BUFFERS) "
+                        "plan instead of the results (the statement runs once, read-only)")
     p.add_argument("--mode", choices=["auto", "dense", "lexical", "hybrid"], default="auto",
                    help="dense: embedding similarity; lexical: the query's words, rare ones weighted most; "
                         "hybrid: both, fused by reciprocal rank; auto (default): hybrid, as the query is text")
@@ -407,8 +410,22 @@ def cmd_search(args: argparse.Namespace) -> int:
                      "neighbor_scope": args.neighbor_scope, "ancestors": args.ancestors or None,
                      "section": args.section, "document": args.document or None,
                      "document_max_tokens": args.document_max_tokens}
-            ctx = r.assemble(args.query, k=args.k, max_tokens=args.max_tokens, filters=flt, mode=args.mode,
-                             **{name: v for name, v in given.items() if v is not None})
+            options = {"max_tokens": args.max_tokens, "filters": flt, "mode": args.mode,
+                       **{name: v for name, v in given.items() if v is not None}}
+        else:
+            options = {"parent": not args.no_parent, "neighbors": not args.no_neighbors, "filters": flt,
+                       "mode": args.mode}
+        if args.explain:
+            ex = r.explain(args.query, args.k, assemble=args.assemble, **options)
+            if args.json:
+                print(json.dumps({"statement": ex.statement, "params": ex.params, "plan": ex.plan,
+                                  "analyzed": ex.analyzed, "vector_index_scans": ex.vector_index_scans},
+                                 indent=2, default=repr))
+            else:
+                print(ex.render())
+            return 0
+        if args.assemble:
+            ctx = r.assemble(args.query, k=args.k, **options)
             if args.json:
                 print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=False))
             else:
@@ -416,7 +433,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{ctx.max_tokens} tokens", file=sys.stderr)
             return 0
         hits = r.search(args.query, **({} if args.k is None else {"k": args.k}),  # none: search's own default
-                        parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt, mode=args.mode)
+                        **options)
     if args.json:
         print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
     else:

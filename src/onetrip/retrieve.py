@@ -11,7 +11,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
@@ -22,6 +22,9 @@ from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, zero_qu
 from .errors import missing_table_error
 from .schema import read_layout
 from .templates import Layout, render
+
+if TYPE_CHECKING:
+    from .explain import Explained
 
 MAX_K = 1000
 #: Index-scan LIMIT buckets for prepared statements (see hits_cte.sql.j2): k stays a bind,
@@ -832,6 +835,25 @@ class Retriever:
         if plan is not None:
             return self._execute(plan, bind_vector(plan, query, self.layout.dim))
         return self.run(plan_assemble(self.layout, query, k, **options))
+
+    def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *, assemble: bool = False,
+                analyze: bool = True, **options: Any) -> Explained:
+        """The server's plan for the ONE statement `search` (or with ``assemble=True``, `assemble`) sends.
+
+        Same arguments as those calls (k=None: their own default). With
+        ``analyze`` (the default) the statement runs once, read-only, and the plan
+        shows actual rows, times and buffers; ``analyze=False`` only plans it.
+        """
+        from .explain import explain_statement
+
+        if assemble:
+            plan = plan_assemble(self.layout, query, k, **options)
+        else:
+            plan = plan_search(self.layout, query, 5 if k is None else k, **options)
+        vector = self.embedder.embed_query(plan.embed) if plan.embed is not None else None
+        params = bind_vector(plan, vector, self.layout.dim)
+        with self._connection() as c:
+            return explain_statement(c, plan, params, self.layout.dim, analyze=analyze)
 
     def close(self) -> None:
         if self._owns_conn and self.conn is not None:

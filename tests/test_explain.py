@@ -1,0 +1,83 @@
+"""Retriever.explain: the plan of the exact statement a call sends, in one statement (real server)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from onetrip import AsyncRetriever, Explained, Filters, Retriever, SchemaMissingError, init_schema
+from onetrip.store import replace_document
+from onetrip.synthetic import generate
+from onetrip.templates import Layout
+
+
+def load(db, n_sections: int) -> None:
+    layout = Layout(dim=32)
+    init_schema(db, layout)
+    for d in generate(n_sections, dim=32, seed=11, sections_per_doc=(3, 25)):
+        replace_document(db, layout, d.record, d.sections, d.embeddings)
+    db.execute("ANALYZE sections")
+
+
+def test_explain_is_the_search_statement_and_names_the_hnsw_scan(db, statement_log):
+    load(db, 3000)
+    r = Retriever(db)
+    q = np.random.default_rng(0).standard_normal(32).astype(np.float32)
+    with statement_log.watch(db) as searched:
+        r.search(q, k=10)
+    with statement_log.watch(db) as explained:
+        ex = r.explain(q, k=10)
+    assert len(explained.statements) == 1  # EXPLAIN ANALYZE is itself one statement
+    assert explained.statements[0] == "EXPLAIN (ANALYZE, BUFFERS) " + searched.statements[0]
+    assert isinstance(ex, Explained) and ex.analyzed
+    assert ex.vector_index_scans == ["sections_embedding_hnsw"], ex.plan
+    assert "actual time" in ex.plan and "Execution Time" in ex.plan
+    # the inlined query vector is shown as a placeholder, in the plan and in the binds
+    assert "Order By: (embedding <=> '<query embedding>'::vector)" in ex.plan, ex.plan
+    assert ex.params["query_embedding"] == "<query embedding: vector(32)>" and ex.params["k"] == 10
+    assert ex.render().startswith("-- statement\n" + ex.statement)
+
+
+def test_explain_assemble_with_filters_and_without_analyze(db, statement_log):
+    load(db, 3000)
+    r = Retriever(db)
+    q = np.random.default_rng(1).standard_normal(32).astype(np.float32)
+    flt = Filters(collections=("default",), principals=("alice",))
+    with statement_log.watch(db) as w:
+        ex = r.explain(q, 10, assemble=True, analyze=False, max_tokens=500, neighbors=1, filters=flt)
+    assert len(w.statements) == 1 and w.statements[0].startswith("EXPLAIN WITH")
+    assert not ex.analyzed and "actual time" not in ex.plan
+    assert ex.vector_index_scans == ["sections_embedding_hnsw"], ex.plan
+    assert ex.params["max_tokens"] == 500 and ex.params["principals"] == ["alice"]
+
+
+def test_a_sequential_scan_plan_names_no_vector_index(db):
+    """vector_index_scans is how a caller spots the 1000x pitfall: empty when the index is not used."""
+    load(db, 3000)
+    db.execute("SET enable_indexscan = off")
+    ex = Retriever(db).explain(np.ones(32, np.float32), k=10)
+    assert ex.vector_index_scans == [], ex.plan
+    assert "Seq Scan on sections" in ex.plan  # the doc_seq index probes go too, so only seq scans remain
+
+
+def test_async_explain_sends_the_same_statement(db, dsn):
+    load(db, 500)
+    q = np.random.default_rng(2).standard_normal(32).astype(np.float32)
+    want = Retriever(db).explain(q, k=4, analyze=False)
+
+    async def main() -> Explained:
+        async with await AsyncRetriever.create(dsn) as ar:
+            return await ar.explain(q, k=4, analyze=False)
+
+    got = asyncio.run(main())
+    assert got.statement == want.statement and got.params == want.params
+
+
+def test_explain_names_a_missing_table(db):
+    init_schema(db, Layout(dim=32))
+    r = Retriever(db)
+    db.execute("DROP TABLE sections CASCADE")
+    with pytest.raises(SchemaMissingError, match="onetrip init"):
+        r.explain(np.ones(32, np.float32), k=3)
