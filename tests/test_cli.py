@@ -44,7 +44,7 @@ def test_init_ingest_search_json(dsn, tmp_path):
     assert "tennis elbow" in top["content"] or "tennis elbow" in (top["next"] or {}).get("content", "")
 
     ex = json.loads(onetrip("search", "Is tennis elbow covered?", "-k", "3", "--explain", "--json", dsn=dsn).stdout)
-    assert ex["analyzed"] and ex["statement"].startswith("WITH") and "actual time" in ex["plan"]
+    assert ex["kind"] == "analyze" and ex["statement"].startswith("WITH") and "actual time" in ex["plan"]
     assert ex["params"]["query_text"] == "Is tennis elbow covered?" and ex["params"]["k"] == 3
 
     text = onetrip("search", "descaling", "-k", "1", dsn=dsn)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import re
 
 import numpy as np
 import pytest
@@ -31,7 +32,7 @@ def test_explain_is_the_search_statement_and_names_the_hnsw_scan(db, statement_l
         ex = r.explain(q, k=10)
     assert len(explained.statements) == 1  # EXPLAIN ANALYZE is itself one statement
     assert explained.statements[0] == "EXPLAIN (ANALYZE, BUFFERS) " + searched.statements[0]
-    assert isinstance(ex, Explained) and ex.analyzed
+    assert isinstance(ex, Explained) and ex.kind == "analyze" and ex.analyzed
     assert ex.vector_index_scans == ["sections_embedding_hnsw"], ex.plan
     assert "actual time" in ex.plan and "Execution Time" in ex.plan
     # the inlined query vector is shown as a placeholder, in the plan and in the binds
@@ -46,9 +47,9 @@ def test_explain_assemble_with_filters_and_without_analyze(db, statement_log):
     q = np.random.default_rng(1).standard_normal(32).astype(np.float32)
     flt = Filters(collections=("default",), principals=("alice",))
     with statement_log.watch(db) as w:
-        ex = r.explain(q, 10, assemble=True, analyze=False, max_tokens=500, neighbors=1, filters=flt)
+        ex = r.explain(q, 10, assemble=True, kind="plan", max_tokens=500, neighbors=1, filters=flt)
     assert len(w.statements) == 1 and w.statements[0].startswith("EXPLAIN WITH")
-    assert not ex.analyzed and "actual time" not in ex.plan
+    assert ex.kind == "plan" and not ex.analyzed and "actual time" not in ex.plan
     assert ex.vector_index_scans == ["sections_embedding_hnsw"], ex.plan
     assert ex.params["max_tokens"] == 500 and ex.params["principals"] == ["alice"]
 
@@ -65,11 +66,11 @@ def test_a_sequential_scan_plan_names_no_vector_index(db):
 def test_async_explain_sends_the_same_statement(db, dsn):
     load(db, 500)
     q = np.random.default_rng(2).standard_normal(32).astype(np.float32)
-    want = Retriever(db).explain(q, k=4, analyze=False)
+    want = Retriever(db).explain(q, k=4, kind="plan")
 
     async def main() -> Explained:
         async with await AsyncRetriever.create(dsn) as ar:
-            return await ar.explain(q, k=4, analyze=False)
+            return await ar.explain(q, k=4, kind="plan")
 
     got = asyncio.run(main())
     assert got.statement == want.statement and got.params == want.params
@@ -81,3 +82,24 @@ def test_explain_names_a_missing_table(db):
     db.execute("DROP TABLE sections CASCADE")
     with pytest.raises(SchemaMissingError, match="onetrip init"):
         r.explain(np.ones(32, np.float32), k=3)
+
+
+def test_generic_plan_of_every_search_mode_types_its_binds(db, statement_log):
+    """kind="generic": EXPLAIN (GENERIC_PLAN) with each bind typed as psycopg sends it, for any values."""
+    load(db, 3000)
+    from onetrip import refresh_term_stats
+
+    refresh_term_stats(db, Layout(dim=32))
+    r = Retriever(db)
+    q = np.random.default_rng(3).standard_normal(32).astype(np.float32)
+    flt = Filters(collections=("default",), principals=("alice",), source_prefix="file:", metadata={"a": 1})
+    for kwargs in ({}, {"k": 7}, {"text": "alpha beta", "mode": "hybrid"}, {"text": "alpha", "mode": "lexical"},
+                   {"filters": flt}, {"assemble": True, "ancestors": True, "neighbors": 2, "filters": flt}):
+        with statement_log.watch(db) as w:
+            ex = r.explain(q, **kwargs, kind="generic")
+        assert len(w.statements) == 1 and w.statements[0].startswith("EXPLAIN (GENERIC_PLAN) WITH"), kwargs
+        assert ex.kind == "generic" and re.search(r"\$\d", ex.plan) and "actual time" not in ex.plan, kwargs
+    # the unfiltered dense statement, prepared and reused by repeated calls, keeps the HNSW scan
+    assert r.explain(q, 10, kind="generic").vector_index_scans == ["sections_embedding_hnsw"]
+    with pytest.raises(ValueError, match="kind must be one of"):
+        r.explain(q, kind="verbose")

@@ -136,7 +136,7 @@ class AsyncRetriever:
         return await self.run(plan_assemble(self.layout, query, k, **options))
 
     async def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *,
-                      assemble: bool = False, analyze: bool = True, **options: Any) -> Explained:
+                      assemble: bool = False, kind: str = "analyze", **options: Any) -> Explained:
         """Same as `Retriever.explain`."""
         from .explain import explain_statement_async
 
@@ -149,7 +149,7 @@ class AsyncRetriever:
             vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)
         params = bind_vector(plan, vector, self.layout.dim)
         async with self._connection() as c:
-            return await explain_statement_async(c, plan, params, self.layout.dim, analyze=analyze)
+            return await explain_statement_async(c, plan, params, self.layout, kind=kind)
 
     async def close(self) -> None:
         if self._owns_conn and self.conn is not None:

@@ -65,9 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--explain", action="store_true",
-                   help="print the statement this search sends, its binds and its EXPLAIN (ANALYZE, BUFFERS) "
-                        "plan instead of the results (the statement runs once, read-only)")
+    p.add_argument("--explain", nargs="?", const="analyze", choices=["analyze", "plan", "generic"], default=None,
+                   help="print the statement this search sends, its binds and its plan instead of the results: "
+                        "analyze (default; EXPLAIN ANALYZE, BUFFERS: runs it once, read-only), plan (EXPLAIN), "
+                        "generic (the plan for any values, as a prepared statement may reuse it; PostgreSQL 16+)")
     p.add_argument("--mode", choices=["auto", "dense", "lexical", "hybrid"], default="auto",
                    help="dense: embedding similarity; lexical: the query's words, rare ones weighted most; "
                         "hybrid: both, fused by reciprocal rank; auto (default): hybrid, as the query is text")
@@ -416,10 +417,10 @@ def cmd_search(args: argparse.Namespace) -> int:
             options = {"parent": not args.no_parent, "neighbors": not args.no_neighbors, "filters": flt,
                        "mode": args.mode}
         if args.explain:
-            ex = r.explain(args.query, args.k, assemble=args.assemble, **options)
+            ex = r.explain(args.query, args.k, assemble=args.assemble, kind=args.explain, **options)
             if args.json:
                 print(json.dumps({"statement": ex.statement, "params": ex.params, "plan": ex.plan,
-                                  "analyzed": ex.analyzed, "vector_index_scans": ex.vector_index_scans},
+                                  "kind": ex.kind, "vector_index_scans": ex.vector_index_scans},
                                  indent=2, default=repr))
             else:
                 print(ex.render())

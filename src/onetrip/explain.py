@@ -16,9 +16,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 
-from .errors import missing_table_error
+from .errors import ServerRequirementError, missing_table_error
 from .retrieve import Plan, vector_value_error
+from .templates import Layout
 
 #: an index scan line, then (a few lines on) its "Order By: (<col> <=> ...)" line: a vector index answers the ORDER BY
 _INDEX_SCAN = re.compile(r"Index Scan using (\S+) on ")
@@ -32,17 +34,21 @@ class Explained:
     """A call's statement, its binds and the server's plan for them.
 
     ``params`` and ``plan`` show the query embedding as a placeholder, not its
-    hundreds of numbers (the plan of these values prints it inline).
-    With ``analyzed`` the statement ran (EXPLAIN ANALYZE): the plan has actual
-    rows and times. The statement is the one psycopg sends (``%(name)s``
-    placeholders). onetrip's repeated calls use a prepared statement, which
-    PostgreSQL may run with a generic plan; this is the plan for these values.
+    hundreds of numbers (the plan of these values prints it inline). The
+    statement is the one psycopg sends (``%(name)s`` placeholders). onetrip's
+    repeated calls run it as a prepared statement, which PostgreSQL may plan
+    once for any values (a generic plan): ``kind == "generic"`` shows that plan.
     """
 
     statement: str
     params: dict[str, Any]
     plan: str
-    analyzed: bool
+    kind: str  # "analyze" (EXPLAIN ANALYZE, BUFFERS), "plan" (EXPLAIN) or "generic" (EXPLAIN (GENERIC_PLAN))
+
+    @property
+    def analyzed(self) -> bool:
+        """Whether the statement ran: the plan has actual rows, times and buffers."""
+        return self.kind == "analyze"
 
     @property
     def vector_index_scans(self) -> list[str]:
@@ -69,8 +75,8 @@ class Explained:
     def render(self) -> str:
         """The statement, its binds and the plan, as SQL comments and text a DBA can paste."""
         binds = "\n".join(f"--   {k} = {v!r}" for k, v in self.params.items())
-        kind = "EXPLAIN (ANALYZE, BUFFERS)" if self.analyzed else "EXPLAIN"
-        return f"-- statement\n{self.statement}\n-- binds\n{binds}\n-- {kind}\n{self.plan}"
+        how = {"analyze": "EXPLAIN (ANALYZE, BUFFERS)", "plan": "EXPLAIN", "generic": "EXPLAIN (GENERIC_PLAN)"}
+        return f"-- statement\n{self.statement}\n-- binds\n{binds}\n-- {how[self.kind]}\n{self.plan}"
 
 
 _QUERY = "'<query embedding>'"
@@ -91,24 +97,64 @@ def _named_errors() -> Iterator[None]:
         raise missing_table_error(e) from None
 
 
-def _sql(plan: Plan, analyze: bool) -> str:
-    return ("EXPLAIN (ANALYZE, BUFFERS) " if analyze else "EXPLAIN ") + plan.statement
+#: a bind's SQL type for EXPLAIN (GENERIC_PLAN), which sends no values: psycopg's type for each Python value
+_PARAM_TYPES = {bool: "boolean", int: "int8", float: "float8", str: "text", list: "text[]", tuple: "text[]",
+                dict: "jsonb", Jsonb: "jsonb"}
 
 
-def explain_statement(conn: psycopg.Connection, plan: Plan, params: dict[str, Any], dim: int, *,
-                      analyze: bool = True) -> Explained:
-    """EXPLAIN (with ANALYZE: run and time) the plan's statement with these binds: ONE statement."""
+def _generic_sql(plan: Plan, params: dict[str, Any], vector_type: str) -> str:
+    """The statement with each ``%(name)s`` as a typed ``$n`` (the same $n for the same name, as psycopg numbers them)."""
+    numbers: dict[str, int] = {}
+
+    def placeholder(m: re.Match[str]) -> str:
+        name = m.group(1)
+        n = numbers.setdefault(name, len(numbers) + 1)
+        value = params[name]
+        if name == "query_embedding":
+            kind = vector_type
+        elif type(value) in _PARAM_TYPES:
+            kind = _PARAM_TYPES[type(value)]
+        else:
+            raise TypeError(f"explain(generic=True) cannot type the bind {name!r} ({type(value).__name__})")
+        return f"${n}::{kind}"
+
+    return re.sub(r"%\((\w+)\)s", placeholder, plan.statement).replace("%%", "%")
+
+
+KINDS = ("analyze", "plan", "generic")
+
+
+def _sql(plan: Plan, params: dict[str, Any], kind: str, vector_type: str, server_version: int) -> str:
+    if kind == "generic":
+        if server_version < 160000:
+            raise ServerRequirementError(
+                f"kind='generic' needs PostgreSQL 16+ (EXPLAIN (GENERIC_PLAN)); this server is {server_version}")
+        return "EXPLAIN (GENERIC_PLAN) " + _generic_sql(plan, params, vector_type)
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return ("EXPLAIN (ANALYZE, BUFFERS) " if kind == "analyze" else "EXPLAIN ") + plan.statement
+
+
+def explain_statement(conn: psycopg.Connection, plan: Plan, params: dict[str, Any], layout: Layout, *,
+                      kind: str = "analyze") -> Explained:
+    """EXPLAIN the plan's statement, in ONE statement.
+
+    kind: "analyze" runs it with these binds and times it; "plan" plans it for
+    these binds; "generic" plans it for any values, as a prepared statement may.
+    """
+    sql = _sql(plan, params, kind, layout.vector_type, conn.info.server_version)
     with _named_errors(), conn.cursor() as cur:
-        cur.execute(_sql(plan, analyze), params, prepare=False)
+        cur.execute(sql, None if kind == "generic" else params, prepare=False)
         text = "\n".join(row[0] for row in cur.fetchall())
-    return Explained(plan.statement, _shown(params, dim), _VECTOR_LITERAL.sub(_QUERY, text), analyze)
+    return Explained(plan.statement, _shown(params, layout.dim), _VECTOR_LITERAL.sub(_QUERY, text), kind)
 
 
-async def explain_statement_async(conn: psycopg.AsyncConnection, plan: Plan, params: dict[str, Any], dim: int, *,
-                                  analyze: bool = True) -> Explained:
+async def explain_statement_async(conn: psycopg.AsyncConnection, plan: Plan, params: dict[str, Any], layout: Layout,
+                                  *, kind: str = "analyze") -> Explained:
     """`explain_statement` on an async connection."""
+    sql = _sql(plan, params, kind, layout.vector_type, conn.info.server_version)
     with _named_errors():
         async with conn.cursor() as cur:
-            await cur.execute(_sql(plan, analyze), params, prepare=False)
+            await cur.execute(sql, None if kind == "generic" else params, prepare=False)
             text = "\n".join(row[0] for row in await cur.fetchall())
-    return Explained(plan.statement, _shown(params, dim), _VECTOR_LITERAL.sub(_QUERY, text), analyze)
+    return Explained(plan.statement, _shown(params, layout.dim), _VECTOR_LITERAL.sub(_QUERY, text), kind)

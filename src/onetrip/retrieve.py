@@ -837,12 +837,14 @@ class Retriever:
         return self.run(plan_assemble(self.layout, query, k, **options))
 
     def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *, assemble: bool = False,
-                analyze: bool = True, **options: Any) -> Explained:
+                kind: str = "analyze", **options: Any) -> Explained:
         """The server's plan for the ONE statement `search` (or with ``assemble=True``, `assemble`) sends.
 
-        Same arguments as those calls (k=None: their own default). With
-        ``analyze`` (the default) the statement runs once, read-only, and the plan
-        shows actual rows, times and buffers; ``analyze=False`` only plans it.
+        Same arguments as those calls (k=None: their own default). ``kind``:
+        "analyze" (the default) runs the statement once, read-only, and the plan
+        shows actual rows, times and buffers; "plan" only plans it for these
+        values; "generic" (PostgreSQL 16+) plans it for any values, the plan a
+        prepared statement may reuse (repeated calls are prepared).
         """
         from .explain import explain_statement
 
@@ -853,7 +855,7 @@ class Retriever:
         vector = self.embedder.embed_query(plan.embed) if plan.embed is not None else None
         params = bind_vector(plan, vector, self.layout.dim)
         with self._connection() as c:
-            return explain_statement(c, plan, params, self.layout.dim, analyze=analyze)
+            return explain_statement(c, plan, params, self.layout, kind=kind)
 
     def close(self) -> None:
         if self._owns_conn and self.conn is not None:
