@@ -52,6 +52,9 @@ def test_explain_assemble_with_filters_and_without_analyze(db, statement_log):
     assert ex.kind == "plan" and not ex.analyzed and "actual time" not in ex.plan
     assert ex.vector_index_scans == ["sections_embedding_hnsw"], ex.plan
     assert ex.params["max_tokens"] == 500 and ex.params["principals"] == ["alice"]
+    # no k: each call's own default (search: 5; assemble: one hit per 250 tokens of the budget)
+    assert r.explain(q, kind="plan").params["k"] == 5
+    assert r.explain(q, assemble=True, kind="plan", max_tokens=1000).params["k"] == 4
 
 
 def test_a_sequential_scan_plan_names_no_vector_index(db):

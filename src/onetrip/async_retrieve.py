@@ -138,12 +138,9 @@ class AsyncRetriever:
     async def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *,
                       assemble: bool = False, kind: str = "analyze", **options: Any) -> Explained:
         """Same as `Retriever.explain`."""
-        from .explain import explain_statement_async
+        from .explain import explain_statement_async, plan_to_explain
 
-        if assemble:
-            plan = plan_assemble(self.layout, query, k, **options)
-        else:
-            plan = plan_search(self.layout, query, 5 if k is None else k, **options)
+        plan = plan_to_explain(self.layout, query, k, assemble=assemble, kind=kind, options=options)
         vector = None
         if plan.embed is not None:
             vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)

@@ -19,7 +19,7 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .errors import ServerRequirementError, missing_table_error
-from .retrieve import Plan, vector_value_error
+from .retrieve import Plan, plan_assemble, plan_search, vector_value_error
 from .templates import Layout
 
 #: an index scan line, then (a few lines on) its "Order By: (<col> <=> ...)" line: a vector index answers the ORDER BY
@@ -124,14 +124,22 @@ def _generic_sql(plan: Plan, params: dict[str, Any], vector_type: str) -> str:
 KINDS = ("analyze", "plan", "generic")
 
 
+def plan_to_explain(layout: Layout, query: Any, k: int | None, *, assemble: bool, kind: str,
+                    options: dict[str, Any]) -> Plan:
+    """The plan `search` (or `assemble`) makes for these arguments; ``kind`` checked before anything is embedded."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    if assemble:
+        return plan_assemble(layout, query, k, **options)
+    return plan_search(layout, query, **({} if k is None else {"k": k}), **options)  # None: search's default k
+
+
 def _sql(plan: Plan, params: dict[str, Any], kind: str, vector_type: str, server_version: int) -> str:
     if kind == "generic":
         if server_version < 160000:
             raise ServerRequirementError(
                 f"kind='generic' needs PostgreSQL 16+ (EXPLAIN (GENERIC_PLAN)); this server is {server_version}")
         return "EXPLAIN (GENERIC_PLAN) " + _generic_sql(plan, params, vector_type)
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
     return ("EXPLAIN (ANALYZE, BUFFERS) " if kind == "analyze" else "EXPLAIN ") + plan.statement
 
 

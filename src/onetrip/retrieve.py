@@ -846,12 +846,9 @@ class Retriever:
         values; "generic" (PostgreSQL 16+) plans it for any values, the plan a
         prepared statement may reuse (repeated calls are prepared).
         """
-        from .explain import explain_statement
+        from .explain import explain_statement, plan_to_explain
 
-        if assemble:
-            plan = plan_assemble(self.layout, query, k, **options)
-        else:
-            plan = plan_search(self.layout, query, 5 if k is None else k, **options)
+        plan = plan_to_explain(self.layout, query, k, assemble=assemble, kind=kind, options=options)
         vector = self.embedder.embed_query(plan.embed) if plan.embed is not None else None
         params = bind_vector(plan, vector, self.layout.dim)
         with self._connection() as c:
