@@ -115,7 +115,7 @@ def _generic_sql(plan: Plan, params: dict[str, Any], vector_type: str) -> str:
         elif type(value) in _PARAM_TYPES:
             kind = _PARAM_TYPES[type(value)]
         else:
-            raise TypeError(f"explain(generic=True) cannot type the bind {name!r} ({type(value).__name__})")
+            raise TypeError(f"explain(kind='generic') cannot type the bind {name!r} ({type(value).__name__})")
         return f"${n}::{kind}"
 
     return re.sub(r"%\((\w+)\)s", placeholder, plan.statement).replace("%%", "%")
