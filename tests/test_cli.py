@@ -47,6 +47,15 @@ def test_init_ingest_search_json(dsn, tmp_path):
     assert ex["kind"] == "analyze" and ex["statement"].startswith("WITH") and "actual time" in ex["plan"]
     assert ex["params"]["query_text"] == "Is tennis elbow covered?" and ex["params"]["k"] == 3
 
+    both = json.loads(onetrip("search", "Is tennis elbow covered?", "descaling", "-k", "2", "--json", dsn=dsn).stdout)
+    assert [b["query"] for b in both] == ["Is tennis elbow covered?", "descaling"]
+    with Retriever(dsn) as api:  # several queries: one statement, each as its dense search
+        for b in both:
+            assert [h["section_id"] for h in b["hits"]] == \
+                [h.section.section_id for h in api.search(b["query"], k=2, mode="dense")]
+    refused = onetrip("search", "a", "b", "--assemble", dsn=dsn)
+    assert refused.returncode == 2 and "dense mode only" in refused.stderr
+
     text = onetrip("search", "descaling", "-k", "1", dsn=dsn)
     assert text.returncode == 0 and "Descaling" in text.stdout
 

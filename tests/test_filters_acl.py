@@ -322,3 +322,17 @@ def test_function_wrapper_filters_hits_and_expansions(db, dsn, acl_corpus):
         assert len(rows) == len(expected)
         for _, doc_id, sid in rows:
             assert _allowed(acls[(doc_id, sid)], ("hr",))
+
+
+def test_search_many_applies_each_callers_acl_like_search(db, acl_corpus):
+    r = Retriever(db)
+    acls = _acl_table(db)
+    queries = list(corpus_query_vectors(acl_corpus, 12, seed=34))
+    for caller in (("alice",), ("bob", "eng"), ()):
+        flt = Filters(principals=caller)
+        many = r.search_many(queries, k=5, filters=flt)
+        for q, hits in zip(queries, many):
+            assert hits == r.search(q, k=5, filters=flt)
+            for h in hits:
+                for rec in (h.section, h.parent, h.prev, h.next):
+                    assert rec is None or _allowed(acls[rec.doc_id, rec.section_id], caller)

@@ -120,6 +120,21 @@ def test_psql_runs_retrieve_sql_as_is_and_matches_the_api(db, dsn, loaded):
             assert float(row["distance"]) == pytest.approx(hit.distance, abs=1e-5)
 
 
+def test_psql_runs_retrieve_many_sql_as_is_and_matches_the_api(db, dsn, loaded):
+    r = Retriever(db)
+    queries = list(corpus_query_vectors(loaded, 3, seed=19))
+    array = "{" + ",".join(f'"{vec_literal(q)}"' for q in queries) + "}"
+    rows = run_psql(dsn, "-v", "k=4", "-v", f"query_embeddings={array}",
+                    "-f", str(SQL_DIR / "postgres" / "retrieve_many.sql"))
+    api = r.search_many(queries, k=4)
+    context = [row for row in rows if not row["query_ord"]]
+    assert len({(row["doc_id"], row["section_id"]) for row in context}) == len(context)  # each context row once
+    for n, hits in enumerate(api, 1):
+        # one query's hits plus every context row: the shape of retrieve.sql's result, linked the same way
+        mine = [row for row in rows if row["query_ord"] == str(n)] + context
+        assert _key(mine) == _api_key(hits)
+
+
 def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
     subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn,
                     "-f", str(SQL_DIR / "postgres" / "retrieve_function.sql")], check=True, capture_output=True)

@@ -22,6 +22,7 @@ from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder
 from .errors import missing_table_error
 from .retrieve import (
+    Hit,
     Plan,
     _split_search_kwargs,
     bind_vector,
@@ -110,7 +111,10 @@ class AsyncRetriever:
         vector = None
         if plan.embed is not None:
             vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)
-        params = bind_vector(plan, vector, self.layout.dim)
+        return await self._execute(plan, bind_vector(plan, vector, self.layout.dim))
+
+    async def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
+        """Send the plan's ONE statement with these binds; map its rows."""
         async with self._connection() as c:
             async with c.cursor() as cur:
                 try:
@@ -134,6 +138,20 @@ class AsyncRetriever:
                        **options: Any) -> Context:
         """Same as `Retriever.assemble`."""
         return await self.run(plan_assemble(self.layout, query, k, **options))
+
+    async def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
+                          parent: bool = True, neighbors: bool = True, filters: Any = None) -> list[list[Hit]]:
+        """Same as `Retriever.search_many` (texts are embedded in a worker thread, before the statement)."""
+        from .search_many import check_queries, plan_search_many, query_vectors
+
+        queries = check_queries(queries)
+        texts = [q for q in queries if isinstance(q, str)]
+        embedded = iter(await asyncio.to_thread(lambda: [self.embedder.embed_query(t) for t in texts]))
+        vectors = query_vectors([next(embedded) if isinstance(q, str) else q for q in queries], self.layout.dim)
+        if len(vectors) == 1:  # as Retriever.search_many: search's own statement
+            return [await self.search(vectors[0], k, parent=parent, neighbors=neighbors, filters=filters)]
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        return await self._execute(plan, plan.params)
 
     async def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *,
                       assemble: bool = False, kind: str = "analyze", **options: Any) -> Explained:

@@ -59,7 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", help="search and print hits with parent and neighbors")
     _common(p)
-    p.add_argument("query", help="the question")
+    p.add_argument("query", nargs="+",
+                   help="the question; several questions are searched in ONE statement (dense search, "
+                        "Retriever.search_many), with -k, the parent/neighbor flags and the filters")
     p.add_argument("-k", type=int, default=None,
                    help="number of hits (default 5; with --assemble, one per 250 tokens of --max-tokens)")
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
@@ -403,6 +405,23 @@ def cmd_search(args: argparse.Namespace) -> int:
     from .retrieve import Retriever
 
     flt = _filters(args)
+    if len(args.query) > 1:
+        if args.assemble or args.explain or args.mode not in ("auto", "dense"):
+            raise ValueError("several queries are searched together in dense mode only, without --assemble, "
+                             "--explain or --mode lexical/hybrid: give one query for those")
+        with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
+            many = r.search_many(args.query, **({} if args.k is None else {"k": args.k}),
+                                 parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt)
+        if args.json:
+            print(json.dumps([{"query": q, "hits": [hit_to_json(h) for h in hits]}
+                              for q, hits in zip(args.query, many)], indent=2, ensure_ascii=False))
+        else:
+            console = Console()
+            for q, hits in zip(args.query, many):
+                console.rule(q)
+                _print_hits(hits, console)
+        return 0
+    args.query = args.query[0]
     with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
         if args.assemble:
             # only the options given: none at all means the library's default context

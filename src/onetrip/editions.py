@@ -43,6 +43,7 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
                                  {**FULL_EXPANSION, "ef_search": DEFAULT_EF_SEARCH, "binds": "function",
                                   "filters": {"collections": True, "principals": True}}))
         files.append(EditionFile("retrieve_hybrid.sql", "retrieve", {**FULL_EXPANSION, "mode": "hybrid"}))
+        files.append(EditionFile("retrieve_many.sql", "retrieve_many", {**FULL_EXPANSION, "many": True}))
         files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
         files.append(EditionFile("rls.sql", "rls", {}))
     else:

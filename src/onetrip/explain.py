@@ -103,7 +103,7 @@ _PARAM_TYPES = {bool: "boolean", int: "int8", float: "float8", str: "text", list
 
 
 def _generic_sql(plan: Plan, params: dict[str, Any], vector_type: str) -> str:
-    """The statement with each ``%(name)s`` as a typed ``$n`` (the same $n for the same name, as psycopg numbers them)."""
+    """The statement with each ``%(name)s`` (or ``%(name)b``) as a typed ``$n`` (one $n per name, as psycopg numbers them)."""
     numbers: dict[str, int] = {}
 
     def placeholder(m: re.Match[str]) -> str:
@@ -118,7 +118,7 @@ def _generic_sql(plan: Plan, params: dict[str, Any], vector_type: str) -> str:
             raise TypeError(f"explain(kind='generic') cannot type the bind {name!r} ({type(value).__name__})")
         return f"${n}::{kind}"
 
-    return re.sub(r"%\((\w+)\)s", placeholder, plan.statement).replace("%%", "%")
+    return re.sub(r"%\((\w+)\)[sbt]", placeholder, plan.statement).replace("%%", "%")
 
 
 KINDS = ("analyze", "plan", "generic")

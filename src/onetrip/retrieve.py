@@ -154,14 +154,15 @@ class Hit:
 @lru_cache(maxsize=256)
 def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True,
                   filters: tuple[str, ...] = (), mode: str = "dense", bucket: int | None = None,
-                  exact: bool = False) -> str:
+                  exact: bool = False, many: bool = False) -> str:
     """The statement `Retriever.search` sends for these options (psycopg binds).
 
     Without the DBA editions' hit_rank column: `hits_from_rows` ranks the hits.
     ``exact``: k equals ``bucket`` (see `scan_bucket`), so the scan's LIMIT is k itself.
+    ``many``: several query embeddings (`Retriever.search_many`), dense only.
     """
     return render(
-        "retrieve",
+        "retrieve_many" if many else "retrieve",
         layout=layout,
         include_parent=parent,
         include_neighbors=neighbors,
@@ -170,6 +171,7 @@ def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True
         k_bucket=bucket,
         k_exact=exact,
         hit_rank=False,
+        many=many,
     )
 
 
@@ -688,6 +690,11 @@ def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
     """Map the statement's rows (tuples, with the cursor's column names) to Hits or a Context."""
     if plan.kind == "search":
         return hits_from_rows(names, rows, parent=plan.options["parent"], neighbors=plan.options["neighbors"])
+    if plan.kind == "search_many":
+        from .search_many import hits_by_query
+
+        return hits_by_query(names, rows, plan.options["queries"], parent=plan.options["parent"],
+                             neighbors=plan.options["neighbors"])
     to_passage = _passage_mapper(names)
     hits = int(rows[0][names.index("hit_count")]) if rows else 0
     return Context([to_passage(r) for r in rows], plan.max_tokens, hits, plan.options)
@@ -835,6 +842,25 @@ class Retriever:
         if plan is not None:
             return self._execute(plan, bind_vector(plan, query, self.layout.dim))
         return self.run(plan_assemble(self.layout, query, k, **options))
+
+    def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *, parent: bool = True,
+                    neighbors: bool = True, filters: Filters | dict[str, Any] | None = None) -> list[list[Hit]]:
+        """Top-``k`` hits of each query, each with its parent and neighbors: ONE statement for all of them.
+
+        One list of `Hit` per query, in the order given; each list is what
+        ``search(query, k, mode="dense", ...)`` returns for that query. Queries
+        are texts (embedded one by one, before the statement) or embeddings.
+        Dense search only (see `onetrip.search_many`); at most 100 queries.
+        """
+        from .search_many import check_queries, plan_search_many, query_vectors
+
+        queries = check_queries(queries)
+        vectors = query_vectors([self.embedder.embed_query(q) if isinstance(q, str) else q for q in queries],
+                                self.layout.dim)
+        if len(vectors) == 1:  # search's own statement: prepared with one generic plan, ~1 ms less than the batch's
+            return [self.search(vectors[0], k, parent=parent, neighbors=neighbors, filters=filters)]
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        return self._execute(plan, plan.params)
 
     def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *, assemble: bool = False,
                 kind: str = "analyze", **options: Any) -> Explained:

@@ -134,13 +134,17 @@ def _param_renderer(binds: BindStyle, dialect: Dialect, vector_type: str = "vect
         if binds == "function":  # inside a function body: the parameter's own name
             return name
         if binds == "psycopg":
-            ph = f"%({name})s"
+            # an array of vectors is sent in binary (%b): psycopg's text list dumper formats
+            # every float through pgvector's text dumper, ~0.7 ms per 384-d query vector
+            ph = f"%({name})b" if kind == "vector[]" else f"%({name})s"
         elif binds == "psql":
             ph = f":{name}" if kind in ("int", "float") else f":'{name}'"
         else:
             ph = f":{name}"
         if dialect == "postgres" and kind == "vector":
             return f"{ph}::{vector_type}"
+        if dialect == "postgres" and kind == "vector[]":
+            return f"{ph}::{vector_type}[]"
         if dialect == "postgres" and kind in ("text[]", "jsonb"):
             return f"{ph}::{kind}"
         return ph

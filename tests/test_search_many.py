@@ -1,0 +1,125 @@
+"""Retriever.search_many: several queries, one statement, each query's result equal to its own search."""
+
+from __future__ import annotations
+
+import asyncio
+
+import numpy as np
+import pytest
+
+from onetrip import AsyncRetriever, DimensionMismatchError, Filters, Retriever, init_schema
+from onetrip.retrieve import _fetch
+from onetrip.search_many import MAX_QUERIES, plan_search_many
+from onetrip.store import replace_document
+from onetrip.synthetic import corpus_query_vectors, generate
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+
+LAYOUT = Layout(dim=32)
+
+
+@pytest.fixture
+def corpus(db):
+    init_schema(db, LAYOUT)
+    docs = list(generate(3000, dim=32, seed=21, sections_per_doc=(3, 25)))
+    for d in docs:
+        replace_document(db, LAYOUT, d.record, d.sections, d.embeddings)
+    db.execute("ANALYZE sections")
+    return docs
+
+
+@pytest.mark.parametrize("k", [7, 10])  # 7: the bucket's scan then LIMIT k; 10: a bucket itself
+def test_one_statement_and_each_result_equals_its_own_search(db, corpus, statement_log, k):
+    r = Retriever(db)
+    queries = corpus_query_vectors(corpus, 6, seed=22)
+    with statement_log.watch(db) as w:
+        many = r.search_many(list(queries), k=k)
+    assert len(w.statements) == 1 and w.statements[0].startswith("WITH queries AS")
+    assert len(many) == 6
+    for q, hits in zip(queries, many):
+        assert hits == r.search(q, k=k)  # same hits, ranks, distances, parents and neighbors
+        assert len(hits) == k
+    with statement_log.watch(db) as w:
+        one = r.search_many([queries[0]], k=k)  # one query: search's own (prepared, generic-plan) statement
+    assert one == [many[0]] and len(w.statements) == 1 and "queries AS" not in w.statements[0]
+
+
+def test_a_section_shared_by_several_queries_is_read_once(db, corpus):
+    """Two queries whose hits are two sections apart share the section between them as a neighbor."""
+    doc = next(d for d in corpus if len(d.sections) >= 6)
+    queries = [doc.embeddings[1], doc.embeddings[3], doc.embeddings[1]]  # the third repeats the first
+    r = Retriever(db)
+    plan = plan_search_many(r.layout, queries, 1)
+    rows, names = _fetch(db, plan.statement, plan.params)
+    keyed = [(row[names.index("doc_id")], row[names.index("sequence_index")]) for row in rows
+             if row[names.index("query_ord")] is None]
+    assert len(keyed) == len(set(keyed))  # context rows: each section once for all queries
+    a, b, c = r.search_many(queries, k=1)
+    assert a[0].section.sequence_index == 1 and b[0].section.sequence_index == 3
+    assert a[0].next is b[0].prev and a[0].next.sequence_index == 2  # one record object, read once
+    assert c == a
+
+
+def test_filters_apply_to_every_query_and_row(db, corpus):
+    r = Retriever(db)
+    queries = list(corpus_query_vectors(corpus, 5, seed=23))
+    chosen = tuple(d.record.doc_id for d in corpus[:40])
+    flt = Filters(doc_ids=chosen)
+    many = r.search_many(queries, k=5, filters=flt)
+    for q, hits in zip(queries, many):
+        assert hits == r.search(q, k=5, filters=flt)
+        for h in hits:
+            for rec in (h.section, h.parent, h.prev, h.next):
+                assert rec is None or rec.doc_id in chosen
+
+
+def test_texts_and_embeddings_mixed_and_no_expansion(db, corpus):
+    r = Retriever(db, embedder=HashEmbedder(32))
+    vec = corpus_query_vectors(corpus, 1, seed=24)[0]
+    got = r.search_many(["first question", vec, "second question"], k=4, parent=False, neighbors=False)
+    assert got == [r.search("first question", k=4, mode="dense", parent=False, neighbors=False),
+                   r.search(vec, k=4, parent=False, neighbors=False),
+                   r.search("second question", k=4, mode="dense", parent=False, neighbors=False)]
+    assert all(h.parent is None and h.prev is None and h.next is None for hits in got for h in hits)
+
+
+def test_bad_queries_are_named_before_any_statement(db, corpus, statement_log):
+    r = Retriever(db)
+    good = np.ones(32, np.float32)
+    with statement_log.watch(db) as w:
+        with pytest.raises(ValueError, match="from 1 to"):
+            r.search_many([])
+        with pytest.raises(ValueError, match=f"got {MAX_QUERIES + 1}"):
+            r.search_many([good] * (MAX_QUERIES + 1))
+        with pytest.raises(TypeError, match="list of query texts or embeddings"):
+            r.search_many(good)
+        with pytest.raises(DimensionMismatchError, match=r"query 1: .*16 dimensions.*vector\(32\)"):
+            r.search_many([good, np.ones(16, np.float32)])
+        with pytest.raises(ValueError, match="query 2: .*all zeros"):
+            r.search_many([good, good, np.zeros(32, np.float32)])
+        with pytest.raises(ValueError, match="query 0: .*NaN"):
+            r.search_many([np.full(32, np.nan, np.float32)])
+    assert w.statements == []
+
+
+def test_async_search_many_is_one_statement_and_equals_sync(db, dsn, corpus, statement_log):
+    queries = list(corpus_query_vectors(corpus, 4, seed=25))
+    want = Retriever(db, embedder=HashEmbedder(32)).search_many(queries + ["a text"], k=6)
+
+    async def main():
+        async with await AsyncRetriever.create(dsn, embedder=HashEmbedder(32)) as ar:
+            pid = ar.conn.info.backend_pid
+            got = await ar.search_many(queries + ["a text"], k=6)
+            return pid, got
+
+    before = statement_log.path.stat().st_size
+    pid, got = asyncio.run(main())
+    assert got == want
+    with statement_log.path.open("rb") as f:
+        f.seek(before)
+        lines = f.read().decode("utf-8", "replace").splitlines()
+    mine = [line for line in lines if f"[{pid}] LOG:" in line]
+    assert len(mine) >= 2  # create's own statements (settings, layout), then the search
+    assert mine[-1].endswith("WITH queries AS MATERIALIZED (")  # the last one, and the only search statement
+    assert sum("queries AS MATERIALIZED" in line for line in mine) == 1
