@@ -123,3 +123,17 @@ def test_async_search_many_is_one_statement_and_equals_sync(db, dsn, corpus, sta
     assert len(mine) >= 2  # create's own statements (settings, layout), then the search
     assert mine[-1].endswith("WITH queries AS MATERIALIZED (")  # the last one, and the only search statement
     assert sum("queries AS MATERIALIZED" in line for line in mine) == 1
+
+
+@pytest.mark.parametrize("layout", [Layout(dim=32, vector_type="halfvec"), Layout(dim=32, partitions=4)],
+                         ids=["halfvec", "partitioned"])
+def test_other_layouts(db, layout):
+    """halfvec casts the vector array server-side; a partitioned table scans each partition's HNSW per query."""
+    from onetrip.synthetic import bulk_load
+
+    init_schema(db, layout)
+    docs = list(generate(1500, dim=32, seed=26))
+    bulk_load(db, layout, docs)
+    r = Retriever(db)
+    queries = list(corpus_query_vectors(docs, 3, seed=27))
+    assert r.search_many(queries, k=5) == [r.search(q, k=5) for q in queries]
