@@ -92,9 +92,8 @@ def report(doc: dict[str, Any]) -> str:
                      f"| {r['p50_ms']['S']:.2f} | {r['ratio_S_over_M']:.2f} | {r['p50_ms']['M'] / r['n']:.2f} |")
     lines += ["", "Both variants returned identical hits, parents and neighbors on every set. With n = 1 "
               "search_many sends search's own statement, so that row compares a statement with itself: its "
-              "S/M is this machine's noise. From n = 2 on, M saves n − 1 round trips and pays a fresh plan "
-              "per call (~0.4 ms: the planner sees how many queries there are), while each query's HNSW scan "
-              "and context rows cost about what they cost in search."]
+              "S/M is this machine's noise. From n = 2 on, M saves n − 1 round trips, while each query's HNSW "
+              "scan and context rows cost about what they cost in search."]
     return "\n".join(lines) + "\n"
 
 

@@ -32,8 +32,11 @@
 --           not itself a hit of any query; link them by key as in retrieve.sql.
 -- Order     None guaranteed. To read it in psql, append:
 --             ORDER BY query_ord, hit_rank, doc_id, sequence_index
--- onetrip   Retriever.search_many sends this statement without hit_rank and with
---           a constant HNSW LIMIT bucket (then LIMIT :k), as retrieve.sql's note says.
+-- onetrip   Retriever.search_many sends this statement without hit_rank, with a
+--           constant HNSW LIMIT bucket (then LIMIT :k), as retrieve.sql's note
+--           says, and with the array behind an OFFSET 0 fence: a visible array is
+--           estimated at its length, so every custom plan looked cheaper than the
+--           generic one and the prepared statement was planned on every call.
 -- =============================================================================
 WITH queries AS MATERIALIZED (
     SELECT q.query_ord, q.embedding

@@ -27,9 +27,12 @@ MAX_QUERIES = 100
 
 
 def check_queries(queries: object) -> list[Any]:
-    """The queries as a list, or a ValueError/TypeError naming what is wrong."""
+    """The queries as a list (a 2-d array: one query per row), or a ValueError/TypeError naming what is wrong."""
+    if isinstance(queries, np.ndarray) and queries.ndim == 2:
+        queries = list(queries)
     if isinstance(queries, (str, bytes, np.ndarray)) or not isinstance(queries, Sequence):
-        raise TypeError("queries must be a list of query texts or embeddings (for one query, use search)")
+        raise TypeError("queries must be a list of query texts or embeddings, or a 2-d array with one "
+                        "embedding per row (for one query, use search)")
     if not 1 <= len(queries) <= MAX_QUERIES:
         raise ValueError(f"give from 1 to {MAX_QUERIES} queries, got {len(queries)}")
     return list(queries)
