@@ -21,6 +21,7 @@ from contextlib import contextmanager
 from types import SimpleNamespace
 from typing import Any
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -495,3 +496,70 @@ def test_cli_serve_rejects_contradictory_flags():
                           "--no-acl", "--principal", "hr"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "contradict" in res.stderr
 
+
+
+# ---------------------------------------------------------------- /search_many
+
+
+MANY_REQUESTS = [
+    {"queries": ["maximum number of concurrent connections", "pasta", "bread dough"], "k": 3},
+    {"embeddings": [HashEmbedder().embed_query("reserved slots").tolist(),
+                    HashEmbedder().embed_query("salt water").tolist()],
+     "k": 2, "expand": {"parent": False, "neighbors": 0}},
+    {"queries": ["salaries", "connections"], "filters": {"doc_ids": ["connections.md", "salaries.md"]}},
+]
+
+
+def test_search_many_equals_the_python_api_in_one_statement(db, dsn, corpus, statement_log):
+    jsonschema = pytest.importorskip("jsonschema")
+    r = Retriever(db, embedder=HashEmbedder())
+    app_name = f"onetrip-many-{os.getpid()}"
+    with serving(dsn, pool_size=1, application_name=app_name) as base:
+        spec = call(base, "GET", "/openapi.json")[1]
+        assert call(base, "GET", "/health")[0] == 200  # creates the retriever (reads the layout)
+        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (app_name,)).fetchone()
+        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+
+        def validator(name: str) -> Any:
+            return jsonschema.Draft202012Validator({"components": spec["components"],
+                                                    "$ref": f"#/components/schemas/{name}"})
+
+        for body in MANY_REQUESTS:
+            validator("SearchManyRequest").validate(body)
+            with statement_log.watch(backend) as w:
+                status, data, _ = call(base, "POST", "/search_many", body)
+            assert status == 200, data
+            assert len(w.statements) == 1 and w.statements[0].startswith("WITH queries AS")
+            validator("SearchManyResponse").validate(data)
+            queries = body.get("queries") or [np.asarray(e, np.float32) for e in body["embeddings"]]
+            exp = body.get("expand", {})
+            want = r.search_many(queries, body.get("k", 5), parent=exp.get("parent", True),
+                                 neighbors=exp.get("neighbors", 1) > 0,
+                                 filters=Filters(principals=(), **body.get("filters", {})))
+            assert data == {"results": [{"query": q if isinstance(q, str) else None, "hits": [hit_json(h) for h in hits]}
+                                        for q, hits in zip(queries, want)]}
+        # the secret document stays hidden: public principals only
+        assert all(h["doc_id"] != "salaries.md" for res in call(base, "POST", "/search_many", MANY_REQUESTS[2])[1]
+                   ["results"] for h in res["hits"])
+
+
+def test_search_many_bad_input_names_the_item(dsn, corpus):
+    good = HashEmbedder().embed_query("pasta").tolist()
+    cases = [
+        ({}, 422, "missing_query", "one of the two"),
+        ({"queries": ["a"], "embeddings": [good]}, 422, "missing_query", "one of the two"),
+        ({"queries": ["q"] * 101}, 422, "invalid_field", "1 to 100 items, got 101"),
+        ({"queries": "pasta"}, 422, "invalid_field", "got a string"),
+        ({"queries": ["pasta", "  "]}, 422, "invalid_field", "queries[1]: is empty"),
+        ({"embeddings": [good, good[:10]]}, 422, "dimension_mismatch", "embeddings[1] has 10 dimensions"),
+        ({"embeddings": [good, [0.0] * 384]}, 422, "invalid_field", "embeddings[1]: is all zeros"),
+        ({"queries": ["pasta"], "mode": "hybrid"}, 422, "unknown_field", "mode"),
+        ({"queries": ["pasta"], "k": 51}, 422, "k_out_of_range", "from 1 to 50"),
+        ({"queries": ["pasta"], "expand": {"neighbors": 2}}, 422, "invalid_field", "expand.neighbors"),
+        ({"queries": ["pasta"], "principals": ["hr"]}, 403, "principals_not_allowed", "--trust-request-principals"),
+    ]
+    with serving(dsn) as base:
+        for body, want_status, code, words in cases:
+            status, data, _ = call(base, "POST", "/search_many", body)
+            assert_error(status, data, want_status, code, words)

@@ -2,6 +2,7 @@
 
 Endpoints
     POST /search        top-K hits and/or the assembled, budgeted context for a query
+    POST /search_many   several queries' top-K hits (dense), in ONE statement
     GET  /health        200 {"status": "ok"} when a pooled connection answers; else 503 (no token needed)
     GET  /stats         pool statistics and request counts (to check the pool stays within its size)
     GET  /openapi.json  this API: request and response schemas of every endpoint
@@ -47,8 +48,8 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Awaitable, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +67,7 @@ from .embedders import Embedder, SentenceTransformerEmbedder
 from .errors import ConnectionFailedError, SchemaMissingError
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
                        Filters, context_expansion, resolve_mode)
+from .search_many import MAX_QUERIES
 
 log = logging.getLogger("onetrip.serve")
 
@@ -85,6 +87,8 @@ REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "princ
                   "hits", "context")
 EXPAND_FIELDS = tuple(Expansion.__dataclass_fields__)
 FILTER_FIELDS = ("collections", "doc_ids", "source_prefix", "metadata")
+SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "expand", "filters", "principals")
+SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
 
 
 @dataclass(frozen=True)
@@ -171,6 +175,18 @@ class SearchRequest:
     hit_expand: Expansion = Expansion()  # the hits' parent/neighbors
 
 
+@dataclass(frozen=True)
+class SearchManyRequest:
+    """A validated /search_many body: several queries, one statement (dense search)."""
+
+    queries: tuple[str, ...] | None
+    embeddings: tuple[np.ndarray, ...] | None
+    k: int
+    parent: bool
+    neighbors: bool
+    filters: Filters
+
+
 def _invalid(field_name: str, message: str, code: str = "invalid_field") -> ApiError:
     return ApiError(422, code, f"{field_name}: {message}", field=field_name)
 
@@ -243,21 +259,45 @@ def _object(value: Any, name: str, known: tuple[str, ...], code: str = "unknown_
     return value
 
 
-def _embedding(value: Any) -> np.ndarray:
+def _embedding(value: Any, name: str = "embedding") -> np.ndarray:
     if not isinstance(value, list) or not value:
-        raise _invalid("embedding", "must be a non-empty list of numbers")
+        raise _invalid(name, "must be a non-empty list of numbers")
     for i, v in enumerate(value):
         if isinstance(v, bool) or not isinstance(v, (int, float)):
-            raise _invalid("embedding", f"item {i} must be a number, got {_json_type(v)}")
+            raise _invalid(name, f"item {i} must be a number, got {_json_type(v)}")
     try:
         arr = np.asarray(value, dtype=np.float64)
     except OverflowError:
-        raise _invalid("embedding", "contains a value that is not a finite 32-bit float") from None
+        raise _invalid(name, "contains a value that is not a finite 32-bit float") from None
     if not np.all(np.isfinite(arr)) or np.any(np.abs(arr) > np.finfo(np.float32).max):
-        raise _invalid("embedding", "contains a value that is not a finite 32-bit float")
+        raise _invalid(name, "contains a value that is not a finite 32-bit float")
     if not arr.any():
-        raise _invalid("embedding", "is all zeros: its cosine distance to every section is undefined")
+        raise _invalid(name, "is all zeros: its cosine distance to every section is undefined")
     return arr.astype(np.float32)
+
+
+def _request_filters(body: dict[str, Any], cfg: ServiceConfig) -> Filters:
+    """The body's filters and the principals it may read with (the operator's unless trusted)."""
+    raw_flt = _object(body.get("filters", {}), "filters", FILTER_FIELDS, "unknown_filter_key")
+    flt: dict[str, Any] = {}
+    for name in ("collections", "doc_ids"):
+        if raw_flt.get(name) is not None:
+            flt[name] = _strings(raw_flt[name], f"filters.{name}")
+    if raw_flt.get("source_prefix") is not None:
+        flt["source_prefix"] = _text(raw_flt["source_prefix"], "filters.source_prefix")
+    if raw_flt.get("metadata") is not None:
+        if not isinstance(raw_flt["metadata"], dict):
+            raise _invalid("filters.metadata", f"must be a JSON object, got {_json_type(raw_flt['metadata'])}")
+        flt["metadata"] = _json_value(raw_flt["metadata"], "filters.metadata")
+    if "principals" in body:
+        if not cfg.trust_request_principals:
+            raise ApiError(403, "principals_not_allowed",
+                           "this service does not take principals from requests (the operator sets them; "
+                           "see --trust-request-principals)", field="principals")
+        principals: tuple[str, ...] | None = _strings(body["principals"], "principals")
+    else:
+        principals = cfg.principals
+    return Filters(principals=principals, **flt)
 
 
 def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
@@ -301,26 +341,7 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     if "document_max_tokens" in raw_exp:
         exp["document_max_tokens"] = _int(raw_exp["document_max_tokens"], "expand.document_max_tokens", 0, MAX_BUDGET)
 
-    raw_flt = _object(body.get("filters", {}), "filters", FILTER_FIELDS, "unknown_filter_key")
-    flt: dict[str, Any] = {}
-    for name in ("collections", "doc_ids"):
-        if raw_flt.get(name) is not None:
-            flt[name] = _strings(raw_flt[name], f"filters.{name}")
-    if raw_flt.get("source_prefix") is not None:
-        flt["source_prefix"] = _text(raw_flt["source_prefix"], "filters.source_prefix")
-    if raw_flt.get("metadata") is not None:
-        if not isinstance(raw_flt["metadata"], dict):
-            raise _invalid("filters.metadata", f"must be a JSON object, got {_json_type(raw_flt['metadata'])}")
-        flt["metadata"] = _json_value(raw_flt["metadata"], "filters.metadata")
-
-    if "principals" in body:
-        if not cfg.trust_request_principals:
-            raise ApiError(403, "principals_not_allowed",
-                           "this service does not take principals from requests (the operator sets them; "
-                           "see --trust-request-principals)", field="principals")
-        principals: tuple[str, ...] | None = _strings(body["principals"], "principals")
-    else:
-        principals = cfg.principals
+    filters = _request_filters(body, cfg)
 
     want_hits = _bool(body.get("hits", True), "hits")
     want_context = _bool(body.get("context", True), "context")
@@ -329,8 +350,35 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
                        field="hits")
     # expand given: the same Expansion for hits (parent, neighbors) and context; absent: hits carry
     # parent + previous/next (Expansion()), the context the tuned CONTEXT_DEFAULT
-    return SearchRequest(query, embedding, k, mode, context_expansion(**exp), Filters(principals=principals, **flt),
+    return SearchRequest(query, embedding, k, mode, context_expansion(**exp), filters,
                          max_tokens, want_hits, want_context, Expansion(**exp))
+
+
+def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
+    """Validate a /search_many body: queries (texts) or embeddings, each named by its index when wrong."""
+    body = _object(body, "body", SEARCH_MANY_FIELDS)
+    has_q, has_e = body.get("queries") is not None, body.get("embeddings") is not None
+    if has_q == has_e:
+        raise ApiError(422, "missing_query", "give queries (texts) or embeddings (lists of floats), one of the two",
+                       field="queries")
+    name = "queries" if has_q else "embeddings"
+    items = body[name]
+    if not isinstance(items, list) or not 1 <= len(items) <= MAX_QUERIES:
+        got = f"{len(items)} items" if isinstance(items, list) else _json_type(items)
+        raise _invalid(name, f"must be a list of 1 to {MAX_QUERIES} items, got {got}")
+    queries = embeddings = None
+    if has_q:
+        queries = tuple(_text(q, f"queries[{i}]") for i, q in enumerate(items))
+        for i, q in enumerate(queries):
+            if not q.strip():
+                raise _invalid(f"queries[{i}]", "is empty")
+    else:
+        embeddings = tuple(_embedding(v, f"embeddings[{i}]") for i, v in enumerate(items))
+    k = DEFAULT_K if body.get("k") is None else _int(body["k"], "k", 1, cfg.max_k, "k_out_of_range")
+    raw_exp = _object(body.get("expand", {}), "expand", SEARCH_MANY_EXPAND_FIELDS)
+    parent = _bool(raw_exp.get("parent", True), "expand.parent")
+    neighbors = _int(raw_exp.get("neighbors", 1), "expand.neighbors", 0, 1) > 0
+    return SearchManyRequest(queries, embeddings, k, parent, neighbors, _request_filters(body, cfg))
 
 
 def hit_json(hit: Any) -> dict[str, Any]:
@@ -351,6 +399,20 @@ def _db_unavailable_errors() -> tuple[type[BaseException], ...]:
     from psycopg_pool import PoolTimeout
 
     return (PoolTimeout, psycopg.OperationalError, ConnectionFailedError, OSError)
+
+
+@contextmanager
+def _statement_errors() -> Iterator[None]:
+    """A request's statement errors as API errors: 503 for the database, 422 for a refused value."""
+    try:
+        yield
+    except _db_unavailable_errors() as e:
+        raise _unavailable(e) from None
+    except psycopg.DataError as e:
+        raise ApiError(422, "invalid_value",
+                       f"the database refused a value of this request: {e.diag.message_primary or e}") from None
+    except (ValueError, TypeError) as e:  # the library's own validation (plan_search / plan_assemble)
+        raise ApiError(422, "invalid_field", str(e)) from None
 
 
 class Service:
@@ -425,7 +487,7 @@ class Service:
         text = req.query if vector is not None and req.mode == "hybrid" else None
         common = {"filters": req.filters, "mode": req.mode, "text": text}
         out: dict[str, Any] = {}
-        try:
+        with _statement_errors():
             if req.hits:
                 hits = await r.search(query, DEFAULT_K if req.k is None else req.k, parent=req.hit_expand.parent,
                                       neighbors=req.hit_expand.neighbors > 0, **common)
@@ -433,14 +495,33 @@ class Service:
             if req.context:
                 ctx = await r.assemble(query, req.k, expand=req.expand, max_tokens=req.max_tokens, **common)
                 out["context"] = context_to_json(ctx)
-        except _db_unavailable_errors() as e:
-            raise _unavailable(e) from None
-        except psycopg.DataError as e:
-            raise ApiError(422, "invalid_value",
-                           f"the database refused a value of this request: {e.diag.message_primary or e}") from None
-        except (ValueError, TypeError) as e:  # the library's own validation (plan_search / plan_assemble)
-            raise ApiError(422, "invalid_field", str(e)) from None
         return out
+
+    async def search_many(self, req: SearchManyRequest) -> dict[str, Any]:
+        """Embed the texts (one worker thread), then ONE statement for all the queries."""
+        r = await self.retriever()
+        dim = r.layout.dim
+        if req.embeddings is not None:
+            for i, v in enumerate(req.embeddings):
+                if v.shape[0] != dim:
+                    raise ApiError(422, "dimension_mismatch",
+                                   f"embeddings[{i}] has {v.shape[0]} dimensions; expected {dim}",
+                                   field=f"embeddings[{i}]", expected=dim, got=int(v.shape[0]))
+            vectors = list(req.embeddings)
+        else:
+            assert self.embedder is not None and req.queries is not None
+            embed = self.embedder.embed_query
+            vectors = [np.asarray(v, dtype=np.float32)
+                       for v in await asyncio.to_thread(lambda: [embed(q) for q in req.queries or ()])]
+            if any(v.shape != (dim,) for v in vectors):
+                raise ApiError(500, "embedder_mismatch",
+                               f"the service's embedder makes {vectors[0].shape[-1]}-d vectors but the table "
+                               f"stores {dim}")
+        with _statement_errors():
+            results = await r.search_many(vectors, req.k, parent=req.parent, neighbors=req.neighbors,
+                                          filters=req.filters)
+        texts = req.queries or (None,) * len(vectors)
+        return {"results": [{"query": q, "hits": [hit_json(h) for h in hits]} for q, hits in zip(texts, results)]}
 
     def stats(self) -> dict[str, Any]:
         pool = self.pool.get_stats() if self.pool is not None else {}
@@ -521,6 +602,10 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
         req = parse_search(await _read_json(request, cfg.max_body), cfg)
         return JSONResponse(await service.search(req))
 
+    async def search_many(request: Request) -> Response:
+        req = parse_search_many(await _read_json(request, cfg.max_body), cfg)
+        return JSONResponse(await service.search_many(req))
+
     async def health(request: Request) -> Response:
         await service.health()
         return JSONResponse({"status": "ok"})
@@ -547,6 +632,7 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
     app = Starlette(
         routes=[
             Route("/search", endpoint(search), methods=["POST"]),
+            Route("/search_many", endpoint(search_many), methods=["POST"]),
             Route("/health", endpoint(health, public=True), methods=["GET"]),
             Route("/stats", endpoint(stats), methods=["GET"]),
             Route("/openapi.json", endpoint(openapi), methods=["GET"]),
@@ -673,6 +759,32 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                         "description": "return the assembled context (one statement)"},
         },
     }
+    many_request = {
+        "type": "object", "additionalProperties": False,
+        "description": "queries (texts) or embeddings, not both: every query's top-k hits with parent and "
+                       "previous/next, in ONE statement (dense search). Unknown fields are a 422.",
+        "properties": {
+            "queries": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+                        "maxItems": MAX_QUERIES},
+            "embeddings": {"type": "array", "minItems": 1, "maxItems": MAX_QUERIES,
+                           "items": {"type": "array", "items": {"type": "number"}, "minItems": 1}},
+            "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k, "default": DEFAULT_K,
+                  "description": "hits per query"},
+            "expand": {"type": "object", "additionalProperties": False,
+                       "properties": {"parent": {"type": "boolean", "default": True},
+                                      "neighbors": {"type": "integer", "minimum": 0, "maximum": 1, "default": 1}}},
+            "filters": _ref("Filters"),
+            "principals": {**strings, "description": principals_doc},
+        },
+    }
+    many_response = {
+        "type": "object", "additionalProperties": False, "required": ["results"],
+        "properties": {"results": {"type": "array", "description": "one per query, in the order given",
+                                   "items": {"type": "object", "additionalProperties": False,
+                                             "required": ["query", "hits"],
+                                             "properties": {"query": _nullable({"type": "string"}),
+                                                            "hits": {"type": "array", "items": _ref("Hit")}}}}},
+    }
     response = {
         "type": "object", "additionalProperties": False,
         "description": "hits and/or context, as asked for",
@@ -712,6 +824,21 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "503": err("database unavailable or schema missing"),
                 },
             }},
+            "/search_many": {"post": {
+                "summary": "Several queries' top-k hits with parent/neighbors, in one SQL statement (dense)",
+                "security": secured,
+                "requestBody": {"required": True,
+                                "content": {"application/json": {"schema": _ref("SearchManyRequest")}}},
+                "responses": {
+                    "200": ok(_ref("SearchManyResponse")),
+                    "400": err("malformed JSON"), **auth,
+                    "403": err("principals given but not allowed"),
+                    "413": err(f"body over {cfg.max_body} bytes"),
+                    "422": err("invalid request: unknown field, queries and embeddings both or neither, "
+                               f"more than {MAX_QUERIES} queries, k out of range, wrong embedding dimension"),
+                    "503": err("database unavailable or schema missing"),
+                },
+            }},
             "/health": {"get": {
                 "summary": "Is the database answering? (no token needed)", "security": [],
                 "responses": {"200": ok({"type": "object", "properties": {"status": {"const": "ok"}}}),
@@ -730,6 +857,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
         },
         "components": {"schemas": {
             "SearchRequest": request, "Expand": expand, "Filters": filters, "SearchResponse": response,
+            "SearchManyRequest": many_request, "SearchManyResponse": many_response,
             "Hit": hit, "RelatedSection": related, "Context": context, "Passage": passage, "Error": error,
         }},
     }
@@ -745,4 +873,4 @@ def _version() -> str:
 
 
 __all__ = ["ApiError", "ServiceConfig", "create_app", "openapi_document", "operator_principals", "parse_search",
-           "run", "token_from_env"]
+           "parse_search_many", "run", "token_from_env"]
