@@ -20,13 +20,12 @@ import psycopg
 from .connection import connect_async
 from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder
-from .errors import missing_table_error
 from .retrieve import (
     Hit,
     Plan,
     _split_search_kwargs,
     bind_vector,
-    vector_value_error,
+    statement_errors,
     plan_assemble,
     plan_search,
     result_of,
@@ -117,12 +116,8 @@ class AsyncRetriever:
         """Send the plan's ONE statement with these binds; map its rows."""
         async with self._connection() as c:
             async with c.cursor() as cur:
-                try:
+                with statement_errors():
                     await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
-                except psycopg.errors.DataException as e:
-                    raise (vector_value_error(e) or e) from None
-                except psycopg.errors.UndefinedTable as e:
-                    raise missing_table_error(e) from None
                 rows = await cur.fetchall()
                 names = statement_columns(plan.statement, cur)
         return result_of(plan, names, rows)

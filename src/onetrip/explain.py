@@ -10,16 +10,14 @@ EXPLAIN is itself one statement: explaining a call costs one round trip too.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 from psycopg.types.json import Jsonb
 
-from .errors import ServerRequirementError, missing_table_error
-from .retrieve import Plan, plan_assemble, plan_search, vector_value_error
+from .errors import ServerRequirementError
+from .retrieve import Plan, plan_assemble, plan_search, statement_errors
 from .templates import Layout
 
 #: an index scan line, then (a few lines on) its "Order By: (<col> <=> ...)" line: a vector index answers the ORDER BY
@@ -86,17 +84,6 @@ def _shown(params: dict[str, Any], dim: int) -> dict[str, Any]:
     return {k: (f"<query embedding: vector({dim})>" if k == "query_embedding" else v) for k, v in params.items()}
 
 
-@contextmanager
-def _named_errors() -> Iterator[None]:
-    """A bad query vector or a missing table as onetrip's errors, as a search call raises them."""
-    try:
-        yield
-    except psycopg.errors.DataException as e:
-        raise (vector_value_error(e) or e) from None
-    except psycopg.errors.UndefinedTable as e:
-        raise missing_table_error(e) from None
-
-
 #: a bind's SQL type for EXPLAIN (GENERIC_PLAN), which sends no values: psycopg's type for each Python value
 _PARAM_TYPES = {bool: "boolean", int: "int8", float: "float8", str: "text", list: "text[]", tuple: "text[]",
                 dict: "jsonb", Jsonb: "jsonb"}
@@ -151,7 +138,7 @@ def explain_statement(conn: psycopg.Connection, plan: Plan, params: dict[str, An
     these binds; "generic" plans it for any values, as a prepared statement may.
     """
     sql = _sql(plan, params, kind, layout.vector_type, conn.info.server_version)
-    with _named_errors(), conn.cursor() as cur:
+    with statement_errors(), conn.cursor() as cur:
         cur.execute(sql, None if kind == "generic" else params, prepare=False)
         text = "\n".join(row[0] for row in cur.fetchall())
     return Explained(plan.statement, _shown(params, layout.dim), _VECTOR_LITERAL.sub(_QUERY, text), kind)
@@ -161,7 +148,7 @@ async def explain_statement_async(conn: psycopg.AsyncConnection, plan: Plan, par
                                   *, kind: str = "analyze") -> Explained:
     """`explain_statement` on an async connection."""
     sql = _sql(plan, params, kind, layout.vector_type, conn.info.server_version)
-    with _named_errors():
+    with statement_errors():
         async with conn.cursor() as cur:
             await cur.execute(sql, None if kind == "generic" else params, prepare=False)
             text = "\n".join(row[0] for row in await cur.fetchall())

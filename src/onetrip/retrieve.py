@@ -669,6 +669,20 @@ def vector_value_error(e: psycopg.errors.DataException) -> ValueError | None:
     return None
 
 
+@contextmanager
+def statement_errors() -> Iterator[None]:
+    """A refused query vector or a missing table as onetrip's errors (ValueError, SchemaMissingError).
+
+    `_fetch` spells the same two clauses out inline: it is the measured hot path.
+    """
+    try:
+        yield
+    except psycopg.errors.DataException as e:
+        raise (vector_value_error(e) or e) from None
+    except psycopg.errors.UndefinedTable as e:
+        raise missing_table_error(e) from None
+
+
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
     """Send ONE statement; its rows and column names.
 

@@ -226,6 +226,10 @@ def render(
         "hnsw_m": layout.hnsw_m,
         "hnsw_ef_construction": layout.hnsw_ef_construction,
         "binds": binds,
+        # onetrip's own statements, which psycopg prepares: the templates hide bind values the planner
+        # could count (OFFSET 0 fences) so that a prepared statement keeps one generic plan
+        "prepared": binds == "psycopg",
+        "many": False,
         "filters": {key: bool((options.get("filters") or {}).get(key)) for key in FILTER_KEYS},
         "mode": "dense",
         "k_bucket": None,
