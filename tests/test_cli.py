@@ -53,6 +53,10 @@ def test_init_ingest_search_json(dsn, tmp_path):
         for b in both:
             assert [h["section_id"] for h in b["hits"]] == \
                 [h.section.section_id for h in api.search(b["query"], k=2, mode="dense")]
+    planned = json.loads(onetrip("search", "Is tennis elbow covered?", "descaling", "-k", "2", "--explain", "plan",
+                                 "--json", dsn=dsn).stdout)  # several queries: search_many's statement
+    assert planned["kind"] == "plan" and "query_embeddings" in planned["statement"]
+    assert planned["params"] == {"k": 2, "query_embeddings": "<2 query embeddings: vector(384)[]>"}
     refused = onetrip("search", "a", "b", "--assemble", dsn=dsn)
     assert refused.returncode == 2 and "dense mode only" in refused.stderr
 

@@ -8,7 +8,8 @@ import re
 import numpy as np
 import pytest
 
-from onetrip import AsyncRetriever, Explained, Filters, Retriever, SchemaMissingError, init_schema
+from onetrip import (AsyncRetriever, DimensionMismatchError, Explained, Filters, Retriever, SchemaMissingError,
+                     init_schema)
 from onetrip.store import replace_document
 from onetrip.synthetic import generate
 from onetrip.templates import Layout
@@ -106,3 +107,57 @@ def test_generic_plan_of_every_search_mode_types_its_binds(db, statement_log):
     assert r.explain(q, 10, kind="generic").vector_index_scans == ["sections_embedding_hnsw"]
     with pytest.raises(ValueError, match="kind must be one of"):
         r.explain(q, kind="verbose")
+
+
+def test_explain_many_is_the_search_many_statement(db, statement_log):
+    """explain_many: the ONE statement search_many sends, its binds and plan, in one EXPLAIN statement."""
+    load(db, 3000)
+    r = Retriever(db)
+    qs = np.random.default_rng(4).standard_normal((3, 32)).astype(np.float32)
+    flt = Filters(collections=("default",), principals=("alice",))
+    with statement_log.watch(db) as searched:
+        r.search_many(qs, k=4, filters=flt)
+    with statement_log.watch(db) as explained:
+        ex = r.explain_many(qs, k=4, filters=flt)
+    assert len(explained.statements) == 1
+    assert explained.statements[0] == "EXPLAIN (ANALYZE, BUFFERS) " + searched.statements[0]
+    assert ex.kind == "analyze" and "actual time" in ex.plan
+    # one HNSW scan node, run once per query under a nested loop over the queries
+    assert ex.vector_index_scans == ["sections_embedding_hnsw"], ex.plan
+    assert re.search(r"Index Scan using sections_embedding_hnsw .*loops=3", ex.plan), ex.plan
+    assert ex.params["query_embeddings"] == "<3 query embeddings: vector(32)[]>" and ex.params["k"] == 4
+    assert ex.params["principals"] == ["alice"]
+
+    with statement_log.watch(db) as w:
+        generic = r.explain_many(qs, k=4, kind="generic", filters=flt)
+    assert len(w.statements) == 1 and w.statements[0].startswith("EXPLAIN (GENERIC_PLAN) WITH")
+    assert generic.kind == "generic" and re.search(r"\$\d", generic.plan) and "actual time" not in generic.plan
+    # one query: search's own statement, as search_many sends it
+    assert r.explain_many(qs[:1], k=4, kind="plan").statement == r.explain(qs[0], k=4, kind="plan").statement
+
+
+def test_explain_many_refuses_bad_input_before_sending(db, statement_log):
+    load(db, 200)
+    r = Retriever(db)
+    good = np.ones(32, np.float32)
+    with statement_log.watch(db) as w:
+        with pytest.raises(ValueError, match="kind must be one of"):
+            r.explain_many([good, good], kind="verbose")
+        with pytest.raises(DimensionMismatchError, match="query 1"):
+            r.explain_many([good, np.ones(8, np.float32)])
+        with pytest.raises(ValueError, match="from 1 to 100 queries"):
+            r.explain_many([])
+    assert w.statements == []
+
+
+def test_async_explain_many_sends_the_same_statement(db, dsn):
+    load(db, 500)
+    qs = np.random.default_rng(5).standard_normal((2, 32)).astype(np.float32)
+    want = Retriever(db).explain_many(qs, k=3, kind="plan", neighbors=False)
+
+    async def main() -> Explained:
+        async with await AsyncRetriever.create(dsn) as ar:
+            return await ar.explain_many(qs, k=3, kind="plan", neighbors=False)
+
+    got = asyncio.run(main())
+    assert got.statement == want.statement and got.params == want.params and got.plan == want.plan

@@ -137,16 +137,22 @@ class AsyncRetriever:
     async def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
                           parent: bool = True, neighbors: bool = True, filters: Any = None) -> list[list[Hit]]:
         """Same as `Retriever.search_many` (texts are embedded in a worker thread, before the statement)."""
-        from .search_many import check_queries, plan_search_many, query_vectors
+        from .search_many import plan_search_many
 
-        queries = check_queries(queries)
-        texts = [q for q in queries if isinstance(q, str)]
-        embedded = iter(await asyncio.to_thread(lambda: [self.embedder.embed_query(t) for t in texts]))
-        vectors = query_vectors([next(embedded) if isinstance(q, str) else q for q in queries], self.layout.dim)
+        vectors = await self._query_vectors(queries)
         if len(vectors) == 1:  # as Retriever.search_many: search's own statement
             return [await self.search(vectors[0], k, parent=parent, neighbors=neighbors, filters=filters)]
         plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
         return await self._execute(plan, plan.params)
+
+    async def _query_vectors(self, queries: Sequence[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
+        """As `Retriever._query_vectors`, the texts embedded in a worker thread."""
+        from .search_many import check_queries, query_vectors
+
+        queries = check_queries(queries)
+        texts = [q for q in queries if isinstance(q, str)]
+        embedded = iter(await asyncio.to_thread(lambda: [self.embedder.embed_query(t) for t in texts]))
+        return query_vectors([next(embedded) if isinstance(q, str) else q for q in queries], self.layout.dim)
 
     async def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *,
                       assemble: bool = False, kind: str = "analyze", **options: Any) -> Explained:
@@ -160,6 +166,21 @@ class AsyncRetriever:
         params = bind_vector(plan, vector, self.layout.dim)
         async with self._connection() as c:
             return await explain_statement_async(c, plan, params, self.layout, kind=kind)
+
+    async def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
+                           kind: str = "analyze", parent: bool = True, neighbors: bool = True,
+                           filters: Any = None) -> Explained:
+        """Same as `Retriever.explain_many`."""
+        from .explain import check_kind, explain_statement_async
+        from .search_many import plan_search_many
+
+        check_kind(kind)
+        vectors = await self._query_vectors(queries)
+        if len(vectors) == 1:
+            return await self.explain(vectors[0], k, kind=kind, parent=parent, neighbors=neighbors, filters=filters)
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        async with self._connection() as c:
+            return await explain_statement_async(c, plan, plan.params, self.layout, kind=kind)
 
     async def close(self) -> None:
         if self._owns_conn and self.conn is not None:

@@ -20,9 +20,12 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .errors import InputDocumentError, InvalidIdentifierError, OnetripError
+
+if TYPE_CHECKING:
+    from .explain import Explained
 
 DEMO_QUESTIONS = [
     "Is tennis elbow covered by the travel insurance?",
@@ -68,7 +71,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     p.add_argument("--explain", nargs="?", const="analyze", choices=["analyze", "plan", "generic"], default=None,
-                   help="print the statement this search sends, its binds and its plan instead of the results: "
+                   help="print the statement this search sends (several queries: search_many's), its binds and "
+                        "its plan instead of the results: "
                         "analyze (default; EXPLAIN ANALYZE, BUFFERS: runs it once, read-only), plan (EXPLAIN), "
                         "generic (the plan for any values, as a prepared statement may reuse it; PostgreSQL 16+)")
     p.add_argument("--mode", choices=["auto", "dense", "lexical", "hybrid"], default="auto",
@@ -399,6 +403,14 @@ def context_to_json(ctx: Any) -> dict[str, Any]:
     }
 
 
+def _print_explained(ex: Explained, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps({"statement": ex.statement, "params": ex.params, "plan": ex.plan,
+                          "kind": ex.kind, "vector_index_scans": ex.vector_index_scans}, indent=2, default=repr))
+    else:
+        print(ex.render())
+
+
 def cmd_search(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -406,10 +418,15 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     flt = _filters(args)
     if len(args.query) > 1:
-        if args.assemble or args.explain or args.mode not in ("auto", "dense"):
-            raise ValueError("several queries are searched together in dense mode only, without --assemble, "
-                             "--explain or --mode lexical/hybrid: give one query for those")
+        if args.assemble or args.mode not in ("auto", "dense"):
+            raise ValueError("several queries are searched together in dense mode only, without --assemble "
+                             "or --mode lexical/hybrid: give one query for those")
         with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
+            if args.explain:
+                _print_explained(r.explain_many(args.query, **({} if args.k is None else {"k": args.k}),
+                                                kind=args.explain, parent=not args.no_parent,
+                                                neighbors=not args.no_neighbors, filters=flt), args.json)
+                return 0
             many = r.search_many(args.query, **({} if args.k is None else {"k": args.k}),
                                  parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt)
         if args.json:
@@ -436,13 +453,8 @@ def cmd_search(args: argparse.Namespace) -> int:
             options = {"parent": not args.no_parent, "neighbors": not args.no_neighbors, "filters": flt,
                        "mode": args.mode}
         if args.explain:
-            ex = r.explain(args.query, args.k, assemble=args.assemble, kind=args.explain, **options)
-            if args.json:
-                print(json.dumps({"statement": ex.statement, "params": ex.params, "plan": ex.plan,
-                                  "kind": ex.kind, "vector_index_scans": ex.vector_index_scans},
-                                 indent=2, default=repr))
-            else:
-                print(ex.render())
+            _print_explained(r.explain(args.query, args.k, assemble=args.assemble, kind=args.explain, **options),
+                             args.json)
             return 0
         if args.assemble:
             ctx = r.assemble(args.query, k=args.k, **options)

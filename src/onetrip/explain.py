@@ -25,6 +25,8 @@ _INDEX_SCAN = re.compile(r"Index Scan using (\S+) on ")
 _VECTOR_ORDER = re.compile(r"Order By: \(.*(<=>|<->|<#>)")
 #: the query embedding as the plan prints it (a custom plan inlines the bind): hundreds of numbers per line
 _VECTOR_LITERAL = re.compile(r"'\[[-+0-9.eE, ]{200,}\]'")
+#: search_many's array of query embeddings, should a plan print it: '{"[...]","[...]"}'
+_VECTOR_ARRAY_LITERAL = re.compile(r"'\{\"\[[-+0-9.eE, ]{200,}\]\"(?:,\"\[[-+0-9.eE, ]{200,}\]\")*\}'")
 
 
 @dataclass(frozen=True)
@@ -78,10 +80,23 @@ class Explained:
 
 
 _QUERY = "'<query embedding>'"
+_QUERIES = "'<query embeddings>'"
 
 
 def _shown(params: dict[str, Any], dim: int) -> dict[str, Any]:
-    return {k: (f"<query embedding: vector({dim})>" if k == "query_embedding" else v) for k, v in params.items()}
+    """The binds with the query embedding(s) as a placeholder instead of their numbers."""
+    def show(name: str, value: Any) -> Any:
+        if name == "query_embedding":
+            return f"<query embedding: vector({dim})>"
+        if name == "query_embeddings":
+            return f"<{len(value)} query embeddings: vector({dim})[]>"
+        return value
+
+    return {k: show(k, v) for k, v in params.items()}
+
+
+def _shown_plan(text: str) -> str:
+    return _VECTOR_ARRAY_LITERAL.sub(_QUERIES, _VECTOR_LITERAL.sub(_QUERY, text))
 
 
 #: a bind's SQL type for EXPLAIN (GENERIC_PLAN), which sends no values: psycopg's type for each Python value
@@ -99,6 +114,8 @@ def _generic_sql(plan: Plan, params: dict[str, Any], vector_type: str) -> str:
         value = params[name]
         if name == "query_embedding":
             kind = vector_type
+        elif name == "query_embeddings":  # search_many's array, sent in binary
+            kind = vector_type + "[]"
         elif type(value) in _PARAM_TYPES:
             kind = _PARAM_TYPES[type(value)]
         else:
@@ -111,11 +128,17 @@ def _generic_sql(plan: Plan, params: dict[str, Any], vector_type: str) -> str:
 KINDS = ("analyze", "plan", "generic")
 
 
+def check_kind(kind: str) -> str:
+    """``kind`` if it is one of KINDS: checked before anything is embedded or sent."""
+    if kind not in KINDS:
+        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    return kind
+
+
 def plan_to_explain(layout: Layout, query: Any, k: int | None, *, assemble: bool, kind: str,
                     options: dict[str, Any]) -> Plan:
     """The plan `search` (or `assemble`) makes for these arguments; ``kind`` checked before anything is embedded."""
-    if kind not in KINDS:
-        raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
+    check_kind(kind)
     if assemble:
         return plan_assemble(layout, query, k, **options)
     return plan_search(layout, query, **({} if k is None else {"k": k}), **options)  # None: search's default k
@@ -141,7 +164,7 @@ def explain_statement(conn: psycopg.Connection, plan: Plan, params: dict[str, An
     with statement_errors(), conn.cursor() as cur:
         cur.execute(sql, None if kind == "generic" else params, prepare=False)
         text = "\n".join(row[0] for row in cur.fetchall())
-    return Explained(plan.statement, _shown(params, layout.dim), _VECTOR_LITERAL.sub(_QUERY, text), kind)
+    return Explained(plan.statement, _shown(params, layout.dim), _shown_plan(text), kind)
 
 
 async def explain_statement_async(conn: psycopg.AsyncConnection, plan: Plan, params: dict[str, Any], layout: Layout,
@@ -152,4 +175,4 @@ async def explain_statement_async(conn: psycopg.AsyncConnection, plan: Plan, par
         async with conn.cursor() as cur:
             await cur.execute(sql, None if kind == "generic" else params, prepare=False)
             text = "\n".join(row[0] for row in await cur.fetchall())
-    return Explained(plan.statement, _shown(params, layout.dim), _VECTOR_LITERAL.sub(_QUERY, text), kind)
+    return Explained(plan.statement, _shown(params, layout.dim), _shown_plan(text), kind)

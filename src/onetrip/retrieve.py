@@ -866,15 +866,21 @@ class Retriever:
         are texts (embedded one by one, before the statement) or embeddings.
         Dense search only (see `onetrip.search_many`); at most 100 queries.
         """
-        from .search_many import check_queries, plan_search_many, query_vectors
+        from .search_many import plan_search_many
 
-        queries = check_queries(queries)
-        vectors = query_vectors([self.embedder.embed_query(q) if isinstance(q, str) else q for q in queries],
-                                self.layout.dim)
+        vectors = self._query_vectors(queries)
         if len(vectors) == 1:  # search's own statement: prepared with one generic plan, ~1 ms less than the batch's
             return [self.search(vectors[0], k, parent=parent, neighbors=neighbors, filters=filters)]
         plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
         return self._execute(plan, plan.params)
+
+    def _query_vectors(self, queries: Sequence[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
+        """search_many's queries checked, texts embedded, every vector validated (naming a wrong one by position)."""
+        from .search_many import check_queries, query_vectors
+
+        queries = check_queries(queries)
+        return query_vectors([self.embedder.embed_query(q) if isinstance(q, str) else q for q in queries],
+                             self.layout.dim)
 
     def explain(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, *, assemble: bool = False,
                 kind: str = "analyze", **options: Any) -> Explained:
@@ -893,6 +899,26 @@ class Retriever:
         params = bind_vector(plan, vector, self.layout.dim)
         with self._connection() as c:
             return explain_statement(c, plan, params, self.layout, kind=kind)
+
+    def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
+                     kind: str = "analyze", parent: bool = True, neighbors: bool = True,
+                     filters: Filters | dict[str, Any] | None = None) -> Explained:
+        """The server's plan for the ONE statement `search_many` sends for these arguments.
+
+        ``kind`` as in `explain`. The plan shows one HNSW scan under a nested
+        loop over the queries: `Explained.vector_index_scans` names it once.
+        One query: search's own statement, as `search_many` sends it.
+        """
+        from .explain import check_kind, explain_statement
+        from .search_many import plan_search_many
+
+        check_kind(kind)
+        vectors = self._query_vectors(queries)
+        if len(vectors) == 1:
+            return self.explain(vectors[0], k, kind=kind, parent=parent, neighbors=neighbors, filters=filters)
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        with self._connection() as c:
+            return explain_statement(c, plan, plan.params, self.layout, kind=kind)
 
     def close(self) -> None:
         if self._owns_conn and self.conn is not None:
