@@ -58,6 +58,13 @@ def test_async_matches_sync(db, dsn, corpus):
         bad[0] = np.nan
         with pytest.raises(ValueError, match="NaN or infinity"):
             await r.search(bad, k=3)
+        # query_vector, as Retriever's: the text embedded, an embedding validated
+        assert np.array_equal(await r.query_vector("a text query is embedded once"),
+                              sync.query_vector("a text query is embedded once"))
+        with pytest.raises(ValueError, match="empty"):
+            await r.query_vector("  ")
+        with pytest.raises(ValueError, match="NaN or infinity"):
+            await r.query_vector(bad)
         await r.close()
         return out
 

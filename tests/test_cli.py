@@ -13,8 +13,8 @@ from onetrip import Retriever
 DEMO = Path(__file__).resolve().parents[1] / "src" / "onetrip" / "demo_corpus"
 
 
-def onetrip(*args: str, dsn: str | None = None) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+def onetrip(*args: str, dsn: str | None = None, **env_vars: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", **env_vars}
     cmd = [sys.executable, "-m", "onetrip.cli", *args] + (["--dsn", dsn] if dsn else [])
     return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
 
@@ -35,7 +35,7 @@ def test_init_ingest_search_json(dsn, tmp_path):
     hits = json.loads(res.stdout)
     assert len(hits) == 3
     for h in hits:
-        assert {"doc_id", "section_id", "sequence_index", "heading_path", "content", "distance",
+        assert {"doc_id", "section_id", "sequence_index", "heading_path", "content", "distance", "score",
                 "parent", "prev", "next"} <= set(h)
         for rel in ("parent", "prev", "next"):
             assert h[rel] is None or {"section_id", "content"} <= set(h[rel])
@@ -59,9 +59,23 @@ def test_init_ingest_search_json(dsn, tmp_path):
     assert planned["params"] == {"k": 2, "query_embeddings": "<2 query embeddings: vector(384)[]>"}
     refused = onetrip("search", "a", "b", "--assemble", dsn=dsn)
     assert refused.returncode == 2 and "dense mode only" in refused.stderr
+    tuned = json.loads(onetrip("search", "descaling", "-k", "2", "--ef-search", "200", "--iterative-scan", "off",
+                               "--json", dsn=dsn).stdout)  # the pgvector settings, as Retriever(ef_search=...) takes them
+    assert len(tuned) == 2
+    bad_ef = onetrip("search", "descaling", "--ef-search", "0", dsn=dsn)
+    assert bad_ef.returncode == 2 and "ef_search must be an integer from 1 to 1000" in bad_ef.stderr
+    ignored = onetrip("search", "descaling", "--neighbors", "2", "--max-tokens", "500", dsn=dsn)  # no --assemble
+    assert ignored.returncode == 2 and "--max-tokens, --neighbors shape the assembled context" in ignored.stderr
 
     text = onetrip("search", "descaling", "-k", "1", dsn=dsn)
     assert text.returncode == 0 and "Descaling" in text.stdout
+    # lexical hits have a score and no distance: the text output shows what each hit has
+    lexical = onetrip("search", "descaling", "-k", "1", "--mode", "lexical", dsn=dsn, COLUMNS="200")
+    assert lexical.returncode == 0 and "Descaling" in lexical.stdout and "score" in lexical.stdout, lexical.stderr
+    assert "distance" not in lexical.stdout
+    bad_meta = onetrip("search", "descaling", "--metadata", "[1]", dsn=dsn)
+    assert bad_meta.returncode == 2 and "--metadata must be a JSON object" in bad_meta.stderr
+    assert "Traceback" not in bad_meta.stderr
 
     ctx = json.loads(onetrip("search", "Is tennis elbow covered?", "--assemble", "--max-tokens", "300",
                              "--ancestors", "--json", dsn=dsn).stdout)
@@ -123,6 +137,12 @@ def test_init_layout_options_build_what_they_say(dsn):
         indexdef = conn.execute("SELECT pg_get_indexdef('lay_sections_embedding_hnsw'::regclass)").fetchone()
     assert parts[0] == 4 and coltype[0] == "halfvec(384)"
     assert "halfvec_cosine_ops" in indexdef[0] and "ef_construction='100'" in indexdef[0]
+    # ingest and search use the tables as init made them (ingest had assumed vector(384), unpartitioned)
+    ingested = onetrip("ingest", str(DEMO), "--prefix", "lay_", "--json", dsn=dsn)
+    assert ingested.returncode == 0, ingested.stderr
+    assert json.loads(ingested.stdout)["new"] == 3
+    found = json.loads(onetrip("search", "descaling", "--prefix", "lay_", "-k", "1", "--json", dsn=dsn).stdout)
+    assert len(found) == 1 and "escal" in found[0]["content"]
     bad = onetrip("init", "--prefix", "lay2_", "--hnsw-m", "40", "--hnsw-ef-construction", "64", dsn=dsn)
     assert bad.returncode == 2 and "hnsw_ef_construction must be at least 2 * hnsw_m = 80" in bad.stderr
     with psycopg.connect(dsn) as conn:  # nothing was created for the rejected layout

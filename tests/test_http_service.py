@@ -10,6 +10,7 @@ from __future__ import annotations
 import http.client
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -30,7 +31,8 @@ uvicorn = pytest.importorskip("uvicorn")
 
 from onetrip import Expansion, Filters, Retriever, init_schema  # noqa: E402
 from onetrip.cli import context_to_json  # noqa: E402
-from onetrip.http_service import ServiceConfig, create_app, hit_json  # noqa: E402
+from onetrip.cli import hit_to_json as hit_json  # noqa: E402
+from onetrip.http_service import ServiceConfig, create_app  # noqa: E402
 from onetrip.ingest import ingest_paths  # noqa: E402
 from onetrip.templates import Layout  # noqa: E402
 from onetrip.retrieve import context_expansion  # noqa: E402
@@ -563,3 +565,24 @@ def test_search_many_bad_input_names_the_item(dsn, corpus):
         for body, want_status, code, words in cases:
             status, data, _ = call(base, "POST", "/search_many", body)
             assert_error(status, data, want_status, code, words)
+
+
+def test_pgvector_settings_reach_the_pooled_connections(db, dsn, corpus, statement_log):
+    """serve --ef-search / --iterative-scan / --max-scan-tuples: set once on each pooled connection."""
+    app_name = f"onetrip-settings-{os.getpid()}"
+    start = statement_log.path.stat().st_size
+    with serving(dsn, pool_size=1, application_name=app_name, ef_search=77, iterative_scan="strict_order",
+                 max_scan_tuples=5000) as base:
+        assert call(base, "GET", "/health")[0] == 200
+        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (app_name,)).fetchone()
+        assert search(base, {"query": "pasta", "k": 3})[0] == 200
+    with statement_log.path.open("rb") as f:
+        f.seek(start)
+        mine = [line for line in f.read().decode("utf-8", "replace").splitlines() if f"[{pid}]" in line]
+    sent = "\n".join(line for line in mine if "hnsw." in line)  # the statement's parameters (DETAIL line)
+    for name, value in (("hnsw.ef_search", "77"), ("hnsw.iterative_scan", "strict_order"),
+                        ("hnsw.max_scan_tuples", "5000")):
+        assert re.search(rf"= '{re.escape(name)}', \$(\d+) = '{value}'", sent), sent
+    with pytest.raises(ValueError, match="ef_search must be an integer"):
+        ServiceConfig(dsn=dsn, ef_search=0)

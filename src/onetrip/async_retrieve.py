@@ -19,7 +19,7 @@ import psycopg
 
 from .connection import connect_async
 from .context import Context
-from .embedders import Embedder, SentenceTransformerEmbedder
+from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
 from .retrieve import (
     Hit,
     Plan,
@@ -104,6 +104,14 @@ class AsyncRetriever:
         if self._embedder is None:
             self._embedder = SentenceTransformerEmbedder()
         return self._embedder
+
+    async def query_vector(self, query: str | Sequence[float] | np.ndarray) -> np.ndarray:
+        """Same as `Retriever.query_vector`; a text is embedded in a worker thread."""
+        if isinstance(query, str):
+            if not query.strip():
+                raise ValueError("the query text is empty")
+            return as_vector(await asyncio.to_thread(self.embedder.embed_query, query), self.layout.dim)
+        return as_vector(query, self.layout.dim)
 
     async def run(self, plan: Plan) -> Any:
         """Embed in a worker thread (once, outside any transaction), then send ONE statement."""

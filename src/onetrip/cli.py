@@ -1,16 +1,23 @@
-"""The ``onetrip`` command: every library feature, under the same names.
+"""The onetrip command: the library's features as subcommands (README, "CLI", maps each to its function).
 
-    onetrip init                 create tables and indexes (idempotent)
-    onetrip ingest PATH...       parse, embed and load documents
-    onetrip search "question"    top-K hits with parent and neighbors
-    onetrip documents            list the stored documents
-    onetrip delete DOC_ID...     delete documents and their sections
-    onetrip sql render           write the PostgreSQL / Oracle SQL editions
+    onetrip init                 create tables and indexes (idempotent)          init_schema
+    onetrip ingest PATH...       parse, embed and load documents                 ingest_paths
+    onetrip search "question"    top-K hits with parent and neighbors            Retriever.search
+      several questions            ... all in one statement                      Retriever.search_many
+      --assemble                   one budgeted context                          Retriever.assemble
+      --explain                    the statement, its binds and its plan         Retriever.explain(_many)
+    onetrip refresh-term-stats   recount lexical word weights                    refresh_term_stats
+    onetrip documents            list the stored documents                       list_documents
+    onetrip delete DOC_ID...     delete documents and their sections             delete_document
+    onetrip prune                delete archived revisions                       store.prune_history
+    onetrip sql render           write the PostgreSQL / Oracle / Citus SQL editions
     onetrip demo                 the README's main job, on the embedded server
+    onetrip serve                the HTTP service                                http_service.create_app
 
-Every command takes --dsn (default $ONETRIP_DSN, else the embedded server),
---schema and --prefix. Errors are printed as one line naming the cause, with
-exit status 2 (bad input) or 1 (anything else).
+Every command but `sql render` takes --dsn (default $ONETRIP_DSN, else the
+embedded server), --schema and --prefix. Errors are printed as one line naming
+the cause, with exit status 2 (bad input), 3 (ingest: a file failed; delete: an
+id was not stored) or 1 (anything else).
 """
 
 from __future__ import annotations
@@ -38,6 +45,24 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
     p.add_argument("--schema", default=None, help="schema of onetrip's tables (default: search_path)")
     p.add_argument("--prefix", default="", help="table name prefix (default: none)")
+
+
+def _pgvector_settings(p: argparse.ArgumentParser) -> None:
+    """The per-connection pgvector settings of `Retriever` / `make_async_pool`, for `search` and `serve`."""
+    g = p.add_argument_group("pgvector settings (set once per connection)")
+    g.add_argument("--ef-search", type=int, default=None,
+                   help="hnsw.ef_search, the HNSW candidate list (default: the server's, 40 unless changed); "
+                        "raise it for recall on large tables or with large -k")
+    g.add_argument("--iterative-scan", choices=["relaxed_order", "strict_order", "off"], default="relaxed_order",
+                   help="hnsw.iterative_scan (default relaxed_order: filtered searches still return k hits)")
+    g.add_argument("--max-scan-tuples", type=int, default=20000,
+                   help="hnsw.max_scan_tuples, where an iterative scan stops (default 20000); raise it when a "
+                        "selective filter returns fewer than k hits")
+
+
+def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
+    return {"ef_search": args.ef_search, "iterative_scan": args.iterative_scan,
+            "max_scan_tuples": args.max_scan_tuples}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -84,13 +109,14 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--doc-id", action="append", help="only this document (repeatable)")
     g.add_argument("--source-prefix", help="only documents whose source URI starts with this")
     g.add_argument("--metadata", help="only documents whose metadata contains this JSON object")
+    _pgvector_settings(p)
     a = p.add_argument_group(
         "assembled context (--assemble)",
         "-k defaults to one hit per 250 tokens of --max-tokens. Expansion: with none of the flags below, the "
         "parent and the section subtree (onetrip.CONTEXT_DEFAULT); with any, parent + +/-1 neighbors changed by "
         "the flags given (onetrip.Expansion).")
     a.add_argument("--assemble", action="store_true", help="print one deduplicated, budgeted context")
-    a.add_argument("--max-tokens", type=int, default=2000, help="token budget (default 2000)")
+    a.add_argument("--max-tokens", type=int, default=None, help="token budget (default 2000)")
     a.add_argument("--neighbors", type=int, default=None, help="neighbor window N")
     a.add_argument("--neighbor-scope", choices=["any", "parent"], default=None)
     a.add_argument("--ancestors", action="store_true", help="add the chain of ancestors")
@@ -131,8 +157,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("demo", help="ingest the bundled sample corpus (tables prefixed demo_) and answer sample questions")
     _common(p)
     p.set_defaults(prefix="demo_")
+    for action in p._actions:  # the shared --prefix help says "default: none"
+        if action.dest == "prefix":
+            action.help = "table name prefix (default: demo_)"
 
-    p = sub.add_parser("serve", help="serve search over HTTP (POST /search, GET /health, /stats, /openapi.json)",
+    p = sub.add_parser("serve", help="serve search over HTTP (POST /search, /search_many; GET /health, /stats, "
+                                     "/openapi.json)",
                        description=SERVE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -152,6 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--trust-request-principals", action="store_true",
                    help="take principals from the request's \"principals\" field")
     g.add_argument("--no-acl", action="store_true", help="no ACL check at all (every row readable)")
+    _pgvector_settings(p)
     p.add_argument("--application-name", default="onetrip-serve",
                    help="application_name of the pool's connections, as pg_stat_activity shows it")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
@@ -190,7 +221,7 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
 
     s = hit.section
     return {
-        "rank": hit.rank, "distance": hit.distance, "doc_id": s.doc_id, "section_id": s.section_id,
+        "rank": hit.rank, "distance": hit.distance, "score": hit.score, "doc_id": s.doc_id, "section_id": s.section_id,
         "sequence_index": s.sequence_index, "heading_path": list(s.heading_path), "anchor": s.anchor,
         "content": s.content, "parent": related(hit.parent), "prev": related(hit.prev), "next": related(hit.next),
     }
@@ -223,7 +254,10 @@ def _print_hits(hits: list[Any], console: Any) -> None:
             body.append("next    ", style="dim")
             body.append(f"{' > '.join(hit.next.heading_path) or '(preface)'}: {snippet(hit.next.content, 120)}",
                         style="dim")
-        title = f"#{hit.rank}  {s.doc_id} :: {' > '.join(s.heading_path) or '(preface)'}  (distance {hit.distance:.3f})"
+        # lexical hits have no distance, dense ones no score; hybrid ones both, ranked by the score
+        how = ", ".join(f"{name} {v:.4g}" for name, v in (("score", hit.score), ("distance", hit.distance))
+                        if v is not None)
+        title = f"#{hit.rank}  ({how})  {s.doc_id} :: {' > '.join(s.heading_path) or '(preface)'}"
         console.print(Panel(body, title=title, title_align="left"))
 
 
@@ -256,13 +290,17 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json:
     from .connection import connect
     from .embedders import SentenceTransformerEmbedder
     from .ingest import ingest_paths, iter_files
-    from .schema import drop_schema, init_schema, missing_columns
+    from .errors import SchemaMissingError
+    from .schema import drop_schema, init_schema, missing_columns, read_layout
 
     embedder = SentenceTransformerEmbedder()
-    layout = _layout(args, 384)
     total = sum(1 for _ in iter_files(paths))
     console = Console(stderr=True)
     with connect(args.dsn) as conn:
+        try:  # tables made by `onetrip init --vector-type/--partitions/--dim` are ingested into as they are
+            layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
+        except SchemaMissingError:  # none yet (created below with the defaults), or an older onetrip's
+            layout = _layout(args, 384)
         if rebuild_outdated and missing_columns(conn, layout):
             console.print(f"{layout.tables['sections']} predates this onetrip; rebuilding the demo tables")
             drop_schema(conn, layout)
@@ -379,6 +417,8 @@ def _filters(args: argparse.Namespace) -> Any:
         metadata = json.loads(args.metadata) if args.metadata else None
     except json.JSONDecodeError as e:
         raise ValueError(f"--metadata is not valid JSON: {e}") from e
+    if metadata is not None and not isinstance(metadata, dict):
+        raise ValueError(f"--metadata must be a JSON object such as '{{\"team\": \"hr\"}}', got {args.metadata}")
     return Filters(
         collections=tuple(args.collection) if args.collection else None,
         principals=tuple(args.principal) if args.principal else None,
@@ -417,11 +457,19 @@ def cmd_search(args: argparse.Namespace) -> int:
     from .retrieve import Retriever
 
     flt = _filters(args)
+    assemble_only = [flag for flag, given in (
+        ("--max-tokens", args.max_tokens is not None), ("--neighbors", args.neighbors is not None),
+        ("--neighbor-scope", args.neighbor_scope is not None), ("--ancestors", args.ancestors),
+        ("--[no-]section", args.section is not None), ("--document", args.document),
+        ("--document-max-tokens", args.document_max_tokens is not None)) if given]
+    if assemble_only and not args.assemble:
+        raise ValueError(f"{', '.join(assemble_only)} shape the assembled context: add --assemble "
+                         "(search's hits take --no-parent / --no-neighbors)")
     if len(args.query) > 1:
         if args.assemble or args.mode not in ("auto", "dense"):
             raise ValueError("several queries are searched together in dense mode only, without --assemble "
                              "or --mode lexical/hybrid: give one query for those")
-        with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
+        with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, **_settings_of(args)) as r:
             if args.explain:
                 _print_explained(r.explain_many(args.query, **({} if args.k is None else {"k": args.k}),
                                                 kind=args.explain, parent=not args.no_parent,
@@ -439,7 +487,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 _print_hits(hits, console)
         return 0
     args.query = args.query[0]
-    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
+    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, **_settings_of(args)) as r:
         if args.assemble:
             # only the options given: none at all means the library's default context
             given = {"parent": False if args.no_parent else None,
@@ -447,7 +495,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                      "neighbor_scope": args.neighbor_scope, "ancestors": args.ancestors or None,
                      "section": args.section, "document": args.document or None,
                      "document_max_tokens": args.document_max_tokens}
-            options = {"max_tokens": args.max_tokens, "filters": flt, "mode": args.mode,
+            options = {"max_tokens": 2000 if args.max_tokens is None else args.max_tokens, "filters": flt,
+                       "mode": args.mode,
                        **{name: v for name, v in given.items() if v is not None}}
         else:
             options = {"parent": not args.no_parent, "neighbors": not args.no_neighbors, "filters": flt,
@@ -545,6 +594,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         max_tokens_cap=args.max_tokens_cap, pool_size=args.pool_size, db_timeout=args.db_timeout,
         principals=http_service.operator_principals(args.principal, args.no_acl),
         trust_request_principals=args.trust_request_principals, application_name=args.application_name,
+        **_settings_of(args),
     )
     http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
                      access_log=not args.no_access_log)

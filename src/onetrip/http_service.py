@@ -66,7 +66,7 @@ from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder
 from .errors import ConnectionFailedError, SchemaMissingError
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
-                       Filters, context_expansion, resolve_mode)
+                       Filters, context_expansion, resolve_mode, session_settings)
 from .search_many import MAX_QUERIES
 
 log = logging.getLogger("onetrip.serve")
@@ -107,6 +107,9 @@ class ServiceConfig:
     principals: tuple[str, ...] | None = ()     # operator's principals: () public only, None no ACL check
     trust_request_principals: bool = False
     application_name: str = APPLICATION_NAME    # shows in pg_stat_activity
+    ef_search: int | None = None                # pgvector settings of every pooled connection (Retriever's)
+    iterative_scan: str | None = "relaxed_order"
+    max_scan_tuples: int | None = 20000
 
     def __post_init__(self) -> None:
         def positive_int(name: str, hi: int | None = None) -> None:
@@ -119,6 +122,7 @@ class ServiceConfig:
         positive_int("max_tokens_cap", MAX_BUDGET)
         positive_int("max_body")
         positive_int("pool_size")
+        session_settings(self.ef_search, self.iterative_scan, self.max_scan_tuples)  # a bad value: ValueError now
         if not self.db_timeout > 0:
             raise ValueError(f"db_timeout must be positive, got {self.db_timeout!r}")
         if self.token is not None and not self.token.strip():
@@ -381,11 +385,6 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
     return SearchManyRequest(queries, embeddings, k, parent, neighbors, _request_filters(body, cfg))
 
 
-def hit_json(hit: Any) -> dict[str, Any]:
-    """The CLI's --json row, plus the fused score (hybrid/lexical modes have no distance)."""
-    return {**hit_to_json(hit), "score": hit.score}
-
-
 # ---------------------------------------------------------------- the service
 
 
@@ -436,7 +435,8 @@ class Service:
         await asyncio.to_thread(self.embedder.embed_query, "warm up")
         dsn = await asyncio.to_thread(resolve_dsn, self.cfg.dsn)
         self.pool = make_async_pool(dsn, min_size=1, max_size=self.cfg.pool_size, timeout=self.cfg.db_timeout,
-                                    application_name=self.cfg.application_name)
+                                    application_name=self.cfg.application_name, ef_search=self.cfg.ef_search,
+                                    iterative_scan=self.cfg.iterative_scan, max_scan_tuples=self.cfg.max_scan_tuples)
         await self.pool.open(wait=False)
 
     async def close(self) -> None:
@@ -491,7 +491,7 @@ class Service:
             if req.hits:
                 hits = await r.search(query, DEFAULT_K if req.k is None else req.k, parent=req.hit_expand.parent,
                                       neighbors=req.hit_expand.neighbors > 0, **common)
-                out["hits"] = [hit_json(h) for h in hits]
+                out["hits"] = [hit_to_json(h) for h in hits]
             if req.context:
                 ctx = await r.assemble(query, req.k, expand=req.expand, max_tokens=req.max_tokens, **common)
                 out["context"] = context_to_json(ctx)
@@ -521,7 +521,7 @@ class Service:
             results = await r.search_many(vectors, req.k, parent=req.parent, neighbors=req.neighbors,
                                           filters=req.filters)
         texts = req.queries or (None,) * len(vectors)
-        return {"results": [{"query": q, "hits": [hit_json(h) for h in hits]} for q, hits in zip(texts, results)]}
+        return {"results": [{"query": q, "hits": [hit_to_json(h) for h in hits]} for q, hits in zip(texts, results)]}
 
     def stats(self) -> dict[str, Any]:
         pool = self.pool.get_stats() if self.pool is not None else {}

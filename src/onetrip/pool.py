@@ -57,7 +57,7 @@ def make_async_pool(
     timeout: float = 10.0,
     **kwargs: Any,
 ) -> Any:
-    """An `psycopg_pool.AsyncConnectionPool` for `AsyncRetriever(pool)`; open it with ``await pool.open()``."""
+    """A `psycopg_pool.AsyncConnectionPool` for ``await AsyncRetriever.create(pool)``; open it first with ``await pool.open()``."""
     from psycopg_pool import AsyncConnectionPool
 
     from .adapters import register_adapters_async
