@@ -86,3 +86,17 @@ def test_longest_prefix_builds_every_object_and_one_more_is_refused(db):
     assert all(len(n) <= 63 for n in names)
     with pytest.raises(InvalidIdentifierError, match=f"the limit is {MAX_PREFIX_LENGTH}"):
         Layout(prefix="p" + prefix)
+
+
+@pytest.mark.parametrize("word", ["left", "join", "verbose", "tablesample", "current_schema"])
+def test_postgres_reserved_function_or_type_words_are_refused(word):
+    """Reserved in PostgreSQL's grammar ("can be function or type name"): `CREATE SCHEMA left` is a
+    syntax error, so an unquoted identifier must not be one of them."""
+    with pytest.raises(InvalidIdentifierError, match="reserved"):
+        Layout(schema=word)
+
+
+@pytest.mark.parametrize("dim", ["384", None, [384], 384.0, True])
+def test_a_dimension_that_is_not_an_integer_is_named(dim):
+    with pytest.raises(ValueError, match="embedding dimension must be an integer"):
+        Layout(dim=dim)

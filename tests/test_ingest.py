@@ -65,6 +65,28 @@ def test_bad_files_are_reported_per_file_and_never_abort_the_batch(db, tmp_path)
     assert not any("not a heading" == r[0] for r in db.execute("SELECT heading FROM sections WHERE doc_id='broken.md'"))
 
 
+def test_files_that_break_a_parser_fail_alone(db, tmp_path):
+    """Deep nesting raised RecursionError, which ingest_paths did not catch: the whole batch died."""
+    init_schema(db)
+    (tmp_path / "good.md").write_text(DOC_V1)
+    (tmp_path / "divs.html").write_text("<html><body>" + "<div>" * 2000 + "<p>x</p>" + "</div>" * 2000 + "</body>")
+    (tmp_path / "brackets.md").write_text("---\nx: " + "[" * 5000 + "]" * 5000 + "\n---\n# T\n\nbody\n")
+    (tmp_path / "utf16.md").write_bytes("# T\n\nHi".encode("utf-16"))
+    (tmp_path / "late_nul.md").write_text("# T\n\n" + "a" * 10000 + "\x00b")  # past the first 8 KiB
+    (tmp_path / "crlf.txt").write_bytes(f"First paragraph.{PAD}\r\n\r\nSecond one.{PAD}".encode())
+    (tmp_path / "long_heading.md").write_text("# " + "x" * 5000 + f"\n\nbody text.{PAD}\n")
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    failed = {Path(f).name: reason for f, reason in report.failed}
+    assert set(failed) == {"divs.html", "brackets.md", "utf16.md", "late_nul.md"}
+    assert "nested too deeply" in failed["divs.html"] and "nested too deeply" in failed["brackets.md"]
+    assert "UTF-16" in failed["utf16.md"] and "NUL byte at offset 10005" in failed["late_nul.md"]
+    assert report.new == 3
+    assert "\r" not in db.execute("SELECT string_agg(content, '') FROM sections WHERE doc_id = 'crlf.txt'").fetchone()[0]
+    (sid,) = db.execute("SELECT section_id FROM sections WHERE doc_id = 'long_heading.md' "
+                        "AND sequence_index = 0").fetchone()
+    assert sid == "x" * 200  # a key, cut: the anchor of a 5,000-character heading
+
+
 def test_five_megabyte_single_paragraph(db, tmp_path):
     init_schema(db)
     big = tmp_path / "big.txt"

@@ -180,3 +180,24 @@ def test_real_manual_page_if_available() -> None:
         assert any(s.anchor == anchor and quote in norm(s.content) for s in doc.sections), anchor
     everything = " ".join(s.content for s in doc.sections)
     assert "Prev" not in everything and "13.2.1. Read Committed Isolation Level" not in everything
+
+
+def test_section_containers_deeper_than_six_keep_their_parent_and_path(tmp_path):
+    """A single-page DocBook book nests 7+ section divs; levels were capped at 6, so the deepest
+    ones became siblings with a wrong parent and heading path."""
+    body = "".join(f'<div class="section" id="s{i}"><h2>T{i}</h2><p>{"w " * 30}</p>' for i in range(8))
+    p = tmp_path / "deep.html"
+    p.write_text(f"<html><body>{body}{'</div>' * 8}</body></html>")
+    secs = parse_file(p, min_tokens=0).sections
+    assert [(s.section_id, s.parent_section_id, s.level) for s in secs] == \
+        [(f"s{i}", f"s{i - 1}" if i else None, i + 1) for i in range(8)]
+    assert secs[-1].heading_path == tuple(f"T{i}" for i in range(8))
+
+
+def test_html_nested_too_deeply_is_a_clear_error(tmp_path):
+    from onetrip.errors import InputDocumentError
+
+    p = tmp_path / "divs.html"
+    p.write_text("<html><body>" + "<div>" * 2000 + "<p>x</p>" + "</div>" * 2000 + "</body></html>")
+    with pytest.raises(InputDocumentError, match="nested too deeply"):
+        parse_file(p)

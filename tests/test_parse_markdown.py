@@ -162,3 +162,31 @@ def test_crlf_input() -> None:
     title, blocks, _ = parse_markdown("# A\r\n\r\nline one\r\nline two\r\n")
     assert title == "A"
     assert blocks[1] == ContentBlock("paragraph", "line one\nline two")
+
+
+def test_a_list_ten_deep_keeps_the_headings_after_it():
+    """markdown-it's default nesting limit (20) silently stopped parsing inside a 10-deep list."""
+    deep = "".join("  " * i + "- item\n" for i in range(10))
+    _, blocks, _ = parse_markdown(f"# Guide\n\nintro\n\n{deep}\n## Install\n\nx\n\n## Usage\n\ny\n")
+    assert [b.text for b in blocks if isinstance(b, HeadingBlock)] == ["Guide", "Install", "Usage"]
+
+
+def test_nesting_past_the_limit_is_a_clear_error(tmp_path):
+    import pytest
+
+    from onetrip.errors import InputDocumentError
+
+    p = tmp_path / "deep.md"
+    p.write_text("".join("  " * i + "- item\n" for i in range(150)) + "\n# After\n\ntext\n")
+    with pytest.raises(InputDocumentError, match="nested deeper than 100 levels"):
+        parse_file(p)
+
+
+def test_front_matter_aliases_bad_dates_and_nan_are_read_safely():
+    # each alias line multiplies the expansion by 9: eight lines would be ~3 GB as YAML
+    bomb = 'a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]\n' + "".join(
+        f"{chr(98 + i)}: &{chr(98 + i)} [" + ",".join([f"*{chr(97 + i)}"] * 9) + "]\n" for i in range(8))
+    meta = parse_front_matter(bomb)  # read as plain key: value lines, as invalid YAML is
+    assert set(meta) == set("abcdefghi") and len(str(meta)) < 1000
+    assert parse_front_matter("title: R\ndate: 2024-02-30\n") == {"title": "R", "date": "2024-02-30"}
+    assert parse_front_matter("x: .nan\ny: .inf\nz: 1.5\n") == {"x": "nan", "y": "inf", "z": 1.5}  # jsonb has no NaN

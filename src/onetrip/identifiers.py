@@ -41,7 +41,9 @@ _RESERVED = frozenset(
     immediate increment index level lock long maxextents minus mode modify noaudit nocompress
     nowait number of offline online option pctfree prior public raw rename resource row rowid
     rownum rows session set share size start successful synonym sysdate trigger uid validate
-    values varchar varchar2 view whenever""".split()
+    values varchar varchar2 view whenever
+    authorization binary collation concurrently cross current_schema freeze full ilike inner is
+    isnull join left like natural notnull outer overlaps right similar tablesample verbose""".split()
 )
 
 

@@ -33,7 +33,7 @@ from bs4 import BeautifulSoup, NavigableString, PageElement, Tag
 from bs4.element import PreformattedString
 
 from onetrip.parse_markdown import GithubSlugger
-from onetrip.sections import Block, ContentBlock, HeadingBlock
+from onetrip.sections import MAX_LEVEL, Block, ContentBlock, HeadingBlock
 
 SECTION_CLASSES = frozenset(
     "sect1 sect2 sect3 sect4 sect5 section simplesect chapter appendix preface "
@@ -206,7 +206,7 @@ class _Walker:
 
     def heading(self, level: int, text: str, anchor: str | None) -> None:
         self.flush()
-        self.blocks.append(HeadingBlock(min(max(level, 1), 6), text, anchor))
+        self.blocks.append(HeadingBlock(min(max(level, 1), MAX_LEVEL), text, anchor))
 
     # -- dispatch
     def node(self, node: PageElement) -> None:

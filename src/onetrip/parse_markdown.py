@@ -9,6 +9,7 @@ the source instead of being re-rendered.
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import re
 from typing import Any
 
@@ -31,8 +32,17 @@ _KINDS = {
 _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
 
 
+#: markdown-it's nesting limit (its default, 20, is a list 10 deep): past it markdown-it silently
+#: stops parsing, so every later heading became content. A document that reaches it is refused.
+MAX_NESTING = 200
+
+
+class MarkdownTooDeepError(ValueError):
+    """The document nests lists or quotes past MAX_NESTING: markdown-it would drop the rest."""
+
+
 def _parser() -> MarkdownIt:
-    return MarkdownIt("commonmark").enable("table").use(front_matter_plugin)
+    return MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table").use(front_matter_plugin)
 
 
 class GithubSlugger:
@@ -75,6 +85,8 @@ def _jsonable(value: Any) -> Any:
         return {str(k): _jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple, set)):
         return [_jsonable(v) for v in value]
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # .nan / .inf: JSON (and jsonb) has no NaN or Infinity
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (_dt.date, _dt.datetime, _dt.time)):
@@ -99,8 +111,12 @@ def parse_front_matter(raw: str) -> dict:
     except ImportError:  # pragma: no cover - PyYAML is usually present
         return _simple_front_matter(raw)
     try:
+        # an alias can expand exponentially (a few hundred bytes, tens of MB): such front matter is read
+        # as plain key: value lines, as invalid YAML is
+        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
+            return _simple_front_matter(raw)
         data = yaml.safe_load(raw)
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError):  # ValueError: a date such as 2024-02-30
         return _simple_front_matter(raw)
     if data is None:
         return {}
@@ -123,6 +139,9 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
     tokens = _parser().parse(text)
+    if any(t.level >= MAX_NESTING - 1 for t in tokens):
+        raise MarkdownTooDeepError(f"Markdown nested deeper than {MAX_NESTING // 2} levels (lists or quotes); "
+                         "the rest of the document would be lost")
     top = _top_level(tokens)
     index = {id(t): i for i, t in enumerate(tokens)}
     slugger = GithubSlugger()

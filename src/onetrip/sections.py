@@ -22,8 +22,8 @@ document order; `build_sections` turns it into `Section`s. Rules, in order:
    table is cut by rows, repeating its header rows in every part. Parts share the
    parent, level, heading and heading path; children point at the first part.
 4. Ids. sequence_index is contiguous from 0. section_id is the anchor (else
-   f"s{sequence_index}"); later parts get f"{id}~{n}" (n = 2, 3, ...), and a
-   colliding anchor gets the first free f"{anchor}~{n}".
+   f"s{sequence_index}"), cut to MAX_SECTION_ID characters (a key, not a text); later parts
+   get f"{id}~{n}" (n = 2, 3, ...), and a colliding anchor gets the first free f"{anchor}~{n}".
 
 Merging hides the tiny section's anchor from `Section.anchor`; `section_anchors`
 lists every anchor whose text a section holds (pass min_tokens=0 to never merge).
@@ -328,7 +328,7 @@ def _tree(blocks: Sequence[Block]) -> list[_Node]:
     current: _Node | None = None
     for b in blocks:
         if isinstance(b, HeadingBlock):
-            level = min(max(int(b.level), 1), 6)
+            level = min(max(int(b.level), 1), MAX_LEVEL)
             while stack and stack[-1].level >= level:
                 stack.pop()
             parent = stack[-1] if stack else None
@@ -405,6 +405,14 @@ def _split(node: _Node, counter: _Counter, max_tokens: int) -> list[tuple[str, i
     return parts
 
 
+#: section_id is part of the primary key: an anchor longer than this (a heading of megabytes) is cut
+MAX_SECTION_ID = 200
+
+#: deepest heading level kept: HTML section containers nest deeper than h6 (DocBook book > part >
+#: chapter > sect1..sect4 is 7), and capping at 6 gave deeper sections a wrong parent and path
+MAX_LEVEL = 100
+
+
 def _unique(base: str, used: set[str]) -> str:
     if base not in used:
         return base
@@ -434,7 +442,7 @@ def build_sections(
     first_id: dict[int, str] = {}
     for node in nodes:
         parts = _split(node, counter, max_tokens)
-        base_id = _unique(node.anchor or f"s{len(sections)}", used)
+        base_id = _unique((node.anchor or f"s{len(sections)}")[:MAX_SECTION_ID], used)
         used.add(base_id)
         first_id[id(node)] = base_id
         parent_id = first_id[id(node.parent)] if node.parent is not None else None
@@ -491,7 +499,9 @@ def _read_text(path: Path) -> str:
         raise InputDocumentError(shown, f"cannot read file: {exc.strerror or exc}") from exc
     if not data:
         raise InputDocumentError(shown, "empty file (0 bytes)")
-    nul = data.find(b"\x00", 0, 8192)
+    if data.startswith((b"\xff\xfe", b"\xfe\xff")):
+        raise InputDocumentError(shown, "UTF-16 encoded (byte-order mark); convert it to UTF-8")
+    nul = data.find(b"\x00")  # anywhere: PostgreSQL text cannot hold NUL, so a late one would fail at COPY
     if nul >= 0:
         raise InputDocumentError(shown, f"binary file (NUL byte at offset {nul})")
     try:
@@ -500,7 +510,7 @@ def _read_text(path: Path) -> str:
         raise InputDocumentError(
             shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason})"
         ) from exc
-    text = text.removeprefix("\ufeff")
+    text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")  # one line ending for every format
     if not text.strip():
         raise InputDocumentError(shown, "empty file (whitespace only)")
     return text
@@ -516,12 +526,24 @@ def parse_file(
     """Parse a markdown, HTML or plain-text file into sections (format by suffix)."""
     path = Path(path)
     text = _read_text(path)
+    try:
+        return _parse_text(path, text, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens)
+    except RecursionError:  # a parser walking nested elements: a clear error for this file, not a crashed batch
+        raise InputDocumentError(str(path), "nested too deeply to parse (hundreds of nested elements or "
+                                            "front-matter brackets)") from None
+
+
+def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens: int,
+                min_tokens: int) -> ParsedDocument:
     suffix = path.suffix.lower()
     blocks: list[Block]
     if suffix in _MARKDOWN_SUFFIXES:
-        from onetrip.parse_markdown import parse_markdown
+        from onetrip.parse_markdown import MarkdownTooDeepError, parse_markdown
 
-        title, blocks, metadata = parse_markdown(text)
+        try:
+            title, blocks, metadata = parse_markdown(text)
+        except MarkdownTooDeepError as e:
+            raise InputDocumentError(str(path), str(e)) from None
         fmt = "markdown"
     elif suffix in _HTML_SUFFIXES:
         from onetrip.parse_html import parse_html

@@ -61,6 +61,8 @@ class Layout:
 
     def __post_init__(self) -> None:
         validate_identifier(self.text_config, "text search configuration")
+        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or not 1 <= self.dim <= MAX_DIM:
+            raise ValueError(f"embedding dimension must be an integer from 1 to {MAX_DIM}, got {self.dim!r}")
         if self.vector_type not in VECTOR_TYPES:
             raise ValueError(f"vector_type must be one of {VECTOR_TYPES}, got {self.vector_type!r}")
         if self.vector_type == "halfvec" and self.dim > 4000:
@@ -69,8 +71,6 @@ class Layout:
             raise ValueError(f"vector HNSW indexes support up to 2000 dimensions (use halfvec), got {self.dim}")
         if isinstance(self.partitions, bool) or not isinstance(self.partitions, int) or not 0 <= self.partitions <= 1024:
             raise ValueError(f"partitions must be an integer from 0 to 1024, got {self.partitions!r}")
-        if isinstance(self.dim, bool) or not isinstance(self.dim, int) or not 1 <= self.dim <= MAX_DIM:
-            raise ValueError(f"embedding dimension must be an integer from 1 to {MAX_DIM}, got {self.dim!r}")
         for name, value, low, high in (("hnsw_m", self.hnsw_m, 2, 100),
                                        ("hnsw_ef_construction", self.hnsw_ef_construction, 4, 1000)):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
