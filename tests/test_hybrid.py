@@ -193,6 +193,19 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
     assert {(r["doc_id"], r["section_id"]) for r in rows[len(hits):]} == context - {
         (h.section.doc_id, h.section.section_id) for h in api}
 
+    # whole-number weights, as a DBA types them (-v lexical_weight=1): the file casts its float
+    # parameters, so 1 / (60 + rank) is not integer division (every score 0, ranked by distance)
+    ints = {**HybridOptions(lexical_weight=1.0).params(3), "dense_weight": 1, "lexical_weight": 1}
+    out = subprocess.run(
+        [str(Path(c.POSTGRES_BIN_PATH) / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+         "-v", "k=3", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
+         "-v", "query_terms={max_connections}", *[a for n, v in ints.items() for a in ("-v", f"{n}={v}")],
+         "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
+    hits = [r for r in csv.DictReader(io.StringIO(out)) if r["hit_rank"]]
+    api = kb.search(vec, k=3, mode="hybrid", text="max_connections", hybrid=HybridOptions(lexical_weight=1.0))
+    assert all(float(r["score"]) > 0 for r in hits)
+    assert [(r["doc_id"], r["section_id"]) for r in hits] == [(h.section.doc_id, h.section.section_id) for h in api]
+
 
 def test_term_stats_count_every_word_of_every_section(kb):
     """The word weights are the exact section counts (computed here in Python from each tsv)."""

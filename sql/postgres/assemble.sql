@@ -15,6 +15,10 @@
 -- Params    :'query_embedding'::vector  vector(384)  the query embedding
 --           :k  integer  number of hits
 --           :max_tokens  integer  token budget (context_tokens: header line + content)
+--           psql: psql -v k=8 -v max_tokens=2000 -v query_embedding='[...]' -f assemble.sql
+-- Settings  With iterative scans off (the server default) the HNSW scan returns
+--           at most hnsw.ef_search (40) hits: SET hnsw.iterative_scan =
+--           relaxed_order (as onetrip's Python API does) or hnsw.ef_search >= k.
 -- Plan      The hits CTE is an Index Scan using sections_embedding_hnsw (Order By
 --           embedding <=> ...). The passage keys are computed from the hits
 --           (parent_sequence_index, sequence_index +/- offsets) or by following
@@ -26,7 +30,11 @@
 -- Returns   One row per passage within budget, in reading order, with
 --           role_bits, the OR of the roles it plays
 --           (1 hit, 2 parent, 4 ancestor, 8 neighbor, 16 section, 32 document),
---           best_rank (the best hit it serves) and doc_rank.
+--           best_rank (the rank of the best hit it serves: a hit that is also
+--           in a better hit's parent, window or subtree shows that hit's rank),
+--           doc_rank, distance (the passage's own, when it is a hit; else
+--           NULL) and hit_count (how many hits the search found, before the
+--           budget; the same on every row).
 -- =============================================================================
 WITH RECURSIVE hits AS MATERIALIZED (
     SELECT s.doc_id,

@@ -11,9 +11,11 @@
 -- Params    :'query_embedding'::vector  vector(384)   the query embedding, e.g. '[0.1, ...]'
 --           :k  integer       number of hits (top-K)
 --           psql: psql -v k=5 -v query_embedding='[...]' -f retrieve.sql
--- Settings  hnsw.ef_search sets the HNSW candidate list (default 40). onetrip's
---           Python API runs with the same server settings as this file does;
---           raise it with SET hnsw.ef_search = 100 when k is large.
+-- Settings  hnsw.ef_search (default 40) is the HNSW candidate list, and with
+--           iterative scans off (the server default) it is also the most rows
+--           the scan returns: at k > 40 this returns 40 hits. Run SET hnsw.iterative_scan = relaxed_order
+--           (what onetrip's Python API sets on each connection, with
+--           hnsw.max_scan_tuples = 20000) or SET hnsw.ef_search to at least k.
 -- Plan      Expect the hits CTE to use the index, not a Sort over a Seq Scan:
 --             CTE Scan on hits h
 --               CTE hits

@@ -22,6 +22,9 @@
 --           the body on its own, with the bind values as parameters.
 -- Plan      As retrieve.sql: Index Scan using sections_embedding_hnsw ... Order By
 --           (embedding <=> query_embedding) inside the hits CTE.
+-- Install   psql -f retrieve_function.sql (as the tables' owner). The body names
+--           the tables without a schema: they resolve through the caller's
+--           search_path (render with --schema to pin them).
 -- Usage     SELECT * FROM retrieve_sections('[0.1, ...]'::vector, 5);
 --           SELECT * FROM retrieve_sections('[...]', 5, principals => ARRAY['hr']);
 -- =============================================================================

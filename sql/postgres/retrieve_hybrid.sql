@@ -9,7 +9,9 @@
 --           ONE statement; each section comes back once (see Returns).
 -- Requires  PostgreSQL 13+ (tested on 18), pgvector 0.8+.
 --           Tables and indexes from schema.sql: sections with the HNSW
---           index sections_embedding_hnsw and the unique index sections_doc_seq_key.
+--           index sections_embedding_hnsw and the unique index sections_doc_seq_key,
+--           the GIN indexes sections_tsv_gin and sections_terms_gin, its primary key,
+--           and term_stats (the word weights).
 -- Params    :'query_embedding'::vector  vector(384)   the query embedding, e.g. '[0.1, ...]'
 --           :k  integer       number of hits (top-K)
 --           :'query_text'  text  the query as typed; any of its stemmed words may match
@@ -17,18 +19,25 @@
 --                      e.g. '{max_connections}' ('{}' if none)
 --           :candidates  integer  candidates per list (N, e.g. 50)
 --           :rrf_k  integer  RRF constant (60)
---           :dense_weight, :lexical_weight  float  list weights (1.0, 0.3)
---           :term_weight  float  lexical score of an exact technical term (10.0)
---           :max_term_share  float  skip words in more than this share of
+--           :dense_weight::float8, :lexical_weight::float8  float  list weights (1.0, 0.3)
+--           :term_weight::float8  float  lexical score of an exact technical term (10.0)
+--           :max_term_share::float8  float  skip words in more than this share of
 --                      the sections (0.03) ...
 --           :rare_term_sections  integer  ... and in more than this many (100)
---           :tf_weight  float  term frequency's weight in the lexical score (0:
+--           :tf_weight::float8  float  term frequency's weight in the lexical score (0:
 --                      presence only, as this hybrid edition is tuned; 2.0 for lexical alone)
 --           Word weights come from term_stats: run `onetrip refresh-term-stats`
 --           (or its INSERT ... ts_stat) after loading rows outside onetrip.
--- Settings  hnsw.ef_search sets the HNSW candidate list (default 40). onetrip's
---           Python API runs with the same server settings as this file does;
---           raise it with SET hnsw.ef_search = 100 when k is large.
+--           psql: psql -v k=5 -v query_embedding='[...]' -v query_text='How do I ...?'
+--                 -v query_terms='{}' -v candidates=50 -v rrf_k=60 -v dense_weight=1.0
+--                 -v lexical_weight=0.3 -v term_weight=10.0 -v max_term_share=0.03
+--                 -v rare_term_sections=100 -v tf_weight=0 -f retrieve_hybrid.sql
+-- Settings  hnsw.ef_search (default 40) is the HNSW candidate list, and with
+--           iterative scans off (the server default) it is also the most rows
+--           the scan returns: the dense list holds at most 40 sections when
+--           :candidates > 40. Run SET hnsw.iterative_scan = relaxed_order
+--           (what onetrip's Python API sets on each connection, with
+--           hnsw.max_scan_tuples = 20000) or SET hnsw.ef_search to at least :candidates.
 -- Plan      dense: Index Scan using sections_embedding_hnsw (Order By embedding <=> ...);
 --           lexical: a Nested Loop over the query words, each a Bitmap Heap
 --           Scan on sections_tsv_gin (a word's sections only), plus one on
@@ -78,7 +87,7 @@ query_words AS MATERIALIZED (
         ON ts.lexeme = w.lexeme
      WHERE ts.lexeme IS NULL
         OR ts.sections <= :rare_term_sections
-        OR ts.share <= :max_term_share
+        OR ts.share <= :max_term_share::float8
 ),
 lexical AS MATERIALIZED (
     -- lex_score: the summed idf of the query words a section holds (times
@@ -94,14 +103,14 @@ lexical AS MATERIALIZED (
             SELECT s.doc_id, s.section_id,
                    -- a repeated word counts more: ts_rank's saturating term frequency,
                    -- 1 for one occurrence (0.0607927 = ts_rank of one), up to 1.64
-                   w.idf * CASE WHEN :tf_weight > 0
-                                THEN 1 + :tf_weight * (ts_rank(s.tsv, w.query, 0) / 0.0607927 - 1)
+                   w.idf * CASE WHEN :tf_weight::float8 > 0
+                                THEN 1 + :tf_weight::float8 * (ts_rank(s.tsv, w.query, 0) / 0.0607927 - 1)
                                 ELSE 1 END AS weight
               FROM query_words w
               JOIN sections s
                 ON s.tsv @@ w.query
             UNION ALL
-            SELECT s.doc_id, s.section_id, :term_weight
+            SELECT s.doc_id, s.section_id, :term_weight::float8
               FROM sections s
              WHERE s.terms && :'query_terms'::text[]
            ) m
@@ -114,11 +123,11 @@ fused AS (
            c.section_id,
            sum(c.weight / (:rrf_k + c.rank)) AS score
       FROM (
-            SELECT d.doc_id, d.section_id, :dense_weight AS weight,
+            SELECT d.doc_id, d.section_id, :dense_weight::float8 AS weight,
                    row_number() OVER (ORDER BY d.distance, d.doc_id, d.section_id) AS rank
               FROM dense d
             UNION ALL
-            SELECT l.doc_id, l.section_id, :lexical_weight AS weight,
+            SELECT l.doc_id, l.section_id, :lexical_weight::float8 AS weight,
                    row_number() OVER (ORDER BY l.lex_score DESC, l.doc_id, l.section_id) AS rank
               FROM lexical l
            ) c

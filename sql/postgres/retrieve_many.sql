@@ -13,7 +13,10 @@
 --                      e.g. '{"[0.1, ...]","[0.2, ...]"}'
 --           :k  integer  number of hits (top-K) of each query
 --           psql: psql -v k=5 -v query_embeddings='{"[...]","[...]"}' -f retrieve_many.sql
--- Settings  hnsw.ef_search as for retrieve.sql.
+-- Settings  As for retrieve.sql: with iterative scans off (the server default)
+--           each query gets at most hnsw.ef_search (40) hits; SET
+--           hnsw.iterative_scan = relaxed_order (as onetrip's Python API does)
+--           or hnsw.ef_search to at least k.
 -- Plan      Expect one HNSW scan per query, in a Nested Loop over the queries:
 --               CTE hits
 --                 ->  Nested Loop

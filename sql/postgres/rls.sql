@@ -10,7 +10,9 @@
 -- Requires  PostgreSQL 13+ (tested on 18); tables from schema.sql. Run as the
 --           tables' owner. Owners and superusers bypass RLS (add FORCE ROW
 --           LEVEL SECURITY if the owner must be filtered too); application roles
---           need only SELECT on both tables.
+--           need SELECT on both tables, and on term_stats for lexical and
+--           hybrid search (word counts only, no policy). section_history
+--           (archived revisions) gets no policy: grant it to auditors only.
 -- Params    none: principals are the current role and every role it belongs to,
 --           from pg_roles / pg_has_role(..., 'MEMBER').
 -- Plan      The policy adds a filter on every scan of sections; the HNSW

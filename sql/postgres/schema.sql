@@ -23,7 +23,9 @@
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the
 --           document revision a section belongs to.
--- Re-run    Safe: every statement is IF NOT EXISTS.
+-- Re-run    Safe: every statement is IF NOT EXISTS. It never alters an existing
+--           table: tables from an older onetrip keep their columns (onetrip init
+--           says which are missing; `onetrip init --recreate` rebuilds them).
 -- =============================================================================
 CREATE EXTENSION IF NOT EXISTS vector;
 

@@ -139,6 +139,8 @@ def _param_renderer(binds: BindStyle, dialect: Dialect, vector_type: str = "vect
             ph = f"%({name})b" if kind == "vector[]" else f"%({name})s"
         elif binds == "psql":
             ph = f":{name}" if kind in ("int", "float") else f":'{name}'"
+            if kind == "float" and dialect == "postgres":
+                ph += "::float8"  # -v dense_weight=1 would be an integer: 1 / (60 + rank) is then 0
         else:
             ph = f":{name}"
         if dialect == "postgres" and kind == "vector":
