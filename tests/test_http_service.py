@@ -273,6 +273,8 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
         assert_error(status, data, 400, "malformed_json", "UTF-8")
         status, data, _ = call(base, "POST", "/search", raw=b"")
         assert_error(status, data, 400, "malformed_json", "empty")
+        status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", "filters": {"metadata": {"a": 1e400}}}')
+        assert_error(status, data, 400, "malformed_json", "1e400 is outside a 64-bit float")  # json read it as inf
 
         cases = [
             ({"query": "x", "top_k": 3}, "unknown_field", ["top_k"]),
@@ -286,6 +288,8 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
             ({"embedding": [0.1, "a"]}, "invalid_field", ["embedding"]),
             ({"embedding": [1e39] * 384}, "invalid_field", ["embedding", "finite"]),
             ({"embedding": [10**400] + [0.0] * 383}, "invalid_field", ["embedding", "finite"]),
+            # finite, but pgvector's float32 norm overflows: every distance was 1.0, in arbitrary order
+            ({"embedding": [1e20] * 384}, "invalid_field", ["embedding", "normalise"]),
             ({"query": "x", "max_tokens": 16001}, "budget_too_large", ["16000"]),
             ({"query": "x", "max_tokens": 0}, "invalid_field", ["max_tokens"]),
             ({"query": "x", "filters": {"colections": ["a"]}}, "unknown_filter_key", ["colections"]),

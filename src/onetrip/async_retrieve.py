@@ -25,6 +25,7 @@ from .retrieve import (
     Plan,
     _split_search_kwargs,
     bind_vector,
+    check_query_text,
     statement_errors,
     plan_assemble,
     plan_search,
@@ -108,8 +109,7 @@ class AsyncRetriever:
     async def query_vector(self, query: str | Sequence[float] | np.ndarray) -> np.ndarray:
         """Same as `Retriever.query_vector`; a text is embedded in a worker thread."""
         if isinstance(query, str):
-            if not query.strip():
-                raise ValueError("the query text is empty")
+            check_query_text(query)
             return as_vector(await asyncio.to_thread(self.embedder.embed_query, query), self.layout.dim)
         return as_vector(query, self.layout.dim)
 

@@ -169,7 +169,17 @@ def as_vector(value: object, dim: int, *, check_finite: bool = True) -> np.ndarr
     if type(value) is np.ndarray and value.dtype == np.float32:
         arr = value  # the common case, kept cheap: this runs on every query
     else:
-        arr = np.asarray(value.to_numpy() if hasattr(value, "to_numpy") else value, dtype=np.float32)
+        if value is None or isinstance(value, (str, bytes, dict)):
+            raise TypeError(f"a query embedding must be a sequence of numbers, got {type(value).__name__}")
+        raw = value.to_numpy() if hasattr(value, "to_numpy") else value
+        if hasattr(raw, "detach"):  # a torch tensor: without its autograd graph, on the CPU
+            raw = raw.detach().cpu().numpy()
+        if isinstance(raw, np.ndarray) and raw.dtype.kind not in "iuf":
+            raise TypeError(f"a query embedding must hold real numbers, got dtype {raw.dtype}")
+        try:
+            arr = np.asarray(raw, dtype=np.float32)
+        except (TypeError, ValueError) as e:
+            raise TypeError(f"a query embedding must be a sequence of numbers ({e})") from None
     if arr.ndim != 1:
         raise DimensionMismatchError(f"a query embedding must be one vector, got an array of shape {arr.shape}")
     if arr.shape[0] != dim:
@@ -180,6 +190,13 @@ def as_vector(value: object, dim: int, *, check_finite: bool = True) -> np.ndarr
         raise ValueError("query embedding contains NaN or infinity")
     if check_finite and not arr.any():
         raise zero_query_error()
+    if check_finite:
+        # cosine distance ignores the length, but pgvector computes norms in float32: past ~1e19
+        # (or below ~1e-19) every distance came back as 1.0 (or 0.0), in an arbitrary order
+        norm2 = float(np.dot(arr.astype(np.float64), arr.astype(np.float64)))
+        if not 1e-30 <= norm2 <= 1e30:
+            raise ValueError(f"query embedding's length {norm2 ** 0.5:.3g} is outside what pgvector's float32 "
+                             "distances handle (1e-15 to 1e15); normalise it")
     return arr
 
 

@@ -46,6 +46,7 @@ import asyncio
 import hmac
 import json
 import logging
+import math
 import os
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
@@ -277,6 +278,9 @@ def _embedding(value: Any, name: str = "embedding") -> np.ndarray:
         raise _invalid(name, "contains a value that is not a finite 32-bit float")
     if not arr.any():
         raise _invalid(name, "is all zeros: its cosine distance to every section is undefined")
+    if not 1e-15 <= float(np.linalg.norm(arr)) <= 1e15:  # pgvector's float32 norms: all distances 1.0 (or 0.0)
+        raise _invalid(name, f"has length {float(np.linalg.norm(arr)):.3g}, outside what pgvector's float32 "
+                             "distances handle (1e-15 to 1e15); normalise it")
     return arr.astype(np.float32)
 
 
@@ -301,7 +305,10 @@ def _request_filters(body: dict[str, Any], cfg: ServiceConfig) -> Filters:
         principals: tuple[str, ...] | None = _strings(body["principals"], "principals")
     else:
         principals = cfg.principals
-    return Filters(principals=principals, **flt)
+    try:
+        return Filters(principals=principals, **flt)
+    except (TypeError, ValueError) as e:  # the library's own checks, after the ones above
+        raise _invalid("filters", str(e)) from None
 
 
 def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
@@ -564,8 +571,14 @@ async def _read_json(request: Request, cap: int) -> Any:
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not JSON")
 
+    def finite(text: str) -> float:  # 1e400 would otherwise be read as inf
+        value = float(text)
+        if not math.isfinite(value):
+            raise ValueError(f"{text} is outside a 64-bit float")
+        return value
+
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=no_constants)
+        return json.loads(raw.decode("utf-8"), parse_constant=no_constants, parse_float=finite)
     except UnicodeDecodeError:
         raise ApiError(400, "malformed_json", "the body is not UTF-8") from None
     except (ValueError, RecursionError) as e:

@@ -7,6 +7,7 @@ options change the SQL text (cached per shape), never the number of statements.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -64,13 +65,28 @@ class Filters:
             value = getattr(self, name)
             if value is None:
                 continue
-            if isinstance(value, str) or not all(isinstance(v, str) for v in value):
+            try:  # materialised first: a generator would be used up by the check below
+                values = tuple(value) if not isinstance(value, str) else None
+            except TypeError:
+                values = None
+            if values is None or not all(isinstance(v, str) for v in values):
                 raise TypeError(f"filter {name} must be a list of strings, got {value!r}")
-            object.__setattr__(self, name, tuple(value))
-        if self.source_prefix is not None and not isinstance(self.source_prefix, str):
-            raise TypeError(f"filter source_prefix must be a string, got {self.source_prefix!r}")
-        if self.metadata is not None and not isinstance(self.metadata, dict):
-            raise TypeError(f"filter metadata must be a JSON object (dict), got {type(self.metadata).__name__}")
+            for v in values:
+                _check_text(v, f"filter {name}")
+            object.__setattr__(self, name, values)
+        if self.source_prefix is not None:
+            if not isinstance(self.source_prefix, str):
+                raise TypeError(f"filter source_prefix must be a string, got {self.source_prefix!r}")
+            _check_text(self.source_prefix, "filter source_prefix")
+        if self.metadata is not None:
+            if not isinstance(self.metadata, dict):
+                raise TypeError(f"filter metadata must be a JSON object (dict), got {type(self.metadata).__name__}")
+            try:  # what jsonb accepts: no NaN or Infinity, no NUL, not nested past Python's recursion limit
+                encoded = json.dumps(self.metadata, allow_nan=False)
+            except (TypeError, ValueError, RecursionError) as e:
+                raise ValueError(f"filter metadata is not a JSON object jsonb can hold: {e}") from None
+            if "\\u0000" in encoded:
+                raise ValueError("filter metadata contains a NUL character, which jsonb cannot hold")
 
     @property
     def shape(self) -> tuple[str, ...]:
@@ -96,6 +112,24 @@ class Filters:
 
 
 NO_FILTERS = Filters()
+
+
+def _check_text(text: str, what: str) -> str:
+    """A string PostgreSQL can take as text: no NUL character, no lone surrogate."""
+    if "\x00" in text:
+        raise ValueError(f"{what} contains a NUL character, which PostgreSQL text cannot hold")
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} is not valid Unicode ({e.reason} at position {e.start})") from None
+    return text
+
+
+def check_query_text(text: str, what: str = "the query text") -> str:
+    """A query text that can be embedded and searched, or a ValueError naming what is wrong."""
+    if not text.strip():
+        raise ValueError(f"{what} is empty")
+    return _check_text(text, what)
 
 
 def as_filters(filters: Filters | dict[str, Any] | None) -> Filters:
@@ -236,9 +270,10 @@ class HybridOptions:
     tf_weight: float | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.candidates, int) or not 1 <= self.candidates <= MAX_K:
+        if isinstance(self.candidates, bool) or not isinstance(self.candidates, int) \
+                or not 1 <= self.candidates <= MAX_K:
             raise ValueError(f"candidates must be an integer from 1 to {MAX_K}, got {self.candidates!r}")
-        if not isinstance(self.rrf_k, int) or self.rrf_k < 1:
+        if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, int) or self.rrf_k < 1:
             raise ValueError(f"rrf_k must be a positive integer, got {self.rrf_k!r}")
         for name in ("dense_weight", "lexical_weight", "term_weight"):
             v = getattr(self, name)
@@ -292,13 +327,17 @@ class Expansion:
     document_max_tokens: int = 2000
 
     def __post_init__(self) -> None:
+        for name in ("parent", "ancestors", "section", "document"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"{name} must be True or False, got {getattr(self, name)!r}")
         if isinstance(self.neighbors, bool):
             object.__setattr__(self, "neighbors", int(self.neighbors))
         if not isinstance(self.neighbors, int) or not 0 <= self.neighbors <= MAX_NEIGHBORS:
             raise ValueError(f"neighbors must be an integer from 0 to {MAX_NEIGHBORS}, got {self.neighbors!r}")
         if self.neighbor_scope not in NEIGHBOR_SCOPES:
             raise ValueError(f"neighbor_scope must be one of {NEIGHBOR_SCOPES}, got {self.neighbor_scope!r}")
-        if not isinstance(self.document_max_tokens, int) or self.document_max_tokens < 0:
+        if isinstance(self.document_max_tokens, bool) or not isinstance(self.document_max_tokens, int) \
+                or self.document_max_tokens < 0:
             raise ValueError(f"document_max_tokens must be a non-negative integer, got {self.document_max_tokens!r}")
 
 
@@ -461,6 +500,29 @@ class Plan:
     options: dict[str, Any] = field(default_factory=dict)
 
 
+def as_hybrid(hybrid: HybridOptions | dict[str, Any] | None) -> HybridOptions:
+    """Accept a HybridOptions, a plain dict of its fields, or None (the defaults)."""
+    if hybrid is None:
+        return HybridOptions()
+    if isinstance(hybrid, HybridOptions):
+        return hybrid
+    if isinstance(hybrid, dict):
+        unknown = set(hybrid) - set(HybridOptions.__dataclass_fields__)
+        if unknown:
+            raise ValueError(f"unknown hybrid option(s) {sorted(unknown)}; known: "
+                             f"{sorted(HybridOptions.__dataclass_fields__)}")
+        return HybridOptions(**hybrid)
+    raise TypeError(f"hybrid must be a HybridOptions or a dict, got {type(hybrid).__name__}")
+
+
+def check_flag(value: Any, name: str) -> bool:
+    """search's parent/neighbors: True or False (1 or 0), never a window size or a string."""
+    if value is True or value is False or (type(value) is int and value in (0, 1)):
+        return bool(value)
+    hint = " (a +/-N window is assemble's: assemble(..., neighbors=N))" if name == "neighbors" else ""
+    raise ValueError(f"{name} must be True or False, got {value!r}{hint}")
+
+
 def _query_side(query: Any, k: int, mode: str, text: str | None,
                 hybrid: HybridOptions | None) -> tuple[str, dict, Any, Any, bool]:
     """The mode the call runs in ("auto" resolved), the binds for the query text side, and what the
@@ -473,19 +535,16 @@ def _query_side(query: Any, k: int, mode: str, text: str | None,
             raise ValueError(f"{mode} mode needs the query text: pass text=... with an embedding")
         if not isinstance(qtext, str):
             raise TypeError("the query text must be a string")
-        if not qtext.strip():
-            raise ValueError("the query text is empty")
+        check_query_text(qtext)
         from .store import technical_terms
 
-        params.update(query_text=qtext, query_terms=technical_terms(qtext), **(hybrid or HybridOptions()).params(k, mode))
+        params.update(query_text=qtext, query_terms=technical_terms(qtext), **as_hybrid(hybrid).params(k, mode))
     needs_vector = mode in ("dense", "hybrid")
     embed, vector = None, None
     if needs_vector:
         if isinstance(query, str):
-            if not query.strip():
-                raise ValueError("the query text is empty")
-            embed = query
-        else:
+            embed = check_query_text(query)
+        else:  # None: a cached plan's, bound to each call's vector (bind_vector)
             vector = query
     return mode, params, embed, vector, needs_vector
 
@@ -507,13 +566,14 @@ def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, 
                 hybrid: HybridOptions | None = None) -> Plan:
     """Validate a per-hit search and build its one statement."""
     k = check_k(k)
+    parent, neighbors = check_flag(parent, "parent"), check_flag(neighbors, "neighbors")
     flt = as_filters(filters)
     mode, params, embed, vector, needs = _query_side(query, k, mode, text, hybrid)
     bucket, exact = scan_bucket(mode, k, params)
-    statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape, mode=mode,
+    statement = retrieval_sql(layout, parent=parent, neighbors=neighbors, filters=flt.shape, mode=mode,
                               bucket=bucket, exact=exact)
     return Plan("search", statement, {**params, **flt.params()}, embed, vector, needs,
-                options={"parent": bool(parent), "neighbors": bool(neighbors)})
+                options={"parent": parent, "neighbors": neighbors})
 
 
 def plan_assemble(layout: Layout, query: Any, k: int | None = None, *, expand: Expansion | None = None,
@@ -546,7 +606,10 @@ def bind_vector(plan: Plan, vector: np.ndarray | None, dim: int) -> dict[str, An
     """The plan's binds with the query embedding added (validated against the table's dimension)."""
     if not plan.needs_vector:
         return plan.params
-    vec = as_vector(vector if vector is not None else plan.vector, dim, check_finite=False)
+    vec = vector if vector is not None else plan.vector
+    if vec is None:
+        raise TypeError("the query must be a text or an embedding, got None")
+    vec = as_vector(vec, dim, check_finite=False)
     return {**plan.params, "query_embedding": vec}  # dumped by onetrip.adapters.Float32VectorDumper
 
 
@@ -669,6 +732,15 @@ def vector_value_error(e: psycopg.errors.DataException) -> ValueError | None:
     return None
 
 
+def limit_error(e: psycopg.errors.ProgramLimitExceeded) -> ValueError:
+    """A query past one of PostgreSQL's limits (a query text too long for a tsvector) is bad input, not an outage.
+
+    psycopg files ProgramLimitExceeded under OperationalError, which the HTTP
+    service answers with 503 "database unavailable".
+    """
+    return ValueError(f"the query is too large for PostgreSQL: {e.diag.message_primary or e}; shorten the query text")
+
+
 @contextmanager
 def statement_errors() -> Iterator[None]:
     """A refused query vector or a missing table as onetrip's errors (ValueError, SchemaMissingError).
@@ -681,6 +753,8 @@ def statement_errors() -> Iterator[None]:
         raise (vector_value_error(e) or e) from None
     except psycopg.errors.UndefinedTable as e:
         raise missing_table_error(e) from None
+    except psycopg.errors.ProgramLimitExceeded as e:
+        raise limit_error(e) from None
 
 
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
@@ -697,6 +771,8 @@ def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> 
             raise (vector_value_error(e) or e) from None
         except psycopg.errors.UndefinedTable as e:
             raise missing_table_error(e) from None
+        except psycopg.errors.ProgramLimitExceeded as e:
+            raise limit_error(e) from None
         return cur.fetchall(), statement_columns(statement, cur)
 
 
@@ -720,8 +796,6 @@ def _split_search_kwargs(kwargs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
         extra = set(kwargs) - {"parent", "neighbors", "filters", "mode", "text", "hybrid"}
         if extra:
             raise TypeError(f"unexpected options {sorted(extra)} (they need assemble=True)")
-    elif "neighbors" in kwargs:
-        kwargs["neighbors"] = int(kwargs["neighbors"])
     return assemble, kwargs
 
 
@@ -782,9 +856,7 @@ class Retriever:
     def query_vector(self, query: str | Sequence[float] | np.ndarray) -> np.ndarray:
         """Embed a text query, or validate a given embedding's dimension."""
         if isinstance(query, str):
-            if not query.strip():
-                raise ValueError("the query text is empty")
-            return as_vector(self.embedder.embed_query(query), self.layout.dim)
+            return as_vector(self.embedder.embed_query(check_query_text(query)), self.layout.dim)
         return as_vector(query, self.layout.dim)
 
     def run(self, plan: Plan) -> Any:
@@ -816,7 +888,9 @@ class Retriever:
                 or options.get("mode", "auto") not in ("auto", "dense") or "text" in options:
             return None
         try:
-            key = (kind, k, tuple(sorted(options.items())))
+            # with each value's type: True == 1 and 1.0 == 1, so a key of values alone would let
+            # max_tokens=True reuse the plan validated for max_tokens=1
+            key = (kind, k, tuple(sorted((name, type(v), v) for name, v in options.items())))
             plan = self._plans.get(key)
         except TypeError:
             return None

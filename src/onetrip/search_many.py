@@ -19,7 +19,8 @@ import numpy as np
 
 from .embedders import as_vector
 from .errors import DimensionMismatchError
-from .retrieve import Hit, Plan, _record_mapper, as_filters, check_k, k_bucket, retrieval_sql
+from .retrieve import (Hit, Plan, _record_mapper, as_filters, check_flag, check_k, check_query_text, k_bucket,
+                       retrieval_sql)
 from .templates import Layout
 
 #: At most this many queries per statement: each is one HNSW scan, and the result holds k hits of each.
@@ -35,6 +36,11 @@ def check_queries(queries: object) -> list[Any]:
                         "embedding per row (for one query, use search)")
     if not 1 <= len(queries) <= MAX_QUERIES:
         raise ValueError(f"give from 1 to {MAX_QUERIES} queries, got {len(queries)}")
+    for i, q in enumerate(queries):
+        if isinstance(q, str):
+            check_query_text(q, f"query {i}: the query text")
+        elif q is None:
+            raise TypeError(f"query {i}: a query must be a text or an embedding, got None")
     return list(queries)
 
 
@@ -55,11 +61,12 @@ def plan_search_many(layout: Layout, vectors: Sequence[np.ndarray], k: int = 5, 
                      neighbors: bool = True, filters: Any = None) -> Plan:
     """The one statement for several query embeddings (already validated by `query_vectors`)."""
     k = check_k(k)
+    parent, neighbors = check_flag(parent, "parent"), check_flag(neighbors, "neighbors")
     flt = as_filters(filters)
-    statement = retrieval_sql(layout, parent=bool(parent), neighbors=bool(neighbors), filters=flt.shape,
+    statement = retrieval_sql(layout, parent=parent, neighbors=neighbors, filters=flt.shape,
                               mode="dense", bucket=k_bucket(k), many=True)
     params = {"k": k, "query_embeddings": list(vectors), **flt.params()}
-    return Plan("search_many", statement, params, options={"parent": bool(parent), "neighbors": bool(neighbors),
+    return Plan("search_many", statement, params, options={"parent": parent, "neighbors": neighbors,
                                                            "queries": len(vectors)})
 
 

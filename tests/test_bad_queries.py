@@ -1,0 +1,149 @@
+"""Bad query arguments: a clear ValueError/TypeError naming the argument, before any statement is sent.
+
+Each case was found by probing the API (values PostgreSQL or pgvector would refuse,
+or silently misread); the one-statement tests elsewhere cover the good calls.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from onetrip import DimensionMismatchError, Filters, HybridOptions, Retriever, init_schema
+from onetrip.store import replace_document
+from onetrip.synthetic import generate
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+
+DIM = 384
+
+
+@pytest.fixture
+def r(db):
+    layout = Layout(dim=DIM)
+    init_schema(db, layout)
+    for d in generate(200, dim=DIM, seed=5, sections_per_doc=(3, 12)):
+        replace_document(db, layout, d.record, d.sections, d.embeddings)
+    db.execute("ANALYZE sections")
+    return Retriever(db, embedder=HashEmbedder(DIM))
+
+
+def vec(seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).standard_normal(DIM).astype(np.float32)
+
+
+def test_values_postgres_cannot_hold_are_refused_before_sending(r, db, statement_log):
+    v = vec()
+    cases = [
+        (ValueError, "metadata", dict(filters={"metadata": {"a": float("nan")}})),
+        (ValueError, "metadata", dict(filters={"metadata": {"a": float("inf")}})),
+        (ValueError, "NUL", dict(filters={"metadata": {"a": "x\x00"}})),
+        (ValueError, "doc_ids contains a NUL", dict(filters={"doc_ids": ["a\x00"]})),
+        (ValueError, "source_prefix contains a NUL", dict(filters={"source_prefix": "a\x00"})),
+        (ValueError, "query text contains a NUL", dict(mode="lexical", text="max\x00connections")),
+        (ValueError, "not valid Unicode", dict(mode="hybrid", text="a\ud800b")),
+        (TypeError, "list of strings", dict(filters={"collections": 5})),
+    ]
+    nested: dict = {}
+    for _ in range(5000):
+        nested = {"a": nested}
+    cases.append((ValueError, "metadata", dict(filters={"metadata": nested})))
+    with statement_log.watch(db) as w:
+        for exc, words, kwargs in cases:
+            with pytest.raises(exc, match=words):
+                r.search(v, 3, **kwargs)
+        with pytest.raises(ValueError, match="not valid Unicode"):
+            r.search("a\ud800b", 3, mode="dense")  # would reach the tokenizer
+    assert w.statements == []
+
+
+def test_filters_from_a_generator_keep_their_values(r):
+    """The type check used up a generator before tuple() ran: the filter was silently empty."""
+    doc = r.search(vec(1), 1)[0].section.doc_id
+    flt = Filters(doc_ids=(d for d in [doc]), collections=iter(["default"]))
+    assert flt.doc_ids == (doc,) and flt.collections == ("default",)
+    hits = r.search(vec(1), 3, filters=flt)
+    assert hits and {h.section.doc_id for h in hits} == {doc}
+
+
+def test_search_many_refuses_a_blank_or_missing_query(r, db, statement_log):
+    with statement_log.watch(db) as w:
+        with pytest.raises(ValueError, match="query 1: the query text is empty"):
+            r.search_many(["tennis", "   "])
+        with pytest.raises(TypeError, match="query 1: a query must be a text or an embedding"):
+            r.search_many([vec(), None])
+    assert w.statements == []
+
+
+def test_a_query_past_a_postgres_limit_is_bad_input(r):
+    """to_tsvector's 1 MB limit: psycopg files the error under OperationalError (the HTTP service's 503)."""
+    text = " ".join(f"w{i}x" for i in range(100_000))
+    with pytest.raises(ValueError, match="too large for PostgreSQL"):
+        r.search(text, 3, mode="lexical")
+
+
+def test_hybrid_options_and_expansion_flags_are_checked(r):
+    v = vec(2)
+    for bad in (dict(rrf_k=True), dict(candidates=True), dict(candidates=0)):
+        with pytest.raises(ValueError):
+            HybridOptions(**bad)
+    # a plain dict of HybridOptions fields is accepted, like filters
+    assert r.search(v, 3, mode="hybrid", text="section body", hybrid={"candidates": 20})
+    with pytest.raises(ValueError, match="unknown hybrid option"):
+        r.search(v, 3, mode="hybrid", text="section body", hybrid={"candidate": 20})
+    with pytest.raises(TypeError, match="hybrid must be a HybridOptions"):
+        r.search(v, 3, mode="hybrid", text="section body", hybrid=5)
+    # search's parent/neighbors are flags: a window size or a string was read as True
+    for bad in (2, -1, 3.5, "0", None):
+        with pytest.raises(ValueError, match="neighbors must be True or False"):
+            r.search(v, 3, neighbors=bad)
+    with pytest.raises(ValueError, match="parent must be True or False"):
+        r.search(v, 3, parent=[])
+    with pytest.raises(ValueError, match="neighbors must be True or False"):
+        r.search_many([v, vec(3)], 3, neighbors=2)
+    # assemble's flags: ancestors="no" had turned ancestors on
+    for name, bad in (("ancestors", "no"), ("document", "false"), ("parent", []), ("section", 1)):
+        with pytest.raises(TypeError, match=f"{name} must be True or False"):
+            r.assemble(v, 3, **{name: bad})
+    for bad in (None, 3.5, "1"):
+        with pytest.raises(ValueError, match="neighbors must be an integer"):
+            r.search(v, 3, assemble=True, neighbors=bad)
+    assert r.search(v, 3, assemble=True, neighbors=True).passages  # True: the +/-1 window
+
+
+def test_validation_does_not_depend_on_the_plan_cache(r):
+    """True == 1 and 1.0 == 1: a cache keyed by values alone let max_tokens=True reuse max_tokens=1's plan."""
+    v = vec(4)
+    r.assemble(v, 3, max_tokens=1)
+    with pytest.raises(ValueError, match="max_tokens must be an integer"):
+        r.assemble(v, 3, max_tokens=True)
+    r.assemble(v, 3, max_tokens=300)
+    with pytest.raises(ValueError, match="max_tokens must be an integer"):
+        r.assemble(v, 3, max_tokens=300.0)
+    r.search(v, 3, parent=True)
+    with pytest.raises(ValueError, match="parent must be True or False"):
+        r.search(v, 3, parent=1.0)
+
+
+def test_embeddings_that_are_not_numbers_or_out_of_range(r):
+    v = vec(5)
+    for bad, exc, words in ((["a"] * DIM, TypeError, "sequence of numbers"),
+                            ([[0.1] * 3, [0.2] * 2], TypeError, "sequence of numbers"),
+                            ({"a": 1}, TypeError, "sequence of numbers"),
+                            (np.ones(DIM, dtype=complex), TypeError, "real numbers"),
+                            (np.ones(DIM, dtype=bool), TypeError, "real numbers"),
+                            (np.ones((1, DIM), np.float32), DimensionMismatchError, "one vector")):
+        with pytest.raises(exc, match=words):
+            r.query_vector(bad)
+    with pytest.raises(TypeError, match="got None"):
+        r.search(None, 3)
+    # finite, but past what pgvector's float32 norm handles: every distance was 1.0 (or 0.0)
+    for scale in (1e20, 1e-22):
+        with pytest.raises(ValueError, match="normalise it"):
+            r.query_vector(v * scale)
+        with pytest.raises(ValueError, match="query 0: .*normalise it"):
+            r.search_many([v * scale, v], 3)
+    torch = pytest.importorskip("torch")
+    t = torch.tensor(v, requires_grad=True)
+    assert np.array_equal(r.query_vector(t), v)  # detached, not an autograd error
