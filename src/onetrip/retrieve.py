@@ -890,7 +890,7 @@ class Retriever:
         try:
             # with each value's type: True == 1 and 1.0 == 1, so a key of values alone would let
             # max_tokens=True reuse the plan validated for max_tokens=1
-            key = (kind, k, tuple(sorted((name, type(v), v) for name, v in options.items())))
+            key = (kind, k, tuple(sorted((name, type(v), v) for name, v in options.items())) if options else ())
             plan = self._plans.get(key)
         except TypeError:
             return None
