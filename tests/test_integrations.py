@@ -398,3 +398,47 @@ def test_options_are_validated_at_construction(corpus):
                       atol=1e-6)
     with pytest.raises(ValueError, match="mode must be one of"):
         LIRetriever(api, mode="semantic")
+
+
+def test_langchain_fields_changed_after_construction_apply(corpus):
+    """retriever.k = 1 (as LangChain's docs show) had been ignored: the options were copied once."""
+    api = Retriever(corpus, embedder=HashEmbedder())
+    lc = LCRetriever(retriever=api, k=2, mode="dense")
+    assert len(lc.invoke(VACATION)) == 2
+    lc.k = 1
+    assert len(lc.invoke(VACATION)) == 1
+    assert len(lc.model_copy(update={"k": 3}).invoke(VACATION)) == 3
+    lc.k = 0
+    with pytest.raises(ValueError, match="k must be"):
+        lc.invoke(VACATION)
+    # strict fields: onetrip refuses k=True or "3", which pydantic would have turned into 1 and 3
+    for bad in (True, "3", 2.0):
+        with pytest.raises(ValueError):
+            LCRetriever(retriever=api, k=bad)
+
+
+def test_llamaindex_custom_embedding_strs_and_a_bare_embedding(corpus):
+    from llama_index.core.schema import QueryBundle
+
+    api = Retriever(corpus, embedder=HashEmbedder())
+    li = LIRetriever(api, k=2, mode="dense", content="section")
+    # HyDE-style: the bundle's custom_embedding_strs are embedded (their mean), not its query_str
+    nodes = li.retrieve(QueryBundle("something else entirely", custom_embedding_strs=[VACATION]))
+    assert nodes[0].node.text == VACATION
+    # an embedding with a blank text: a dense search ("auto" had resolved to hybrid and refused the text)
+    emb = HashEmbedder().embed_query(VACATION)
+    got = LIRetriever(api, k=2, content="section").retrieve(QueryBundle("", embedding=list(map(float, emb))))
+    assert [n.node.metadata["section_id"] for n in got] == \
+        [h.section.section_id for h in api.search(emb, k=2, mode="dense")]
+
+
+def test_adapters_from_a_dsn_share_one_embedder(corpus, dsn):
+    lc = LCRetriever(dsn=dsn, k=1)  # no embedder given: one bundled model for the sync and async retrievers
+
+    async def made():
+        r = await lc.source.async_()
+        await lc.aclose()
+        return r
+
+    assert lc.source.sync().embedder is asyncio.run(made()).embedder
+    lc.close()

@@ -216,6 +216,11 @@ class Source:
         self.async_retriever = async_retriever
         self.dsn = dsn
         self.options = {"embedder": embedder, "schema": schema, "prefix": prefix}
+        if embedder is None and retriever is None and async_retriever is None:
+            # from a DSN both retrievers are made here: one model for the two, not one each (90 MB, ~2 s)
+            from ..embedders import SentenceTransformerEmbedder
+
+            self.options["embedder"] = SentenceTransformerEmbedder()
         self._lock = threading.Lock()
         self._owned_sync = False
         self._owned_async = False

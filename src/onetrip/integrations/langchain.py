@@ -16,7 +16,7 @@ from typing import Any, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import PrivateAttr
+from pydantic import Field, PrivateAttr
 
 from ..async_retrieve import AsyncRetriever
 from ..retrieve import Retriever
@@ -43,8 +43,13 @@ class OnetripRetriever(BaseRetriever):
                         one Document per passage in reading order
     mode="auto" (default) searches hybrid (dense + full text): a LangChain query always has its text.
     Metadata: doc_id, section_id, sequence_index, heading_path, anchor, revision, distance,
-    score (1 - distance in dense mode, the RRF score in hybrid/lexical), rank, and
-    parent/prev/next_section_id (roles, best_rank, doc_rank when assembled).
+    score (1 - distance in dense mode, the RRF score in hybrid/lexical; an assembled context's
+    non-hit passages, and hybrid ones, have none), rank, and parent/prev/next_section_id (roles,
+    best_rank, doc_rank when assembled).
+    The search fields (k, mode, content, assembled, expand, filters, principals, max_tokens,
+    hybrid) may be changed after construction (``retriever.k = 2``) and are checked on the next
+    call; the connection fields (retriever, async_retriever, dsn, embedder, db_schema, prefix) are
+    read once. Options passed to ``invoke`` itself are not used: LangChain drops them.
     """
 
     retriever: Retriever | None = None
@@ -53,26 +58,39 @@ class OnetripRetriever(BaseRetriever):
     embedder: Any = None
     db_schema: str | None = None
     prefix: str = ""
-    k: int = 5
+    k: int = Field(5, strict=True)  # strict: onetrip refuses k=True or "3", pydantic would coerce them
     mode: Literal["auto", "dense", "lexical", "hybrid"] = "auto"
     content: Literal["section", "expanded"] = "expanded"
-    assembled: bool = False
+    assembled: bool = Field(False, strict=True)
     # Typed Any so pydantic does not coerce them: a dict with a misspelt filter key must fail
     # loudly in onetrip's validation, not turn into an empty (unfiltered) Filters.
     expand: Any = None        # Expansion | None
     filters: Any = None       # Filters | dict | None
     principals: Any = None    # Sequence[str] | None: shortcut for Filters.principals
-    max_tokens: int | None = 2000
+    max_tokens: int | None = Field(2000, strict=True)
     hybrid: Any = None        # HybridOptions | None
 
     _query: Query = PrivateAttr()
+    _built_from: tuple = PrivateAttr(default=())
     _source: Source = PrivateAttr()
+
+    def _search_fields(self) -> tuple:
+        return (self.k, self.mode, self.content, self.assembled, self.expand, self.filters, self.principals,
+                self.max_tokens, self.hybrid)
+
+    def _current_query(self) -> Query:
+        """The Query for the fields as they are now: rebuilt (and validated) when one was changed."""
+        fields = self._search_fields()
+        if fields != self._built_from:
+            self._query = Query.build(k=self.k, mode=self.mode, content=self.content, assembled=self.assembled,
+                                      expand=self.expand, filters=self.filters, principals=self.principals,
+                                      max_tokens=self.max_tokens, hybrid=self.hybrid)
+            self._built_from = fields
+        return self._query
 
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
-        self._query = Query.build(k=self.k, mode=self.mode, content=self.content, assembled=self.assembled,
-                                  expand=self.expand, filters=self.filters, principals=self.principals,
-                                  max_tokens=self.max_tokens, hybrid=self.hybrid)
+        self._current_query()  # bad options fail here, at construction
         self._source = Source(self.retriever, self.async_retriever, self.dsn, embedder=self.embedder,
                               schema=self.db_schema, prefix=self.prefix)
 
@@ -82,11 +100,11 @@ class OnetripRetriever(BaseRetriever):
         return self._source
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return [to_document(i) for i in self._source.search(query, self._query)]
+        return [to_document(i) for i in self._source.search(query, self._current_query())]
 
     async def _aget_relevant_documents(self, query: str, *,
                                        run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
-        return [to_document(i) for i in await self._source.asearch(query, self._query)]
+        return [to_document(i) for i in await self._source.asearch(query, self._current_query())]
 
     def close(self) -> None:
         """Close the sync connection made from ``dsn`` (given retrievers stay open)."""

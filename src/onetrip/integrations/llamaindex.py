@@ -11,8 +11,11 @@ with one docstore call each; here they come back with the hits. Install with
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+from collections.abc import Callable, Sequence
 from typing import Any
+
+import numpy as np
 
 from llama_index.core.callbacks import CallbackManager
 from llama_index.core.retrievers import BaseRetriever
@@ -49,10 +52,16 @@ def to_node(item: Item) -> NodeWithScore:
     return NodeWithScore(node=node, score=item.score)
 
 
-def _query_of(bundle: QueryBundle) -> tuple[Any, str | None]:
-    """A bundle's precomputed embedding is used as is (its text then serves lexical/hybrid ranking)."""
+def _query_of(bundle: QueryBundle, embed: Callable[[str], Any]) -> tuple[Any, str | None]:
+    """What to search for: the bundle's embedding as is, else the mean embedding of its
+    ``custom_embedding_strs`` (as LlamaIndex's own vector retriever does; HyDE fills them),
+    else its text. With an embedding, a non-blank query text also serves lexical/hybrid
+    ranking; a blank one leaves a dense search."""
+    text = bundle.query_str if bundle.query_str and bundle.query_str.strip() else None
     if bundle.embedding is not None:
-        return bundle.embedding, bundle.query_str
+        return bundle.embedding, text
+    if bundle.custom_embedding_strs:
+        return np.mean([embed(s) for s in bundle.custom_embedding_strs], axis=0).astype(np.float32), text
     return bundle.query_str, None
 
 
@@ -101,11 +110,14 @@ class OnetripRetriever(BaseRetriever):
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query, text = _query_of(query_bundle)
+        query, text = _query_of(query_bundle, lambda s: self.source.sync().embedder.embed_query(s))
         return [to_node(i) for i in self.source.search(query, self.query, text)]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        query, text = _query_of(query_bundle)
+        embedder = (await self.source.async_()).embedder
+        strs = list(query_bundle.custom_embedding_strs or []) if query_bundle.embedding is None else []
+        done = iter(await asyncio.to_thread(lambda: [embedder.embed_query(s) for s in strs]))  # off the loop
+        query, text = _query_of(query_bundle, lambda s: next(done))
         return [to_node(i) for i in await self.source.asearch(query, self.query, text)]
 
     def close(self) -> None:
