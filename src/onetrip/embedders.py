@@ -191,13 +191,21 @@ def as_vector(value: object, dim: int, *, check_finite: bool = True) -> np.ndarr
     if check_finite and not arr.any():
         raise zero_query_error()
     if check_finite:
-        # cosine distance ignores the length, but pgvector computes norms in float32: past ~1e19
-        # (or below ~1e-19) every distance came back as 1.0 (or 0.0), in an arbitrary order
-        norm2 = float(np.dot(arr.astype(np.float64), arr.astype(np.float64)))
-        if not 1e-30 <= norm2 <= 1e30:
-            raise ValueError(f"query embedding's length {norm2 ** 0.5:.3g} is outside what pgvector's float32 "
-                             "distances handle (1e-15 to 1e15); normalise it")
+        check_length(arr, "query embedding's length")
     return arr
+
+
+def check_length(vector: np.ndarray, what: str = "the length") -> None:
+    """A ValueError unless the vector's length is one pgvector's cosine distance handles.
+
+    Cosine distance ignores the length, but pgvector computes norms in float32:
+    past ~1e19 (or below ~1e-19) every distance came back as 1.0 (or 0.0), in an
+    arbitrary order.
+    """
+    norm = float(np.linalg.norm(vector.astype(np.float64)))
+    if not 1e-15 <= norm <= 1e15:
+        raise ValueError(f"{what} {norm:.3g} is outside what pgvector's float32 distances handle "
+                         "(1e-15 to 1e15); normalise it")
 
 
 def zero_query_error() -> ValueError:

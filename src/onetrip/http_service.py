@@ -64,7 +64,7 @@ from starlette.routing import Route
 
 from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
-from .embedders import Embedder, SentenceTransformerEmbedder
+from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import ConnectionFailedError, SchemaMissingError
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
                        Filters, context_expansion, resolve_mode, session_settings)
@@ -278,9 +278,10 @@ def _embedding(value: Any, name: str = "embedding") -> np.ndarray:
         raise _invalid(name, "contains a value that is not a finite 32-bit float")
     if not arr.any():
         raise _invalid(name, "is all zeros: its cosine distance to every section is undefined")
-    if not 1e-15 <= float(np.linalg.norm(arr)) <= 1e15:  # pgvector's float32 norms: all distances 1.0 (or 0.0)
-        raise _invalid(name, f"has length {float(np.linalg.norm(arr)):.3g}, outside what pgvector's float32 "
-                             "distances handle (1e-15 to 1e15); normalise it")
+    try:
+        check_length(arr, "its length")
+    except ValueError as e:
+        raise _invalid(name, str(e)) from None
     return arr.astype(np.float32)
 
 
