@@ -51,7 +51,7 @@ WITH RECURSIVE hits AS MATERIALIZED (
 ),
 ranked AS (
     SELECT h.*,
-           row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank
+           row_number() OVER (ORDER BY h.distance + 0, h.doc_id, h.sequence_index) AS hit_rank
       FROM hits h
 ),
 subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (

@@ -89,7 +89,9 @@ context_keys AS (
     SELECT h.doc_id, h.sequence_index
       FROM hits h
 )
-SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank,
+-- hit_rank by h.distance + 0: the real distance order (a relaxed-order HNSW scan returns rows
+-- slightly out of it, and PostgreSQL 17+ would take the hits as sorted and skip this sort)
+SELECT row_number() OVER (ORDER BY h.distance + 0, h.doc_id, h.sequence_index) AS hit_rank,
        h.distance,
        h.doc_id,
        h.section_id,

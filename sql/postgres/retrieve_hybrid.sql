@@ -123,8 +123,10 @@ fused AS (
            c.section_id,
            sum(c.weight / (:rrf_k + c.rank)) AS score
       FROM (
+            -- d.distance + 0: the real distance order (a relaxed-order HNSW scan returns rows slightly
+            -- out of it, and PostgreSQL 17+ would take them as sorted and skip this sort)
             SELECT d.doc_id, d.section_id, :dense_weight::float8 AS weight,
-                   row_number() OVER (ORDER BY d.distance, d.doc_id, d.section_id) AS rank
+                   row_number() OVER (ORDER BY d.distance + 0, d.doc_id, d.section_id) AS rank
               FROM dense d
             UNION ALL
             SELECT l.doc_id, l.section_id, :lexical_weight::float8 AS weight,

@@ -83,8 +83,10 @@ context_keys AS (
     SELECT h.doc_id, h.sequence_index
       FROM hits h
 )
+-- hit_rank by h.distance + 0: the real distance order (a relaxed-order HNSW scan returns rows
+-- slightly out of it, and PostgreSQL 17+ would take the hits as sorted and skip this sort)
 SELECT h.query_ord,
-       row_number() OVER (PARTITION BY h.query_ord ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank,
+       row_number() OVER (PARTITION BY h.query_ord ORDER BY h.distance + 0, h.doc_id, h.sequence_index) AS hit_rank,
        h.distance,
        h.doc_id,
        h.section_id,
