@@ -49,16 +49,24 @@ def test_init_ingest_search_json(dsn, tmp_path):
 
     both = json.loads(onetrip("search", "Is tennis elbow covered?", "descaling", "-k", "2", "--json", dsn=dsn).stdout)
     assert [b["query"] for b in both] == ["Is tennis elbow covered?", "descaling"]
-    with Retriever(dsn) as api:  # several queries: one statement, each as its dense search
-        for b in both:
-            assert [h["section_id"] for h in b["hits"]] == \
-                [h.section.section_id for h in api.search(b["query"], k=2, mode="dense")]
+    dense = json.loads(onetrip("search", "Is tennis elbow covered?", "descaling", "-k", "2", "--mode", "dense",
+                               "--json", dsn=dsn).stdout)
+    with Retriever(dsn) as api:  # several queries: one statement, each as its own search (hybrid, as one query's)
+        for b, d in zip(both, dense):
+            assert [(h["section_id"], h["score"]) for h in b["hits"]] == \
+                [(h.section.section_id, h.score) for h in api.search(b["query"], k=2)]
+            assert [h["section_id"] for h in d["hits"]] == \
+                [h.section.section_id for h in api.search(d["query"], k=2, mode="dense")]
     planned = json.loads(onetrip("search", "Is tennis elbow covered?", "descaling", "-k", "2", "--explain", "plan",
-                                 "--json", dsn=dsn).stdout)  # several queries: search_many's statement
+                                 "--mode", "dense", "--json", dsn=dsn).stdout)  # several queries: search_many's
     assert planned["kind"] == "plan" and "query_embeddings" in planned["statement"]
     assert planned["params"] == {"k": 2, "query_embeddings": "<2 query embeddings: vector(384)[]>"}
+    planned = json.loads(onetrip("search", "Is tennis elbow covered?", "descaling", "--explain", "plan",
+                                 "--json", dsn=dsn).stdout)  # hybrid: the texts and their terms are binds too
+    assert "query_words" in planned["statement"]
+    assert planned["params"]["query_texts"] == ["Is tennis elbow covered?", "descaling"]
     refused = onetrip("search", "a", "b", "--assemble", dsn=dsn)
-    assert refused.returncode == 2 and "dense mode only" in refused.stderr
+    assert refused.returncode == 2 and "without --assemble" in refused.stderr
     tuned = json.loads(onetrip("search", "descaling", "-k", "2", "--ef-search", "200", "--iterative-scan", "off",
                                "--json", dsn=dsn).stdout)  # the pgvector settings, as Retriever(ef_search=...) takes them
     assert len(tuned) == 2

@@ -513,6 +513,8 @@ MANY_REQUESTS = [
                     HashEmbedder().embed_query("salt water").tolist()],
      "k": 2, "expand": {"parent": False, "neighbors": 0}},
     {"queries": ["salaries", "connections"], "filters": {"doc_ids": ["connections.md", "salaries.md"]}},
+    {"queries": ["max_connections", "pasta water"], "k": 2, "mode": "lexical"},
+    {"queries": ["max_connections", "pasta water"], "k": 2, "mode": "dense"},
 ]
 
 
@@ -541,8 +543,11 @@ def test_search_many_equals_the_python_api_in_one_statement(db, dsn, corpus, sta
             queries = body.get("queries") or [np.asarray(e, np.float32) for e in body["embeddings"]]
             exp = body.get("expand", {})
             want = r.search_many(queries, body.get("k", 5), parent=exp.get("parent", True),
-                                 neighbors=exp.get("neighbors", 1) > 0,
+                                 neighbors=exp.get("neighbors", 1) > 0, mode=body.get("mode", "auto"),
                                  filters=Filters(principals=(), **body.get("filters", {})))
+            # texts search hybrid by default (a fused score), embeddings dense, as /search does
+            hybrid = "queries" in body and body.get("mode", "auto") in ("auto", "hybrid", "lexical")
+            assert all((h["score"] is not None) == hybrid for res in data["results"] for h in res["hits"])
             assert data == {"results": [{"query": q if isinstance(q, str) else None, "hits": [hit_json(h) for h in hits]}
                                         for q, hits in zip(queries, want)]}
         # the secret document stays hidden: public principals only
@@ -560,7 +565,10 @@ def test_search_many_bad_input_names_the_item(dsn, corpus):
         ({"queries": ["pasta", "  "]}, 422, "invalid_field", "queries[1]: is empty"),
         ({"embeddings": [good, good[:10]]}, 422, "dimension_mismatch", "embeddings[1] has 10 dimensions"),
         ({"embeddings": [good, [0.0] * 384]}, 422, "invalid_field", "embeddings[1]: is all zeros"),
-        ({"queries": ["pasta"], "mode": "hybrid"}, 422, "unknown_field", "mode"),
+        ({"queries": ["pasta"], "mode": "fuzzy"}, 422, "invalid_field", "mode: must be one of"),
+        ({"embeddings": [good], "mode": "hybrid"}, 422, "missing_query", "hybrid mode needs the queries as texts"),
+        ({"embeddings": [good], "mode": "lexical"}, 422, "missing_query", "lexical mode needs the queries"),
+        ({"queries": ["pasta"], "rank": 3}, 422, "unknown_field", "rank"),
         ({"queries": ["pasta"], "k": 51}, 422, "k_out_of_range", "from 1 to 50"),
         ({"queries": ["pasta"], "expand": {"neighbors": 2}}, 422, "invalid_field", "expand.neighbors"),
         ({"queries": ["pasta"], "principals": ["hr"]}, 403, "principals_not_allowed", "--trust-request-principals"),

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from onetrip import AsyncRetriever, DimensionMismatchError, Filters, Retriever, init_schema
+from onetrip import AsyncRetriever, DimensionMismatchError, Filters, HybridOptions, Retriever, init_schema
 from onetrip.retrieve import _fetch
 from onetrip.search_many import MAX_QUERIES, plan_search_many
 from onetrip.store import replace_document
@@ -154,3 +155,123 @@ def test_other_layouts(db, layout):
     r = Retriever(db)
     queries = list(corpus_query_vectors(docs, 3, seed=27))
     assert r.search_many(queries, k=5) == [r.search(q, k=5) for q in queries]
+
+
+# --- text queries: lexical and hybrid batched, "auto" hybrid when every query is a text ---------------------------
+
+DEMO = Path(__file__).resolve().parents[1] / "src" / "onetrip" / "demo_corpus"
+TEXT_QUERIES = ["max_connections", "how long should the pasta cook", "what does pg_stat_activity show",
+                "espresso machine descaling", "the of and",  # stop words only: no lexical candidate at all
+                "identity column GENERATED ALWAYS sequence", "travel insurance claim"]
+
+
+@pytest.fixture
+def text_kb(db, tmp_path):
+    from onetrip.ingest import ingest_paths
+
+    from .test_hybrid import DOCS
+
+    init_schema(db)
+    for name, text in DOCS.items():
+        (tmp_path / name).write_text(text)
+    for f in DEMO.iterdir():
+        (tmp_path / f.name).write_bytes(f.read_bytes())
+    ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    return Retriever(db, embedder=HashEmbedder())
+
+
+@pytest.mark.parametrize("mode", ["hybrid", "lexical"])
+@pytest.mark.parametrize("k", [3, 8])
+def test_text_modes_are_one_statement_and_equal_their_own_search(text_kb, statement_log, mode, k):
+    r = text_kb
+    with statement_log.watch(r.conn) as w:
+        many = r.search_many(TEXT_QUERIES, k=k, mode=mode)
+    assert w.statements == ["WITH queries AS MATERIALIZED ("]  # the log's first line of the one statement
+    assert "query_words" in plan_search_many(r.layout, None if mode == "lexical" else [np.ones(384)] * 7, k,
+                                             mode=mode, texts=TEXT_QUERIES).statement
+    for q, hits in zip(TEXT_QUERIES, many):
+        assert hits == r.search(q, k=k, mode=mode), q  # same hits, ranks, scores, distances, parents, neighbors
+        assert all(h.score is not None for h in hits)
+    assert many[TEXT_QUERIES.index("the of and")] == ([] if mode == "lexical" else many[4])
+    assert len(many[4]) == (0 if mode == "lexical" else k)  # hybrid: the dense list alone
+    assert any(len(hits) == k for hits in many)
+
+
+def test_auto_is_hybrid_for_texts_and_dense_when_any_query_is_an_embedding(text_kb, statement_log):
+    r = text_kb
+    assert r.search_many(TEXT_QUERIES[:3], k=4) == r.search_many(TEXT_QUERIES[:3], k=4, mode="hybrid")
+    assert all(h.score is not None for hits in r.search_many(TEXT_QUERIES[:3], k=4) for h in hits)
+    vec = HashEmbedder().embed_query("a bare embedding")
+    mixed = r.search_many([TEXT_QUERIES[0], vec], k=4)
+    assert mixed == [r.search(TEXT_QUERIES[0], k=4, mode="dense"), r.search(vec, k=4)]
+    assert all(h.score is None for hits in mixed for h in hits)
+    with statement_log.watch(r.conn) as w:
+        one = r.search_many([TEXT_QUERIES[0]], k=4)  # one text: search's own hybrid statement
+    assert one == [r.search(TEXT_QUERIES[0], k=4)] and len(w.statements) == 1
+    assert "queries AS" not in w.statements[0] and all(h.score is not None for h in one[0])
+    assert r.search_many([TEXT_QUERIES[2]], k=4, mode="lexical") == [r.search(TEXT_QUERIES[2], k=4, mode="lexical")]
+    # embeddings with their texts (search's text=): hybrid by default, the same hits as the texts alone
+    vecs = [HashEmbedder().embed_query(t) for t in TEXT_QUERIES[:3]]
+    assert r.search_many(vecs, k=4, texts=TEXT_QUERIES[:3]) == r.search_many(TEXT_QUERIES[:3], k=4)
+    assert r.search_many(vecs, k=4, texts=TEXT_QUERIES[:3], mode="lexical") == \
+        r.search_many(TEXT_QUERIES[:3], k=4, mode="lexical")
+    assert r.search_many(vecs, k=4, texts=TEXT_QUERIES[:3], mode="dense") == r.search_many(vecs, k=4)
+    with statement_log.watch(r.conn) as w:
+        with pytest.raises(ValueError, match="texts must be a list of 3 query texts"):
+            r.search_many(vecs, texts=TEXT_QUERIES[:2])
+        with pytest.raises(TypeError, match=r"texts\[1\]: the query text must be a string"):
+            r.search_many(vecs, texts=["a", vecs[0], "b"])
+        with pytest.raises(ValueError, match=r"texts\[0\]"):
+            r.search_many(vecs, texts=["  ", "a", "b"])
+        with pytest.raises(ValueError, match=r"query 1: hybrid mode needs the query text, got an embedding"):
+            r.search_many([TEXT_QUERIES[0], vec], mode="hybrid")
+        with pytest.raises(ValueError, match=r"query 0: lexical mode needs the query text"):
+            r.search_many([vec, TEXT_QUERIES[0]], mode="lexical")
+        with pytest.raises(ValueError, match="mode must be one of"):
+            r.search_many(TEXT_QUERIES[:2], mode="fuzzy")
+        with pytest.raises(ValueError, match="unknown hybrid option"):
+            r.search_many(TEXT_QUERIES[:2], hybrid={"candidate": 3})
+    assert w.statements == []
+
+
+def test_text_batches_take_filters_and_hybrid_options(text_kb):
+    r = text_kb
+    flt = Filters(doc_ids=("connections.md", "espresso-machine-manual.md"))
+    opts = HybridOptions(candidates=6, rrf_k=10, lexical_weight=1.0, tf_weight=1.0)
+    for mode in ("hybrid", "lexical"):
+        many = r.search_many(TEXT_QUERIES, k=5, mode=mode, filters=flt, hybrid=opts)
+        for q, hits in zip(TEXT_QUERIES, many):
+            assert hits == r.search(q, k=5, mode=mode, filters=flt, hybrid=opts), (mode, q)
+            for h in hits:
+                for rec in (h.section, h.parent, h.prev, h.next):
+                    assert rec is None or rec.doc_id in flt.doc_ids
+
+
+def test_text_batches_reuse_one_generic_plan(text_kb):
+    """As the dense batch: prepared from the 6th call, its generic plan reused, its results unchanged."""
+    r = text_kb
+    first = r.search_many(TEXT_QUERIES[:3], k=4)
+    for i in range(12):
+        qs = [TEXT_QUERIES[(i + j) % len(TEXT_QUERIES)] for j in range(3)]
+        got = r.search_many(qs, k=4)
+        assert got == [r.search(q, k=4) for q in qs]
+    assert r.search_many(TEXT_QUERIES[:3], k=4) == first
+    (generic, custom), = r.conn.execute(
+        "SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+        "WHERE statement LIKE 'WITH queries%' AND statement LIKE '%query_words%'").fetchall()
+    assert generic >= 2 and custom <= 5, (generic, custom)
+
+
+def test_async_text_batch_equals_sync(text_kb, dsn):
+    want = text_kb.search_many(TEXT_QUERIES, k=4)
+
+    async def main():
+        async with await AsyncRetriever.create(dsn, embedder=HashEmbedder()) as ar:
+            return (await ar.search_many(TEXT_QUERIES, k=4),
+                    await ar.search_many(TEXT_QUERIES, k=4, mode="lexical"),
+                    await ar.explain_many(TEXT_QUERIES[:2], k=4))
+
+    got, lexical, explained = asyncio.run(main())
+    assert got == want
+    assert lexical == text_kb.search_many(TEXT_QUERIES, k=4, mode="lexical")
+    assert "query_words" in explained.statement and "Planning Time" in explained.plan

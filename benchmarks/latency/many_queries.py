@@ -1,6 +1,7 @@
 """Several queries at once: one `search_many` statement against one `search` per query.
 
     python -m benchmarks.latency.many_queries --size 100000 --n 1,2,4,8 --rtt-ms 0,1,2
+    python -m benchmarks.latency.many_queries --manual --n 1,2,4,8 --rtt-ms 0,1,2   # hybrid, real questions
 
 An agent that splits a question into n sub-queries pays n round trips with
 `Retriever.search`; `Retriever.search_many` sends ONE statement for all of
@@ -19,6 +20,12 @@ latency benchmark's synthetic clustered one (384-d, HNSW ef_construction 200),
 loaded if missing. Writes benchmarks/results/many_queries.{json,md,png} with
 every raw timing; medians and S/M ratios are quoted with the corpus size, k and
 the proxy's achieved RTT (a `SELECT 1` ping through it).
+
+--manual: the PostgreSQL 15 manual as `benchmarks.ingest_manual` loads it
+(prefix pg15_), the questions of the evidence-coverage sets as queries, and
+hybrid search (the default for text): M is search_many(embeddings, texts=...),
+S is search(embedding, text=...) per query, so neither embeds inside the timing
+(the embeddings are made once, before). Writes many_queries_manual_hybrid.*.
 """
 
 from __future__ import annotations
@@ -44,28 +51,39 @@ from onetrip.templates import Layout
 
 
 def measure(dsn: str, layout: Layout, sets: list[np.ndarray], k: int, warmup: int,
-            warm_dsn: str) -> dict[str, list[float]]:
+            warm_dsn: str, texts: list[list[str]] | None = None) -> dict[str, list[float]]:
     """Milliseconds per set for M and S, interleaved in random order; the first `warmup` sets untimed.
 
     Each set's pages are read first, untimed, on a direct connection (the latency
     benchmark's CacheWarmer): otherwise whichever variant ran a set first paid for
     copying its pages into shared_buffers (the 100k corpus does not fit).
+    With ``texts`` (one list per set), both variants search hybrid with the
+    embeddings and their texts; the warm-up is a hybrid search of each query.
     """
     many = Retriever(dsn, schema=layout.schema, prefix=layout.prefix)
     single = Retriever(dsn, schema=layout.schema, prefix=layout.prefix)
     warmer = CacheWarmer(warm_dsn, layout, k)
+    direct = Retriever(warm_dsn, schema=layout.schema, prefix=layout.prefix) if texts is not None else None
     times: dict[str, list[float]] = {"M": [], "S": []}
     rng = random.Random(0)
     try:
         for i, qs in enumerate(sets):
-            for q in qs:
+            ts = texts[i] if texts is not None else None
+            for j, q in enumerate(qs):
                 warmer.warm(q)
+                if direct is not None and ts is not None:
+                    direct.search(q, k=k, text=ts[j])
             got: dict[str, Any] = {}
             order = ["M", "S"]
             rng.shuffle(order)
             for v in order:
                 t0 = time.perf_counter()
-                got[v] = many.search_many(list(qs), k=k) if v == "M" else [single.search(q, k=k) for q in qs]
+                if ts is None:
+                    got[v] = many.search_many(list(qs), k=k) if v == "M" else [single.search(q, k=k) for q in qs]
+                elif v == "M":
+                    got[v] = many.search_many(list(qs), k=k, texts=ts)
+                else:
+                    got[v] = [single.search(q, k=k, text=t) for q, t in zip(qs, ts)]
                 dt = (time.perf_counter() - t0) * 1000
                 if i >= warmup:
                     times[v].append(dt)
@@ -75,14 +93,20 @@ def measure(dsn: str, layout: Layout, sets: list[np.ndarray], k: int, warmup: in
         many.close()
         single.close()
         warmer.conn.close()
+        if direct is not None:
+            direct.close()
     return times
 
 
 def report(doc: dict[str, Any]) -> str:
     m = doc["meta"]
+    corpus = (f"the PostgreSQL 15 manual, {m['sections']:,} sections, questions of the evidence-coverage sets "
+              f"as queries, hybrid search (embeddings made before the timing, sent with their texts)"
+              if m.get("corpus") == "manual" else
+              f"{m['sections']:,} sections (synthetic, clustered, 384-d, HNSW ef_construction "
+              f"{m['ef_construction']}), dense search")
     lines = ["# Several queries: one statement (search_many) vs one search per query", "",
-             f"{m['sections']:,} sections (synthetic, clustered, 384-d, HNSW ef_construction "
-             f"{m['ef_construction']}), k = {m['k']} per query, each hit with its parent and ±1 neighbors; "
+             f"{corpus}, k = {m['k']} per query, each hit with its parent and ±1 neighbors; "
              f"{m['sets']} timed sets per row after {m['warmup']} untimed, M and S interleaved in random order; "
              f"{m['server']}; {m['cores']} cores; {m['date']}. p50 in ms per set of n queries.", "",
              "| n queries | added RTT | achieved RTT | M search_many (1 statement) | S search × n (n statements) "
@@ -117,7 +141,8 @@ def plot(doc: dict[str, Any], path: Path) -> None:
         ax.grid(alpha=0.3)
     axes[0][0].legend(fontsize=8)
     m = doc["meta"]
-    fig.suptitle(f"{m['sections']:,} sections, k={m['k']} per query, parent + ±1 neighbors", fontsize=10)
+    what = "the PostgreSQL manual, hybrid" if m.get("corpus") == "manual" else "dense"
+    fig.suptitle(f"{m['sections']:,} sections ({what}), k={m['k']} per query, parent + ±1 neighbors", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -135,15 +160,34 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--ef-construction", type=int, default=200)
     ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--manual", action="store_true",
+                    help="the ingested PostgreSQL manual (prefix pg15_) with real questions, hybrid search")
+    ap.add_argument("--questions", default="../shared/eval/pgdocs_tuning.jsonl,"
+                    "benchmarks/quality/validation/administration.jsonl,benchmarks/quality/validation/reference.jsonl,"
+                    "benchmarks/quality/validation/sql_language.jsonl",
+                    help="--manual: comma list of question files (JSON lines with a 'question' field)")
     args = ap.parse_args(argv)
     ns = [int(x) for x in args.n.split(",")]
     dsn = resolve_dsn(args.dsn)
-    layout = bench_layout(args.size, args.seed, hnsw_ef_construction=args.ef_construction)
+    questions: list[str] = []
+    if args.manual:
+        layout = Layout(prefix="pg15_")
+        for f in args.questions.split(","):
+            questions += [json.loads(line)["question"] for line in Path(f).read_text().splitlines() if line.strip()]
+        from onetrip.embedders import SentenceTransformerEmbedder
+
+        embedder = SentenceTransformerEmbedder()
+        qvecs = np.stack([embedder.embed_query(q) for q in questions])
+    else:
+        layout = bench_layout(args.size, args.seed, hnsw_ef_construction=args.ef_construction)
     with connect(dsn) as conn:
         server = conn.execute("SELECT current_setting('server_version'), "
                               "(SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone()
-        docs = list(generate(args.size, dim=384, seed=args.seed))
-        ensure_loaded(conn, docs, layout, log=print)
+        if args.manual:
+            args.size = conn.execute(f"SELECT count(*) FROM {layout.table('sections')}").fetchone()[0]
+        else:
+            docs = list(generate(args.size, dim=384, seed=args.seed))
+            ensure_loaded(conn, docs, layout, log=print)
     results = []
     for added in (float(x) for x in args.rtt_ms.split(",")):
         with DelayProxyProcess.from_dsn(dsn, added) as proxy:
@@ -151,9 +195,16 @@ def main(argv: list[str] | None = None) -> int:
             achieved = measure_rtt(pdsn, 200)["median_ms"]
             for n in ns:
                 total = args.sets + args.warmup
-                vecs = corpus_query_vectors(docs, total * n, seed=args.seed + 31 + n)
-                sets = [vecs[i * n:(i + 1) * n] for i in range(total)]
-                times = measure(pdsn, layout, sets, args.k, args.warmup, warm_dsn=dsn)
+                set_texts = None
+                if args.manual:  # each set: n different questions, drawn in a seeded random order
+                    rng = random.Random(args.seed + 31 + n)
+                    picks = [rng.sample(range(len(questions)), n) for _ in range(total)]
+                    sets = [qvecs[p] for p in picks]
+                    set_texts = [[questions[j] for j in p] for p in picks]
+                else:
+                    vecs = corpus_query_vectors(docs, total * n, seed=args.seed + 31 + n)
+                    sets = [vecs[i * n:(i + 1) * n] for i in range(total)]
+                times = measure(pdsn, layout, sets, args.k, args.warmup, warm_dsn=dsn, texts=set_texts)
                 p50 = {v: statistics.median(t) for v, t in times.items()}
                 r = {"n": n, "added_rtt_ms": added, "achieved_rtt_ms": round(achieved, 4),
                      "p50_ms": {v: round(x, 4) for v, x in p50.items()},
@@ -163,16 +214,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[n={n}, +{added:g} ms, achieved {achieved:.2f}] M {p50['M']:.2f} ms, S {p50['S']:.2f} ms, "
                       f"S/M {r['ratio_S_over_M']:.2f}")
                 results.append(r)
-    doc = {"meta": {"sections": args.size, "k": args.k, "sets": args.sets, "warmup": args.warmup,
+    doc = {"meta": {"sections": args.size, "corpus": "manual" if args.manual else "synthetic",
+                    "mode": "hybrid" if args.manual else "dense", "k": args.k, "sets": args.sets,
+                    "warmup": args.warmup,
                     "ef_construction": args.ef_construction, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "cores": os.cpu_count(), "server": f"PostgreSQL {server[0]}, pgvector {server[1]}"},
            "results": results}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "many_queries.json").write_text(json.dumps(doc, indent=1))
+    stem = "many_queries_manual_hybrid" if args.manual else "many_queries"
+    (out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     md = report(doc)
-    (out / "many_queries.md").write_text(md)
-    plot(doc, out / "many_queries.png")
+    (out / f"{stem}.md").write_text(md)
+    plot(doc, out / f"{stem}.png")
     print(md)
     return 0
 

@@ -143,21 +143,24 @@ class AsyncRetriever:
         return await self.run(plan_assemble(self.layout, query, k, **options))
 
     async def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
-                          parent: bool = True, neighbors: bool = True, filters: Any = None) -> list[list[Hit]]:
+                          parent: bool = True, neighbors: bool = True, filters: Any = None, mode: str = "auto",
+                          texts: Sequence[str] | None = None, hybrid: Any = None) -> list[list[Hit]]:
         """Same as `Retriever.search_many` (texts are embedded in a worker thread, before the statement)."""
-        from .search_many import plan_search_many
+        from .search_many import plan_search_many, resolve_many, single_search
 
-        vectors = await self._query_vectors(queries)
-        if len(vectors) == 1:  # as Retriever.search_many: search's own statement
-            return [await self.search(vectors[0], k, parent=parent, neighbors=neighbors, filters=filters)]
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        queries, mode, texts = resolve_many(queries, mode, texts)
+        vectors = None if mode == "lexical" else await self._query_vectors(queries)
+        if len(queries) == 1:  # as Retriever.search_many: search's own statement
+            query, options = single_search(queries, vectors, mode, texts, hybrid)
+            return [await self.search(query, k, parent=parent, neighbors=neighbors, filters=filters, **options)]
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
+                                mode=mode, texts=texts, hybrid=hybrid)
         return await self._execute(plan, plan.params)
 
-    async def _query_vectors(self, queries: Sequence[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
+    async def _query_vectors(self, queries: list[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
         """As `Retriever._query_vectors`, the texts embedded in a worker thread."""
-        from .search_many import check_queries, query_vectors
+        from .search_many import query_vectors
 
-        queries = check_queries(queries)
         texts = [q for q in queries if isinstance(q, str)]
         embedded = iter(await asyncio.to_thread(lambda: [self.embedder.embed_query(t) for t in texts]))
         return query_vectors([next(embedded) if isinstance(q, str) else q for q in queries], self.layout.dim)
@@ -177,16 +180,21 @@ class AsyncRetriever:
 
     async def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
                            kind: str = "analyze", parent: bool = True, neighbors: bool = True,
-                           filters: Any = None) -> Explained:
+                           filters: Any = None, mode: str = "auto", texts: Sequence[str] | None = None,
+                           hybrid: Any = None) -> Explained:
         """Same as `Retriever.explain_many`."""
         from .explain import check_kind, explain_statement_async
-        from .search_many import plan_search_many
+        from .search_many import plan_search_many, resolve_many, single_search
 
         check_kind(kind)
-        vectors = await self._query_vectors(queries)
-        if len(vectors) == 1:
-            return await self.explain(vectors[0], k, kind=kind, parent=parent, neighbors=neighbors, filters=filters)
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        queries, mode, texts = resolve_many(queries, mode, texts)
+        vectors = None if mode == "lexical" else await self._query_vectors(queries)
+        if len(queries) == 1:
+            query, options = single_search(queries, vectors, mode, texts, hybrid)
+            return await self.explain(query, k, kind=kind, parent=parent, neighbors=neighbors, filters=filters,
+                                      **options)
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
+                                mode=mode, texts=texts, hybrid=hybrid)
         async with self._connection() as c:
             return await explain_statement_async(c, plan, plan.params, self.layout, kind=kind)
 

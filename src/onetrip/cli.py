@@ -88,8 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("search", help="search and print hits with parent and neighbors")
     _common(p)
     p.add_argument("query", nargs="+",
-                   help="the question; several questions are searched in ONE statement (dense search, "
-                        "Retriever.search_many), with -k, the parent/neighbor flags and the filters")
+                   help="the question; several questions are searched in ONE statement "
+                        "(Retriever.search_many), with -k, --mode, the parent/neighbor flags and the filters")
     p.add_argument("-k", type=int, default=None,
                    help="number of hits (default 5; with --assemble, one per 250 tokens of --max-tokens)")
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
@@ -466,17 +466,19 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError(f"{', '.join(assemble_only)} shape the assembled context: add --assemble "
                          "(search's hits take --no-parent / --no-neighbors)")
     if len(args.query) > 1:
-        if args.assemble or args.mode not in ("auto", "dense"):
-            raise ValueError("several queries are searched together in dense mode only, without --assemble "
-                             "or --mode lexical/hybrid: give one query for those")
+        if args.assemble:
+            raise ValueError("several queries are searched together without --assemble: give one query to "
+                             "assemble a context")
         with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, **_settings_of(args)) as r:
             if args.explain:
                 _print_explained(r.explain_many(args.query, **({} if args.k is None else {"k": args.k}),
                                                 kind=args.explain, parent=not args.no_parent,
-                                                neighbors=not args.no_neighbors, filters=flt), args.json)
+                                                neighbors=not args.no_neighbors, filters=flt, mode=args.mode),
+                                 args.json)
                 return 0
             many = r.search_many(args.query, **({} if args.k is None else {"k": args.k}),
-                                 parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt)
+                                 parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt,
+                                 mode=args.mode)
         if args.json:
             print(json.dumps([{"query": q, "hits": [hit_to_json(h) for h in hits]}
                               for q, hits in zip(args.query, many)], indent=2, ensure_ascii=False))
@@ -565,7 +567,7 @@ SERVE_DESCRIPTION = """Serve search over HTTP (Starlette under uvicorn), one Asy
 
   POST /search        {query | embedding, k, mode, expand, filters, principals, max_tokens, hits, context}
                       -> {"hits": [...], "context": {...}}; one SQL statement per shape asked for
-  POST /search_many   {queries | embeddings, k, expand, filters, principals}
+  POST /search_many   {queries | embeddings, k, mode, expand, filters, principals}
                       -> {"results": [{"query", "hits"}, ...]}; one SQL statement for all the queries
   GET  /health        200 {"status": "ok"} or 503 (no token needed)
   GET  /stats         pool statistics;  GET /openapi.json  the API's schemas

@@ -2,7 +2,7 @@
 
 Endpoints
     POST /search        top-K hits and/or the assembled, budgeted context for a query
-    POST /search_many   several queries' top-K hits (dense), in ONE statement
+    POST /search_many   several queries' top-K hits, in ONE statement
     GET  /health        200 {"status": "ok"} when a pooled connection answers; else 503 (no token needed)
     GET  /stats         pool statistics and request counts (to check the pool stays within its size)
     GET  /openapi.json  this API: request and response schemas of every endpoint
@@ -88,7 +88,7 @@ REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "princ
                   "hits", "context")
 EXPAND_FIELDS = tuple(Expansion.__dataclass_fields__)
 FILTER_FIELDS = ("collections", "doc_ids", "source_prefix", "metadata")
-SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "expand", "filters", "principals")
+SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "mode", "expand", "filters", "principals")
 SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
 
 
@@ -182,11 +182,12 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class SearchManyRequest:
-    """A validated /search_many body: several queries, one statement (dense search)."""
+    """A validated /search_many body: several queries, one statement (mode resolved: hybrid for texts)."""
 
     queries: tuple[str, ...] | None
     embeddings: tuple[np.ndarray, ...] | None
     k: int
+    mode: str
     parent: bool
     neighbors: bool
     filters: Filters
@@ -387,10 +388,17 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
     else:
         embeddings = tuple(_embedding(v, f"embeddings[{i}]") for i, v in enumerate(items))
     k = DEFAULT_K if body.get("k") is None else _int(body["k"], "k", 1, cfg.max_k, "k_out_of_range")
+    mode = body.get("mode", "auto")
+    if mode not in MODE_CHOICES:
+        raise _invalid("mode", f"must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
+    mode = resolve_mode(mode, has_q)
+    if mode != "dense" and not has_q:
+        raise _invalid("queries", f"{mode} mode needs the queries as texts (embeddings are searched densely)",
+                       "missing_query")
     raw_exp = _object(body.get("expand", {}), "expand", SEARCH_MANY_EXPAND_FIELDS)
     parent = _bool(raw_exp.get("parent", True), "expand.parent")
     neighbors = _int(raw_exp.get("neighbors", 1), "expand.neighbors", 0, 1) > 0
-    return SearchManyRequest(queries, embeddings, k, parent, neighbors, _request_filters(body, cfg))
+    return SearchManyRequest(queries, embeddings, k, mode, parent, neighbors, _request_filters(body, cfg))
 
 
 # ---------------------------------------------------------------- the service
@@ -506,10 +514,14 @@ class Service:
         return out
 
     async def search_many(self, req: SearchManyRequest) -> dict[str, Any]:
-        """Embed the texts (one worker thread), then ONE statement for all the queries."""
+        """Embed the texts (one worker thread; not for lexical mode), then ONE statement for all the queries."""
         r = await self.retriever()
         dim = r.layout.dim
-        if req.embeddings is not None:
+        vectors: list[Any]
+        if req.mode == "lexical":
+            assert req.queries is not None
+            vectors = list(req.queries)
+        elif req.embeddings is not None:
             for i, v in enumerate(req.embeddings):
                 if v.shape[0] != dim:
                     raise ApiError(422, "dimension_mismatch",
@@ -527,7 +539,8 @@ class Service:
                                f"stores {dim}")
         with _statement_errors():
             results = await r.search_many(vectors, req.k, parent=req.parent, neighbors=req.neighbors,
-                                          filters=req.filters)
+                                          filters=req.filters, mode=req.mode,
+                                          texts=list(req.queries) if req.mode == "hybrid" and req.queries else None)
         texts = req.queries or (None,) * len(vectors)
         return {"results": [{"query": q, "hits": [hit_to_json(h) for h in hits]} for q, hits in zip(texts, results)]}
 
@@ -776,7 +789,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
     many_request = {
         "type": "object", "additionalProperties": False,
         "description": "queries (texts) or embeddings, not both: every query's top-k hits with parent and "
-                       "previous/next, in ONE statement (dense search). Unknown fields are a 422.",
+                       "previous/next, in ONE statement (texts: hybrid search by default, as /search). "
+                       "Unknown fields are a 422.",
         "properties": {
             "queries": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
                         "maxItems": MAX_QUERIES},
@@ -784,6 +798,9 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                            "items": {"type": "array", "items": {"type": "number"}, "minItems": 1}},
             "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k, "default": DEFAULT_K,
                   "description": "hits per query"},
+            "mode": {"enum": list(MODE_CHOICES), "default": "auto",
+                     "description": "auto: hybrid for queries (texts), dense for embeddings; lexical and hybrid "
+                                    "need queries"},
             "expand": {"type": "object", "additionalProperties": False,
                        "properties": {"parent": {"type": "boolean", "default": True},
                                       "neighbors": {"type": "integer", "minimum": 0, "maximum": 1, "default": 1}}},
@@ -839,7 +856,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 },
             }},
             "/search_many": {"post": {
-                "summary": "Several queries' top-k hits with parent/neighbors, in one SQL statement (dense)",
+                "summary": "Several queries' top-k hits with parent/neighbors, in one SQL statement",
                 "security": secured,
                 "requestBody": {"required": True,
                                 "content": {"application/json": {"schema": _ref("SearchManyRequest")}}},

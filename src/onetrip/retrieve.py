@@ -193,7 +193,7 @@ def retrieval_sql(layout: Layout, *, parent: bool = True, neighbors: bool = True
 
     Without the DBA editions' hit_rank column: `hits_from_rows` ranks the hits.
     ``exact``: k equals ``bucket`` (see `scan_bucket`), so the scan's LIMIT is k itself.
-    ``many``: several query embeddings (`Retriever.search_many`), dense only.
+    ``many``: several queries (`Retriever.search_many`), in any mode.
     """
     return render(
         "retrieve_many" if many else "retrieve",
@@ -932,27 +932,33 @@ class Retriever:
         return self.run(plan_assemble(self.layout, query, k, **options))
 
     def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *, parent: bool = True,
-                    neighbors: bool = True, filters: Filters | dict[str, Any] | None = None) -> list[list[Hit]]:
+                    neighbors: bool = True, filters: Filters | dict[str, Any] | None = None, mode: str = "auto",
+                    texts: Sequence[str] | None = None,
+                    hybrid: HybridOptions | dict[str, Any] | None = None) -> list[list[Hit]]:
         """Top-``k`` hits of each query, each with its parent and neighbors: ONE statement for all of them.
 
         One list of `Hit` per query, in the order given; each list is what
-        ``search(query, k, mode="dense", ...)`` returns for that query. Queries
-        are texts (embedded one by one, before the statement) or embeddings.
-        Dense search only (see `onetrip.search_many`); at most 100 queries.
+        ``search(query, k, mode=..., ...)`` returns for that query. Queries are
+        texts (embedded one by one, before the statement) or embeddings; at
+        most 100. ``texts``: each query's text, with embeddings (as `search`'s
+        ``text=``). mode="auto": hybrid when each query's text is at hand (every
+        query a text, or ``texts``), else dense.
         """
-        from .search_many import plan_search_many
+        from .search_many import plan_search_many, resolve_many, single_search
 
-        vectors = self._query_vectors(queries)
-        if len(vectors) == 1:  # search's own statement: prepared with one generic plan, ~1 ms less than the batch's
-            return [self.search(vectors[0], k, parent=parent, neighbors=neighbors, filters=filters)]
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        queries, mode, texts = resolve_many(queries, mode, texts)
+        vectors = None if mode == "lexical" else self._query_vectors(queries)
+        if len(queries) == 1:
+            query, options = single_search(queries, vectors, mode, texts, hybrid)
+            return [self.search(query, k, parent=parent, neighbors=neighbors, filters=filters, **options)]
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
+                                mode=mode, texts=texts, hybrid=hybrid)
         return self._execute(plan, plan.params)
 
-    def _query_vectors(self, queries: Sequence[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
-        """search_many's queries checked, texts embedded, every vector validated (naming a wrong one by position)."""
-        from .search_many import check_queries, query_vectors
+    def _query_vectors(self, queries: list[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
+        """search_many's (checked) queries: texts embedded, every vector validated (naming a wrong one by position)."""
+        from .search_many import query_vectors
 
-        queries = check_queries(queries)
         return query_vectors([self.embedder.embed_query(q) if isinstance(q, str) else q for q in queries],
                              self.layout.dim)
 
@@ -976,7 +982,9 @@ class Retriever:
 
     def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
                      kind: str = "analyze", parent: bool = True, neighbors: bool = True,
-                     filters: Filters | dict[str, Any] | None = None) -> Explained:
+                     filters: Filters | dict[str, Any] | None = None, mode: str = "auto",
+                     texts: Sequence[str] | None = None,
+                     hybrid: HybridOptions | dict[str, Any] | None = None) -> Explained:
         """The server's plan for the ONE statement `search_many` sends for these arguments.
 
         ``kind`` as in `explain`. The plan shows one HNSW scan under a nested
@@ -984,13 +992,16 @@ class Retriever:
         One query: search's own statement, as `search_many` sends it.
         """
         from .explain import check_kind, explain_statement
-        from .search_many import plan_search_many
+        from .search_many import plan_search_many, resolve_many, single_search
 
         check_kind(kind)
-        vectors = self._query_vectors(queries)
-        if len(vectors) == 1:
-            return self.explain(vectors[0], k, kind=kind, parent=parent, neighbors=neighbors, filters=filters)
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters)
+        queries, mode, texts = resolve_many(queries, mode, texts)
+        vectors = None if mode == "lexical" else self._query_vectors(queries)
+        if len(queries) == 1:
+            query, options = single_search(queries, vectors, mode, texts, hybrid)
+            return self.explain(query, k, kind=kind, parent=parent, neighbors=neighbors, filters=filters, **options)
+        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
+                                mode=mode, texts=texts, hybrid=hybrid)
         with self._connection() as c:
             return explain_statement(c, plan, plan.params, self.layout, kind=kind)
 
