@@ -442,3 +442,22 @@ def test_adapters_from_a_dsn_share_one_embedder(corpus, dsn):
 
     assert lc.source.sync().embedder is asyncio.run(made()).embedder
     lc.close()
+
+
+def test_langchain_retriever_dumps_and_deep_copies(corpus, dsn):
+    """model_dump_json() and model_copy(deep=True) had failed on the Retriever field (a live connection)."""
+    import copy
+    import json
+
+    api = Retriever(corpus, embedder=HashEmbedder())
+    lc = LCRetriever(retriever=api, k=2, mode="dense")
+    dumped = json.loads(lc.model_dump_json())
+    assert dumped["k"] == 2 and dumped["mode"] == "dense"
+    assert "retriever" not in dumped and "embedder" not in dumped and "async_retriever" not in dumped
+    deep = lc.model_copy(deep=True, update={"k": 1})
+    assert deep.retriever is api and deep.source is lc.source  # the connection is shared, not copied
+    assert [d.id for d in deep.invoke(VACATION)] == [d.id for d in lc.invoke(VACATION)][:1]
+    assert copy.deepcopy(api) is api
+    from_dsn = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=1)
+    assert copy.deepcopy(from_dsn).invoke(VACATION) == from_dsn.invoke(VACATION)
+    from_dsn.close()

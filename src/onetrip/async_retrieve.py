@@ -198,6 +198,11 @@ class AsyncRetriever:
         async with self._connection() as c:
             return await explain_statement_async(c, plan, plan.params, self.layout, kind=kind)
 
+    def __deepcopy__(self, memo: dict) -> AsyncRetriever:
+        """Itself: a handle on a connection (or pool), which a deep copy of a structure holding it (LangChain's
+        ``model_copy(deep=True)``) shares rather than duplicates."""
+        return self
+
     async def close(self) -> None:
         if self._owns_conn and self.conn is not None:
             await self.conn.close()

@@ -64,6 +64,11 @@ class SentenceTransformerEmbedder:
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # the HTTP service embeds in worker threads
 
+    def __deepcopy__(self, memo: dict) -> SentenceTransformerEmbedder:
+        """Itself: a loaded model (read-only weights, a lock), which a deep copy of a structure
+        holding it (LangChain's ``model_copy(deep=True)``) shares rather than duplicates."""
+        return self
+
     @cached_property
     def model(self):  # type: ignore[no-untyped-def]
         os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -1005,6 +1005,11 @@ class Retriever:
         with self._connection() as c:
             return explain_statement(c, plan, plan.params, self.layout, kind=kind)
 
+    def __deepcopy__(self, memo: dict) -> Retriever:
+        """Itself: a handle on a connection (or pool), which a deep copy of a structure holding it (LangChain's
+        ``model_copy(deep=True)``) shares rather than duplicates."""
+        return self
+
     def close(self) -> None:
         if self._owns_conn and self.conn is not None:
             self.conn.close()

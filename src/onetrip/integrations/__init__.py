@@ -226,6 +226,11 @@ class Source:
         self._owned_async = False
         self._loop: asyncio.AbstractEventLoop | None = None
 
+    def __deepcopy__(self, memo: dict) -> Source:
+        """Itself: the adapter's connections, which a deep copy of a structure holding it (LangChain's
+        ``model_copy(deep=True)``) shares rather than duplicates."""
+        return self
+
     def sync(self) -> Retriever:
         if self.retriever is None:
             with self._lock:  # `batch` calls from worker threads: make ONE connection, not one each

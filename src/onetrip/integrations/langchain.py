@@ -52,10 +52,11 @@ class OnetripRetriever(BaseRetriever):
     read once. Options passed to ``invoke`` itself are not used: LangChain drops them.
     """
 
-    retriever: Retriever | None = None
-    async_retriever: AsyncRetriever | None = None
+    # connections and a model: left out of model_dump()/model_dump_json(), shared by deep copies
+    retriever: Retriever | None = Field(None, exclude=True)
+    async_retriever: AsyncRetriever | None = Field(None, exclude=True)
     dsn: str | None = None
-    embedder: Any = None
+    embedder: Any = Field(None, exclude=True)
     db_schema: str | None = None
     prefix: str = ""
     k: int = Field(5, strict=True)  # strict: onetrip refuses k=True or "3", pydantic would coerce them
