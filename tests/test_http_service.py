@@ -275,6 +275,17 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
         assert_error(status, data, 400, "malformed_json", "empty")
         status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", "filters": {"metadata": {"a": 1e400}}}')
         assert_error(status, data, 400, "malformed_json", "1e400 is outside a 64-bit float")  # json read it as inf
+        status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", "k": 1, "k": 50}')
+        assert_error(status, data, 400, "malformed_json", "'k' appears twice")  # had kept the last one
+        status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", "filters": {"doc_ids": [], "doc_ids": ["a"]}}')
+        assert_error(status, data, 400, "malformed_json", "'doc_ids' appears twice")
+        status, data, _ = call(base, "POST", "/search", raw=b"query=x", headers={"Content-Type": "application/x-www-form-urlencoded"})
+        assert_error(status, data, 415, "unsupported_media_type", "application/x-www-form-urlencoded")
+        status, data, _ = call(base, "POST", "/search_many", raw=b'{"queries": ["x"]}', headers={"Content-Type": "text/plain"})
+        assert_error(status, data, 415, "unsupported_media_type", "text/plain")
+        for ctype in ("application/json; charset=utf-8", "application/vnd.api+json"):
+            status, data, _ = call(base, "POST", "/search", raw=b'{"query": "pasta", "k": 1}', headers={"Content-Type": ctype})
+            assert status == 200, (ctype, data)
 
         cases = [
             ({"query": "x", "top_k": 3}, "unknown_field", ["top_k"]),

@@ -564,8 +564,29 @@ def _authorize(request: Request, token: str | None) -> None:
                        "missing bearer token" if not header else "invalid bearer token")
 
 
+def _check_content_type(value: str | None) -> None:
+    """A JSON media type, or none given (curl without -H); a form or text body is a 415 naming its type."""
+    if value is None:
+        return
+    media = value.split(";", 1)[0].strip().lower()
+    if media and media != "application/json" and not media.endswith("+json"):
+        raise ApiError(415, "unsupported_media_type",
+                       f"the body is {media}; send JSON with Content-Type: application/json")
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object whose keys are all different: {"k": 1, "k": 50} would silently keep the last k."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"the key {key!r} appears twice in one object")
+        out[key] = value
+    return out
+
+
 async def _read_json(request: Request, cap: int) -> Any:
     """The body as JSON, refusing more than ``cap`` bytes before reading them all."""
+    _check_content_type(request.headers.get("content-type"))
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
@@ -592,7 +613,8 @@ async def _read_json(request: Request, cap: int) -> Any:
         return value
 
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=no_constants, parse_float=finite)
+        return json.loads(raw.decode("utf-8"), parse_constant=no_constants, parse_float=finite,
+                          object_pairs_hook=_no_duplicate_keys)
     except UnicodeDecodeError:
         raise ApiError(400, "malformed_json", "the body is not UTF-8") from None
     except (ValueError, RecursionError) as e:
@@ -847,9 +869,10 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "requestBody": {"required": True, "content": {"application/json": {"schema": _ref("SearchRequest")}}},
                 "responses": {
                     "200": ok(_ref("SearchResponse")),
-                    "400": err("malformed JSON"), **auth,
+                    "400": err("malformed JSON (also: a key twice in one object)"), **auth,
                     "403": err("principals given but not allowed"),
                     "413": err(f"body over {cfg.max_body} bytes"),
+                    "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
                                "dimension, unknown filter key"),
                     "503": err("database unavailable or schema missing"),
@@ -862,9 +885,10 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                                 "content": {"application/json": {"schema": _ref("SearchManyRequest")}}},
                 "responses": {
                     "200": ok(_ref("SearchManyResponse")),
-                    "400": err("malformed JSON"), **auth,
+                    "400": err("malformed JSON (also: a key twice in one object)"), **auth,
                     "403": err("principals given but not allowed"),
                     "413": err(f"body over {cfg.max_body} bytes"),
+                    "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, queries and embeddings both or neither, "
                                f"more than {MAX_QUERIES} queries, k out of range, wrong embedding dimension"),
                     "503": err("database unavailable or schema missing"),
