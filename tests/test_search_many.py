@@ -275,3 +275,44 @@ def test_async_text_batch_equals_sync(text_kb, dsn):
     assert got == want
     assert lexical == text_kb.search_many(TEXT_QUERIES, k=4, mode="lexical")
     assert "query_words" in explained.statement and "Planning Time" in explained.plan
+
+
+def test_psql_runs_the_hybrid_batch_edition_as_is(text_kb, dsn):
+    """sql/postgres/retrieve_many_hybrid.sql in psql: each query's hits are search_many's (and search's)."""
+    import csv
+    import io
+    import subprocess
+
+    import pgserver._commands as c
+
+    from onetrip.store import technical_terms
+
+    r = text_kb
+    texts = TEXT_QUERIES[:4]
+    vecs = [HashEmbedder().embed_query(t) for t in texts]
+
+    def arr(items: list[str]) -> str:
+        return "{" + ",".join('"' + x.replace("\\", "\\\\").replace('"', '\\"') + '"' for x in items) + "}"
+
+    lits = ["[" + ",".join(f"{x:.8f}" for x in v) + "]" for v in vecs]
+    opts = HybridOptions().params(3, "hybrid")
+    sql = Path(__file__).resolve().parents[1] / "sql" / "postgres" / "retrieve_many_hybrid.sql"
+    out = subprocess.run(
+        [str(Path(c.POSTGRES_BIN_PATH) / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+         "-v", "k=3", "-v", f"query_embeddings={arr(lits)}", "-v", f"query_texts={arr(texts)}",
+         "-v", f"query_terms={arr([' '.join(technical_terms(t)) for t in texts])}",
+         *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],
+        check=True, capture_output=True, text=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    api = r.search_many(vecs, k=3, texts=texts)
+    assert api == [r.search(v, k=3, text=t) for v, t in zip(vecs, texts)]
+    for n, hits in enumerate(api, 1):
+        mine = sorted((row for row in rows if row["query_ord"] == str(n)), key=lambda row: int(row["hit_rank"]))
+        assert [(row["doc_id"], row["section_id"]) for row in mine] == \
+            [(h.section.doc_id, h.section.section_id) for h in hits]
+        assert [float(row["score"]) for row in mine] == pytest.approx([h.score for h in hits], rel=1e-9)
+    context = [(row["doc_id"], row["section_id"]) for row in rows if not row["query_ord"]]
+    assert len(context) == len(set(context))  # each context row once, for all queries
+    related = {(h.section.doc_id, x.section_id) for hits in api for h in hits for x in (h.parent, h.prev, h.next) if x}
+    hit_keys = {(h.section.doc_id, h.section.section_id) for hits in api for h in hits}
+    assert set(context) == related - hit_keys

@@ -14,7 +14,7 @@
 --           :k  integer  number of hits (top-K) of each query
 --           psql: psql -v k=5 -v query_embeddings='{"[...]","[...]"}' -f retrieve_many.sql
 -- Settings  As for retrieve.sql: with iterative scans off (the server default)
---           each query gets at most hnsw.ef_search (40) hits; SET
+--           each query's HNSW scan returns at most hnsw.ef_search (40) rows; SET
 --           hnsw.iterative_scan = relaxed_order (as onetrip's Python API does)
 --           or hnsw.ef_search to at least k.
 -- Plan      Expect one HNSW scan per query, in a Nested Loop over the queries:

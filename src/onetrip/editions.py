@@ -44,6 +44,8 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
                                   "filters": {"collections": True, "principals": True}}))
         files.append(EditionFile("retrieve_hybrid.sql", "retrieve", {**FULL_EXPANSION, "mode": "hybrid"}))
         files.append(EditionFile("retrieve_many.sql", "retrieve_many", {**FULL_EXPANSION, "many": True}))
+        files.append(EditionFile("retrieve_many_hybrid.sql", "retrieve_many",
+                                 {**FULL_EXPANSION, "many": True, "mode": "hybrid"}))
         files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
         files.append(EditionFile("rls.sql", "rls", {}))
     else:
