@@ -526,6 +526,9 @@ MANY_REQUESTS = [
     {"queries": ["salaries", "connections"], "filters": {"doc_ids": ["connections.md", "salaries.md"]}},
     {"queries": ["max_connections", "pasta water"], "k": 2, "mode": "lexical"},
     {"queries": ["max_connections", "pasta water"], "k": 2, "mode": "dense"},
+    # both: the embeddings are the queries' own (here deliberately of other texts), the texts feed the word list
+    {"queries": ["max_connections", "pasta water"], "k": 2,
+     "embeddings": [HashEmbedder().embed_query("reserved slots").tolist(), HashEmbedder().embed_query("bread").tolist()]},
 ]
 
 
@@ -551,16 +554,18 @@ def test_search_many_equals_the_python_api_in_one_statement(db, dsn, corpus, sta
             assert status == 200, data
             assert len(w.statements) == 1 and w.statements[0].startswith("WITH queries AS")
             validator("SearchManyResponse").validate(data)
-            queries = body.get("queries") or [np.asarray(e, np.float32) for e in body["embeddings"]]
+            texts = body.get("queries") if "embeddings" in body else None  # None, or the embeddings' texts
+            queries = [np.asarray(e, np.float32) for e in body["embeddings"]] if "embeddings" in body else body["queries"]
             exp = body.get("expand", {})
-            want = r.search_many(queries, body.get("k", 5), parent=exp.get("parent", True),
+            want = r.search_many(queries, body.get("k", 5), parent=exp.get("parent", True), texts=texts,
                                  neighbors=exp.get("neighbors", 1) > 0, mode=body.get("mode", "auto"),
                                  filters=Filters(principals=(), **body.get("filters", {})))
             # texts search hybrid by default (a fused score), embeddings dense, as /search does
             hybrid = "queries" in body and body.get("mode", "auto") in ("auto", "hybrid", "lexical")
             assert all((h["score"] is not None) == hybrid for res in data["results"] for h in res["hits"])
-            assert data == {"results": [{"query": q if isinstance(q, str) else None, "hits": [hit_json(h) for h in hits]}
-                                        for q, hits in zip(queries, want)]}
+            shown = texts or [q if isinstance(q, str) else None for q in queries]
+            assert data == {"results": [{"query": q, "hits": [hit_json(h) for h in hits]}
+                                        for q, hits in zip(shown, want)]}
         # the secret document stays hidden: public principals only
         assert all(h["doc_id"] != "salaries.md" for res in call(base, "POST", "/search_many", MANY_REQUESTS[2])[1]
                    ["results"] for h in res["hits"])
@@ -569,8 +574,10 @@ def test_search_many_equals_the_python_api_in_one_statement(db, dsn, corpus, sta
 def test_search_many_bad_input_names_the_item(dsn, corpus):
     good = HashEmbedder().embed_query("pasta").tolist()
     cases = [
-        ({}, 422, "missing_query", "one of the two"),
-        ({"queries": ["a"], "embeddings": [good]}, 422, "missing_query", "one of the two"),
+        ({}, 422, "missing_query", "or both (hybrid)"),
+        ({"queries": ["a", "b"], "embeddings": [good]}, 422, "invalid_field", "1 embeddings for 2 queries"),
+        ({"queries": ["a"], "embeddings": [good], "mode": "dense"}, 422, "invalid_field", "not both"),
+        ({"queries": ["a"], "embeddings": [good], "mode": "lexical"}, 422, "invalid_field", "no embeddings"),
         ({"queries": ["q"] * 101}, 422, "invalid_field", "1 to 100 items, got 101"),
         ({"queries": "pasta"}, 422, "invalid_field", "got a string"),
         ({"queries": ["pasta", "  "]}, 422, "invalid_field", "queries[1]: is empty"),

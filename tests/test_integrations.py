@@ -458,6 +458,12 @@ def test_langchain_retriever_dumps_and_deep_copies(corpus, dsn):
     assert deep.retriever is api and deep.source is lc.source  # the connection is shared, not copied
     assert [d.id for d in deep.invoke(VACATION)] == [d.id for d in lc.invoke(VACATION)][:1]
     assert copy.deepcopy(api) is api
+    # a new connection field applies on the next call (it had kept searching the old retriever)
+    other = Retriever(corpus, embedder=HashEmbedder())
+    moved = lc.model_copy(update={"retriever": other})
+    assert moved.invoke(VACATION) and moved.source.sync() is other and lc.source.sync() is api
+    lc.retriever = other
+    assert lc.source.sync() is other
     from_dsn = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=1)
     assert copy.deepcopy(from_dsn).invoke(VACATION) == from_dsn.invoke(VACATION)
     from_dsn.close()

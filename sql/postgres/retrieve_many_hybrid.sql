@@ -68,7 +68,7 @@ dense AS MATERIALIZED (
            n.doc_id,
            n.section_id,
            n.distance,
-           row_number() OVER (PARTITION BY q.query_ord ORDER BY n.distance, n.doc_id, n.section_id) AS rank
+           row_number() OVER (PARTITION BY q.query_ord ORDER BY n.distance + 0, n.doc_id, n.section_id) AS rank
       FROM queries q
      CROSS JOIN LATERAL (
            SELECT c.*

@@ -567,7 +567,7 @@ SERVE_DESCRIPTION = """Serve search over HTTP (Starlette under uvicorn), one Asy
 
   POST /search        {query | embedding, k, mode, expand, filters, principals, max_tokens, hits, context}
                       -> {"hits": [...], "context": {...}}; one SQL statement per shape asked for
-  POST /search_many   {queries | embeddings, k, mode, expand, filters, principals}
+  POST /search_many   {queries | embeddings | both, k, mode, expand, filters, principals}
                       -> {"results": [{"query", "hits"}, ...]}; one SQL statement for all the queries
   GET  /health        200 {"status": "ok"} or 503 (no token needed)
   GET  /stats         pool statistics;  GET /openapi.json  the API's schemas

@@ -182,7 +182,10 @@ class SearchRequest:
 
 @dataclass(frozen=True)
 class SearchManyRequest:
-    """A validated /search_many body: several queries, one statement (mode resolved: hybrid for texts)."""
+    """A validated /search_many body: several queries, one statement (mode resolved: hybrid for texts).
+
+    Both queries and embeddings (hybrid): the embeddings are the queries' own, one per query.
+    """
 
     queries: tuple[str, ...] | None
     embeddings: tuple[np.ndarray, ...] | None
@@ -368,33 +371,42 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
 
 
 def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
-    """Validate a /search_many body: queries (texts) or embeddings, each named by its index when wrong."""
+    """Validate a /search_many body: queries (texts), embeddings, or both (hybrid), each named by its index when wrong."""
     body = _object(body, "body", SEARCH_MANY_FIELDS)
     has_q, has_e = body.get("queries") is not None, body.get("embeddings") is not None
-    if has_q == has_e:
-        raise ApiError(422, "missing_query", "give queries (texts) or embeddings (lists of floats), one of the two",
+    if not (has_q or has_e):
+        raise ApiError(422, "missing_query", "give queries (texts), embeddings (lists of floats), or both (hybrid)",
                        field="queries")
-    name = "queries" if has_q else "embeddings"
-    items = body[name]
-    if not isinstance(items, list) or not 1 <= len(items) <= MAX_QUERIES:
-        got = f"{len(items)} items" if isinstance(items, list) else _json_type(items)
-        raise _invalid(name, f"must be a list of 1 to {MAX_QUERIES} items, got {got}")
     queries = embeddings = None
-    if has_q:
-        queries = tuple(_text(q, f"queries[{i}]") for i, q in enumerate(items))
-        for i, q in enumerate(queries):
-            if not q.strip():
-                raise _invalid(f"queries[{i}]", "is empty")
-    else:
-        embeddings = tuple(_embedding(v, f"embeddings[{i}]") for i, v in enumerate(items))
+    for name in ("queries", "embeddings"):
+        items = body.get(name)
+        if items is None:
+            continue
+        if not isinstance(items, list) or not 1 <= len(items) <= MAX_QUERIES:
+            got = f"{len(items)} items" if isinstance(items, list) else _json_type(items)
+            raise _invalid(name, f"must be a list of 1 to {MAX_QUERIES} items, got {got}")
+        if name == "queries":
+            queries = tuple(_text(q, f"queries[{i}]") for i, q in enumerate(items))
+            for i, q in enumerate(queries):
+                if not q.strip():
+                    raise _invalid(f"queries[{i}]", "is empty")
+        else:
+            embeddings = tuple(_embedding(v, f"embeddings[{i}]") for i, v in enumerate(items))
+    if queries is not None and embeddings is not None and len(queries) != len(embeddings):
+        raise _invalid("embeddings", f"give one embedding per query: {len(embeddings)} embeddings for "
+                                     f"{len(queries)} queries")
     k = DEFAULT_K if body.get("k") is None else _int(body["k"], "k", 1, cfg.max_k, "k_out_of_range")
     mode = body.get("mode", "auto")
     if mode not in MODE_CHOICES:
         raise _invalid("mode", f"must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
     mode = resolve_mode(mode, has_q)
     if mode != "dense" and not has_q:
-        raise _invalid("queries", f"{mode} mode needs the queries as texts (embeddings are searched densely)",
+        raise _invalid("queries", f"{mode} mode needs the queries as texts (embeddings alone are searched densely)",
                        "missing_query")
+    if mode == "lexical" and has_e:  # as /search
+        raise _invalid("embeddings", "lexical mode takes the queries (texts) only, no embeddings")
+    if mode == "dense" and has_q and has_e:
+        raise _invalid("embeddings", "dense mode takes queries or embeddings, not both (both are for hybrid)")
     raw_exp = _object(body.get("expand", {}), "expand", SEARCH_MANY_EXPAND_FIELDS)
     parent = _bool(raw_exp.get("parent", True), "expand.parent")
     neighbors = _int(raw_exp.get("neighbors", 1), "expand.neighbors", 0, 1) > 0
@@ -565,7 +577,11 @@ def _authorize(request: Request, token: str | None) -> None:
 
 
 def _check_content_type(value: str | None) -> None:
-    """A JSON media type, or none given (curl without -H); a form or text body is a 415 naming its type."""
+    """A JSON media type, or none given; a form or text body is a 415 naming its type.
+
+    ``curl -d`` sends application/x-www-form-urlencoded unless told otherwise: use
+    ``curl --json`` or ``-H 'content-type: application/json'``.
+    """
     if value is None:
         return
     media = value.split(";", 1)[0].strip().lower()
@@ -810,9 +826,9 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
     }
     many_request = {
         "type": "object", "additionalProperties": False,
-        "description": "queries (texts) or embeddings, not both: every query's top-k hits with parent and "
-                       "previous/next, in ONE statement (texts: hybrid search by default, as /search). "
-                       "Unknown fields are a 422.",
+        "description": "queries (texts), embeddings, or both (hybrid, one embedding per query): every query's "
+                       "top-k hits with parent and previous/next, in ONE statement (texts: hybrid search by "
+                       "default, as /search). Unknown fields are a 422.",
         "properties": {
             "queries": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
                         "maxItems": MAX_QUERIES},
@@ -821,8 +837,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k, "default": DEFAULT_K,
                   "description": "hits per query"},
             "mode": {"enum": list(MODE_CHOICES), "default": "auto",
-                     "description": "auto: hybrid for queries (texts), dense for embeddings; lexical and hybrid "
-                                    "need queries"},
+                     "description": "auto: hybrid when queries (texts) are given, dense for embeddings alone; "
+                                    "lexical and hybrid need queries"},
             "expand": {"type": "object", "additionalProperties": False,
                        "properties": {"parent": {"type": "boolean", "default": True},
                                       "neighbors": {"type": "integer", "minimum": 0, "maximum": 1, "default": 1}}},

@@ -69,6 +69,10 @@ def resolve_many(queries: object, mode: str = "auto",
     without them are refused, naming the first query that is an embedding.
     """
     queries = check_queries(queries)
+    if mode != "auto" and mode not in MODES:
+        raise ValueError(f"mode must be one of {MODE_CHOICES}, got {mode!r}")
+    if mode == "dense":  # texts unused, as search(..., text=..., mode="dense") ignores its text
+        return queries, mode, None
     if texts is not None:
         if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence) or len(texts) != len(queries):
             raise ValueError(f"texts must be a list of {len(queries)} query texts, one per query")
@@ -81,10 +85,8 @@ def resolve_many(queries: object, mode: str = "auto",
         lexical_texts = queries if all(isinstance(q, str) for q in queries) else None
     if mode == "auto":
         mode = "dense" if lexical_texts is None else "hybrid"
-    elif mode not in MODES:
-        raise ValueError(f"mode must be one of {MODE_CHOICES}, got {mode!r}")
-    if mode == "dense":
-        return queries, mode, None
+        if mode == "dense":
+            return queries, mode, None
     if lexical_texts is None:
         i = next(i for i, q in enumerate(queries) if not isinstance(q, str))
         raise ValueError(f"query {i}: {mode} mode needs the query text, got an embedding "

@@ -46,10 +46,12 @@ class OnetripRetriever(BaseRetriever):
     score (1 - distance in dense mode, the RRF score in hybrid/lexical; an assembled context's
     non-hit passages, and hybrid ones, have none), rank, and parent/prev/next_section_id (roles,
     best_rank, doc_rank when assembled).
-    The search fields (k, mode, content, assembled, expand, filters, principals, max_tokens,
-    hybrid) may be changed after construction (``retriever.k = 2``) and are checked on the next
-    call; the connection fields (retriever, async_retriever, dsn, embedder, db_schema, prefix) are
-    read once. Options passed to ``invoke`` itself are not used: LangChain drops them.
+    Every field may be changed after construction (``retriever.k = 2``, ``model_copy(update=...)``)
+    and applies on the next call: the search fields (k, mode, content, assembled, expand, filters,
+    principals, max_tokens, hybrid) are validated then, and new connection fields (retriever,
+    async_retriever, dsn, embedder, db_schema, prefix) make a new `Source` (a copy that keeps the
+    old ones keeps sharing the old one). Options passed to ``invoke`` itself are not used:
+    LangChain drops them.
     """
 
     # connections and a model: left out of model_dump()/model_dump_json(), shared by deep copies
@@ -74,6 +76,7 @@ class OnetripRetriever(BaseRetriever):
     _query: Query = PrivateAttr()
     _built_from: tuple = PrivateAttr(default=())
     _source: Source = PrivateAttr()
+    _source_from: tuple = PrivateAttr(default=())
 
     def _search_fields(self) -> tuple:
         return (self.k, self.mode, self.content, self.assembled, self.expand, self.filters, self.principals,
@@ -89,23 +92,35 @@ class OnetripRetriever(BaseRetriever):
             self._built_from = fields
         return self._query
 
+    def _connection_fields(self) -> tuple:
+        return (self.retriever, self.async_retriever, self.dsn, self.embedder, self.db_schema, self.prefix)
+
+    def _current_source(self) -> Source:
+        """The Source for the connection fields as they are now: a new one when one was replaced."""
+        fields = self._connection_fields()
+        if len(fields) != len(self._source_from) or not all(
+                a is b or (isinstance(a, str) and a == b) for a, b in zip(fields, self._source_from)):
+            self._source = Source(self.retriever, self.async_retriever, self.dsn, embedder=self.embedder,
+                                  schema=self.db_schema, prefix=self.prefix)
+            self._source_from = fields
+        return self._source
+
     def model_post_init(self, context: Any, /) -> None:
         super().model_post_init(context)
         self._current_query()  # bad options fail here, at construction
-        self._source = Source(self.retriever, self.async_retriever, self.dsn, embedder=self.embedder,
-                              schema=self.db_schema, prefix=self.prefix)
+        self._current_source()
 
     @property
     def source(self) -> Source:
         """The onetrip retrievers in use (``source.sync().conn`` is the sync connection)."""
-        return self._source
+        return self._current_source()
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return [to_document(i) for i in self._source.search(query, self._current_query())]
+        return [to_document(i) for i in self._current_source().search(query, self._current_query())]
 
     async def _aget_relevant_documents(self, query: str, *,
                                        run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
-        return [to_document(i) for i in await self._source.asearch(query, self._current_query())]
+        return [to_document(i) for i in await self._current_source().asearch(query, self._current_query())]
 
     def close(self) -> None:
         """Close the sync connection made from ``dsn`` (given retrievers stay open)."""
