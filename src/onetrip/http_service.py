@@ -905,8 +905,9 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "403": err("principals given but not allowed"),
                     "413": err(f"body over {cfg.max_body} bytes"),
                     "415": err("a Content-Type other than JSON"),
-                    "422": err("invalid request: unknown field, queries and embeddings both or neither, "
-                               f"more than {MAX_QUERIES} queries, k out of range, wrong embedding dimension"),
+                    "422": err("invalid request: unknown field, neither queries nor embeddings, not one embedding "
+                               f"per query, more than {MAX_QUERIES} queries, k out of range, wrong embedding "
+                               "dimension, a mode the given fields cannot run"),
                     "503": err("database unavailable or schema missing"),
                 },
             }},
