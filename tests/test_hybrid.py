@@ -376,3 +376,48 @@ def test_text_queries_reuse_one_generic_plan(kb):
     plans = kb.conn.execute("SELECT generic_plans FROM pg_prepared_statements "
                             "WHERE statement LIKE 'WITH%' AND statement LIKE '%query_words%'").fetchall()
     assert len(plans) == 2 and all(g >= 2 for g, in plans), plans
+
+
+def _gin_pending_pages(conn, table: str) -> int:
+    """Pages in the pending lists of the table's GIN indexes (merging them: ask once)."""
+    return conn.execute(
+        """SELECT coalesce(sum(gin_clean_pending_list(c.oid::regclass)), 0)
+             FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am a ON a.oid = c.relam
+            WHERE a.amname = 'gin' AND c.relkind = 'i'
+              AND i.indrelid IN (SELECT %(t)s::regclass UNION ALL
+                                 SELECT inhrelid FROM pg_inherits WHERE inhparent = %(t)s::regclass)""",
+        {"t": table}).fetchone()[0]
+
+
+@pytest.mark.parametrize("layout", [Layout(), Layout(partitions=3)], ids=["plain", "partitioned"])
+def test_ingest_leaves_no_pending_entries_in_the_word_indexes(db, tmp_path, layout):
+    """A GIN index's pending list is read in full by every lexical index scan until VACUUM merges it."""
+    from onetrip.store import flush_word_indexes
+
+    init_schema(db, layout)
+    for name, text in DOCS.items():
+        (tmp_path / name).write_text(text)
+    ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert _gin_pending_pages(db, "sections") == 0
+    # rows written another way leave pending entries; refresh-term-stats merges them too
+    db.execute("UPDATE sections SET content = content || ' with some extra words here'")  # tsv is generated
+    assert flush_word_indexes(db, layout) > 0
+    assert _gin_pending_pages(db, "sections") == 0
+
+
+def test_merging_the_word_indexes_is_skipped_for_a_non_owner(kb):
+    from onetrip.store import flush_word_indexes
+
+    db = kb.conn
+    role = "onetrip_test_not_owner"
+    db.execute(f"DROP ROLE IF EXISTS {role}")
+    db.execute(f"CREATE ROLE {role}")
+    try:
+        db.execute(f"GRANT SELECT ON sections TO {role}")
+        db.execute(f"SET ROLE {role}")
+        assert flush_word_indexes(db, Layout()) is None  # needs the owner: nothing done, nothing broken
+        assert db.execute("SELECT count(*) FROM sections").fetchone()[0] > 0
+    finally:
+        db.execute("RESET ROLE")
+        db.execute(f"REVOKE ALL ON sections FROM {role}")
+        db.execute(f"DROP ROLE {role}")

@@ -6,7 +6,7 @@
       several questions            ... all in one statement                      Retriever.search_many
       --assemble                   one budgeted context                          Retriever.assemble
       --explain                    the statement, its binds and its plan         Retriever.explain(_many)
-    onetrip refresh-term-stats   recount lexical word weights                    refresh_term_stats
+    onetrip refresh-term-stats   recount lexical word weights, merge GIN pending refresh_term_stats
     onetrip documents            list the stored documents                       list_documents
     onetrip delete DOC_ID...     delete documents and their sections             delete_document
     onetrip prune                delete archived revisions                       store.prune_history
@@ -126,7 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
     a.add_argument("--document-max-tokens", type=int, default=None, help="document size gate (default 2000)")
 
     p = sub.add_parser("refresh-term-stats",
-                       help="recount the words lexical and hybrid search weight by (ingest does this itself)")
+                       help="recount the words lexical and hybrid search weight by, and merge the word indexes' "
+                            "pending entries (ingest does both itself)")
     _common(p)
 
     p = sub.add_parser("documents", help="list the stored documents (revision, sections, tokens)")
