@@ -146,15 +146,14 @@ class AsyncRetriever:
                           parent: bool = True, neighbors: bool = True, filters: Any = None, mode: str = "auto",
                           texts: Sequence[str] | None = None, hybrid: Any = None) -> list[list[Hit]]:
         """Same as `Retriever.search_many` (texts are embedded in a worker thread, before the statement)."""
-        from .search_many import plan_search_many, resolve_many, single_search
+        from .search_many import plan_many, resolve_many
 
         queries, mode, texts = resolve_many(queries, mode, texts)
         vectors = None if mode == "lexical" else await self._query_vectors(queries)
-        if len(queries) == 1:  # as Retriever.search_many: search's own statement
-            query, options = single_search(queries, vectors, mode, texts, hybrid)
-            return [await self.search(query, k, parent=parent, neighbors=neighbors, filters=filters, **options)]
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
-                                mode=mode, texts=texts, hybrid=hybrid)
+        plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
+                                         parent=parent, neighbors=neighbors, filters=filters)
+        if plan is None:
+            return [await self.search(query, k, **options)]
         return await self._execute(plan, plan.params)
 
     async def _query_vectors(self, queries: list[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
@@ -184,17 +183,15 @@ class AsyncRetriever:
                            hybrid: Any = None) -> Explained:
         """Same as `Retriever.explain_many`."""
         from .explain import check_kind, explain_statement_async
-        from .search_many import plan_search_many, resolve_many, single_search
+        from .search_many import plan_many, resolve_many
 
         check_kind(kind)
         queries, mode, texts = resolve_many(queries, mode, texts)
         vectors = None if mode == "lexical" else await self._query_vectors(queries)
-        if len(queries) == 1:
-            query, options = single_search(queries, vectors, mode, texts, hybrid)
-            return await self.explain(query, k, kind=kind, parent=parent, neighbors=neighbors, filters=filters,
-                                      **options)
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
-                                mode=mode, texts=texts, hybrid=hybrid)
+        plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
+                                         parent=parent, neighbors=neighbors, filters=filters)
+        if plan is None:
+            return await self.explain(query, k, kind=kind, **options)
         async with self._connection() as c:
             return await explain_statement_async(c, plan, plan.params, self.layout, kind=kind)
 

@@ -944,15 +944,14 @@ class Retriever:
         ``text=``). mode="auto": hybrid when each query's text is at hand (every
         query a text, or ``texts``), else dense.
         """
-        from .search_many import plan_search_many, resolve_many, single_search
+        from .search_many import plan_many, resolve_many
 
         queries, mode, texts = resolve_many(queries, mode, texts)
         vectors = None if mode == "lexical" else self._query_vectors(queries)
-        if len(queries) == 1:
-            query, options = single_search(queries, vectors, mode, texts, hybrid)
-            return [self.search(query, k, parent=parent, neighbors=neighbors, filters=filters, **options)]
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
-                                mode=mode, texts=texts, hybrid=hybrid)
+        plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
+                                         parent=parent, neighbors=neighbors, filters=filters)
+        if plan is None:
+            return [self.search(query, k, **options)]
         return self._execute(plan, plan.params)
 
     def _query_vectors(self, queries: list[str | Sequence[float] | np.ndarray]) -> list[np.ndarray]:
@@ -992,16 +991,15 @@ class Retriever:
         One query: search's own statement, as `search_many` sends it.
         """
         from .explain import check_kind, explain_statement
-        from .search_many import plan_search_many, resolve_many, single_search
+        from .search_many import plan_many, resolve_many
 
         check_kind(kind)
         queries, mode, texts = resolve_many(queries, mode, texts)
         vectors = None if mode == "lexical" else self._query_vectors(queries)
-        if len(queries) == 1:
-            query, options = single_search(queries, vectors, mode, texts, hybrid)
-            return self.explain(query, k, kind=kind, parent=parent, neighbors=neighbors, filters=filters, **options)
-        plan = plan_search_many(self.layout, vectors, k, parent=parent, neighbors=neighbors, filters=filters,
-                                mode=mode, texts=texts, hybrid=hybrid)
+        plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
+                                         parent=parent, neighbors=neighbors, filters=filters)
+        if plan is None:
+            return self.explain(query, k, kind=kind, **options)
         with self._connection() as c:
             return explain_statement(c, plan, plan.params, self.layout, kind=kind)
 

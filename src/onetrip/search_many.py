@@ -21,8 +21,8 @@ import numpy as np
 
 from .embedders import as_vector
 from .errors import DimensionMismatchError
-from .retrieve import (MODE_CHOICES, MODES, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid,
-                       check_flag, check_k, check_query_text, k_bucket, retrieval_sql)
+from .retrieve import (MODES, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid, check_flag, check_k,
+                       check_query_text, k_bucket, resolve_mode, retrieval_sql)
 from .templates import Layout
 
 #: At most this many queries per statement: each is one HNSW scan, and the result holds k hits of each.
@@ -69,8 +69,8 @@ def resolve_many(queries: object, mode: str = "auto",
     without them are refused, naming the first query that is an embedding.
     """
     queries = check_queries(queries)
-    if mode != "auto" and mode not in MODES:
-        raise ValueError(f"mode must be one of {MODE_CHOICES}, got {mode!r}")
+    all_text = all(isinstance(q, str) for q in queries)
+    mode = resolve_mode(mode, texts is not None or all_text)  # checks mode too
     if mode == "dense":  # texts unused, as search(..., text=..., mode="dense") ignores its text
         return queries, mode, None
     if texts is not None:
@@ -80,32 +80,33 @@ def resolve_many(queries: object, mode: str = "auto",
             if not isinstance(t, str):
                 raise TypeError(f"texts[{i}]: the query text must be a string, got {type(t).__name__}")
             check_query_text(t, f"texts[{i}]")
-        lexical_texts: list[str] | None = list(texts)
-    else:
-        lexical_texts = queries if all(isinstance(q, str) for q in queries) else None
-    if mode == "auto":
-        mode = "dense" if lexical_texts is None else "hybrid"
-        if mode == "dense":
-            return queries, mode, None
-    if lexical_texts is None:
+        return queries, mode, list(texts)
+    if not all_text:
         i = next(i for i, q in enumerate(queries) if not isinstance(q, str))
         raise ValueError(f"query {i}: {mode} mode needs the query text, got an embedding "
                          "(give texts=[...] with the embeddings, or mode='dense')")
-    return queries, mode, lexical_texts
+    return queries, mode, queries
 
 
-def single_search(queries: list[Any], vectors: list[np.ndarray] | None, mode: str, texts: list[str] | None,
-                  hybrid: HybridOptions | dict[str, Any] | None) -> tuple[Any, dict[str, Any]]:
-    """`search`'s query and mode options for a batch of one: its own statement, prepared with one generic plan
-    (~1 ms less than the batch's statement for one query)."""
+def plan_many(layout: Layout, queries: list[Any], vectors: list[np.ndarray] | None, k: int, *, mode: str,
+              texts: list[str] | None, hybrid: HybridOptions | dict[str, Any] | None,
+              **options: Any) -> tuple[Plan | None, Any, dict[str, Any]]:
+    """What `search_many` / `explain_many` send for `resolve_many`'s result: (plan, None, {}) for a batch, or
+    (None, query, search options) for a batch of one, which goes through `search`'s own statement, prepared
+    with one generic plan (~1 ms less than the batch's statement for one query).
+
+    ``options``: parent, neighbors, filters.
+    """
+    if len(queries) > 1:
+        return plan_search_many(layout, vectors, k, mode=mode, texts=texts, hybrid=hybrid, **options), None, {}
     if mode == "dense":
         assert vectors is not None
-        return vectors[0], {}
+        return None, vectors[0], options
     assert texts is not None
     if mode == "lexical":
-        return texts[0], {"mode": "lexical", "hybrid": hybrid}
+        return None, texts[0], {**options, "mode": "lexical", "hybrid": hybrid}
     assert vectors is not None
-    return vectors[0], {"mode": "hybrid", "text": texts[0], "hybrid": hybrid}
+    return None, vectors[0], {**options, "mode": "hybrid", "text": texts[0], "hybrid": hybrid}
 
 
 def plan_search_many(layout: Layout, vectors: Sequence[np.ndarray] | None, k: int = 5, *, parent: bool = True,
