@@ -92,9 +92,9 @@ def corpus(db, tmp_path) -> Layout:
 
 
 @contextmanager
-def serving(dsn: str, **options: Any) -> Iterator[str]:
+def serving(dsn: str, embedder_factory: Any = HashEmbedder, **options: Any) -> Iterator[str]:
     """A real uvicorn server for ``ServiceConfig(dsn, **options)``; yields its base URL."""
-    app = create_app(ServiceConfig(dsn=dsn, **options), embedder_factory=HashEmbedder)
+    app = create_app(ServiceConfig(dsn=dsn, **options), embedder_factory=embedder_factory)
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     sock.bind(("127.0.0.1", 0))
     port = sock.getsockname()[1]
@@ -478,8 +478,17 @@ def _free_port() -> int:
 
 
 @pytest.mark.slow
-def test_cli_serve_subprocess(dsn, corpus):
-    """`onetrip serve` as an operator runs it: bundled model, token from the environment, SIGINT to stop."""
+def test_cli_serve_subprocess(db, dsn, tmp_path):
+    """`onetrip serve` as an operator runs it: bundled model, token from the environment, SIGINT to stop.
+
+    Its documents are ingested with the bundled model too: the service refuses to embed a
+    question with another model than the documents' (test_embedder_record.py)."""
+    from onetrip import SentenceTransformerEmbedder
+
+    for name, text in DOCS.items():
+        (tmp_path / name).write_text(text)
+    assert ingest_paths(db, [tmp_path], layout=init_schema(db, Layout(dim=384)),
+                        embedder=SentenceTransformerEmbedder()).new == 2
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ONETRIP_TOKEN": "tok"}
     proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", dsn, "--port", str(port),
@@ -499,6 +508,7 @@ def test_cli_serve_subprocess(dsn, corpus):
             time.sleep(0.3)
         status, data = search(base, {"query": "Why is the pasta salty?", "k": 2}, token="tok")
         assert status == 200 and len(data["hits"]) == 2
+        assert data["hits"][0]["doc_id"] == "cooking.md"
         assert search(base, {"query": "x"})[0] == 401
         assert_error(*search(base, {"query": "x", "k": 8}, token="tok"), 422, "k_out_of_range", "7")
     finally:

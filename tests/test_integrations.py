@@ -432,7 +432,9 @@ def test_llamaindex_custom_embedding_strs_and_a_bare_embedding(corpus):
         [h.section.section_id for h in api.search(emb, k=2, mode="dense")]
 
 
-def test_adapters_from_a_dsn_share_one_embedder(corpus, dsn):
+def test_adapters_from_a_dsn_share_one_embedder(db, dsn):
+    # empty tables: the corpus fixture's documents record HashEmbedder, which the bundled model may not query
+    init_schema(db, LAYOUT)
     lc = LCRetriever(dsn=dsn, k=1)  # no embedder given: one bundled model for the sync and async retrievers
 
     async def made():

@@ -7,6 +7,7 @@ from .embedders import Embedder, PrecomputedEmbedder, SentenceTransformerEmbedde
 from .errors import (
     ConnectionFailedError,
     DimensionMismatchError,
+    EmbedderMismatchError,
     InputDocumentError,
     InvalidIdentifierError,
     OnetripError,
@@ -34,6 +35,7 @@ __all__ = [
     "Passage",
     "render_context",
     "DimensionMismatchError",
+    "EmbedderMismatchError",
     "DocumentInfo",
     "Embedder",
     "Hit",

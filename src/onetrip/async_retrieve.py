@@ -19,7 +19,7 @@ import psycopg
 
 from .connection import connect_async
 from .context import Context
-from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
+from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder
 from .retrieve import (
     Hit,
     Plan,
@@ -35,6 +35,7 @@ from .retrieve import (
     settings_statement,
 )
 from .schema import layout_from_row, layout_query
+from .store import EMBEDDER_KEY, TABLE_READABLE, recorded_embedders_query
 from .templates import Layout
 
 if TYPE_CHECKING:
@@ -50,6 +51,16 @@ async def apply_settings_async(conn: psycopg.AsyncConnection, settings: dict[str
 async def _read_layout(conn: psycopg.AsyncConnection, schema: str | None, prefix: str) -> Layout:
     cur = await conn.execute(*layout_query(schema, prefix))
     return layout_from_row(await cur.fetchone(), schema, prefix)
+
+
+async def _recorded_embedder(conn: psycopg.AsyncConnection, layout: Layout) -> list[str]:
+    """`store.recorded_embedders(first_only=True)`, on asyncio."""
+    cur = await conn.execute(TABLE_READABLE, (layout.tables["documents"],))
+    readable = await cur.fetchone()
+    if not (readable and readable[0]):
+        return []
+    cur = await conn.execute(recorded_embedders_query(layout, first_only=True), (EMBEDDER_KEY, EMBEDDER_KEY))
+    return [r[0] for r in await cur.fetchall()]
 
 
 class AsyncRetriever:
@@ -90,6 +101,8 @@ class AsyncRetriever:
         self._embedder = embedder
         async with self._connection() as c:
             self.layout = await _read_layout(c, schema, prefix)
+            self.recorded_embedders = await _recorded_embedder(c, self.layout)
+        self._embedder_checked = False
         return self
 
     @asynccontextmanager
@@ -104,6 +117,9 @@ class AsyncRetriever:
     def embedder(self) -> Embedder:
         if self._embedder is None:
             self._embedder = SentenceTransformerEmbedder()
+        if not self._embedder_checked:  # as `Retriever.embedder`
+            check_embedder(self.recorded_embedders, self._embedder, self.layout.tables["documents"])
+            self._embedder_checked = True
         return self._embedder
 
     async def query_vector(self, query: str | Sequence[float] | np.ndarray) -> np.ndarray:

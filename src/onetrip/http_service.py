@@ -65,7 +65,7 @@ from starlette.routing import Route
 from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
-from .errors import ConnectionFailedError, SchemaMissingError
+from .errors import ConnectionFailedError, EmbedderMismatchError, SchemaMissingError
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
                        Filters, context_expansion, resolve_mode, session_settings)
 from .search_many import MAX_QUERIES
@@ -488,6 +488,13 @@ class Service:
                     raise _unavailable(e) from None
         return self._retriever
 
+    def embedder_of(self, r: AsyncRetriever) -> Embedder:
+        """The service's embedder, once the retriever has checked it is the one the documents were ingested with."""
+        try:
+            return r.embedder
+        except EmbedderMismatchError as e:
+            raise ApiError(500, "embedder_mismatch", str(e)) from None
+
     async def health(self) -> None:
         await self.retriever()
         try:
@@ -506,8 +513,9 @@ class Service:
                            f"embedding has {vector.shape[0]} dimensions; expected {dim}",
                            field="embedding", expected=dim, got=int(vector.shape[0]))
         if vector is None and req.mode != "lexical":
-            assert self.embedder is not None and req.query is not None
-            vector = np.asarray(await asyncio.to_thread(self.embedder.embed_query, req.query), dtype=np.float32)
+            assert req.query is not None
+            vector = np.asarray(await asyncio.to_thread(self.embedder_of(r).embed_query, req.query),
+                                dtype=np.float32)
             if vector.shape != (dim,):
                 raise ApiError(500, "embedder_mismatch",
                                f"the service's embedder makes {vector.shape[-1]}-d vectors but the table stores {dim}")
@@ -541,8 +549,8 @@ class Service:
                                    field=f"embeddings[{i}]", expected=dim, got=int(v.shape[0]))
             vectors = list(req.embeddings)
         else:
-            assert self.embedder is not None and req.queries is not None
-            embed = self.embedder.embed_query
+            assert req.queries is not None
+            embed = self.embedder_of(r).embed_query
             vectors = [np.asarray(v, dtype=np.float32)
                        for v in await asyncio.to_thread(lambda: [embed(q) for q in req.queries or ()])]
             if any(v.shape != (dim,) for v in vectors):

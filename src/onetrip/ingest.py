@@ -18,10 +18,19 @@ from pathlib import Path
 
 import psycopg
 
-from .embedders import Embedder
-from .errors import InputDocumentError, OnetripError
+from .embedders import Embedder, check_embedder
+from .errors import DimensionMismatchError, InputDocumentError, OnetripError
 from .sections import ParsedDocument, parse_file
-from .store import DocumentRecord, StoreResult, current_hash, refresh_term_stats, replace_document, term_stats_empty
+from .store import (
+    EMBEDDER_KEY,
+    DocumentRecord,
+    StoreResult,
+    current_hash,
+    recorded_embedders,
+    refresh_term_stats,
+    replace_document,
+    term_stats_empty,
+)
 from .templates import Layout
 
 SUFFIXES = {".md", ".markdown", ".html", ".htm", ".txt", ".text", ".rst"}
@@ -110,13 +119,20 @@ def ingest_paths(
 
     Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
     when a document was added or changed, or none were counted yet.
+
+    Each written document records ``embedder.name`` in its metadata (key
+    ``embedder``). Before any write, a table whose documents name another
+    embedder is refused (EmbedderMismatchError), as is one of another dimension
+    (DimensionMismatchError); retrievers make the same check before embedding a text.
     """
     report = IngestReport()
     if embedder.dim != layout.dim:
-        raise OnetripError(
+        raise DimensionMismatchError(
             f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
             f"stores vector({layout.dim})"
         )
+    # before any write: one table, one model (vectors of two models are not comparable, even at one dimension)
+    check_embedder(recorded_embedders(conn, layout), embedder, layout.tables["documents"])
     # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
     uncounted = term_stats_empty(conn, layout)
     pending: list[_Pending] = []
@@ -182,7 +198,7 @@ def ingest_paths(
         report.parse_seconds += time.perf_counter() - t0
         record = DocumentRecord(
             doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
-            metadata={**parsed.metadata, "format": parsed.format},
+            metadata={**parsed.metadata, "format": parsed.format, EMBEDDER_KEY: embedder.name},
             collection=collection, acl=acl,
         )
         pending.append(_Pending(record, parsed, shown))

@@ -19,9 +19,10 @@ import psycopg
 
 from .connection import connect
 from .context import Context, Passage, roles_of
-from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, zero_query_error
+from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder, zero_query_error
 from .errors import missing_table_error
 from .schema import read_layout
+from .store import recorded_embedders
 from .templates import Layout, render
 
 if TYPE_CHECKING:
@@ -834,7 +835,10 @@ class Retriever:
             apply_settings(self.conn, self.settings)
         with self._connection() as c:
             self.layout = read_layout(c, schema=schema, prefix=prefix)
+            # read once here, so no search pays a statement for it; checked when a text is first embedded
+            self.recorded_embedders = recorded_embedders(c, self.layout, first_only=True)
         self._embedder = embedder
+        self._embedder_checked = False
         self._plans: dict[tuple, Plan] = {}
 
     @contextmanager
@@ -848,9 +852,15 @@ class Retriever:
 
     @property
     def embedder(self) -> Embedder:
-        """The embedder for text queries; the bundled model unless one was given."""
+        """The embedder for text queries; the bundled model unless one was given.
+
+        An EmbedderMismatchError if the stored documents were ingested with another model.
+        """
         if self._embedder is None:
             self._embedder = SentenceTransformerEmbedder()
+        if not self._embedder_checked:
+            check_embedder(self.recorded_embedders, self._embedder, self.layout.tables["documents"])
+            self._embedder_checked = True
         return self._embedder
 
     def query_vector(self, query: str | Sequence[float] | np.ndarray) -> np.ndarray:

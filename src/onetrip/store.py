@@ -79,6 +79,29 @@ def current_hash(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str |
     return None if row is None else row[0]
 
 
+EMBEDDER_KEY = "embedder"  # the documents.metadata key `ingest_paths` records its embedder's name under
+TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
+
+
+def recorded_embedders_query(layout: Layout, *, first_only: bool) -> sql.Composed:
+    """Names of the embedders recorded on stored documents: all of them (ingest), or any one (a retriever)."""
+    docs = sql.SQL(layout.tables["documents"])
+    if first_only:  # ingest never mixes models in a table, so one document speaks for all: no table scan
+        return sql.SQL("SELECT metadata ->> %s FROM {} WHERE metadata ? %s LIMIT 1").format(docs)
+    return sql.SQL("SELECT DISTINCT metadata ->> %s FROM {} WHERE metadata ? %s ORDER BY 1").format(docs)
+
+
+def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: bool = False) -> list[str]:
+    """The embedders ingest recorded on the stored documents; empty when none did (precomputed loads,
+    documents of an older onetrip) or the caller may not read the documents table (a search-only role)."""
+    readable = conn.execute(TABLE_READABLE, (layout.tables["documents"],)).fetchone()
+    if not (readable and readable[0]):
+        return []
+    rows = conn.execute(recorded_embedders_query(layout, first_only=first_only),
+                        (EMBEDDER_KEY, EMBEDDER_KEY)).fetchall()
+    return [r[0] for r in rows]
+
+
 def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, dim: int) -> np.ndarray:
     arr = np.asarray(embeddings, dtype=np.float32)
     if arr.ndim != 2 or arr.shape[0] != len(sections):
@@ -334,20 +357,21 @@ class DocumentInfo:
     section_count: int
     token_count: int  # context tokens of all its sections (what `document` expansion gates on)
     ingested_at: datetime
+    embedder: str | None  # the model `ingest_paths` embedded it with (None: loaded another way)
 
 
 def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None) -> list[DocumentInfo]:
     """The stored documents by doc_id, optionally of one collection: what `delete_document` takes."""
     q = sql.SQL(
-        "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at "
-        "FROM {} WHERE %(c)s::text IS NULL OR collection = %(c)s ORDER BY doc_id"
+        "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at, "
+        "metadata ->> %(e)s FROM {} WHERE %(c)s::text IS NULL OR collection = %(c)s ORDER BY doc_id"
     ).format(sql.SQL(layout.tables["documents"]))
     try:
-        rows = conn.execute(q, {"c": collection}).fetchall()
+        rows = conn.execute(q, {"c": collection, "e": EMBEDDER_KEY}).fetchall()
     except psycopg.errors.UndefinedTable as e:
         raise missing_table_error(e) from None
-    return [DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at)
-            for d, t, u, c, a, r, n, tok, at in rows]
+    return [DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at, e)
+            for d, t, u, c, a, r, n, tok, at, e in rows]
 
 
 def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, keep_history: bool = False) -> bool:

@@ -1,0 +1,208 @@
+"""One table, one embedding model: ingest records the model's name, and a text is never embedded with another.
+
+Two models of one dimension (many are 384-d) make vectors of the same shape
+whose distances mean nothing to each other; without the record, a search with
+the wrong model returns wrong hits and no error.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import numpy as np
+import psycopg
+import pytest
+
+from onetrip import (
+    AsyncRetriever,
+    DimensionMismatchError,
+    EmbedderMismatchError,
+    Retriever,
+    SentenceTransformerEmbedder,
+    connect,
+    delete_document,
+    init_schema,
+    list_documents,
+)
+from onetrip.embedders import DEFAULT_MODEL, default_model_path, model_name
+from onetrip.ingest import ingest_paths
+from onetrip.store import recorded_embedders
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+from .test_cli import DEMO, onetrip
+
+PAD = " This sentence pads the section so that it is not merged away as a tiny one."
+
+
+class OtherHashEmbedder(HashEmbedder):
+    """Another model of the same dimension: same-shaped vectors, unrelated to HashEmbedder's."""
+
+    name = "hash-other"
+
+    def _one(self, text: str) -> np.ndarray:
+        return super()._one("other model: " + text)
+
+
+def write_docs(folder: Path, *names: str) -> Path:
+    folder.mkdir(exist_ok=True)
+    for n in names:
+        (folder / f"{n}.md").write_text(f"# {n.title()}\n\nAbout {n}.{PAD}\n\n## Details\n\nMore on {n}.{PAD}\n")
+    return folder
+
+
+def documents(db: psycopg.Connection) -> dict[str, str | None]:
+    return dict(db.execute("SELECT doc_id, metadata ->> 'embedder' FROM documents").fetchall())
+
+
+def test_ingest_records_the_embedder_and_refuses_another_before_any_write(db, tmp_path):
+    layout = init_schema(db, Layout())
+    assert recorded_embedders(db, layout) == []
+    rep = ingest_paths(db, [write_docs(tmp_path / "a", "alpha", "beta")], layout=layout, embedder=HashEmbedder())
+    assert rep.new == 2
+    assert documents(db) == {"alpha.md": "hash-test", "beta.md": "hash-test"}
+    assert recorded_embedders(db, layout) == ["hash-test"]
+    assert {d.doc_id: d.embedder for d in list_documents(db, layout)} == documents(db)
+    before = db.execute("SELECT doc_id, section_id, embedding::text FROM sections ORDER BY 1, 2").fetchall()
+
+    # a new document, and a changed one, with another model of the same dimension: refused, nothing written
+    write_docs(tmp_path / "a", "gamma")
+    (tmp_path / "a" / "beta.md").write_text(f"# Beta\n\nChanged.{PAD}\n")
+    with pytest.raises(EmbedderMismatchError) as e:
+        ingest_paths(db, [tmp_path / "a"], layout=layout, embedder=OtherHashEmbedder(), force=True)
+    assert "'hash-test'" in str(e.value) and "'hash-other'" in str(e.value) and "documents" in str(e.value)
+    assert documents(db) == {"alpha.md": "hash-test", "beta.md": "hash-test"}
+    assert db.execute("SELECT doc_id, section_id, embedding::text FROM sections ORDER BY 1, 2").fetchall() == before
+
+    # another dimension is refused by its own error, also before any write
+    with pytest.raises(DimensionMismatchError, match="8-d vectors"):
+        ingest_paths(db, [tmp_path / "a"], layout=layout, embedder=HashEmbedder(dim=8))
+
+    # the same model goes on; once the table is empty, another model may start it afresh
+    assert ingest_paths(db, [tmp_path / "a"], layout=layout, embedder=HashEmbedder()).new == 1
+    for doc_id in list(documents(db)):
+        assert delete_document(db, layout, doc_id)
+    assert ingest_paths(db, [tmp_path / "a"], layout=layout, embedder=OtherHashEmbedder()).new == 3
+    assert recorded_embedders(db, layout) == ["hash-other"]
+
+
+def test_a_retriever_embeds_text_only_with_the_recorded_model(db, tmp_path, statement_log):
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha", "beta")], layout=layout, embedder=HashEmbedder())
+    wrong = Retriever(db, embedder=OtherHashEmbedder())
+    assert wrong.recorded_embedders == ["hash-test"]
+    for call in (lambda: wrong.search("alpha", 2), lambda: wrong.assemble("alpha", 2),
+                 lambda: wrong.search_many(["alpha", "beta"], 2), lambda: wrong.query_vector("alpha")):
+        with pytest.raises(EmbedderMismatchError, match="embedded with 'hash-test'.*embeds with 'hash-other'"):
+            call()
+    # embeddings and lexical search need no model: they still work
+    assert wrong.search(HashEmbedder().embed_query("alpha"), 2)
+    assert wrong.search("alpha", 2, mode="lexical")
+
+    right = Retriever(db, embedder=HashEmbedder())
+    with statement_log.watch(db) as w:  # the record was read when the retriever was made, not per search
+        hits = right.search("About alpha.", 2)
+    assert len(w.statements) == 1, w.statements
+    assert hits[0].section.doc_id == "alpha.md"
+
+
+def test_the_async_retriever_checks_the_same(dsn, db, tmp_path):
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+
+    async def run() -> None:
+        wrong = await AsyncRetriever.create(dsn, embedder=OtherHashEmbedder())
+        try:
+            assert wrong.recorded_embedders == ["hash-test"]
+            with pytest.raises(EmbedderMismatchError, match="'hash-test'"):
+                await wrong.search("alpha", 1)
+            assert await wrong.search(HashEmbedder().embed_query("alpha"), 1)
+        finally:
+            await wrong.close()
+        right = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        try:
+            assert (await right.search("About alpha.", 1))[0].section.doc_id == "alpha.md"
+        finally:
+            await right.close()
+
+    asyncio.run(run())
+
+
+def test_a_role_that_cannot_read_documents_still_searches(db, dsn, tmp_path):
+    """A search-only role granted the sections table alone: no record to read, so no check, and no error."""
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    db.execute("DROP ROLE IF EXISTS onetrip_reader")
+    db.execute("CREATE ROLE onetrip_reader LOGIN")
+    try:
+        db.execute("GRANT SELECT ON sections, term_stats TO onetrip_reader")
+        with connect(psycopg.conninfo.make_conninfo(dsn, user="onetrip_reader")) as conn:
+            r = Retriever(conn, embedder=OtherHashEmbedder())
+            assert r.recorded_embedders == []
+            assert r.search("alpha", 1)[0].section.doc_id == "alpha.md"
+    finally:
+        db.execute("DROP OWNED BY onetrip_reader")
+        db.execute("DROP ROLE onetrip_reader")
+
+
+def test_model_names_are_folder_names(tmp_path, monkeypatch):
+    assert model_name(default_model_path()) == DEFAULT_MODEL
+    assert SentenceTransformerEmbedder().name == DEFAULT_MODEL
+    copy = linked_model_copy(tmp_path / "models" / "minilm-copy")
+    monkeypatch.chdir(tmp_path)  # a relative and an absolute spelling of one folder give one name
+    assert model_name("models/minilm-copy") == model_name(str(copy)) == "minilm-copy"
+    assert model_name("not-a-folder") == "not-a-folder"
+
+
+def linked_model_copy(folder: Path) -> Path:
+    """The bundled model's files under another folder name: a second model, as far as names go."""
+    src = Path(default_model_path())
+    for f in src.rglob("*"):
+        if f.is_file():
+            dest = folder / f.relative_to(src)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.symlink_to(f)
+    return folder
+
+
+def test_cli_model_option(dsn, tmp_path):
+    model = linked_model_copy(tmp_path / "minilm-copy")
+    res = onetrip("ingest", str(DEMO), "--model", str(model), "--json", dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["new"] == 3
+    with psycopg.connect(dsn) as conn:
+        assert {r[0] for r in conn.execute("SELECT metadata ->> 'embedder' FROM documents")} == {"minilm-copy"}
+
+    assert "\tembedder minilm-copy" in onetrip("documents", dsn=dsn).stdout
+    res = onetrip("search", "Is tennis elbow covered?", "--json", dsn=dsn)  # the bundled model: refused
+    assert res.returncode == 2
+    assert "'minilm-copy'" in res.stderr and "--model" in res.stderr and DEFAULT_MODEL in res.stderr
+
+    res = onetrip("search", "Is tennis elbow covered?", "-k", "1", "--json", dsn=dsn, ONETRIP_MODEL=str(model))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["doc_id"] == "travel-insurance-policy.md"
+
+    res = onetrip("search", "anything", "--model", str(tmp_path / "missing"), dsn=dsn)
+    assert res.returncode == 2 and "--model" in res.stderr and "is not a folder" in res.stderr
+
+
+def test_http_answers_500_embedder_mismatch(db, dsn, tmp_path):
+    pytest.importorskip("uvicorn")
+    from .test_http_service import assert_error, search, serving
+
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    with serving(dsn, embedder_factory=OtherHashEmbedder) as base:
+        assert_error(*search(base, {"query": "alpha"}), 500, "embedder_mismatch", "'hash-test'", "'hash-other'")
+        status, data = search(base, {"embedding": HashEmbedder().embed_query("alpha").tolist(), "k": 1})
+        assert status == 200 and data["hits"][0]["doc_id"] == "alpha.md"
+        status, data, _ = call_many(base, {"queries": ["alpha", "beta"], "k": 1})
+        assert_error(status, data, 500, "embedder_mismatch", "'hash-test'")
+
+
+def call_many(base: str, body: dict) -> tuple:
+    from .test_http_service import call
+
+    return call(base, "POST", "/search_many", body)
