@@ -144,6 +144,41 @@ def test_embeddings_that_are_not_numbers_or_out_of_range(r):
             r.query_vector(v * scale)
         with pytest.raises(ValueError, match="query 0: .*normalise it"):
             r.search_many([v * scale, v], 3)
+    # search and assemble send it as given (no norm on the hot path) and refuse the result when every distance
+    # came back 1.0 or 0.0 (at 1e-22 pgvector's distances are still right, so that one is searched)
+    for w in (v * 1e20, v * 1e-30):
+        for call in (lambda: r.search(w, 3), lambda: r.search(w, 3, parent=False, neighbors=False),
+                     lambda: r.assemble(w, 3), lambda: r.search(w, 3, text="words", mode="hybrid")):
+            with pytest.raises(ValueError, match="normalise it"):
+                call()
+    # a length pgvector still handles is searched as it is, with the same hits as the unit vector
+    long = r.search(v * 1e12, 5)
+    assert [h.section.section_id for h in long] == [h.section.section_id for h in r.search(v, 5)]
+    # an exact duplicate of a stored vector has distance 0.0 and is fine
+    first = r.search(v, 1)[0].section
+    stored = r.conn.execute("SELECT embedding FROM sections WHERE doc_id = %s AND section_id = %s",
+                            (first.doc_id, first.section_id)).fetchone()[0]
+    dup = r.search(stored.to_numpy(), 1)[0]
+    assert dup.section == first and dup.distance < 1e-6
     torch = pytest.importorskip("torch")
     t = torch.tensor(v, requires_grad=True)
     assert np.array_equal(r.query_vector(t), v)  # detached, not an autograd error
+
+
+def test_async_search_refuses_a_degenerate_length_too(r, dsn):
+    import asyncio
+
+    from onetrip import AsyncRetriever
+
+    async def run() -> None:
+        ar = await AsyncRetriever.create(dsn)
+        try:
+            with pytest.raises(ValueError, match="normalise it"):
+                await ar.search(vec(5) * 1e20, 3)
+            with pytest.raises(ValueError, match="normalise it"):
+                await ar.assemble(vec(5) * 1e-30, 3)
+            assert len(await ar.search(vec(5) * 1e12, 3)) == 3
+        finally:
+            await ar.close()
+
+    asyncio.run(run())

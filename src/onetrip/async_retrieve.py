@@ -25,6 +25,7 @@ from .retrieve import (
     Plan,
     _split_search_kwargs,
     bind_vector,
+    check_distance_range,
     check_query_text,
     statement_errors,
     plan_assemble,
@@ -144,7 +145,7 @@ class AsyncRetriever:
                     await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
                 rows = await cur.fetchall()
                 names = statement_columns(plan.statement, cur)
-        return result_of(plan, names, rows)
+        return check_distance_range(plan, params, result_of(plan, names, rows))
 
     async def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Same as `Retriever.search`."""

@@ -19,7 +19,14 @@ import psycopg
 
 from .connection import connect
 from .context import Context, Passage, roles_of
-from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder, zero_query_error
+from .embedders import (
+    Embedder,
+    SentenceTransformerEmbedder,
+    as_vector,
+    check_embedder,
+    check_length,
+    zero_query_error,
+)
 from .errors import missing_table_error
 from .schema import read_layout
 from .store import recorded_embedders
@@ -777,6 +784,27 @@ def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> 
         return cur.fetchall(), statement_columns(statement, cur)
 
 
+def check_distance_range(plan: Plan, params: dict[str, Any], result: Any) -> Any:
+    """The result, unless the query embedding's length is one pgvector's float32 distances cannot handle.
+
+    Such an embedding (norm past ~1e19 or below ~1e-19) makes every cosine
+    distance exactly 1.0 or 0.0, so its hits come in an arbitrary order, with no
+    error from the server. `bind_vector` does not compute the norm up front (a
+    numpy reduction on the hot path costs ~25 us after a socket wait); the norm
+    is checked only when the first hit's distance is exactly 0 or 1.
+    """
+    vec = params.get("query_embedding")
+    if vec is None or plan.kind == "search_many":  # search_many checks each embedding before it sends
+        return result
+    for item in result if plan.kind == "search" else result.passages:
+        d = item.distance
+        if d is not None:
+            if d == 0.0 or d == 1.0:
+                check_length(vec, "query embedding's length")
+            break
+    return result
+
+
 def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
     """Map the statement's rows (tuples, with the cursor's column names) to Hits or a Context."""
     if plan.kind == "search":
@@ -883,7 +911,7 @@ class Retriever:
         else:
             with self.pool.connection() as c:
                 rows, names = _fetch(c, plan.statement, params)
-        return result_of(plan, names, rows)
+        return check_distance_range(plan, params, result_of(plan, names, rows))
 
     def _cached_plan(self, kind: str, query: Any, k: Any, options: dict[str, Any]) -> Plan | None:
         """The plan of an embedding query (no text) in dense mode, made once per (kind, k, options).
