@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -54,7 +56,7 @@ def write_docs(folder: Path, *names: str) -> Path:
 
 
 def documents(db: psycopg.Connection) -> dict[str, str | None]:
-    return dict(db.execute("SELECT doc_id, metadata ->> 'embedder' FROM documents").fetchall())
+    return dict(db.execute("SELECT doc_id, metadata ->> 'onetrip_embedder' FROM documents").fetchall())
 
 
 def test_ingest_records_the_embedder_and_refuses_another_before_any_write(db, tmp_path):
@@ -173,7 +175,7 @@ def test_cli_model_option(dsn, tmp_path):
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["new"] == 3
     with psycopg.connect(dsn) as conn:
-        assert {r[0] for r in conn.execute("SELECT metadata ->> 'embedder' FROM documents")} == {"minilm-copy"}
+        assert {r[0] for r in conn.execute("SELECT metadata ->> 'onetrip_embedder' FROM documents")} == {"minilm-copy"}
 
     assert "\tembedder minilm-copy" in onetrip("documents", dsn=dsn).stdout
     res = onetrip("search", "Is tennis elbow covered?", "--json", dsn=dsn)  # the bundled model: refused
@@ -186,6 +188,11 @@ def test_cli_model_option(dsn, tmp_path):
 
     res = onetrip("search", "anything", "--model", str(tmp_path / "missing"), dsn=dsn)
     assert res.returncode == 2 and "--model" in res.stderr and "is not a folder" in res.stderr
+    # lexical search embeds nothing: neither a missing model folder nor the record stops it
+    res = onetrip("search", "tennis elbow", "--mode", "lexical", "-k", "1", "--json", dsn=dsn,
+                  ONETRIP_MODEL=str(tmp_path / "missing"))
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)[0]["doc_id"] == "travel-insurance-policy.md"
 
 
 def test_http_answers_500_embedder_mismatch(db, dsn, tmp_path):
@@ -206,3 +213,77 @@ def call_many(base: str, body: dict) -> tuple:
     from .test_http_service import call
 
     return call(base, "POST", "/search_many", body)
+
+
+def test_a_retriever_made_before_the_first_ingest_checks_after_a_refresh(db, dsn, tmp_path):
+    layout = init_schema(db, Layout())
+    early = Retriever(db, embedder=OtherHashEmbedder())  # e.g. a service started before the documents came
+    assert early.recorded_embedders == []
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    assert early.search("alpha", 1)  # not checked: it read no record when it was made (README says so)
+    assert early.refresh_embedder_record() == ["hash-test"]
+    with pytest.raises(EmbedderMismatchError):
+        early.search("alpha", 1)
+    # and the other way: the documents deleted and ingested again with the retriever's model
+    delete_document(db, layout, "alpha.md")
+    ingest_paths(db, [tmp_path / "a"], layout=layout, embedder=OtherHashEmbedder())
+    assert early.refresh_embedder_record() == ["hash-other"]
+    assert early.search("alpha", 1)[0].section.doc_id == "alpha.md"
+
+
+def test_the_service_rereads_the_record_on_health(db, dsn, tmp_path):
+    pytest.importorskip("uvicorn")
+    from .test_http_service import assert_error, call, search, serving
+
+    layout = init_schema(db, Layout())
+    with serving(dsn, embedder_factory=OtherHashEmbedder) as base:
+        assert call(base, "GET", "/health")[0] == 200  # the retriever is made now, on empty tables
+        ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+        assert call(base, "GET", "/health")[0] == 200
+        assert_error(*search(base, {"query": "alpha"}), 500, "embedder_mismatch", "'hash-test'")
+
+
+class SlowEmbedder(HashEmbedder):
+    """Holds a first ingest inside its embedding step, so two first ingests overlap."""
+
+    def embed_documents(self, texts):  # type: ignore[no-untyped-def]
+        time.sleep(1.0)
+        return super().embed_documents(texts)
+
+
+class SlowOtherEmbedder(SlowEmbedder, OtherHashEmbedder):
+    name = "hash-other"
+
+
+def test_two_first_ingests_with_different_models_do_not_mix(db, dsn, tmp_path):
+    layout = init_schema(db, Layout())
+    outcomes: dict[str, str] = {}
+
+    def run(name: str, embedder: HashEmbedder, folder: Path) -> None:
+        with connect(dsn) as conn:
+            try:
+                rep = ingest_paths(conn, [folder], layout=layout, embedder=embedder)
+                outcomes[name] = f"new {rep.new}"
+            except EmbedderMismatchError:
+                outcomes[name] = "refused"
+
+    threads = [threading.Thread(target=run, args=("a", SlowEmbedder(), write_docs(tmp_path / "a", "alpha"))),
+               threading.Thread(target=run, args=("b", SlowOtherEmbedder(), write_docs(tmp_path / "b", "beta")))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(outcomes.values()) == ["new 1", "refused"], outcomes
+    assert len(recorded_embedders(db, layout)) == 1
+    assert len(documents(db)) == 1
+
+
+def test_a_documents_own_metadata_is_not_a_record(db, tmp_path):
+    """Front matter or a caller's metadata under "embedder" is kept as it is, and a non-string record is none."""
+    layout = init_schema(db, Layout())
+    (tmp_path / "fm.md").write_text(f"---\nembedder: my notes\n---\n# Front\n\nMatter.{PAD}\n")
+    ingest_paths(db, [tmp_path / "fm.md"], layout=layout, embedder=HashEmbedder())
+    meta = db.execute("SELECT metadata FROM documents").fetchone()[0]
+    assert meta["embedder"] == "my notes" and meta["onetrip_embedder"] == "hash-test"
+    db.execute("UPDATE documents SET metadata = metadata || '{\"onetrip_embedder\": {\"a\": 1}}'")
+    assert recorded_embedders(db, layout) == [] and Retriever(db).recorded_embedders == []

@@ -60,8 +60,8 @@ async def _recorded_embedder(conn: psycopg.AsyncConnection, layout: Layout) -> l
     readable = await cur.fetchone()
     if not (readable and readable[0]):
         return []
-    cur = await conn.execute(recorded_embedders_query(layout, first_only=True), (EMBEDDER_KEY, EMBEDDER_KEY))
-    return [r[0] for r in await cur.fetchall()]
+    cur = await conn.execute(recorded_embedders_query(layout, first_only=True), {"k": EMBEDDER_KEY})
+    return [r[0] for r in await cur.fetchall() if r[0] is not None]
 
 
 class AsyncRetriever:
@@ -113,6 +113,15 @@ class AsyncRetriever:
                 yield c
         else:
             yield self.conn
+
+    async def refresh_embedder_record(self, conn: psycopg.AsyncConnection | None = None) -> list[str]:
+        """Same as `Retriever.refresh_embedder_record`."""
+        if conn is None:
+            async with self._connection() as c:
+                return await self.refresh_embedder_record(c)
+        self.recorded_embedders = await _recorded_embedder(conn, self.layout)
+        self._embedder_checked = False
+        return self.recorded_embedders
 
     @property
     def embedder(self) -> Embedder:

@@ -86,6 +86,11 @@ def _embedder(args: argparse.Namespace) -> Any:
     return SentenceTransformerEmbedder(str(Path(folder).expanduser()))
 
 
+def _search_embedder(args: argparse.Namespace) -> Any:
+    """`_embedder`, except for lexical search, which embeds nothing (so a bad --model does not stop it)."""
+    return None if args.mode == "lexical" else _embedder(args)
+
+
 def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
     return {"ef_search": args.ef_search, "iterative_scan": args.iterative_scan,
             "max_scan_tuples": args.max_scan_tuples}
@@ -498,7 +503,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if args.assemble:
             raise ValueError("several queries are searched together without --assemble: give one query to "
                              "assemble a context")
-        with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, embedder=_embedder(args),
+        with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, embedder=_search_embedder(args),
                        **_settings_of(args)) as r:
             if args.explain:
                 _print_explained(r.explain_many(args.query, **({} if args.k is None else {"k": args.k}),
@@ -519,7 +524,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                 _print_hits(hits, console)
         return 0
     args.query = args.query[0]
-    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, embedder=_embedder(args),
+    with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, embedder=_search_embedder(args),
                        **_settings_of(args)) as r:
         if args.assemble:
             # only the options given: none at all means the library's default context

@@ -496,10 +496,11 @@ class Service:
             raise ApiError(500, "embedder_mismatch", str(e)) from None
 
     async def health(self) -> None:
-        await self.retriever()
+        r = await self.retriever()
         try:
             async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
-                await conn.execute("SELECT 1")
+                # a round trip that also picks up the model documents ingested since the retriever was made
+                await r.refresh_embedder_record(conn)
         except _db_unavailable_errors() as e:
             raise _unavailable(e) from None
 

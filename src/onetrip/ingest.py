@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from contextlib import contextmanager, suppress
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +27,7 @@ from .store import (
     DocumentRecord,
     StoreResult,
     current_hash,
+    embedder_lock,
     recorded_embedders,
     refresh_term_stats,
     replace_document,
@@ -101,6 +103,37 @@ class _Pending:
     path: str
 
 
+@contextmanager
+def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> Iterator[Callable[[], None]]:
+    """Refuse a table whose documents another embedder made; a first ingest holds a lock until it has recorded.
+
+    Without the lock, two first ingests with different models would each find
+    no record and both write (tested with two threads). Yields ``recorded``, to
+    call once a document is committed: the record is then visible to others,
+    so same-model ingests go on in parallel.
+    """
+    table = layout.tables["documents"]
+    recorded = recorded_embedders(conn, layout)
+    check_embedder(recorded, embedder, table)
+    if recorded:
+        yield lambda: None
+        return
+    held = [True]
+
+    def release() -> None:
+        if held[0]:
+            held[0] = False
+            with suppress(psycopg.Error):  # a broken connection has released it with its session
+                embedder_lock(conn, layout, unlock=True)
+
+    embedder_lock(conn, layout)
+    try:
+        check_embedder(recorded_embedders(conn, layout), embedder, table)  # another first ingest may have won
+        yield release
+    finally:
+        release()
+
+
 def ingest_paths(
     conn: psycopg.Connection,
     paths: Iterable[str | Path],
@@ -121,7 +154,7 @@ def ingest_paths(
     when a document was added or changed, or none were counted yet.
 
     Each written document records ``embedder.name`` in its metadata (key
-    ``embedder``). Before any write, a table whose documents name another
+    ``onetrip_embedder``). Before any write, a table whose documents name another
     embedder is refused (EmbedderMismatchError), as is one of another dimension
     (DimensionMismatchError); retrievers make the same check before embedding a text.
     """
@@ -132,81 +165,83 @@ def ingest_paths(
             f"stores vector({layout.dim})"
         )
     # before any write: one table, one model (vectors of two models are not comparable, even at one dimension)
-    check_embedder(recorded_embedders(conn, layout), embedder, layout.tables["documents"])
-    # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
-    uncounted = term_stats_empty(conn, layout)
-    pending: list[_Pending] = []
+    with _one_model(conn, layout, embedder) as recorded:
+        # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
+        uncounted = term_stats_empty(conn, layout)
+        pending: list[_Pending] = []
 
-    def flush() -> None:
-        if not pending:
-            return
-        texts = [
-            embedding_text(p.parsed.title, s.heading_path, s.content) for p in pending for s in p.parsed.sections
-        ]
-        t0 = time.perf_counter()
-        vectors = embedder.embed_documents(texts)
-        report.embed_seconds += time.perf_counter() - t0
-        offset = 0
-        for p in pending:
-            n = len(p.parsed.sections)
+        def flush() -> None:
+            if not pending:
+                return
+            texts = [
+                embedding_text(p.parsed.title, s.heading_path, s.content) for p in pending for s in p.parsed.sections
+            ]
+            t0 = time.perf_counter()
+            vectors = embedder.embed_documents(texts)
+            report.embed_seconds += time.perf_counter() - t0
+            offset = 0
+            for p in pending:
+                n = len(p.parsed.sections)
+                t0 = time.perf_counter()
+                try:
+                    res: StoreResult = replace_document(
+                        conn, layout, p.record, p.parsed.sections, vectors[offset : offset + n], force=force,
+                        keep_history=keep_history,
+                    )
+                except (OnetripError, ValueError, psycopg.Error) as e:
+                    report.failed.append((p.path, f"{type(e).__name__}: {e}"))
+                else:
+                    if res.outcome == "new":
+                        report.new += 1
+                    elif res.outcome == "changed":
+                        report.changed += 1
+                    else:
+                        report.unchanged += 1
+                    if res.outcome != "unchanged":
+                        recorded()  # committed: the record is visible, the first-ingest lock can go
+                    report.sections += res.sections
+                report.load_seconds += time.perf_counter() - t0
+                offset += n
+                if on_progress:
+                    on_progress(p.path, report)
+            pending.clear()
+
+        for path, root in iter_files(paths):
+            report.documents += 1
+            shown = str(path)
             t0 = time.perf_counter()
             try:
-                res: StoreResult = replace_document(
-                    conn, layout, p.record, p.parsed.sections, vectors[offset : offset + n], force=force,
-                    keep_history=keep_history,
-                )
-            except (OnetripError, ValueError, psycopg.Error) as e:
-                report.failed.append((p.path, f"{type(e).__name__}: {e}"))
-            else:
-                if res.outcome == "new":
-                    report.new += 1
-                elif res.outcome == "changed":
-                    report.changed += 1
-                else:
+                if not path.exists():
+                    raise InputDocumentError(shown, "no such file or directory")
+                data = path.read_bytes() if path.is_file() else b""
+                digest = hashlib.sha256(data).hexdigest()
+                did = doc_id(path, root)
+                if not force and current_hash(conn, layout, did) == digest:
                     report.unchanged += 1
-                report.sections += res.sections
-            report.load_seconds += time.perf_counter() - t0
-            offset += n
-            if on_progress:
-                on_progress(p.path, report)
-        pending.clear()
-
-    for path, root in iter_files(paths):
-        report.documents += 1
-        shown = str(path)
-        t0 = time.perf_counter()
-        try:
-            if not path.exists():
-                raise InputDocumentError(shown, "no such file or directory")
-            data = path.read_bytes() if path.is_file() else b""
-            digest = hashlib.sha256(data).hexdigest()
-            did = doc_id(path, root)
-            if not force and current_hash(conn, layout, did) == digest:
-                report.unchanged += 1
+                    report.parse_seconds += time.perf_counter() - t0
+                    if on_progress:
+                        on_progress(shown, report)
+                    continue
+                parsed = parse_file(path)
+            except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
+                why = e.reason if isinstance(e, InputDocumentError) else f"{type(e).__name__}: {e}"
+                report.failed.append((shown, why))
                 report.parse_seconds += time.perf_counter() - t0
-                if on_progress:
+                if on_progress:  # every file is reported once, however it failed
                     on_progress(shown, report)
                 continue
-            parsed = parse_file(path)
-        except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
-            why = e.reason if isinstance(e, InputDocumentError) else f"{type(e).__name__}: {e}"
-            report.failed.append((shown, why))
             report.parse_seconds += time.perf_counter() - t0
-            if on_progress:  # every file is reported once, however it failed
-                on_progress(shown, report)
-            continue
-        report.parse_seconds += time.perf_counter() - t0
-        record = DocumentRecord(
-            doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
-            metadata={**parsed.metadata, "format": parsed.format, EMBEDDER_KEY: embedder.name},
-            collection=collection, acl=acl,
-        )
-        pending.append(_Pending(record, parsed, shown))
-        if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
-            flush()
-    flush()
-    if report.new or report.changed or uncounted:
-        t0 = time.perf_counter()
-        refresh_term_stats(conn, layout)
-        report.load_seconds += time.perf_counter() - t0
-    return report
+            record = DocumentRecord(
+                doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
+                metadata={**parsed.metadata, "format": parsed.format, EMBEDDER_KEY: embedder.name},
+                collection=collection, acl=acl,
+            )
+            pending.append(_Pending(record, parsed, shown))
+            if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
+                flush()
+        flush()
+        if report.new or report.changed or uncounted:
+            t0 = time.perf_counter()
+            refresh_term_stats(conn, layout)
+            report.load_seconds += time.perf_counter() - t0
+        return report

@@ -878,6 +878,20 @@ class Retriever:
             assert self.conn is not None
             yield self.conn
 
+    def refresh_embedder_record(self, conn: psycopg.Connection | None = None) -> list[str]:
+        """Read again which model the stored documents were ingested with (read once when the retriever was made).
+
+        For a long-lived retriever made before the first ingest, or after the
+        documents were deleted and ingested with another model. The HTTP service
+        calls it on every /health.
+        """
+        if conn is None:
+            with self._connection() as c:
+                return self.refresh_embedder_record(c)
+        self.recorded_embedders = recorded_embedders(conn, self.layout, first_only=True)
+        self._embedder_checked = False
+        return self.recorded_embedders
+
     @property
     def embedder(self) -> Embedder:
         """The embedder for text queries; the bundled model unless one was given.

@@ -79,16 +79,24 @@ def current_hash(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str |
     return None if row is None else row[0]
 
 
-EMBEDDER_KEY = "embedder"  # the documents.metadata key `ingest_paths` records its embedder's name under
+#: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
+#: document's own metadata (front matter, a caller's record) is neither read as one nor overwritten.
+EMBEDDER_KEY = "onetrip_embedder"
 TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
 
 
 def recorded_embedders_query(layout: Layout, *, first_only: bool) -> sql.Composed:
-    """Names of the embedders recorded on stored documents: all of them (ingest), or any one (a retriever)."""
+    """Names of the embedders recorded on stored documents (bind ``k``: EMBEDDER_KEY).
+
+    All of them (ingest: one pass over the documents), or what any one document
+    says (a retriever: one row, no scan; ingest keeps one model per table).
+    """
     docs = sql.SQL(layout.tables["documents"])
-    if first_only:  # ingest never mixes models in a table, so one document speaks for all: no table scan
-        return sql.SQL("SELECT metadata ->> %s FROM {} WHERE metadata ? %s LIMIT 1").format(docs)
-    return sql.SQL("SELECT DISTINCT metadata ->> %s FROM {} WHERE metadata ? %s ORDER BY 1").format(docs)
+    if first_only:
+        return sql.SQL("SELECT CASE WHEN jsonb_typeof(metadata -> %(k)s) = 'string' THEN metadata ->> %(k)s END "
+                       "FROM {} LIMIT 1").format(docs)
+    return sql.SQL("SELECT DISTINCT metadata ->> %(k)s FROM {} "
+                   "WHERE jsonb_typeof(metadata -> %(k)s) = 'string' ORDER BY 1").format(docs)
 
 
 def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: bool = False) -> list[str]:
@@ -97,9 +105,19 @@ def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: 
     readable = conn.execute(TABLE_READABLE, (layout.tables["documents"],)).fetchone()
     if not (readable and readable[0]):
         return []
-    rows = conn.execute(recorded_embedders_query(layout, first_only=first_only),
-                        (EMBEDDER_KEY, EMBEDDER_KEY)).fetchall()
-    return [r[0] for r in rows]
+    rows = conn.execute(recorded_embedders_query(layout, first_only=first_only), {"k": EMBEDDER_KEY}).fetchall()
+    return [r[0] for r in rows if r[0] is not None]
+
+
+def embedder_lock(conn: psycopg.Connection, layout: Layout, *, unlock: bool = False) -> None:
+    """Take (or release) the session advisory lock under which a first ingest checks and records its model.
+
+    Two ingests into a table without a record, with different models, would
+    each find no record and both write; the second to take this lock finds
+    the first one's record instead.
+    """
+    fn = "pg_advisory_unlock" if unlock else "pg_advisory_lock"
+    conn.execute(f"SELECT {fn}(hashtext(%s))", ("onetrip embedder record " + layout.tables["documents"],))
 
 
 def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, dim: int) -> np.ndarray:
@@ -357,7 +375,7 @@ class DocumentInfo:
     section_count: int
     token_count: int  # context tokens of all its sections (what `document` expansion gates on)
     ingested_at: datetime
-    embedder: str | None  # the model `ingest_paths` embedded it with (None: loaded another way)
+    embedder: str | None = None  # the model `ingest_paths` embedded it with (None: loaded another way)
 
 
 def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None) -> list[DocumentInfo]:
