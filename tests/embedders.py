@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 
 import numpy as np
 
@@ -27,3 +28,16 @@ class HashEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._one(text)
+
+
+def linked_model_copy(folder: Path) -> Path:
+    """The bundled model's files under another folder name: a second model, as far as names go."""
+    from onetrip.embedders import default_model_path
+
+    src = Path(default_model_path())
+    for f in src.rglob("*"):
+        if f.is_file():
+            dest = folder / f.relative_to(src)
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.symlink_to(f)
+    return folder

@@ -33,7 +33,7 @@ from onetrip.ingest import ingest_paths
 from onetrip.store import recorded_embedders
 from onetrip.templates import Layout
 
-from .embedders import HashEmbedder
+from .embedders import HashEmbedder, linked_model_copy
 from .test_cli import DEMO, onetrip
 
 PAD = " This sentence pads the section so that it is not merged away as a tiny one."
@@ -156,17 +156,6 @@ def test_model_names_are_folder_names(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)  # a relative and an absolute spelling of one folder give one name
     assert model_name("models/minilm-copy") == model_name(str(copy)) == "minilm-copy"
     assert model_name("not-a-folder") == "not-a-folder"
-
-
-def linked_model_copy(folder: Path) -> Path:
-    """The bundled model's files under another folder name: a second model, as far as names go."""
-    src = Path(default_model_path())
-    for f in src.rglob("*"):
-        if f.is_file():
-            dest = folder / f.relative_to(src)
-            dest.parent.mkdir(parents=True, exist_ok=True)
-            dest.symlink_to(f)
-    return folder
 
 
 def test_cli_model_option(dsn, tmp_path):

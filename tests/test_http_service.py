@@ -37,7 +37,7 @@ from onetrip.ingest import ingest_paths  # noqa: E402
 from onetrip.templates import Layout  # noqa: E402
 from onetrip.retrieve import context_expansion  # noqa: E402
 
-from .embedders import HashEmbedder  # noqa: E402
+from .embedders import HashEmbedder, linked_model_copy  # noqa: E402
 
 PAD = " This sentence is padding so that the section is not merged into its neighbour as a tiny one."
 DOCS = {
@@ -479,20 +479,24 @@ def _free_port() -> int:
 
 @pytest.mark.slow
 def test_cli_serve_subprocess(db, dsn, tmp_path):
-    """`onetrip serve` as an operator runs it: bundled model, token from the environment, SIGINT to stop.
+    """`onetrip serve` as an operator runs it: their own model folder, token from the environment, SIGINT to stop.
 
-    Its documents are ingested with the bundled model too: the service refuses to embed a
-    question with another model than the documents' (test_embedder_record.py)."""
+    The documents are ingested with that model (a copy of the bundled one under another
+    name): the service refuses to embed a question with another model than the documents'
+    (test_embedder_record.py), so answering at all shows `--model` reached the service."""
     from onetrip import SentenceTransformerEmbedder
 
+    docs = tmp_path / "docs"
+    docs.mkdir()
     for name, text in DOCS.items():
-        (tmp_path / name).write_text(text)
-    assert ingest_paths(db, [tmp_path], layout=init_schema(db, Layout(dim=384)),
-                        embedder=SentenceTransformerEmbedder()).new == 2
+        (docs / name).write_text(text)
+    model = linked_model_copy(tmp_path / "my-minilm")
+    assert ingest_paths(db, [docs], layout=init_schema(db, Layout(dim=384)),
+                        embedder=SentenceTransformerEmbedder(str(model))).new == 2
     port = _free_port()
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "ONETRIP_TOKEN": "tok"}
     proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", dsn, "--port", str(port),
-                             "--max-k", "7", "--no-access-log", "--log-level", "warning"],
+                             "--model", str(model), "--max-k", "7", "--no-access-log", "--log-level", "warning"],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"127.0.0.1:{port}"
     try:
@@ -522,6 +526,14 @@ def test_cli_serve_rejects_contradictory_flags():
     res = subprocess.run([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", "host=/nonexistent",
                           "--no-acl", "--principal", "hr"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 2 and "contradict" in res.stderr
+
+
+def test_cli_serve_refuses_a_model_folder_that_is_not_there(tmp_path):
+    """Before it connects or listens: a missing --model is exit 2, naming the flag, not a traceback at startup."""
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", "host=/nonexistent",
+                          "--model", str(tmp_path / "missing")], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "--model" in res.stderr and "is not a folder" in res.stderr and "Traceback" not in res.stderr
 
 
 
