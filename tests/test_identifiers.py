@@ -75,6 +75,30 @@ def test_password_is_not_echoed_in_errors():
     assert "hunter2" not in str(e.value)
 
 
+@pytest.mark.parametrize("dsn", ["not a dsn", "mysql://bob:hunter2@127.0.0.1:1/x",
+                                 "postgresql://bob:hunter2@127.0.0.1:1/x?bogus_opt=1",
+                                 "host=127.0.0.1 password='hunter2' stray"])
+def test_a_dsn_libpq_cannot_read_is_named_without_its_password(dsn, monkeypatch):
+    """psycopg's own error quotes the DSN, password included, and is not a ConnectionFailedError."""
+    from onetrip import InvalidDsnError, make_pool
+
+    for attempt in (lambda: connect(dsn), lambda: make_pool(dsn, open=False)):
+        with pytest.raises(InvalidDsnError, match="is not a PostgreSQL connection string") as e:
+            attempt()
+        assert "hunter2" not in str(e.value) and "\n" not in str(e.value)
+        assert isinstance(e.value, ConnectionFailedError) and isinstance(e.value, ValueError)  # CLI exit 2
+    monkeypatch.setenv("ONETRIP_DSN", dsn)
+    with pytest.raises(InvalidDsnError):
+        connect()
+
+
+def test_a_refused_connection_is_one_line():
+    """libpq adds its hint ("Is the server running ...") on a second line; the error keeps one."""
+    with pytest.raises(ConnectionFailedError) as e:
+        connect("host=127.0.0.1 port=1 dbname=x connect_timeout=2")
+    assert "\n" not in str(e.value) and "Is the server running" in str(e.value)
+
+
 def test_longest_prefix_builds_every_object_and_one_more_is_refused(db):
     from onetrip.identifiers import MAX_PREFIX_LENGTH
     from onetrip.schema import init_schema

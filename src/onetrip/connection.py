@@ -13,16 +13,18 @@ once for pgvector >= 0.8 (iterative index scans arrived in 0.8.0).
 from __future__ import annotations
 
 import os
+import re
 import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote, urlsplit
 
 import psycopg
 from psycopg import conninfo, sql
 
 from .adapters import register_adapters
-from .errors import ConnectionFailedError, ServerRequirementError
+from .errors import ConnectionFailedError, InvalidDsnError, ServerRequirementError
 
 ENV_DSN = "ONETRIP_DSN"
 ENV_HOME = "ONETRIP_HOME"
@@ -49,6 +51,43 @@ def redact(dsn: str) -> str:
         return "<unparseable DSN>"
     params.pop("password", None)
     return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
+
+
+_PASSWORD_PAIR = re.compile(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""")
+
+
+def _scrub(message: str, dsn: str) -> str:
+    """``message`` with the DSN's password (URI or key=value form) masked: libpq quotes the DSN in its errors."""
+    secrets: set[str] = set()
+    try:
+        pw = urlsplit(dsn).password
+    except ValueError:
+        pw = None
+    if pw:
+        secrets.update((pw, unquote(pw)))
+    for m in _PASSWORD_PAIR.finditer(dsn):
+        secrets.update((m.group(1), m.group(1).strip("'")))
+    for secret in sorted(secrets, key=len, reverse=True):
+        if secret:
+            message = message.replace(secret, "***")
+    return message
+
+
+def _one_line(error: Exception) -> str:
+    """libpq's message on one line (it adds a hint on a second line, e.g. "Is the server running ...")."""
+    return " ".join(str(error).split())
+
+
+def check_dsn(dsn: str) -> str:
+    """``dsn`` if libpq can read it, else InvalidDsnError naming the problem without the password."""
+    try:
+        conninfo.conninfo_to_dict(dsn)
+    except psycopg.ProgrammingError as e:
+        raise InvalidDsnError(
+            f"the DSN is not a PostgreSQL connection string ({_scrub(_one_line(e), dsn)}); give a "
+            "postgresql://user@host:port/dbname URI or key=value pairs such as 'host=... dbname=...'"
+        ) from None
+    return dsn
 
 
 def _import_pgserver() -> Any:
@@ -89,10 +128,10 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
 def resolve_dsn(dsn: str | None = None) -> str:
     """The DSN to use: explicit, else ``$ONETRIP_DSN``, else the embedded server."""
     if dsn:
-        return dsn
+        return check_dsn(dsn)
     env = os.environ.get(ENV_DSN)
     if env:
-        return env
+        return check_dsn(env)
     return embedded_dsn()
 
 
@@ -158,7 +197,7 @@ def connect(
     try:
         conn = psycopg.connect(target, autocommit=autocommit, connect_timeout=connect_timeout, **kwargs)
     except psycopg.OperationalError as e:
-        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {e}".strip()) from e
+        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e
     try:
         ensure_pgvector(conn, create=create_extension)
         if not autocommit:
@@ -186,7 +225,7 @@ async def connect_async(
             target, autocommit=autocommit, connect_timeout=connect_timeout, **kwargs
         )
     except psycopg.OperationalError as e:
-        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {e}".strip()) from e
+        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e
     try:
         cur = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
         row = await cur.fetchone()

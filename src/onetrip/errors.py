@@ -27,6 +27,10 @@ class ConnectionFailedError(OnetripError, ConnectionError):
     """The database could not be reached (DSN wrong, server down, timeout)."""
 
 
+class InvalidDsnError(ConnectionFailedError, ValueError):
+    """The DSN is not a connection string libpq can read (bad input: CLI exit 2); its password is not shown."""
+
+
 class ServerRequirementError(OnetripError):
     """The server lacks something onetrip needs (pgvector, a minimum version)."""
 
