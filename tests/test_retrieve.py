@@ -260,6 +260,31 @@ def test_init_twice_is_harmless_and_dim_mismatch_is_refused(db):
         init_schema(db, Layout(dim=64))
 
 
+def test_init_names_another_vector_type_or_partitioning_before_touching_the_tables(db, dsn):
+    """The schema script's index on another column type had failed with a raw DatatypeMismatch (a traceback)."""
+    init_schema(db, Layout(dim=32))
+    with pytest.raises(DimensionMismatchError, match="already exists as vector\\(32\\); cannot initialise it as halfvec"):
+        init_schema(db, Layout(dim=32, vector_type="halfvec"))
+    with pytest.raises(ValueError, match="sections already exists without partitions; cannot initialise it with 4 "
+                                         "hash partitions .*Give --partitions 0"):
+        init_schema(db, Layout(dim=32, partitions=4))
+    init_schema(db, Layout(dim=16, prefix="p_", partitions=2, vector_type="halfvec"))
+    with pytest.raises(ValueError, match="p_sections already exists with 2 hash partitions; cannot initialise it "
+                                         "without partitions"):
+        init_schema(db, Layout(dim=16, prefix="p_", vector_type="halfvec"))
+    assert init_schema(db, Layout(dim=16, prefix="p_", partitions=2, vector_type="halfvec")).partitions == 2
+
+    from .test_cli import onetrip
+
+    res = onetrip("init", "--dim", "32", "--vector-type", "halfvec", dsn=dsn)
+    assert res.returncode == 2 and "Traceback" not in res.stderr and "cannot initialise it as halfvec(32)" in res.stderr
+    res = onetrip("init", "--dim", "16", "--prefix", "p_", "--partitions", "2", "--vector-type", "halfvec",
+                  "--hnsw-m", "24", dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    assert "p_sections (halfvec(16), 2 partitions)" in res.stdout
+    assert "kept the existing HNSW index p_sections_embedding_hnsw (m=16, ef_construction=64)" in res.stderr
+
+
 def test_schema_and_prefix_layouts_are_isolated(db):
     a = Layout(dim=8, schema="tenant_a", prefix="kb_")
     init_schema(db, a)

@@ -298,16 +298,22 @@ def _print_hits(hits: list[Any], console: Any) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .connection import connect
-    from .schema import init_schema
-
-    from .schema import drop_schema
+    from .schema import drop_schema, hnsw_build_options, init_schema
 
     layout = _layout(args, args.dim)
     with connect(args.dsn) as conn:
         if args.recreate:
             drop_schema(conn, layout)
-        init_schema(conn, layout)
-    print(f"schema ready: {layout.tables['documents']}, {layout.tables['sections']} (vector({layout.dim}))")
+        made = init_schema(conn, layout)
+        kept = [(name, m, ef) for name, m, ef in hnsw_build_options(conn, layout)
+                if (m, ef) != (layout.hnsw_m, layout.hnsw_ef_construction)]
+    parts = f", {made.partitions} partitions" if made.partitions else ""
+    print(f"schema ready: {layout.tables['documents']}, {layout.tables['sections']} "
+          f"({made.vector_type}({made.dim}){parts})")
+    for name, m, ef in kept:
+        print(f"onetrip: note: kept the existing HNSW index {name} (m={m}, ef_construction={ef}); --hnsw-m "
+              f"{layout.hnsw_m} and --hnsw-ef-construction {layout.hnsw_ef_construction} apply when an index is "
+              "built: DROP INDEX it and run init again to rebuild it", file=sys.stderr)
     return 0
 
 

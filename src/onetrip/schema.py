@@ -44,16 +44,36 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
             f"{layout.tables['sections']} was created by an older onetrip and lacks column(s) {', '.join(missing)}; "
             "run `onetrip init --recreate` (drops onetrip's tables and their data) or use another --prefix/--schema"
         )
+    _check_existing(conn, layout)  # before the script: its indexes would fail on another column type
     script = render("schema", layout=layout)
     with conn.transaction():
         conn.execute(script)  # no params: sent as one multi-statement script
-    existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
-    if (existing.dim, existing.vector_type) != (layout.dim, layout.vector_type):
+    _check_existing(conn, layout)
+    return read_layout(conn, schema=layout.schema, prefix=layout.prefix)
+
+
+def _check_existing(conn: psycopg.Connection, layout: Layout) -> None:
+    """An error naming the difference if the sections table exists with another column type or partitioning."""
+    row = conn.execute(*layout_query(layout.schema, layout.prefix)).fetchone()
+    if row is None or row[0] is None or row[0] <= 0:
+        return  # not there yet (or without a fixed dimension: read_layout names that)
+    typmod, typename, parts = int(row[0]), str(row[1]), int(row[2])
+    table = layout.tables["sections"]
+    vector_type = typename.split("(", 1)[0]
+    if (typmod, vector_type) != (layout.dim, layout.vector_type):
         raise DimensionMismatchError(
-            f"{layout.tables['sections']}.embedding already exists as {existing.vector_type}({existing.dim}); "
+            f"{table}.embedding already exists as {vector_type}({typmod}); "
             f"cannot initialise it as {layout.vector_type}({layout.dim}). Use another --prefix or --schema."
         )
-    return existing
+    if parts != layout.partitions:
+        def shape(n: int) -> str:
+            return f"with {n} hash partitions" if n else "without partitions"
+
+        raise ValueError(
+            f"{table} already exists {shape(parts)}; cannot initialise it {shape(layout.partitions)} "
+            f"(--partitions {layout.partitions}). Give --partitions {parts} to use it as it is, "
+            "or use another --prefix or --schema."
+        )
 
 
 LAYOUT_QUERY = """
@@ -104,3 +124,25 @@ def read_layout(conn: psycopg.Connection, *, schema: str | None = None, prefix: 
     Raises SchemaMissingError naming the table when `onetrip init` has not run.
     """
     return layout_from_row(conn.execute(*layout_query(schema, prefix)).fetchone(), schema, prefix)
+
+
+HNSW_OPTIONS_QUERY = """
+    SELECT c.relname, coalesce(c.reloptions, '{}')
+      FROM pg_index i
+      JOIN pg_class c ON c.oid = i.indexrelid
+      JOIN pg_am a ON a.oid = c.relam
+     WHERE i.indrelid = to_regclass(%s) AND a.amname = 'hnsw'
+"""
+
+
+def hnsw_build_options(conn: psycopg.Connection, layout: Layout) -> list[tuple[str, int, int]]:
+    """(index, m, ef_construction) of each HNSW index on the sections table, pgvector's defaults where unset.
+
+    `init_schema` creates the index only if it is missing, so an existing one
+    keeps the options it was built with; the CLI says so when they differ.
+    """
+    out = []
+    for name, options in conn.execute(HNSW_OPTIONS_QUERY, (layout.tables["sections"],)).fetchall():
+        opts = dict(o.split("=", 1) for o in options)
+        out.append((name, int(opts.get("m", 16)), int(opts.get("ef_construction", 64))))
+    return out
