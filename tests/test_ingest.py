@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onetrip import Retriever, connect, init_schema
+from onetrip import Filters, Retriever, connect, init_schema
 from onetrip.ingest import ingest_paths, iter_files
 from onetrip.sections import parse_file
 from onetrip.store import DocumentRecord, replace_document
@@ -113,6 +113,37 @@ def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
     assert any("FAQ" in c for _, c in rows(db, "guide.md")) or any(
         "None." in c for _, c in rows(db, "guide.md"))
     assert not any("version one" in c for _, c in rows(db, "guide.md"))
+
+
+def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path):
+    """Same file, another --acl or --collection: stored again, so a narrowed ACL takes effect at once.
+
+    The skip had compared the content hash only: re-ingesting with ``acl=("bob",)``
+    reported "unchanged" and left the document readable by hr.
+    """
+    layout = init_schema(db)
+    f = tmp_path / "guide.md"
+    f.write_text(DOC_V1)
+    emb = HashEmbedder()
+    assert ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("hr", "alice")).new == 1
+    same = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("alice", "hr"))
+    assert (same.new, same.changed, same.unchanged) == (0, 0, 1)  # the ACL is a set: order does not matter
+
+    narrowed = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("bob",))
+    assert (narrowed.changed, narrowed.unchanged) == (1, 0)
+    assert db.execute("SELECT acl, revision FROM documents WHERE doc_id = 'guide.md'").fetchone() == (["bob"], 2)
+    assert {tuple(r[0]) for r in db.execute("SELECT acl FROM sections WHERE doc_id = 'guide.md'")} == {("bob",)}
+    q = emb.embed_query("Install it")
+    with Retriever(dsn) as r:
+        assert r.search(q, k=3, filters=Filters(principals=("hr",))) == []
+        assert len(r.search(q, k=3, filters=Filters(principals=("bob",)))) == 3
+
+    moved = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c2", acl=("bob",))
+    assert moved.changed == 1
+    assert {r[0] for r in db.execute("SELECT collection FROM sections WHERE doc_id = 'guide.md'")} == {"c2"}
+    opened = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c2")  # no ACL: everyone, as stored
+    assert opened.changed == 1
+    assert db.execute("SELECT acl FROM documents WHERE doc_id = 'guide.md'").fetchone() == (None,)
 
 
 class ExplodingContent:

@@ -26,8 +26,8 @@ from .store import (
     EMBEDDER_KEY,
     DocumentRecord,
     StoreResult,
-    current_hash,
     embedder_lock,
+    is_stored_unchanged,
     recorded_embedders,
     refresh_term_stats,
     replace_document,
@@ -150,6 +150,10 @@ def ingest_paths(
 ) -> IngestReport:
     """Ingest files and folders; returns counts of new/changed/unchanged/failed documents.
 
+    A file is skipped as unchanged when its content hash, ``collection`` and
+    ``acl`` are all as stored; another collection or ACL stores it again (a new
+    revision), so an access change takes effect.
+
     Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
     when a document was added or changed, or none were counted yet.
 
@@ -216,7 +220,7 @@ def ingest_paths(
                 data = path.read_bytes() if path.is_file() else b""
                 digest = hashlib.sha256(data).hexdigest()
                 did = doc_id(path, root)
-                if not force and current_hash(conn, layout, did) == digest:
+                if not force and is_stored_unchanged(conn, layout, did, digest, collection, acl):
                     report.unchanged += 1
                     report.parse_seconds += time.perf_counter() - t0
                     if on_progress:

@@ -79,6 +79,27 @@ def current_hash(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str |
     return None if row is None else row[0]
 
 
+def _same_access(stored_collection: str | None, stored_acl: Sequence[str] | None, collection: str | None,
+                 acl: Sequence[str] | None) -> bool:
+    """The stored collection and ACL are the ones asked for (the ACL compared as a set of principals)."""
+    return stored_collection == collection and \
+        (None if stored_acl is None else sorted(stored_acl)) == (None if acl is None else sorted(acl))
+
+
+def is_stored_unchanged(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
+                        collection: str | None, acl: Sequence[str] | None) -> bool:
+    """True if the document is stored with this content hash, collection and ACL: storing it again changes nothing.
+
+    Access counts, not only content: a re-ingest of an unchanged file with
+    another ``acl`` or ``collection`` must store it again, or a narrowed ACL
+    would silently not take effect.
+    """
+    q = sql.SQL("SELECT content_hash, collection, acl FROM {} WHERE doc_id = %s").format(
+        sql.SQL(layout.tables["documents"]))
+    row = conn.execute(q, (doc_id,)).fetchone()
+    return row is not None and row[0] == content_hash and _same_access(row[1], row[2], collection, acl)
+
+
 #: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
 #: document's own metadata (front matter, a caller's record) is neither read as one nor overwritten.
 EMBEDDER_KEY = "onetrip_embedder"
@@ -299,8 +320,8 @@ def replace_document(
 ) -> StoreResult:
     """Store ``doc`` with ``sections`` as its new revision, atomically.
 
-    Skips the write (outcome "unchanged") when the stored content hash is equal,
-    unless ``force``. With ``keep_history`` the superseded revision's sections
+    Skips the write (outcome "unchanged") when the stored content hash,
+    collection and ACL are equal, unless ``force``. With ``keep_history`` the superseded revision's sections
     are copied to the section_history table (audit) in the same transaction.
     A section may carry its own ``acl`` attribute; otherwise it gets the
     document's. Everything is validated before the transaction starts.
@@ -312,9 +333,10 @@ def replace_document(
     with conn.transaction():
         _lock_document(conn, doc.doc_id)
         row = conn.execute(
-            sql.SQL("SELECT content_hash, revision FROM {} WHERE doc_id = %s").format(documents), (doc.doc_id,)
+            sql.SQL("SELECT content_hash, revision, collection, acl FROM {} WHERE doc_id = %s").format(documents),
+            (doc.doc_id,),
         ).fetchone()
-        if row is not None and row[0] == doc.content_hash and not force:
+        if row is not None and row[0] == doc.content_hash and _same_access(row[2], row[3], doc.collection, doc.acl) and not force:
             return StoreResult(doc.doc_id, "unchanged", row[1], 0)
         revision = 1 if row is None else row[1] + 1
         total_tokens = sum(context_tokens)
