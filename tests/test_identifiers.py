@@ -75,9 +75,14 @@ def test_password_is_not_echoed_in_errors():
     assert "hunter2" not in str(e.value)
 
 
-@pytest.mark.parametrize("dsn", ["not a dsn", "mysql://bob:hunter2@127.0.0.1:1/x",
-                                 "postgresql://bob:hunter2@127.0.0.1:1/x?bogus_opt=1",
-                                 "host=127.0.0.1 password='hunter2' stray"])
+@pytest.mark.parametrize("dsn", [
+    "not a dsn", "mysql://bob:hunter2@127.0.0.1:1/x", "postgresql://bob:hunter2@127.0.0.1:1/x?bogus_opt=1",
+    "host=127.0.0.1 password='hunter2' stray",
+    # libpq quotes the part it cannot read, and here that is the password, whole or in part
+    "postgresql://bob:hunter2@[::1/x", "postgresql://bob:hunter2@[]/x", "postgresql://bob:hun\"ter2@[::1/x",
+    "postgresql://h/x?password=hun%zzter2&sslmode=require", "mysql://bob:hun ter2@h/x",
+    "host=h password=hun ter2 battery", "postgresql://h/x?password=hun ter2",
+])
 def test_a_dsn_libpq_cannot_read_is_named_without_its_password(dsn, monkeypatch):
     """psycopg's own error quotes the DSN, password included, and is not a ConnectionFailedError."""
     from onetrip import InvalidDsnError, make_pool
@@ -85,7 +90,7 @@ def test_a_dsn_libpq_cannot_read_is_named_without_its_password(dsn, monkeypatch)
     for attempt in (lambda: connect(dsn), lambda: make_pool(dsn, open=False)):
         with pytest.raises(InvalidDsnError, match="is not a PostgreSQL connection string") as e:
             attempt()
-        assert "hunter2" not in str(e.value) and "\n" not in str(e.value)
+        assert "hun" not in str(e.value) and "ter2" not in str(e.value) and "\n" not in str(e.value)
         assert isinstance(e.value, ConnectionFailedError) and isinstance(e.value, ValueError)  # CLI exit 2
     monkeypatch.setenv("ONETRIP_DSN", dsn)
     with pytest.raises(InvalidDsnError):

@@ -18,7 +18,6 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
-from urllib.parse import unquote, urlsplit
 
 import psycopg
 from psycopg import conninfo, sql
@@ -53,24 +52,20 @@ def redact(dsn: str) -> str:
     return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
 
 
-_PASSWORD_PAIR = re.compile(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""")
+_HOLDS_PASSWORD = re.compile(r"password|://[^/@]*:[^@]*@", re.IGNORECASE)
 
 
 def _scrub(message: str, dsn: str) -> str:
-    """``message`` with the DSN's password (URI or key=value form) masked: libpq quotes the DSN in its errors."""
-    secrets: set[str] = set()
-    try:
-        pw = urlsplit(dsn).password
-    except ValueError:
-        pw = None
-    if pw:
-        secrets.update((pw, unquote(pw)))
-    for m in _PASSWORD_PAIR.finditer(dsn):
-        secrets.update((m.group(1), m.group(1).strip("'")))
-    for secret in sorted(secrets, key=len, reverse=True):
-        if secret:
-            message = message.replace(secret, "***")
-    return message
+    """libpq's message about ``dsn``, cut before its first quote when the DSN may hold a password.
+
+    libpq quotes the piece of the DSN it could not read, and that piece can be
+    the password, whole or in part, in whatever spelling the DSN used
+    (percent-encoded, with spaces or quotes, inside a URI it cannot split);
+    cutting at the first quote is the one rule that holds for all of them.
+    """
+    if not _HOLDS_PASSWORD.search(dsn) or '"' not in message:
+        return message
+    return message.split('"', 1)[0].rstrip(" :") + " … [the rest is hidden: the DSN holds a password]"
 
 
 def _one_line(error: Exception) -> str:
