@@ -128,6 +128,8 @@ def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path):
     assert ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("hr", "alice")).new == 1
     same = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("alice", "hr"))
     assert (same.new, same.changed, same.unchanged) == (0, 0, 1)  # the ACL is a set: order does not matter
+    twice = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("hr", "alice", "hr"))
+    assert twice.unchanged == 1  # ... nor does a name given twice
 
     narrowed = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("bob",))
     assert (narrowed.changed, narrowed.unchanged) == (1, 0)

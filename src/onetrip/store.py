@@ -83,7 +83,7 @@ def _same_access(stored_collection: str | None, stored_acl: Sequence[str] | None
                  acl: Sequence[str] | None) -> bool:
     """The stored collection and ACL are the ones asked for (the ACL compared as a set of principals)."""
     return stored_collection == collection and \
-        (None if stored_acl is None else sorted(stored_acl)) == (None if acl is None else sorted(acl))
+        (None if stored_acl is None else set(stored_acl)) == (None if acl is None else set(acl))
 
 
 def is_stored_unchanged(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
