@@ -231,8 +231,9 @@ def _layout_options(p: argparse.ArgumentParser) -> None:
                    help="hash-partition sections by doc_id into N partitions, each with its own HNSW index")
     p.add_argument("--vector-type", choices=["vector", "halfvec"], default="vector",
                    help="halfvec: 16-bit embeddings, about half the index size")
-    p.add_argument("--hnsw-m", type=int, default=16, help="HNSW m (default 16, pgvector's)")
-    p.add_argument("--hnsw-ef-construction", type=int, default=64,
+    # default None (Layout's 16 / 64): `init` tells a flag given from one left out
+    p.add_argument("--hnsw-m", type=int, default=None, help="HNSW m (default 16, pgvector's)")
+    p.add_argument("--hnsw-ef-construction", type=int, default=None,
                    help="HNSW ef_construction (default 64, pgvector's; 200 builds a higher-recall graph)")
 
 
@@ -241,7 +242,7 @@ def _layout(args: argparse.Namespace, dim: int = 384) -> Any:
 
     # the layout options exist on init and sql render only; other commands take Layout's defaults
     options = {k: getattr(args, k) for k in ("partitions", "vector_type", "hnsw_m", "hnsw_ef_construction")
-               if hasattr(args, k)}
+               if getattr(args, k, None) is not None}
     return Layout(dim=dim, schema=args.schema, prefix=args.prefix, **options)
 
 
@@ -298,6 +299,7 @@ def _print_hits(hits: list[Any], console: Any) -> None:
 
 def cmd_init(args: argparse.Namespace) -> int:
     from .connection import connect
+    from .identifiers import quote_ident
     from .schema import drop_schema, hnsw_build_options, init_schema
 
     layout = _layout(args, args.dim)
@@ -305,15 +307,18 @@ def cmd_init(args: argparse.Namespace) -> int:
         if args.recreate:
             drop_schema(conn, layout)
         made = init_schema(conn, layout)
+        # only flags given: a plain `init` on an index built with other options is not asking to change them
+        asked = {"m": args.hnsw_m, "ef_construction": args.hnsw_ef_construction}
         kept = [(name, m, ef) for name, m, ef in hnsw_build_options(conn, layout)
-                if (m, ef) != (layout.hnsw_m, layout.hnsw_ef_construction)]
+                if any(v is not None and v != built for v, built in zip(asked.values(), (m, ef)))]
     parts = f", {made.partitions} partitions" if made.partitions else ""
     print(f"schema ready: {layout.tables['documents']}, {layout.tables['sections']} "
           f"({made.vector_type}({made.dim}){parts})")
     for name, m, ef in kept:
-        print(f"onetrip: note: kept the existing HNSW index {name} (m={m}, ef_construction={ef}); --hnsw-m "
-              f"{layout.hnsw_m} and --hnsw-ef-construction {layout.hnsw_ef_construction} apply when an index is "
-              "built: DROP INDEX it and run init again to rebuild it", file=sys.stderr)
+        index = f"{quote_ident(layout.schema)}.{quote_ident(name)}" if layout.schema else quote_ident(name)
+        print(f"onetrip: note: kept the existing HNSW index {index} (m={m}, ef_construction={ef}); --hnsw-m and "
+              "--hnsw-ef-construction apply when an index is built: DROP INDEX it and run init again to rebuild it",
+              file=sys.stderr)
     return 0
 
 
