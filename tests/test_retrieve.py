@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
+import psycopg
 import pytest
 
 from onetrip import DimensionMismatchError, Retriever, SchemaMissingError, init_schema
@@ -283,6 +286,39 @@ def test_init_names_another_vector_type_or_partitioning_before_touching_the_tabl
     assert res.returncode == 0, res.stderr
     assert "p_sections (halfvec(16), 2 partitions)" in res.stdout
     assert "kept the existing HNSW index p_sections_embedding_hnsw (m=16, ef_construction=64)" in res.stderr
+    res = onetrip("init", "--dim", "16", "--prefix", "p_", "--partitions", "2", "--vector-type", "halfvec", dsn=dsn)
+    assert res.returncode == 0 and "note" not in res.stderr  # no HNSW flag given: nothing asked to change
+
+
+def test_a_retriever_ends_the_transaction_it_opened_on_a_callers_connection(db, dsn):
+    """Without autocommit, its settings and reads had left the caller's connection in a transaction:
+    a later rollback undid ef_search, and the catalog and documents locks stayed held."""
+    init_schema(db, Layout(dim=8))
+    with psycopg.connect(dsn) as conn:  # psycopg's default: no autocommit
+        Retriever(conn, ef_search=123)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        conn.rollback()
+        assert conn.execute("SHOW hnsw.ef_search").fetchone() == ("123",)
+        conn.rollback()
+        conn.execute("SELECT 1")  # the caller's own transaction: left to the caller
+        Retriever(conn, ef_search=77)
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        conn.rollback()
+        with pytest.raises(SchemaMissingError):
+            Retriever(conn, prefix="missing_")
+        assert conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+    async def on_async_connection() -> tuple:
+        from onetrip import AsyncRetriever
+
+        async with await psycopg.AsyncConnection.connect(dsn) as conn:
+            await AsyncRetriever.create(conn, ef_search=321)
+            status = conn.info.transaction_status
+            await conn.rollback()
+            cur = await conn.execute("SHOW hnsw.ef_search")
+            return status, await cur.fetchone()
+
+    assert asyncio.run(on_async_connection()) == (psycopg.pq.TransactionStatus.IDLE, ("321",))
 
 
 def test_schema_and_prefix_layouts_are_isolated(db):

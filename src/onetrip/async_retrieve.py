@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
+from psycopg import pq
 
 from .connection import connect_async
 from .context import Context
@@ -95,14 +96,24 @@ class AsyncRetriever:
         self.pool = conn if isinstance(conn, AsyncConnectionPool) else None
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.AsyncConnection)
         self.conn = None
+        opened = False  # as in Retriever: a transaction this opened on the caller's connection is ended here
         if self.pool is None:
             self.conn = await connect_async(conn) if self._owns_conn else conn
+            opened = not self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE
             await register_adapters_async(self.conn)
-            await apply_settings_async(self.conn, self.settings)
         self._embedder = embedder
-        async with self._connection() as c:
-            self.layout = await _read_layout(c, schema, prefix)
-            self.recorded_embedders = await _recorded_embedder(c, self.layout)
+        try:
+            if self.conn is not None:
+                await apply_settings_async(self.conn, self.settings)
+            async with self._connection() as c:
+                self.layout = await _read_layout(c, schema, prefix)
+                self.recorded_embedders = await _recorded_embedder(c, self.layout)
+        except BaseException:
+            if opened:
+                await self.conn.rollback()
+            raise
+        if opened:
+            await self.conn.commit()
         self._embedder_checked = False
         return self
 

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import psycopg
+from psycopg import pq
 
 from .connection import connect
 from .context import Context, Passage, roles_of
@@ -855,16 +856,26 @@ class Retriever:
         self.pool: ConnectionPool | None = conn if isinstance(conn, ConnectionPool) else None
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.Connection)
         self.conn: psycopg.Connection | None = None
+        opened = False  # a transaction this constructor opened on the caller's (non-autocommit) connection
         if self.pool is None:
             self.conn = connect(conn) if self._owns_conn else conn
+            opened = not self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE
             from .adapters import register_adapters
 
             register_adapters(self.conn)
-            apply_settings(self.conn, self.settings)
-        with self._connection() as c:
-            self.layout = read_layout(c, schema=schema, prefix=prefix)
-            # read once here, so no search pays a statement for it; checked when a text is first embedded
-            self.recorded_embedders = recorded_embedders(c, self.layout, first_only=True)
+        try:
+            if self.conn is not None:
+                apply_settings(self.conn, self.settings)
+            with self._connection() as c:
+                self.layout = read_layout(c, schema=schema, prefix=prefix)
+                # read once here, so no search pays a statement for it; checked when a text is first embedded
+                self.recorded_embedders = recorded_embedders(c, self.layout, first_only=True)
+        except BaseException:
+            if opened:
+                self.conn.rollback()
+            raise
+        if opened:  # end it: the settings stay with the session, and no lock is held for the caller
+            self.conn.commit()
         self._embedder = embedder
         self._embedder_checked = False
         self._plans: dict[tuple, Plan] = {}
