@@ -115,8 +115,20 @@ def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
     assert not any("version one" in c for _, c in rows(db, "guide.md"))
 
 
+class CountingEmbedder(HashEmbedder):
+    """HashEmbedder that counts the texts it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedded = 0
+
+    def embed_documents(self, texts):
+        self.embedded += len(texts)
+        return super().embed_documents(texts)
+
+
 def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path):
-    """Same file, another --acl or --collection: stored again, so a narrowed ACL takes effect at once.
+    """Same file, another --acl or --collection: a new revision at once, without re-embedding.
 
     The skip had compared the content hash only: re-ingesting with ``acl=("bob",)``
     reported "unchanged" and left the document readable by hr.
@@ -124,28 +136,52 @@ def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path):
     layout = init_schema(db)
     f = tmp_path / "guide.md"
     f.write_text(DOC_V1)
-    emb = HashEmbedder()
+    emb = CountingEmbedder()
     assert ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("hr", "alice")).new == 1
+    embedded, vectors = emb.embedded, db.execute("SELECT section_id, embedding FROM sections ORDER BY 1").fetchall()
     same = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("alice", "hr"))
     assert (same.new, same.changed, same.unchanged) == (0, 0, 1)  # the ACL is a set: order does not matter
     twice = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("hr", "alice", "hr"))
     assert twice.unchanged == 1  # ... nor does a name given twice
 
-    narrowed = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("bob",))
-    assert (narrowed.changed, narrowed.unchanged) == (1, 0)
+    narrowed = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("bob",), keep_history=True)
+    assert (narrowed.changed, narrowed.access_only, narrowed.unchanged, narrowed.sections) == (1, 1, 0, 3)
+    assert emb.embedded == embedded  # the sections and their vectors are kept
+    assert db.execute("SELECT section_id, embedding FROM sections ORDER BY 1").fetchall() == vectors
     assert db.execute("SELECT acl, revision FROM documents WHERE doc_id = 'guide.md'").fetchone() == (["bob"], 2)
-    assert {tuple(r[0]) for r in db.execute("SELECT acl FROM sections WHERE doc_id = 'guide.md'")} == {("bob",)}
+    assert db.execute("SELECT DISTINCT acl, revision FROM sections WHERE doc_id = 'guide.md'").fetchall() == [
+        (["bob"], 2)]
+    assert db.execute("SELECT DISTINCT acl, revision FROM section_history WHERE doc_id = 'guide.md'").fetchall() == [
+        (["hr", "alice"], 1)]  # --keep-history archives the revision with its old ACL
     q = emb.embed_query("Install it")
     with Retriever(dsn) as r:
         assert r.search(q, k=3, filters=Filters(principals=("hr",))) == []
-        assert len(r.search(q, k=3, filters=Filters(principals=("bob",)))) == 3
+        hits = r.search(q, k=3, filters=Filters(principals=("bob",)))
+        assert len(hits) == 3 and {h.section.revision for h in hits} == {2}
 
     moved = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c2", acl=("bob",))
-    assert moved.changed == 1
+    assert (moved.changed, moved.made_public) == (1, [])
     assert {r[0] for r in db.execute("SELECT collection FROM sections WHERE doc_id = 'guide.md'")} == {"c2"}
     opened = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c2")  # no ACL: everyone, as stored
-    assert opened.changed == 1
+    assert (opened.changed, opened.made_public) == (1, [str(f)])
     assert db.execute("SELECT acl FROM documents WHERE doc_id = 'guide.md'").fetchone() == (None,)
+    assert emb.embedded == embedded
+
+    f.write_text(DOC_V2)  # content and access together: stored in full, and reported as opened
+    both = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c2", acl=("bob",))
+    assert (both.changed, both.access_only) == (1, 0) and emb.embedded > embedded
+    assert ingest_paths(db, [f], layout=layout, embedder=emb, collection="c2").made_public == [str(f)]
+
+
+def test_cli_ingest_says_when_a_document_was_made_public(dsn, tmp_path):
+    from .test_cli import onetrip
+
+    (tmp_path / "guide.md").write_text(DOC_V1)
+    assert onetrip("ingest", str(tmp_path), "--acl", "hr", dsn=dsn).returncode == 0
+    res = onetrip("ingest", str(tmp_path), "--acl", "bob", dsn=dsn)
+    assert res.returncode == 0 and "1 changed (1 only in collection/ACL)" in res.stdout and "note" not in res.stderr
+    res = onetrip("ingest", str(tmp_path), dsn=dsn)
+    assert res.returncode == 0 and "guide.md had an ACL and is now readable by everyone" in res.stderr
 
 
 class ExplodingContent:

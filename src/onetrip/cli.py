@@ -447,11 +447,14 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         rate = report.sections / report.seconds if report.seconds else 0.0
-        print(f"documents: {report.new} new, {report.changed} changed, {report.unchanged} unchanged, "
+        access = f" ({report.access_only} only in collection/ACL)" if report.access_only else ""
+        print(f"documents: {report.new} new, {report.changed} changed{access}, {report.unchanged} unchanged, "
               f"{len(report.failed)} failed; {report.sections} sections in {report.seconds:.1f}s ({rate:.1f}/s; "
               f"parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, load {report.load_seconds:.1f}s)")
         for path, reason in report.failed:
             print(f"  failed: {path}: {reason}", file=sys.stderr)
+    for path in report.made_public:  # a run without --acl over documents stored with one: say so
+        print(f"onetrip: note: {path} had an ACL and is now readable by everyone (no --acl given)", file=sys.stderr)
     return 0 if not report.failed else 3
 
 

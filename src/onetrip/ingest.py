@@ -27,7 +27,8 @@ from .store import (
     DocumentRecord,
     StoreResult,
     embedder_lock,
-    is_stored_unchanged,
+    set_document_access,
+    stored_state,
     recorded_embedders,
     refresh_term_stats,
     replace_document,
@@ -46,6 +47,8 @@ class IngestReport:
     changed: int = 0
     unchanged: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
+    access_only: int = 0  # of `changed`: same content, another collection/ACL (not re-embedded)
+    made_public: list[str] = field(default_factory=list)  # stored with an ACL before, without one now
     sections: int = 0
     parse_seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -60,6 +63,7 @@ class IngestReport:
         return {
             "documents": self.documents, "new": self.new, "changed": self.changed,
             "unchanged": self.unchanged, "failed": [{"path": p, "reason": r} for p, r in self.failed],
+            "access_only": self.access_only, "made_public": self.made_public,
             "sections": self.sections, "parse_seconds": round(self.parse_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
         }
@@ -134,6 +138,27 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> 
         release()
 
 
+def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: str, collection: str | None,
+                  acl: Sequence[str] | None, keep_history: bool, shown: str, report: IngestReport) -> bool:
+    """Apply an access-only change (`set_document_access`) and count it; False: store the document in full."""
+    try:
+        res = set_document_access(conn, layout, did, digest, collection, acl, keep_history=keep_history)
+    except (OnetripError, ValueError, psycopg.Error) as e:
+        report.failed.append((shown, f"{type(e).__name__}: {e}"))
+        return True
+    if res is None:  # its content changed meanwhile
+        return False
+    if res.outcome == "changed":
+        report.changed += 1
+        report.access_only += 1
+        report.sections += res.sections
+    else:
+        report.unchanged += 1
+    if res.made_public:
+        report.made_public.append(shown)
+    return True
+
+
 def ingest_paths(
     conn: psycopg.Connection,
     paths: Iterable[str | Path],
@@ -151,8 +176,10 @@ def ingest_paths(
     """Ingest files and folders; returns counts of new/changed/unchanged/failed documents.
 
     A file is skipped as unchanged when its content hash, ``collection`` and
-    ``acl`` are all as stored; another collection or ACL stores it again (a new
-    revision), so an access change takes effect.
+    ``acl`` are all as stored. Another collection or ACL on an unchanged file
+    is a new revision that keeps the sections and their vectors (no parsing or
+    embedding), so an access change takes effect at once. Documents that had
+    an ACL and are stored without one are listed in ``report.made_public``.
 
     Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
     when a document was added or changed, or none were counted yet.
@@ -203,6 +230,8 @@ def ingest_paths(
                         report.unchanged += 1
                     if res.outcome != "unchanged":
                         recorded()  # committed: the record is visible, the first-ingest lock can go
+                    if res.made_public:
+                        report.made_public.append(p.path)
                     report.sections += res.sections
                 report.load_seconds += time.perf_counter() - t0
                 offset += n
@@ -220,9 +249,16 @@ def ingest_paths(
                 data = path.read_bytes() if path.is_file() else b""
                 digest = hashlib.sha256(data).hexdigest()
                 did = doc_id(path, root)
-                if not force and is_stored_unchanged(conn, layout, did, digest, collection, acl):
+                state = "content" if force else stored_state(conn, layout, did, digest, collection, acl)
+                if state == "unchanged":
                     report.unchanged += 1
                     report.parse_seconds += time.perf_counter() - t0
+                    if on_progress:
+                        on_progress(shown, report)
+                    continue
+                if state == "access" and _store_access(conn, layout, did, digest, collection, acl, keep_history,
+                                                       shown, report):
+                    report.load_seconds += time.perf_counter() - t0
                     if on_progress:
                         on_progress(shown, report)
                     continue

@@ -70,6 +70,7 @@ class StoreResult:
     outcome: Outcome
     revision: int
     sections: int
+    made_public: bool = False  # it had an ACL and is now stored without one (readable by everyone)
 
 
 def current_hash(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str | None:
@@ -86,18 +87,55 @@ def _same_access(stored_collection: str | None, stored_acl: Sequence[str] | None
         (None if stored_acl is None else set(stored_acl)) == (None if acl is None else set(acl))
 
 
-def is_stored_unchanged(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
-                        collection: str | None, acl: Sequence[str] | None) -> bool:
-    """True if the document is stored with this content hash, collection and ACL: storing it again changes nothing.
+StoredState = Literal["new", "content", "access", "unchanged"]
+
+
+def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
+                 collection: str | None, acl: Sequence[str] | None) -> StoredState:
+    """How a document to be stored differs from the stored one: not stored, its content, only its access, nothing.
 
     Access counts, not only content: a re-ingest of an unchanged file with
-    another ``acl`` or ``collection`` must store it again, or a narrowed ACL
-    would silently not take effect.
+    another ``acl`` or ``collection`` must store it ("access": `set_document_access`,
+    no re-embedding), or a narrowed ACL would silently not take effect.
     """
     q = sql.SQL("SELECT content_hash, collection, acl FROM {} WHERE doc_id = %s").format(
         sql.SQL(layout.tables["documents"]))
     row = conn.execute(q, (doc_id,)).fetchone()
-    return row is not None and row[0] == content_hash and _same_access(row[1], row[2], collection, acl)
+    if row is None:
+        return "new"
+    if row[0] != content_hash:
+        return "content"
+    return "unchanged" if _same_access(row[1], row[2], collection, acl) else "access"
+
+
+def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
+                        collection: str | None, acl: Sequence[str] | None, *,
+                        keep_history: bool = False) -> StoreResult | None:
+    """Give a stored document another collection and ACL as a new revision, its sections and vectors kept.
+
+    For a re-ingest whose file did not change: one transaction under the
+    document's lock, every section taking the document's new collection and
+    ACL (as `ingest_paths` stores them). None if the stored content hash is no
+    longer ``content_hash`` (another writer came first): store it in full instead.
+    """
+    documents, sections = sql.SQL(layout.tables["documents"]), sql.SQL(layout.tables["sections"])
+    new_acl = None if acl is None else list(acl)
+    with conn.transaction():
+        _lock_document(conn, doc_id)
+        row = conn.execute(sql.SQL("SELECT content_hash, revision, collection, acl FROM {} WHERE doc_id = %s")
+                           .format(documents), (doc_id,)).fetchone()
+        if row is None or row[0] != content_hash:
+            return None
+        if _same_access(row[2], row[3], collection, acl):
+            return StoreResult(doc_id, "unchanged", row[1], 0)
+        if keep_history:
+            _archive_sections(conn, layout, doc_id)
+        revision = row[1] + 1
+        conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s, ingested_at = now() "
+                             "WHERE doc_id = %s").format(documents), (collection, new_acl, revision, doc_id))
+        n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s WHERE doc_id = %s")
+                         .format(sections), (collection, new_acl, revision, doc_id)).rowcount
+    return StoreResult(doc_id, "changed", revision, n, made_public=row[3] is not None and acl is None)
 
 
 #: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
@@ -364,7 +402,8 @@ def replace_document(
         with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
             copy.set_types(copy_types(layout))
             write_section_rows(copy, layout, doc, sections, arr, context_tokens, revision)
-    return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections))
+    return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections),
+                       made_public=row is not None and row[3] is not None and doc.acl is None)
 
 
 def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:
