@@ -127,7 +127,7 @@ class CountingEmbedder(HashEmbedder):
         return super().embed_documents(texts)
 
 
-def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path):
+def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path, monkeypatch):
     """Same file, another --acl or --collection: a new revision at once, without re-embedding.
 
     The skip had compared the content hash only: re-ingesting with ``acl=("bob",)``
@@ -144,8 +144,21 @@ def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path):
     twice = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("hr", "alice", "hr"))
     assert twice.unchanged == 1  # ... nor does a name given twice
 
-    narrowed = ingest_paths(db, [f], layout=layout, embedder=emb, collection="c1", acl=("bob",), keep_history=True)
+    import onetrip.ingest as ingest_module
+    from onetrip.store import flush_word_indexes
+
+    recounts = []
+    monkeypatch.setattr(ingest_module, "refresh_term_stats", lambda *a: recounts.append(a))
+    moved_file = tmp_path / "moved" / "guide.md"  # the same file found under another folder: same doc_id
+    moved_file.parent.mkdir()
+    moved_file.write_text(DOC_V1)
+    narrowed = ingest_paths(db, [moved_file.parent], layout=layout, embedder=emb, collection="c1", acl=("bob",),
+                            keep_history=True)
     assert (narrowed.changed, narrowed.access_only, narrowed.unchanged, narrowed.sections) == (1, 1, 0, 3)
+    assert recounts == []  # word counts ignore access ...
+    assert flush_word_indexes(db, layout) == 0  # ... but the updated rows' GIN entries were merged
+    assert db.execute("SELECT source_uri FROM documents").fetchone() == (moved_file.resolve().as_uri(),)
+    monkeypatch.undo()
     assert emb.embedded == embedded  # the sections and their vectors are kept
     assert db.execute("SELECT section_id, embedding FROM sections ORDER BY 1").fetchall() == vectors
     assert db.execute("SELECT acl, revision FROM documents WHERE doc_id = 'guide.md'").fetchone() == (["bob"], 2)

@@ -18,6 +18,7 @@ import warnings
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import psycopg
 from psycopg import conninfo, sql
@@ -48,8 +49,8 @@ def redact(dsn: str) -> str:
         params = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError:
         return "<unparseable DSN>"
-    params.pop("password", None)
-    return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None})
+    # password and sslpassword (the client key's passphrase), and any later *password* keyword
+    return conninfo.make_conninfo(**{k: v for k, v in params.items() if v is not None and "password" not in k})
 
 
 _HOLDS_PASSWORD = re.compile(r"password|://[^/@]*:[^@]*@", re.IGNORECASE)
@@ -63,9 +64,29 @@ def _scrub(message: str, dsn: str) -> str:
     (percent-encoded, with spaces or quotes, inside a URI it cannot split);
     cutting at the first quote is the one rule that holds for all of them.
     """
-    if not _HOLDS_PASSWORD.search(dsn) or '"' not in message:
+    if not _may_hold_password(dsn) or '"' not in message:
         return message
-    return message.split('"', 1)[0].rstrip(" :") + " … [the rest is hidden: the DSN holds a password]"
+    return message.split('"', 1)[0].rstrip(" :") + " … [the rest is hidden: the DSN may hold a password]"
+
+
+def _may_hold_password(dsn: str) -> bool:
+    """A password keyword (libpq decodes percent-encoded URI keywords) or a URI ``user:...@``."""
+    return bool(_HOLDS_PASSWORD.search(dsn) or _HOLDS_PASSWORD.search(unquote(dsn)))
+
+
+def _ambiguous_uri_userinfo(dsn: str) -> bool:
+    """A URI with an '@' that libpq may split at the wrong place, reading part of the password as the host.
+
+    ``postgresql://alice:p@ss@db/app`` (two '@') or ``postgresql://alice:pa/ss@db/app``
+    ('/' before the '@') parse without error, with the password's pieces as
+    host, port or dbname, which every connection error then prints.
+    """
+    m = re.match(r"[A-Za-z][A-Za-z0-9+.-]*://", dsn)
+    if m is None:
+        return False
+    rest = dsn[m.end():]
+    at = rest.find("@")
+    return at >= 0 and (rest.count("@") > 1 or "/" in rest[:at])
 
 
 def _one_line(error: Exception) -> str:
@@ -75,6 +96,11 @@ def _one_line(error: Exception) -> str:
 
 def check_dsn(dsn: str) -> str:
     """``dsn`` if libpq can read it, else InvalidDsnError naming the problem without the password."""
+    if _ambiguous_uri_userinfo(dsn):
+        raise InvalidDsnError(
+            "the DSN is a URI with an '@' that is not the one before the host (or a '/' before it): write an '@' "
+            "or '/' in the user name or password as %40 or %2F"
+        )
     try:
         conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as e:

@@ -27,6 +27,7 @@ from .store import (
     DocumentRecord,
     StoreResult,
     embedder_lock,
+    flush_word_indexes,
     set_document_access,
     stored_state,
     recorded_embedders,
@@ -139,10 +140,12 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> 
 
 
 def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: str, collection: str | None,
-                  acl: Sequence[str] | None, keep_history: bool, shown: str, report: IngestReport) -> bool:
+                  acl: Sequence[str] | None, keep_history: bool, source_uri: str, shown: str,
+                  report: IngestReport) -> bool:
     """Apply an access-only change (`set_document_access`) and count it; False: store the document in full."""
     try:
-        res = set_document_access(conn, layout, did, digest, collection, acl, keep_history=keep_history)
+        res = set_document_access(conn, layout, did, digest, collection, acl, source_uri=source_uri,
+                                  keep_history=keep_history)
     except (OnetripError, ValueError, psycopg.Error) as e:
         report.failed.append((shown, f"{type(e).__name__}: {e}"))
         return True
@@ -257,7 +260,7 @@ def ingest_paths(
                         on_progress(shown, report)
                     continue
                 if state == "access" and _store_access(conn, layout, did, digest, collection, acl, keep_history,
-                                                       shown, report):
+                                                       path.resolve().as_uri(), shown, report):
                     report.load_seconds += time.perf_counter() - t0
                     if on_progress:
                         on_progress(shown, report)
@@ -280,8 +283,10 @@ def ingest_paths(
             if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
                 flush()
         flush()
-        if report.new or report.changed or uncounted:
-            t0 = time.perf_counter()
-            refresh_term_stats(conn, layout)
-            report.load_seconds += time.perf_counter() - t0
+        t0 = time.perf_counter()
+        if report.new or report.changed > report.access_only or uncounted:
+            refresh_term_stats(conn, layout)  # recounts, then merges the GIN pending lists
+        elif report.access_only:  # word counts ignore access, but the UPDATEs left new GIN entries pending
+            flush_word_indexes(conn, layout)
+        report.load_seconds += time.perf_counter() - t0
         return report

@@ -109,13 +109,14 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
 
 
 def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
-                        collection: str | None, acl: Sequence[str] | None, *,
+                        collection: str | None, acl: Sequence[str] | None, *, source_uri: str | None = None,
                         keep_history: bool = False) -> StoreResult | None:
     """Give a stored document another collection and ACL as a new revision, its sections and vectors kept.
 
     For a re-ingest whose file did not change: one transaction under the
     document's lock, every section taking the document's new collection and
-    ACL (as `ingest_paths` stores them). None if the stored content hash is no
+    ACL (as `ingest_paths` stores them), and the document ``source_uri`` if
+    given (the same file found under another path). None if the stored content hash is no
     longer ``content_hash`` (another writer came first): store it in full instead.
     """
     documents, sections = sql.SQL(layout.tables["documents"]), sql.SQL(layout.tables["sections"])
@@ -131,8 +132,9 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
         if keep_history:
             _archive_sections(conn, layout, doc_id)
         revision = row[1] + 1
-        conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s, ingested_at = now() "
-                             "WHERE doc_id = %s").format(documents), (collection, new_acl, revision, doc_id))
+        conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s, ingested_at = now(), "
+                             "source_uri = coalesce(%s, source_uri) WHERE doc_id = %s").format(documents),
+                     (collection, new_acl, revision, source_uri, doc_id))
         n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s WHERE doc_id = %s")
                          .format(sections), (collection, new_acl, revision, doc_id)).rowcount
     return StoreResult(doc_id, "changed", revision, n, made_public=row[3] is not None and acl is None)
