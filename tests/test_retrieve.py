@@ -256,6 +256,23 @@ def test_tables_of_an_older_onetrip_are_a_clear_error(db):
         init_schema(db, Layout(dim=32))
 
 
+def test_a_table_without_a_column_the_statements_read_is_named_when_the_retriever_is_made(db, dsn):
+    """Every column is checked in the one catalog read: without context_tokens, `assemble` had failed
+    later with a raw UndefinedColumn (a traceback in `onetrip search --assemble`)."""
+    init_schema(db, Layout(dim=32))
+    db.execute("ALTER TABLE sections DROP COLUMN context_tokens, DROP COLUMN anchor")
+    with pytest.raises(SchemaMissingError, match="lacks columns anchor, context_tokens .*--recreate"):
+        Retriever(db)
+
+    from onetrip import AsyncRetriever
+
+    async def create() -> None:
+        await AsyncRetriever.create(dsn)
+
+    with pytest.raises(SchemaMissingError, match="lacks columns anchor, context_tokens"):
+        asyncio.run(create())
+
+
 def test_init_twice_is_harmless_and_dim_mismatch_is_refused(db):
     init_schema(db, Layout(dim=32))
     init_schema(db, Layout(dim=32))

@@ -80,11 +80,14 @@ LAYOUT_QUERY = """
     SELECT a.atttypmod,
            format_type(a.atttypid, a.atttypmod),
            (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = a.attrelid),
-           EXISTS (SELECT 1
-                     FROM pg_attribute p
-                    WHERE p.attrelid = a.attrelid
-                      AND p.attname = 'parent_sequence_index'
-                      AND NOT p.attisdropped)
+           ARRAY(SELECT c
+                   FROM unnest(%s::text[]) WITH ORDINALITY AS needed (c, n)
+                  WHERE NOT EXISTS (SELECT 1
+                                      FROM pg_attribute p
+                                     WHERE p.attrelid = a.attrelid
+                                       AND p.attname = c
+                                       AND NOT p.attisdropped)
+                  ORDER BY n)
       FROM pg_attribute a
      WHERE a.attrelid = to_regclass(%s)
        AND a.attname = 'embedding'
@@ -94,8 +97,10 @@ LAYOUT_QUERY = """
 
 def layout_query(schema: str | None, prefix: str) -> tuple[str, tuple[str]]:
     """The catalog query (and its bind) that `layout_from_row` reads; shared by sync and async."""
+    from .store import SECTION_COLUMNS
+
     probe = Layout(dim=1, schema=schema, prefix=prefix)  # validates names; dim is a placeholder
-    return LAYOUT_QUERY, (probe.tables["sections"],)
+    return LAYOUT_QUERY, ([*SECTION_COLUMNS, "tsv"], probe.tables["sections"])
 
 
 def layout_from_row(row: tuple | None, schema: str | None, prefix: str) -> Layout:
@@ -105,12 +110,12 @@ def layout_from_row(row: tuple | None, schema: str | None, prefix: str) -> Layou
         raise SchemaMissingError(
             f"table {table} (with an embedding column) does not exist in this database; run `onetrip init` first"
         )
-    typmod, typename, parts, current = row
-    if not current:
+    typmod, typename, parts, missing = row
+    if missing:  # one catalog read names them all, so no statement fails later on a missing column
         raise SchemaMissingError(
-            f"{table} was created by an older onetrip and lacks column parent_sequence_index (the retrieval "
-            "query reads parents by it); run `onetrip init --recreate` (drops onetrip's tables and their data) "
-            "and ingest again, or use another --prefix/--schema"
+            f"{table} was created by an older onetrip (or altered) and lacks column{'s' if len(missing) > 1 else ''} "
+            f"{', '.join(missing)} (the retrieval statements read them); run `onetrip init --recreate` (drops "
+            "onetrip's tables and their data) and ingest again, or use another --prefix/--schema"
         )
     if typmod is None or typmod <= 0:
         raise SchemaMissingError(f"{table}.embedding is {typename}, without a fixed dimension")
