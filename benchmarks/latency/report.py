@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-VARIANT_ORDER = ("A", "B", "C", "C2", "D", "E")
+VARIANT_ORDER = ("A", "B", "C", "C2", "D", "E", "F", "Af", "G", "H")  # each one that ran: table, counts, plot
 RATIOS = (("B", "A"), ("C", "B"), ("C2", "B"), ("D", "B"), ("E", "B"), ("F", "A"), ("G", "Af"), ("H", "B"))
 COLORS = {"A": "#7f7f7f", "B": "#d62728", "C": "#1f77b4", "C2": "#17becf", "D": "#9467bd", "E": "#2ca02c",
           "F": "#ff7f0e", "Af": "#bcbd22", "G": "#8c564b", "H": "#e377c2"}
@@ -179,7 +179,8 @@ def markdown(doc: dict[str, Any]) -> str:
     lines.append("A, C, C2 and D run with the server's pgvector settings. B, F, G and H run as `Retriever` runs, "
                  "with `hnsw.iterative_scan = relaxed_order` and `hnsw.max_scan_tuples = 20000` set once per "
                  "connection, so filtered searches still return k rows; on an unfiltered query that costs "
-                 "13-61 us per query (benchmarks/latency/cost_split.py, 10k to 1M sections, two runs).")
+                 "up to ~0.1 ms per query from 10k to 1M sections (`python -m benchmarks.latency.cost_split`, "
+                 "its `hnsw.iterative_scan` column; 0-44 us in one run, 15-109 us in another).")
     if "E" in doc["variants"] and doc.get("e_queries_per_level") not in (None, doc["queries_per_level"]):
         lines.append(f"E ran on the first {doc['e_queries_per_level']} queries of each level only.")
     lines.append("")
@@ -360,8 +361,14 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args:
-        print("usage: python -m benchmarks.latency.report RESULT.json [...]", file=sys.stderr)
+    usage = ("usage: python -m benchmarks.latency.report RESULT.json [...]\n"
+             "Rebuilds RESULT.md and RESULT.png from a result JSON written by benchmarks.latency.run.")
+    if not args or any(a in ("-h", "--help") for a in args):
+        print(usage, file=sys.stderr if not args else sys.stdout)
+        return 2 if not args else 0
+    missing = [a for a in args if not Path(a).is_file()]
+    if missing:
+        print(f"benchmarks.latency.report: error: no such result file: {', '.join(missing)}", file=sys.stderr)
         return 2
     for p in map(Path, args):
         doc = json.loads(p.read_text())
