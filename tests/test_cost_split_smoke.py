@@ -67,3 +67,32 @@ def test_cost_split_refuses_steps_that_return_other_sections(dsn, tmp_path, monk
     monkeypatch.setattr(cost_split, "raw_fetch", drops_last_row)
     with pytest.raises(RuntimeError, match="returned other sections than B"):
         cost_split.main(["--dsn", dsn, "--out", str(tmp_path), "--rtt-ms", "direct", *ARGV])
+
+
+# -- bad flags: refused by argparse before anything connects or loads ------------------------------------------------
+
+from .benchmark_cli import refused  # noqa: E402
+
+
+@pytest.mark.parametrize("flags, names", [
+    (("--sizes", "abc"), "--sizes"),
+    (("--sizes", "10k,manual"), "--sizes"),
+    (("--rtt-ms=-1",), "--rtt-ms"),
+    (("--rtt-ms", "direct,abc"), "--rtt-ms"),
+    (("--queries", "0"), "--queries"),
+    (("--k", "0"), "--k"),
+])
+def test_cost_split_refuses_bad_flags_before_loading(flags, names, tmp_path):
+    line = refused("benchmarks.latency.cost_split", *flags, "--out", str(tmp_path / "out"))
+    assert f"argument {names}:" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_cost_split_defaults_to_one_small_corpus_and_shows_its_defaults(capsys):
+    parser = cost_split.build_parser()
+    assert parser.parse_args([]).sizes == [10_000]
+    assert parser.parse_args(["--sizes", "10k,1m"]).sizes == [10_000, 1_000_000]
+    assert parser.parse_args(["--rtt-ms", "direct,0,1.5"]).rtt_ms == [None, 0.0, 1.5]
+    help_text = " ".join(parser.format_help().split())
+    for default in ("(default: 10000)", "(default: benchmarks/results)", "(default: direct,1)", "(default: 800)"):
+        assert default in help_text

@@ -102,3 +102,34 @@ def test_by_preceding_splits_each_variant_by_what_ran_before_it():
     assert r["B/A"]["n"] == 1 and r["B/A"]["both_after_one_statement_p50"] == pytest.approx(1.2)
     assert r["F/A"]["n"] == 1 and r["F/A"]["both_after_one_statement_p50"] == pytest.approx(1.5)
     assert by_preceding({"raw_ms": level["raw_ms"]}) is None  # older result files have no order
+
+
+# -- bad flags and a missing manual: refused before any corpus runs or --out is created ---------------------------
+
+from .benchmark_cli import refused  # noqa: E402
+
+
+@pytest.mark.parametrize("flags, names", [
+    (("--sizes", "10k,inf"), "--sizes"),
+    (("--sizes", ","), "--sizes"),
+    (("--rtts", "0,nan"), "--rtts"),
+    (("--rtts=-1",), "--rtts"),
+])
+def test_latency_refuses_bad_flags_before_loading(flags, names, tmp_path):
+    line = refused("benchmarks.latency.run", *flags, "--skip-e", "--out", str(tmp_path / "out"))
+    assert f"argument {names}:" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_latency_manual_without_the_manual_says_so_before_any_size_runs(dsn, tmp_path):
+    line = refused("benchmarks.latency.run", "--sizes", f"{N_SECTIONS},manual", "--skip-e",
+                   "--out", str(tmp_path / "out"), dsn=dsn)
+    assert line.endswith("error: no table pg15_sections: ingest the manual first (python -m benchmarks.ingest_manual)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_latency_sizes_accept_suffixes_and_the_manual():
+    a = run.parse_args(["--sizes", "10k,1_000,1.5m,manual", "--rtts", "0,0.5"])
+    assert a.sizes == [10_000, 1_000, 1_500_000, "manual"] and a.rtts == [0.0, 0.5]
+    help_text = " ".join(run.build_parser().format_help().split())
+    assert "(default benchmarks/results)" in help_text and "default 10000)" in help_text

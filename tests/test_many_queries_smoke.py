@@ -21,3 +21,39 @@ def test_many_queries_runs_checks_equality_and_writes_results(dsn, tmp_path):
         assert {v: len(t) for v, t in r["raw_ms"].items()} == {"M": 4, "S": 4}
     assert (tmp_path / "many_queries.png").stat().st_size > 0
     assert "| 3 | 0.5 ms |" in (tmp_path / "many_queries.md").read_text()
+
+
+# -- bad flags: refused by argparse before anything connects, loads or embeds -----------------------------------------
+
+from .benchmark_cli import refused  # noqa: E402
+
+
+@pytest.mark.parametrize("flags, names", [
+    (("--n", "abc"), "--n"),
+    (("--n", "1,0"), "--n"),
+    (("--n", "200"), "--n"),  # search_many takes 1 to 100 queries
+    (("--sets", "0"), "--sets"),
+    (("--rtt-ms=-1",), "--rtt-ms"),
+    (("--size", "10k", "--k", "0"), "--k"),
+])
+def test_many_queries_refuses_bad_flags_before_loading(flags, names, tmp_path):
+    line = refused("benchmarks.latency.many_queries", *flags, "--out", str(tmp_path / "out"))
+    assert f"argument {names}:" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_many_queries_manual_without_the_manual_says_so_before_loading_the_model(dsn, tmp_path):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "How do I vacuum?"}) + "\n")
+    line = refused("benchmarks.latency.many_queries", "--manual", "--n", "1", "--questions", str(questions),
+                   "--out", str(tmp_path / "out"), dsn=dsn)
+    assert line.endswith("error: no table pg15_sections: ingest the manual first (python -m benchmarks.ingest_manual)")
+    assert not (tmp_path / "out").exists()
+
+
+def test_many_queries_help_shows_the_defaults():
+    parser = many_queries.build_parser()
+    assert parser.parse_args(["--size", "100k", "--n", "1,2,4,8"]).size == 100_000
+    help_text = " ".join(parser.format_help().split())
+    for default in ("(default: benchmarks/results)", "(default: 1,2,4,8)", "(default: 0,1,2)", "(default: 200)"):
+        assert default in help_text

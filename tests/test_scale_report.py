@@ -5,9 +5,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from benchmarks.scale.run import write_report
+import pytest
+
+from benchmarks.scale.run import build_parser, write_report
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "scale.json"
+
+from .benchmark_cli import refused  # noqa: E402
 
 
 def test_scale_report_names_each_rows_day_and_achieved_rtt(tmp_path):
@@ -21,3 +25,33 @@ def test_scale_report_names_each_rows_day_and_achieved_rtt(tmp_path):
                              f"{one['achieved_rtt_ms']:.2f} |"), line
         assert f"| {one['B_over_A']} |" in line
     assert (tmp_path / "scale.md").read_text() == text
+
+
+@pytest.mark.parametrize("flags, names", [
+    (("--layouts", "vector,foo"), "--layouts"),
+    (("--ef", "abc"), "--ef"),
+    (("--ef", "40,0"), "--ef"),
+    (("--sizes", "10k,abc"), "--sizes"),
+    (("--rtts=-1",), "--rtts"),
+    (("--queries", "0"), "--queries"),
+])
+def test_scale_refuses_bad_flags_before_loading(flags, names, tmp_path):
+    line = refused("benchmarks.scale.run", *flags, "--out", str(tmp_path / "out"))
+    assert f"argument {names}:" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_scale_refuses_rtts_its_report_has_no_columns_for(tmp_path):
+    line = refused("benchmarks.scale.run", "--rtts", "0,2", "--out", str(tmp_path / "out"))
+    assert "argument --rtts:" in line and "2 ms" in line and "0, 1" in line
+    assert build_parser().parse_args(["--rtts", "1"]).rtts == [1.0]
+
+
+def test_scale_help_shows_the_defaults():
+    parser = build_parser()
+    a = parser.parse_args(["--sizes", "10k,1m", "--layouts", "partitioned"])
+    assert a.sizes == [10_000, 1_000_000] and a.layouts == ["partitioned"] and a.rtts == [0.0, 1.0]
+    help_text = " ".join(parser.format_help().split())
+    for default in ("(default: benchmarks/results)", "(default: vector,halfvec)", "(default: 4GB)",
+                    "(default: 40,100,200,400,1000)", "(default: 0,1)"):
+        assert default in help_text

@@ -1,6 +1,6 @@
 """Where B's and F's time over the floor goes: iterative scan, result size, expansion SQL, row mapping.
 
-    python -m benchmarks.latency.cost_split --sizes 10000,1000000
+    python -m benchmarks.latency.cost_split --sizes 10000,100000,1000000
 
 The latency benchmark shows B (Retriever.search: hits + parent + +/-1) costs
 0.15-0.4 ms more than A (bare top-K) per call. This splits that difference,
@@ -37,7 +37,8 @@ and through the latency benchmark's delay proxy at +1 ms. The second shows what
 the latency benchmark's B/A is made of, and A_work - A in both shows whether
 the machine inflates server work that follows an idle wait (the same SQL and
 rows; on the 2-core VMs used here it ranged from 0.9x to 1.35x at +1 ms
-between runs and corpus sizes). Writes benchmarks/results/cost_split.{json,md}.
+between runs and corpus sizes). Writes cost_split.{json,md} to --out
+(default benchmarks/results).
 """
 
 from __future__ import annotations
@@ -55,11 +56,14 @@ from typing import Any, Callable
 import numpy as np
 import psycopg
 
+from benchmarks.args import (
+    HelpFormatter, ef_construction, int_range, nonneg_int, positive_int, rtts_or_direct, synthetic_sizes,
+)
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripAssembled, OnetripSingle
 from onetrip.connection import connect, resolve_dsn
-from onetrip.retrieve import Retriever, bind_vector, plan_assemble, plan_search, statement_columns
+from onetrip.retrieve import MAX_K, Retriever, bind_vector, plan_assemble, plan_search, statement_columns
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
 
@@ -285,27 +289,33 @@ def measure_condition(dsn: str, layout: Layout, queries: np.ndarray, args: argpa
     return {**rtt, "pad_chars": pad, **summarize(times), "raw_ms": raw}
 
 
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.latency.cost_split", description=__doc__.splitlines()[0],
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
+    ap.add_argument("--sizes", type=synthetic_sizes, default="10000",
+                    help="synthetic corpus sizes in sections, comma-separated (10000,100000 or 10k,1m)")
+    ap.add_argument("--k", type=int_range(1, MAX_K), default=10, help="top-K per query")
+    ap.add_argument("--queries", type=positive_int, default=800, help="timed queries per size and connection")
+    ap.add_argument("--warmup", type=nonneg_int, default=30, help="untimed queries run first")
+    ap.add_argument("--seed", type=int, default=0, help="corpus and query seed")
+    ap.add_argument("--ef-construction", type=ef_construction, default=200, help="HNSW ef_construction of the corpora")
+    ap.add_argument("--rtt-ms", type=rtts_or_direct, default="direct,1",
+                    help="comma list: 'direct' (no proxy) and/or added RTTs in ms (>= 0) through the delay proxy")
+    ap.add_argument("--out", default="benchmarks/results", help="output folder for cost_split.json and .md")
+    return ap
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dsn", default=None)
-    ap.add_argument("--sizes", default="10000,1000000")
-    ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--queries", type=int, default=800)
-    ap.add_argument("--warmup", type=int, default=30)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ef-construction", type=int, default=200)
-    ap.add_argument("--rtt-ms", default="direct,1",
-                    help="comma list: 'direct' and/or added RTTs in ms through the delay proxy")
-    ap.add_argument("--out", default="benchmarks/results")
-    args = ap.parse_args(argv)
-    conditions = [None if c.strip() == "direct" else float(c) for c in args.rtt_ms.split(",")]
+    args = build_parser().parse_args(argv)
+    conditions = args.rtt_ms
 
     dsn = resolve_dsn(args.dsn)
     results = []
     with connect(dsn) as conn:
         server = conn.execute("SELECT current_setting('server_version'), "
                               "(SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone()
-        for n in (int(x) for x in args.sizes.split(",")):
+        for n in args.sizes:
             layout = bench_layout(n, args.seed, hnsw_ef_construction=args.ef_construction)
             docs = list(generate(n, dim=384, seed=args.seed))
             ensure_loaded(conn, docs, layout, log=print)

@@ -41,11 +41,15 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.latency.corpus import bench_layout, ensure_loaded
+from benchmarks.args import (
+    HelpFormatter, ef_construction, int_list, int_range, manual_missing, nonneg_int, positive_int, rtts, synthetic_size,
+)
+from benchmarks.latency.corpus import MANUAL_PREFIX, bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import CacheWarmer
 from onetrip.connection import connect, resolve_dsn
-from onetrip.retrieve import Retriever
+from onetrip.retrieve import MAX_K, Retriever
+from onetrip.search_many import MAX_QUERIES
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
 
@@ -148,32 +152,53 @@ def plot(doc: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dsn", default=None)
-    ap.add_argument("--size", type=int, default=100000)
-    ap.add_argument("--n", default="1,2,4,8", help="comma list of queries per set")
-    ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--sets", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--rtt-ms", default="0,1,2", help="comma list of added RTTs through the delay proxy")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--ef-construction", type=int, default=200)
-    ap.add_argument("--out", default="benchmarks/results")
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.latency.many_queries",
+                                 description=__doc__.splitlines()[0], formatter_class=HelpFormatter)
+    ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
+    ap.add_argument("--size", type=synthetic_size, default="100000",
+                    help="synthetic corpus size in sections (100000 or 100k; ignored with --manual)")
+    ap.add_argument("--n", type=int_list(1, MAX_QUERIES), default="1,2,4,8",
+                    help=f"comma list of queries per set (search_many takes 1 to {MAX_QUERIES})")
+    ap.add_argument("--k", type=int_range(1, MAX_K), default=10, help="top-K per query")
+    ap.add_argument("--sets", type=positive_int, default=200, help="timed sets per (n, RTT) row")
+    ap.add_argument("--warmup", type=nonneg_int, default=20, help="untimed sets run first")
+    ap.add_argument("--rtt-ms", type=rtts, default="0,1,2",
+                    help="comma list of added RTTs in ms (>= 0) through the delay proxy")
+    ap.add_argument("--seed", type=int, default=0, help="corpus, query and set seed")
+    ap.add_argument("--ef-construction", type=ef_construction, default=200,
+                    help="HNSW ef_construction of the synthetic corpus")
+    ap.add_argument("--out", default="benchmarks/results", help="output folder for many_queries*.json, .md and .png")
     ap.add_argument("--manual", action="store_true",
                     help="the ingested PostgreSQL manual (prefix pg15_) with real questions, hybrid search")
     ap.add_argument("--questions", default="../shared/eval/pgdocs_tuning.jsonl,"
                     "benchmarks/quality/validation/administration.jsonl,benchmarks/quality/validation/reference.jsonl,"
                     "benchmarks/quality/validation/sql_language.jsonl",
                     help="--manual: comma list of question files (JSON lines with a 'question' field)")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
-    ns = [int(x) for x in args.n.split(",")]
+    ns = args.n
+    question_files = [Path(f) for f in args.questions.split(",") if f.strip()]
+    if args.manual:
+        missing = [str(f) for f in question_files if not f.is_file()]
+        if missing or not question_files:
+            ap.error(f"--questions: no such file: {', '.join(missing)}" if missing else "--questions: no files given")
     dsn = resolve_dsn(args.dsn)
     questions: list[str] = []
     if args.manual:
-        layout = Layout(prefix="pg15_")
-        for f in args.questions.split(","):
-            questions += [json.loads(line)["question"] for line in Path(f).read_text().splitlines() if line.strip()]
+        layout = Layout(prefix=MANUAL_PREFIX)
+        with connect(dsn) as conn:  # before the model loads
+            why = manual_missing(conn, MANUAL_PREFIX)
+        if why:
+            ap.error(why)
+        for f in question_files:
+            questions += [json.loads(line)["question"] for line in f.read_text().splitlines() if line.strip()]
+        if len(questions) < max(ns):
+            ap.error(f"--n {max(ns)} needs at least {max(ns)} questions; the --questions files hold {len(questions)}")
         from onetrip.embedders import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder()
@@ -189,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
             docs = list(generate(args.size, dim=384, seed=args.seed))
             ensure_loaded(conn, docs, layout, log=print)
     results = []
-    for added in (float(x) for x in args.rtt_ms.split(",")):
+    for added in args.rtt_ms:
         with DelayProxyProcess.from_dsn(dsn, added) as proxy:
             pdsn = proxy.dsn(dsn)
             achieved = measure_rtt(pdsn, 200)["median_ms"]

@@ -42,6 +42,7 @@ from pgvector import Vector
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
+from ..args import manual_missing, rtts as _rtts, sizes as _sizes
 from . import corpus as corpus_mod
 from . import report
 from .delay_proxy import DelayProxy, DelayProxyProcess, measure_rtt, proxied_dsn, upstream_from_dsn
@@ -62,33 +63,7 @@ def log(msg: str) -> None:
 # -- CLI ---------------------------------------------------------------------------------
 
 
-def _size(text: str) -> int | str:
-    t = text.strip().lower().replace("_", "")
-    if t == corpus_mod.MANUAL:
-        return corpus_mod.MANUAL
-    mult = 1
-    if t.endswith("k"):
-        mult, t = 1000, t[:-1]
-    elif t.endswith("m"):
-        mult, t = 1_000_000, t[:-1]
-    n = int(float(t) * mult)
-    if n < 100:
-        raise argparse.ArgumentTypeError(f"corpus size {text!r} is too small (at least 100 sections)")
-    return n
-
-
-def _sizes(text: str) -> list[int | str]:
-    return [_size(x) for x in text.split(",") if x.strip()]
-
-
-def _rtts(text: str) -> list[float]:
-    out = [float(x) for x in text.split(",") if x.strip()]
-    if not out or any(x < 0 for x in out):
-        raise argparse.ArgumentTypeError("RTTs must be a comma-separated list of non-negative ms values")
-    return out
-
-
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
+def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(
         prog="python -m benchmarks.latency.run",
         description="Latency of onetrip's one-statement retrieval vs multi-call retrieval under added network RTT.",
@@ -96,16 +71,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dsn", help="PostgreSQL DSN (default: onetrip's resolve_dsn(): $ONETRIP_DSN or the embedded server)")
     ap.add_argument("--sizes", type=_sizes, default=[10_000],
                     help="corpora: synthetic sizes in sections (10000,100000 or 10k,1m) and/or 'manual' "
-                         "(the ingested PostgreSQL 15 manual, see --manual-prefix)")
+                         "(the ingested PostgreSQL 15 manual, see --manual-prefix; default 10000)")
     ap.add_argument("--manual-prefix", default=corpus_mod.MANUAL_PREFIX,
                     help="table prefix of the ingested manual (default pg15_, as benchmarks.ingest_manual uses)")
     ap.add_argument("--questions", type=Path, default=Path("../shared/eval/pgdocs_tuning.jsonl"),
-                    help="manual corpus: JSONL of questions used as the first queries (heading questions fill up)")
+                    help="manual corpus: JSONL of questions used as the first queries (heading questions fill up; "
+                         "default ../shared/eval/pgdocs_tuning.jsonl)")
     ap.add_argument("--k", type=int, default=10, help="top-K (default 10)")
     ap.add_argument("--rtts", type=_rtts, default=list(DEFAULT_RTTS), help="added RTT levels in ms (default 0,0.5,1,2,5)")
     ap.add_argument("--queries", type=int, default=200, help="timed queries per RTT level (default 200)")
     ap.add_argument("--warmup", type=int, default=20, help="warm-up queries per RTT level, every variant (default 20)")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"), help="output folder")
+    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"),
+                    help="output folder (default benchmarks/results)")
     ap.add_argument("--skip-e", action="store_true", help="skip variant E (LlamaIndex)")
     ap.add_argument("--extra", default="F,Af,G,H",
                     help="extra onetrip variants timed in the same interleaved run: F assembled, Af/G filtered, "
@@ -116,10 +93,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                          "benchmark builds with 200, and --hnsw-ef-construction 200 reuses its tables)")
     ap.add_argument("--seed", type=int, default=0, help="corpus, query and ordering seed (default 0)")
     ap.add_argument("--dim", type=int, default=corpus_mod.DEFAULT_DIM, help="embedding dimension (default 384)")
-    ap.add_argument("--count-queries", type=int, default=10, help="queries per variant in the statement-count pass")
-    ap.add_argument("--rtt-samples", type=int, default=200, help="SELECT 1 pings per RTT measurement")
+    ap.add_argument("--count-queries", type=int, default=10, help="queries per variant in the statement-count pass (default 10)")
+    ap.add_argument("--rtt-samples", type=int, default=200, help="SELECT 1 pings per RTT measurement (default 200)")
     ap.add_argument("--diag-queries", type=int, default=100,
-                    help="queries for the A-vs-B cost breakdown and the fix preview at +1 ms (0: skip)")
+                    help="queries for the A-vs-B cost breakdown and the fix preview at +1 ms (0: skip; default 100)")
     ap.add_argument("--maintenance-work-mem", default="auto",
                     help="for the HNSW builds (default auto: sized to the corpus, 256MB..8GB)")
     ap.add_argument("--only-diagnostics", action="store_true",
@@ -131,6 +108,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                     help="run the delay proxy in a child process (default) or a thread of this process")
     ap.add_argument("--statement-log", type=Path, default=None,
                     help="server log file to count statements in (default: found from the server)")
+    return ap
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = build_parser()
     a = ap.parse_args(argv)
     if a.k < 1 or a.queries < 1 or a.warmup < 0:
         ap.error("--k and --queries must be >= 1, --warmup >= 0")
@@ -679,6 +661,11 @@ def run_diagnostics_only(
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     dsn = resolve_dsn(args.dsn)
+    if corpus_mod.MANUAL in args.sizes:  # before any corpus runs or --out is created
+        with connect(dsn) as conn:
+            why = manual_missing(conn, args.manual_prefix)
+        if why:
+            build_parser().error(why)
     e_error: str | None = None
     if not args.skip_e:
         from . import llamaindex_peer

@@ -8,13 +8,13 @@ reports:
 - load time (binary COPY) and HNSW build time, with maintenance_work_mem and
   the parallel maintenance workers used;
 - table and index sizes;
-- recall@10 of the HNSW search against exact search (numpy brute force over the
-  float32 vectors) at ef_search 40 / 100 / 200, with that setting's median
-  bare top-K latency on a direct connection;
+- recall@k of the HNSW search against exact search (numpy brute force over the
+  float32 vectors) at each --ef ef_search (default 40 / 100 / 200 / 400 / 1000),
+  with that setting's median bare top-K latency on a direct connection;
 - p50/p95 of bare top-K (A) and the product query (B: Retriever.search, parent
-  and +/-1 neighbors) at 0 and 1 ms added RTT through the delay proxy, the two
-  interleaved query by query.
-Writes benchmarks/results/scale.json, scale.md and scale.png. Corpora are
+  and +/-1 neighbors) at 0 and 1 ms added RTT through the delay proxy (--rtts,
+  0 and/or 1: the report's columns), the two interleaved query by query.
+Writes scale.json, scale.md and scale.png to --out (default benchmarks/results). Corpora are
 reused between runs (same size, seed and layout), so sizes can be added later.
 """
 
@@ -31,10 +31,15 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.args import (
+    HelpFormatter, choice_list, ef_construction, int_list, int_range, nonneg_int, positive_int,
+    rtts_among, synthetic_sizes,
+)
+from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripSingle
 from onetrip.connection import connect, resolve_dsn
-from benchmarks.latency.corpus import bench_layout, ensure_loaded
+from onetrip.retrieve import MAX_K
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
 
@@ -261,30 +266,45 @@ def key(r: dict[str, Any]) -> tuple[int, str, int]:
     return r["sections"], r["layout"], r.get("ef_construction", 64)
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--dsn", default=None)
-    ap.add_argument("--sizes", default="10000,100000")
-    ap.add_argument("--layouts", default="vector,halfvec")
-    ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--ef", default="40,100,200,400,1000")
-    ap.add_argument("--rtts", default="0,1")
-    ap.add_argument("--queries", type=int, default=200)
-    ap.add_argument("--warmup", type=int, default=20)
-    ap.add_argument("--recall-queries", type=int, default=100)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--maintenance-work-mem", default="4GB")
-    ap.add_argument("--ef-construction", type=int, default=200,
-                    help="HNSW ef_construction of every layout (default 200; pgvector's default 64 gives "
+#: The added RTTs (ms) the report and the plot have columns for; other values would be measured and then not shown.
+REPORTED_RTTS = (0.0, 1.0)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.scale.run", description=__doc__.split("\n\n")[0],
+                                 formatter_class=HelpFormatter)
+    ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
+    ap.add_argument("--sizes", type=synthetic_sizes, default="10000,100000",
+                    help="synthetic corpus sizes in sections, comma-separated (10000,100000 or 10k,1m)")
+    ap.add_argument("--layouts", type=choice_list(LAYOUTS), default="vector,halfvec",
+                    help=f"storage layouts, comma-separated, among {','.join(LAYOUTS)}")
+    ap.add_argument("--k", type=int_range(1, MAX_K), default=10, help="top-K (recall@k and the latency queries)")
+    ap.add_argument("--ef", type=int_list(1, 1000), default="40,100,200,400,1000",
+                    help="hnsw.ef_search values (1..1000) for the recall columns, comma-separated")
+    ap.add_argument("--rtts", type=rtts_among(REPORTED_RTTS), default="0,1",
+                    help="added RTTs in ms through the delay proxy: 0 and/or 1 (the report's columns)")
+    ap.add_argument("--queries", type=positive_int, default=200, help="timed A/B query pairs per RTT")
+    ap.add_argument("--warmup", type=nonneg_int, default=20, help="untimed A/B query pairs per RTT, run first")
+    ap.add_argument("--recall-queries", type=positive_int, default=100, help="queries for recall and bare latency")
+    ap.add_argument("--seed", type=int, default=0, help="corpus and query seed")
+    ap.add_argument("--maintenance-work-mem", default="4GB", help="maintenance_work_mem for the HNSW builds")
+    ap.add_argument("--ef-construction", type=ef_construction, default=200,
+                    help="HNSW ef_construction of every layout (pgvector's default 64 gives "
                          "recall@10 0.78-0.93 at 1M on this corpus; 64 reuses the latency benchmark's tables)")
-    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--out", default="benchmarks/results", help="output folder for scale.json, .md and .png "
+                    "(rows already in its scale.json are kept)")
     ap.add_argument("--replot", action="store_true", help="only redraw scale.md/.png from scale.json")
+    return ap
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = build_parser()
     args = ap.parse_args(argv)
+    if args.k >= min(args.sizes):
+        ap.error(f"--k {args.k} must be smaller than the smallest corpus ({min(args.sizes)} sections)")
     if args.replot:
         replot(Path(args.out))
         return 0
-    args.ef = [int(x) for x in args.ef.split(",")]
-    args.rtts = [float(x) for x in args.rtts.split(",")]
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     dsn = resolve_dsn(args.dsn)
@@ -293,8 +313,8 @@ def main(argv: list[str] | None = None) -> int:
     with connect(dsn) as conn:
         server = conn.execute("SELECT version()").fetchone()[0].split(" on ")[0]
         pgv = conn.execute("SELECT extversion FROM pg_extension WHERE extname='vector'").fetchone()[0]
-        for n in (int(x) for x in args.sizes.split(",")):
-            for name in args.layouts.split(","):
+        for n in args.sizes:
+            for name in args.layouts:
                 r = run_size(conn, dsn, n, name, args)
                 results[key(r)] = r
                 meta = {"k": args.k, "ef": args.ef, "queries": args.queries, "recall_queries": args.recall_queries,
