@@ -35,7 +35,12 @@ def test_benchmark_runs_end_to_end(dsn, statement_log, tmp_path):
 
     stem = tmp_path / f"latency_n{N_SECTIONS}_k5"
     doc = json.loads(stem.with_suffix(".json").read_text())
-    assert stem.with_suffix(".md").read_text().startswith("## Latency")
+    md = stem.with_suffix(".md").read_text()
+    assert md.startswith("## Latency")
+    header = next(line for line in md.splitlines() if line.startswith("| added RTT | achieved RTT"))
+    for label in ("A bare top-K", "B onetrip single statement", "F onetrip assembled context", "Af bare filtered",
+                  "G onetrip single statement, filtered", "H onetrip hybrid"):  # every variant that ran has a column
+        assert label in header, label
     assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
     expected = ["A", "B", "C", "C2", "D", "F", "Af", "G", "H"] + (["E"] if E_IMPORTS else [])
