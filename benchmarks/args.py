@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from benchmarks.latency.corpus import MANUAL
 
@@ -165,16 +164,6 @@ def choice_list(choices: Iterable[str]) -> Callable[[str], list[str]]:
         return out
 
     return parse
-
-
-def manual_missing(conn: Any, prefix: str) -> str | None:
-    """Why the ingested manual cannot be used (its sections table is missing), or None."""
-    from onetrip.templates import Layout
-
-    table = Layout(prefix=prefix).tables["sections"]
-    if conn.execute("SELECT to_regclass(%s) IS NULL", (table,)).fetchone()[0]:
-        return f"no table {table}: ingest the manual first (python -m benchmarks.ingest_manual)"
-    return None
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -62,6 +62,17 @@ MANUAL = "manual"
 MANUAL_PREFIX = "pg15_"
 
 
+def manual_missing(conn: psycopg.Connection, prefix: str = MANUAL_PREFIX) -> str | None:
+    """Why the ingested manual cannot be used (its sections table is missing), or None.
+
+    The benchmark CLIs ask before any corpus runs; `manual_corpus` raises it.
+    """
+    table = Layout(prefix=prefix).tables["sections"]
+    if not _regclass(conn, table):
+        return f"no table {table}: ingest the manual first (python -m benchmarks.ingest_manual)"
+    return None
+
+
 def manual_corpus(conn: psycopg.Connection, prefix: str = MANUAL_PREFIX) -> list[SyntheticDocument]:
     """The ingested manual as a benchmark corpus: its real sections and their stored MiniLM embeddings.
 
@@ -75,8 +86,9 @@ def manual_corpus(conn: psycopg.Connection, prefix: str = MANUAL_PREFIX) -> list
 
     layout = Layout(prefix=prefix)
     t = layout.tables
-    if not _regclass(conn, t["sections"]):
-        raise RuntimeError(f"no table {t['sections']}: ingest the manual first (python -m benchmarks.ingest_manual)")
+    why = manual_missing(conn, prefix)
+    if why:
+        raise RuntimeError(why)
     register_vector(conn)
     docs: dict[str, DocumentRecord] = {
         r[0]: DocumentRecord(r[0], r[1], r[2], r[3], r[4] or {})

@@ -42,9 +42,9 @@ from typing import Any
 import numpy as np
 
 from benchmarks.args import (
-    HelpFormatter, ef_construction, int_list, int_range, manual_missing, nonneg_int, positive_int, rtts, synthetic_size,
+    HelpFormatter, ef_construction, int_list, int_range, nonneg_int, positive_int, rtts, synthetic_size,
 )
-from benchmarks.latency.corpus import MANUAL_PREFIX, bench_layout, ensure_loaded
+from benchmarks.latency.corpus import MANUAL_PREFIX, bench_layout, ensure_loaded, manual_missing
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import CacheWarmer
 from onetrip.connection import connect, resolve_dsn

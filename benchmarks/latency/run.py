@@ -42,7 +42,7 @@ from pgvector import Vector
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
-from ..args import manual_missing, rtts as _rtts, sizes as _sizes
+from ..args import rtts as _rtts, sizes as _sizes
 from . import corpus as corpus_mod
 from . import report
 from .delay_proxy import DelayProxy, DelayProxyProcess, measure_rtt, proxied_dsn, upstream_from_dsn
@@ -663,7 +663,7 @@ def main(argv: list[str] | None = None) -> int:
     dsn = resolve_dsn(args.dsn)
     if corpus_mod.MANUAL in args.sizes:  # before any corpus runs or --out is created
         with connect(dsn) as conn:
-            why = manual_missing(conn, args.manual_prefix)
+            why = corpus_mod.manual_missing(conn, args.manual_prefix)
         if why:
             build_parser().error(why)
     e_error: str | None = None

@@ -8,10 +8,15 @@ from .errors import DimensionMismatchError, SchemaMissingError
 from .templates import Layout, render
 
 
-def missing_columns(conn: psycopg.Connection, layout: Layout) -> list[str]:
-    """Columns this version needs that an existing sections table lacks (empty if none, or no table)."""
+def required_columns() -> tuple[str, ...]:
+    """The sections columns this version writes and reads: every one must exist."""
     from .store import SECTION_COLUMNS
 
+    return (*SECTION_COLUMNS, "tsv")
+
+
+def missing_columns(conn: psycopg.Connection, layout: Layout) -> list[str]:
+    """Columns this version needs that an existing sections table lacks (empty if none, or no table)."""
     rows = conn.execute(
         "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
         (layout.tables["sections"],),
@@ -19,7 +24,7 @@ def missing_columns(conn: psycopg.Connection, layout: Layout) -> list[str]:
     if not rows:
         return []
     have = {r[0] for r in rows}
-    return [c for c in (*SECTION_COLUMNS, "tsv") if c not in have]
+    return [c for c in required_columns() if c not in have]
 
 
 def drop_schema(conn: psycopg.Connection, layout: Layout) -> None:
@@ -44,34 +49,40 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
             f"{layout.tables['sections']} was created by an older onetrip and lacks column(s) {', '.join(missing)}; "
             "run `onetrip init --recreate` (drops onetrip's tables and their data) or use another --prefix/--schema"
         )
-    _check_existing(conn, layout)  # before the script: its indexes would fail on another column type
+    _check_existing(_existing_layout(conn, layout), layout)  # before the script: its indexes would fail on another type
     script = render("schema", layout=layout)
     with conn.transaction():
         conn.execute(script)  # no params: sent as one multi-statement script
-    _check_existing(conn, layout)
-    return read_layout(conn, schema=layout.schema, prefix=layout.prefix)
+    existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
+    _check_existing(existing, layout)  # another init may have created it in between
+    return existing
 
 
-def _check_existing(conn: psycopg.Connection, layout: Layout) -> None:
+def _existing_layout(conn: psycopg.Connection, layout: Layout) -> Layout | None:
+    """The Layout of the sections table if it exists (None if not yet)."""
+    try:
+        return read_layout(conn, schema=layout.schema, prefix=layout.prefix)
+    except SchemaMissingError:
+        return None  # not there yet, or without a fixed dimension (the script and read_layout name that)
+
+
+def _check_existing(existing: Layout | None, layout: Layout) -> None:
     """An error naming the difference if the sections table exists with another column type or partitioning."""
-    row = conn.execute(*layout_query(layout.schema, layout.prefix)).fetchone()
-    if row is None or row[0] is None or row[0] <= 0:
-        return  # not there yet (or without a fixed dimension: read_layout names that)
-    typmod, typename, parts = int(row[0]), str(row[1]), int(row[2])
+    if existing is None:
+        return
     table = layout.tables["sections"]
-    vector_type = typename.split("(", 1)[0]
-    if (typmod, vector_type) != (layout.dim, layout.vector_type):
+    if (existing.dim, existing.vector_type) != (layout.dim, layout.vector_type):
         raise DimensionMismatchError(
-            f"{table}.embedding already exists as {vector_type}({typmod}); "
+            f"{table}.embedding already exists as {existing.vector_type}({existing.dim}); "
             f"cannot initialise it as {layout.vector_type}({layout.dim}). Use another --prefix or --schema."
         )
-    if parts != layout.partitions:
+    if existing.partitions != layout.partitions:
         def shape(n: int) -> str:
             return f"with {n} hash partitions" if n else "without partitions"
 
         raise ValueError(
-            f"{table} already exists {shape(parts)}; cannot initialise it {shape(layout.partitions)} "
-            f"(--partitions {layout.partitions}). Give --partitions {parts} to use it as it is, "
+            f"{table} already exists {shape(existing.partitions)}; cannot initialise it {shape(layout.partitions)} "
+            f"(--partitions {layout.partitions}). Give --partitions {existing.partitions} to use it as it is, "
             "or use another --prefix or --schema."
         )
 
@@ -97,10 +108,8 @@ LAYOUT_QUERY = """
 
 def layout_query(schema: str | None, prefix: str) -> tuple[str, tuple[str]]:
     """The catalog query (and its bind) that `layout_from_row` reads; shared by sync and async."""
-    from .store import SECTION_COLUMNS
-
     probe = Layout(dim=1, schema=schema, prefix=prefix)  # validates names; dim is a placeholder
-    return LAYOUT_QUERY, ([*SECTION_COLUMNS, "tsv"], probe.tables["sections"])
+    return LAYOUT_QUERY, (list(required_columns()), probe.tables["sections"])
 
 
 def layout_from_row(row: tuple | None, schema: str | None, prefix: str) -> Layout:

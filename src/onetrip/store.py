@@ -376,7 +376,9 @@ def replace_document(
             sql.SQL("SELECT content_hash, revision, collection, acl FROM {} WHERE doc_id = %s").format(documents),
             (doc.doc_id,),
         ).fetchone()
-        if row is not None and row[0] == doc.content_hash and _same_access(row[2], row[3], doc.collection, doc.acl) and not force:
+        unchanged = row is not None and row[0] == doc.content_hash and _same_access(row[2], row[3], doc.collection,
+                                                                                     doc.acl)
+        if unchanged and not force:
             return StoreResult(doc.doc_id, "unchanged", row[1], 0)
         revision = 1 if row is None else row[1] + 1
         total_tokens = sum(context_tokens)
