@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import argparse
 import math
+import sys
 from collections.abc import Callable, Iterable
 
 from benchmarks.latency.corpus import MANUAL
+from onetrip.errors import OnetripError
 
 #: The smallest synthetic corpus the benchmarks build (clusters, recall and k need a few hundred sections).
 MIN_SECTIONS = 100
@@ -173,3 +175,18 @@ class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescript
         if action.default is None or action.default is False:
             return action.help
         return super()._get_help_string(action)
+
+
+def run_cli(main: Callable[[], int], module: str) -> int:
+    """Run a benchmark's ``main`` as ``python -m module`` does, with onetrip's errors as one line.
+
+    A DSN that does not answer, tables never made or a wrong dimension are the
+    runner's to fix, not the benchmark's bugs: ``<prog>: error: <why>`` and the
+    onetrip CLI's exit codes (2 for a bad value such as an unreadable DSN, 1
+    otherwise) instead of a traceback. Any other exception still shows its traceback.
+    """
+    try:
+        return main()
+    except OnetripError as e:
+        print(f"python -m {module}: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1

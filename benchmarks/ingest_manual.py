@@ -17,12 +17,13 @@ import platform
 import time
 from pathlib import Path
 
+from benchmarks.args import run_cli
 from benchmarks.pgdoc import find_manual
 
 
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.ingest_manual", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dsn", default=None)
     ap.add_argument("--manual", default=None, help="folder of the manual's *.html (default: download)")
     ap.add_argument("--prefix", default="pg15_")
@@ -38,11 +39,14 @@ def main(argv: list[str] | None = None) -> int:
     from onetrip.schema import init_schema
     from onetrip.templates import Layout
 
-    html = find_manual(args.manual)
+    try:
+        html = find_manual(args.manual)
+    except FileNotFoundError as e:
+        ap.error(str(e))
     pages = sorted(html.glob("*.html"))
     layout = Layout(prefix=args.prefix)
-    embedder = SentenceTransformerEmbedder()
-    with connect(args.dsn) as conn:
+    with connect(args.dsn) as conn:  # before the model loads: a DSN that does not answer fails at once
+        embedder = SentenceTransformerEmbedder()
         if args.fresh:
             from onetrip.schema import drop_schema
 
@@ -68,4 +72,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "benchmarks.ingest_manual"))

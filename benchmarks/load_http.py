@@ -45,6 +45,8 @@ from typing import Any
 
 import numpy as np
 
+from benchmarks.args import run_cli
+
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "src" / "onetrip" / "demo_corpus"
 HOST = "127.0.0.1"  # loopback only, by design
@@ -298,7 +300,7 @@ def markdown(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.load_http", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
     ap.add_argument("--prefix", default="load_", help="table prefix of the benchmark corpus (its own tables)")
     ap.add_argument("--synthetic", type=int, default=20000, help="synthetic sections added to the demo corpus")
@@ -354,4 +356,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_cli(main, "benchmarks.load_http"))

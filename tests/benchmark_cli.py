@@ -31,3 +31,18 @@ def refused(module: str, *flags: str, dsn: str = UNREACHABLE) -> str:
     assert all(line.startswith(("usage: ", " ")) for line in lines[:-1]), r.stderr  # the rest is the usage
     assert elapsed < 60, elapsed  # no corpus loaded, no proxy started
     return lines[-1]
+
+
+def cannot_connect(module: str, *flags: str) -> str:
+    """Run ``python -m module`` with good flags and a DSN that does not answer: exit 1, one error line naming
+    the connection, no traceback. Returns that line."""
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+           "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("ONETRIP_DSN", None)
+    r = subprocess.run([sys.executable, "-m", module, "--dsn", UNREACHABLE, *flags], cwd=ROOT, env=env,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, (r.returncode, r.stderr[-2000:])
+    assert "Traceback" not in r.stderr, r.stderr
+    lines = r.stderr.rstrip("\n").splitlines()
+    assert lines[-1].startswith(f"python -m {module}: error: could not connect to PostgreSQL at "), r.stderr
+    return lines[-1]

@@ -57,7 +57,7 @@ import numpy as np
 import psycopg
 
 from benchmarks.args import (
-    HelpFormatter, ef_construction, int_range, nonneg_int, positive_int, rtts_or_direct, synthetic_sizes,
+    HelpFormatter, run_cli, ef_construction, int_range, nonneg_int, positive_int, rtts_or_direct, synthetic_sizes,
 )
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
@@ -341,4 +341,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "benchmarks.latency.cost_split"))

@@ -42,7 +42,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.args import (
-    HelpFormatter, ef_construction, int_list, int_range, nonneg_int, positive_int, rtts, synthetic_size,
+    HelpFormatter, run_cli, ef_construction, int_list, int_range, nonneg_int, positive_int, rtts, synthetic_size,
 )
 from benchmarks.latency.corpus import MANUAL_PREFIX, bench_layout, ensure_loaded, manual_missing
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
@@ -257,4 +257,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "benchmarks.latency.many_queries"))

@@ -42,7 +42,7 @@ from pgvector import Vector
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
-from ..args import rtts as _rtts, sizes as _sizes
+from ..args import rtts as _rtts, run_cli, sizes as _sizes
 from . import corpus as corpus_mod
 from . import report
 from .delay_proxy import DelayProxy, DelayProxyProcess, measure_rtt, proxied_dsn, upstream_from_dsn
@@ -720,4 +720,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(run_cli(main, "benchmarks.latency.run"))

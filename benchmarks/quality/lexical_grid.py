@@ -28,6 +28,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
+from benchmarks.args import run_cli
 from benchmarks.quality.metrics import covered_pairs, load_question_files, mean, section_recall
 from benchmarks.quality.run import load_rows, score_context
 
@@ -48,7 +49,7 @@ def parse_grid(items: list[str]) -> list[dict[str, int | float]]:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.quality.lexical_grid", description=__doc__.split("\n\n")[0])
     ap.add_argument("--questions", nargs="+", required=True, metavar="FILE[,FILE]",
                     help="question sets; comma-joined files are one set")
     ap.add_argument("--grid", nargs="+", default=["tf_weight=0"], metavar="NAME=V1,V2")
@@ -119,4 +120,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "benchmarks.quality.lexical_grid"))

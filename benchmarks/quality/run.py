@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.args import run_cli
 from benchmarks.quality.metrics import (
     Question,
     covered_pairs,
@@ -781,7 +782,7 @@ def library_version() -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m benchmarks.quality.run", description=__doc__.split("\n\n")[0])
     ap.add_argument("--questions", required=True, nargs="+", metavar="FILE",
                     help="JSONL question file(s) (pgdocs_tuning.jsonl format); several are scored as one set")
     ap.add_argument("--manual", default=None, help="folder of the manual's *.html (default: find/download)")
@@ -1073,4 +1074,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "benchmarks.quality.run"))

@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.args import (
-    HelpFormatter, choice_list, ef_construction, int_list, int_range, nonneg_int, positive_int,
+    HelpFormatter, run_cli, choice_list, ef_construction, int_list, int_range, nonneg_int, positive_int,
     rtts_among, synthetic_sizes,
 )
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
@@ -306,11 +306,11 @@ def main(argv: list[str] | None = None) -> int:
         replot(Path(args.out))
         return 0
     out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
     dsn = resolve_dsn(args.dsn)
     previous = json.loads((out / "scale.json").read_text())["results"] if (out / "scale.json").exists() else []
     results = {key(r): r for r in previous}
     with connect(dsn) as conn:
+        out.mkdir(parents=True, exist_ok=True)
         server = conn.execute("SELECT version()").fetchone()[0].split(" on ")[0]
         pgv = conn.execute("SELECT extversion FROM pg_extension WHERE extname='vector'").fetchone()[0]
         for n in args.sizes:
@@ -329,4 +329,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    raise SystemExit(run_cli(main, "benchmarks.scale.run"))
