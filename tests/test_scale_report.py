@@ -55,3 +55,24 @@ def test_scale_help_shows_the_defaults():
     for default in ("(default: benchmarks/results)", "(default: vector,halfvec)", "(default: 4GB)",
                     "(default: 40,100,200,400,1000)", "(default: 0,1)"):
         assert default in help_text
+
+
+def test_scale_report_names_each_builds_memory_and_k(tmp_path):
+    doc = json.loads(RESULTS.read_text())
+    rows = [dict(r) for r in doc["results"][:3]]
+    rows[1]["maintenance_work_mem"] = "1GB"  # a reused table keeps the setting it was built with
+    text = write_report(rows, {**doc["meta"], "k": 5}, tmp_path)
+    assert "| recall@5 ef=" in text
+    usual = f"maintenance_work_mem={rows[0]['maintenance_work_mem']}"
+    assert f"HNSW builds with {usual}, " in text
+    assert f"(maintenance_work_mem=1GB, 2 parallel maintenance workers for {rows[1]['sections']:,} {rows[1]['layout']})" in text
+    same = write_report(rows[:1], doc["meta"], tmp_path)
+    assert "| recall@10 ef=" in same and "(maintenance_work_mem=" not in same
+
+
+def test_scale_refuses_another_k_into_an_existing_report(tmp_path):
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "scale.json").write_text(RESULTS.read_text())  # rows at k=10
+    line = refused("benchmarks.scale.run", "--k", "5", "--out", str(out))
+    assert "k=10" in line and "another --out for k=5" in line

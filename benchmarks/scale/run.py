@@ -96,7 +96,7 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
     gen_s = time.perf_counter() - t0
     keys = [(d.record.doc_id, s.section_id) for d in docs for s in d.sections]
     emb = np.concatenate([d.embeddings for d in docs]).astype(np.float32)
-    result: dict[str, Any] = {"sections": n, "layout": name, "ef_construction": args.ef_construction,
+    result: dict[str, Any] = {"sections": n, "layout": name, "k": args.k, "ef_construction": args.ef_construction,
                               "b_query": B_QUERY, "measured": time.strftime("%Y-%m-%d"),
                               "documents": len(docs), "generate_s": round(gen_s, 1)}
     mwm = args.maintenance_work_mem
@@ -180,7 +180,7 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
              "latency is client wall time per query, hot cache (each query is run once, untimed, by A and B on a "
              "direct connection just before its timed pair).", "",
              "| sections | layout | ef_construction | COPY s | HNSW build s | table MiB | HNSW MiB "
-             f"| recall@10 ef={' / '.join(map(str, meta['ef']))} "
+             f"| recall@{meta['k']} ef={' / '.join(map(str, meta['ef']))} "
              f"| bare p50 ms at ef {'/'.join(map(str, meta['ef']))} | A p50/p95 0 ms | B p50/p95 0 ms | A p50/p95 +1 ms | B p50/p95 +1 ms "
              "| B/A +1 ms | measured, achieved RTT ms at 0 / +1 |", "|" + "---|" * 15]
     for r in results:
@@ -200,9 +200,8 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
                      f"{pp(l0, 'A')} | {pp(l0, 'B')} | {pp(l1, 'A')} | {pp(l1, 'B')} | "
                      f"{(l1 or {}).get('B_over_A', '–')}{'' if r.get('b_query') == B_QUERY else ' †'} | "
                      f"{r.get('measured', '?')}, {rtt(l0)} / {rtt(l1)} |")
-    lines += ["", f"maintenance_work_mem={meta['maintenance_work_mem']}, parallel maintenance workers="
-              f"{results[0]['max_parallel_maintenance_workers'] if results else '?'}; HNSW m=16 and the "
-              "ef_construction of each row (64 is pgvector's default). Recall is against exact search "
+    lines += ["", f"{build_settings(results)}; HNSW m=16 and the ef_construction of each row (64 is pgvector's "
+              "default). Recall is against exact search "
               "(numpy, float32) with hnsw.iterative_scan off; B/A is measured at pgvector's default "
               "ef_search 40, the setting onetrip runs with. Rows measured on different days may come from "
               "different machines: compare ratios within a day, and read the achieved RTT (the proxy's "
@@ -216,6 +215,21 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
     text = "\n".join(lines) + "\n"
     (out / "scale.md").write_text(text)
     return text
+
+
+def build_settings(results: list[dict[str, Any]]) -> str:
+    """The HNSW builds' memory and workers: the most common setting, then the rows built otherwise (a
+    reused table keeps the setting of the run that built it)."""
+    rows: dict[str, list[str]] = {}
+    for r in results:
+        setting = (f"maintenance_work_mem={r.get('maintenance_work_mem', '?')}, "
+                   f"{r.get('max_parallel_maintenance_workers', '?')} parallel maintenance workers")
+        rows.setdefault(setting, []).append(f"{r['sections']:,} {r['layout']}")
+    if not rows:
+        return "no rows"
+    usual = max(rows, key=lambda k: len(rows[k]))
+    others = [f"{k} for {', '.join(v)}" for k, v in rows.items() if k != usual]
+    return f"HNSW builds with {usual}" + (f" ({'; '.join(others)})" if others else "")
 
 
 def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
@@ -307,7 +321,13 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     out = Path(args.out)
     dsn = resolve_dsn(args.dsn)
-    previous = json.loads((out / "scale.json").read_text())["results"] if (out / "scale.json").exists() else []
+    previous: list[dict[str, Any]] = []
+    if (out / "scale.json").exists():
+        doc = json.loads((out / "scale.json").read_text())
+        if doc["meta"]["k"] != args.k:  # one k per report: its recall and latency columns are at that k
+            ap.error(f"{out / 'scale.json'} holds rows measured at k={doc['meta']['k']}: "
+                     f"give another --out for k={args.k}")
+        previous = doc["results"]
     results = {key(r): r for r in previous}
     with connect(dsn) as conn:
         out.mkdir(parents=True, exist_ok=True)
