@@ -5,10 +5,10 @@ from __future__ import annotations
 import asyncio
 
 import numpy as np
-
+import psycopg
 import pytest
 
-from onetrip import AsyncRetriever, Filters, Retriever, init_schema, make_async_pool, make_pool
+from onetrip import AsyncRetriever, Filters, Retriever, SchemaMissingError, init_schema, make_async_pool, make_pool
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
@@ -155,3 +155,108 @@ def test_async_pool_under_concurrency_never_exceeds_its_size(dsn, corpus):
     assert peak <= 3 and stats.get("pool_max", 3) == 3
     sync = Retriever(dsn, embedder=HashEmbedder())
     assert [_sig(x) for x in results[:5]] == [_sig(sync.assemble(q, k=5, max_tokens=600)) for q in queries[:5]]
+
+
+def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, dsn):
+    """Settings given to a retriever over a pool had been dropped silently while `settings` reported them."""
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    init_schema(db, Layout(dim=8))
+    pool = make_pool(dsn, min_size=1, max_size=1, ef_search=60, iterative_scan="off")
+    try:
+        assert Retriever(pool).settings == {"hnsw.ef_search": "60", "hnsw.iterative_scan": "off",
+                                            "hnsw.max_scan_tuples": "20000"}
+        assert Retriever(pool, ef_search=60, iterative_scan="off").settings["hnsw.ef_search"] == "60"
+        with pytest.raises(ValueError, match="pass ef_search, iterative_scan and max_scan_tuples to "
+                                             "onetrip.make_pool.*this pool's: .*'60'"):
+            Retriever(pool, ef_search=321)
+    finally:
+        pool.close()
+    with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as own:
+        assert Retriever(own).settings == {}  # its own configure decides
+        with pytest.raises(ValueError, match="this pool was not made by make_pool"):
+            Retriever(own, iterative_scan="strict_order")
+
+    async def run() -> tuple:
+        apool = make_async_pool(dsn, min_size=1, max_size=1, ef_search=70)
+        await apool.open()
+        try:
+            settings = (await AsyncRetriever.create(apool)).settings
+            with pytest.raises(ValueError, match="to onetrip.make_pool / make_async_pool"):
+                await AsyncRetriever.create(apool, max_scan_tuples=5)
+        finally:
+            await apool.close()
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as own:
+            return settings, (await AsyncRetriever.create(own)).settings
+
+    assert asyncio.run(run()) == ({"hnsw.ef_search": "70", "hnsw.iterative_scan": "relaxed_order",
+                                   "hnsw.max_scan_tuples": "20000"}, {})
+
+
+def test_a_connection_of_the_other_flavour_is_named(db, dsn):
+    """An async connection given to Retriever (or a sync one to AsyncRetriever) had been read as a DSN:
+    "TypeError: expected string or bytes-like object, got 'AsyncConnection'"."""
+    init_schema(db, Layout(dim=8))
+
+    async def run() -> None:
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            with pytest.raises(TypeError, match="Retriever needs a psycopg Connection.*got a AsyncConnection "
+                                                r"\(an async one: use `await onetrip.AsyncRetriever.create"):
+                Retriever(aconn)
+        finally:
+            await aconn.close()
+        with pytest.raises(TypeError, match=r"got a Connection \(a sync one: use onetrip.Retriever\)"):
+            await AsyncRetriever.create(db)
+        pool = make_pool(dsn, min_size=1, max_size=1, open=False)
+        with pytest.raises(TypeError, match=r"got a ConnectionPool \(a sync one"):
+            await AsyncRetriever.create(pool)
+
+    asyncio.run(run())
+    with pytest.raises(TypeError, match="got a int$"):
+        Retriever(5)
+
+
+def _backends(db, name: str) -> int:
+    return db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s", (name,)).fetchone()[0]
+
+
+def test_a_retriever_that_fails_closes_the_connection_it_opened(db, dsn):
+    """A failed Retriever(dsn) / AsyncRetriever.create(dsn) had kept its connection open until garbage collection."""
+    import gc
+
+    init_schema(db, Layout(dim=8))
+    name = "onetrip-test-leak"
+    target = psycopg.conninfo.make_conninfo(dsn, application_name=name)
+    held = []
+    for _ in range(3):
+        with pytest.raises(SchemaMissingError) as e:
+            Retriever(target, prefix="nosuch_")
+        held.append(e.value)  # a caller logging the error keeps its traceback (and the retriever) alive
+
+    async def run() -> None:
+        for _ in range(3):
+            with pytest.raises(SchemaMissingError) as e:
+                await AsyncRetriever.create(target, prefix="nosuch_")
+            held.append(e.value)
+
+    asyncio.run(run())
+    gc.collect()
+    assert len(held) == 6
+    assert _backends(db, name) == 0
+
+
+def test_connect_async_without_autocommit_is_idle_like_connect(dsn):
+    """Its extension check had left the connection in a transaction (connect ends it)."""
+    from onetrip.connection import connect, connect_async
+
+    async def run():
+        conn = await connect_async(dsn, autocommit=False)
+        try:
+            return conn.info.transaction_status
+        finally:
+            await conn.close()
+
+    with connect(dsn, autocommit=False) as sync_conn:
+        assert sync_conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    assert asyncio.run(run()) == psycopg.pq.TransactionStatus.IDLE

@@ -26,6 +26,7 @@ from .retrieve import (
     Plan,
     _split_search_kwargs,
     bind_vector,
+    check_connection_kind,
     check_distance_range,
     check_query_text,
     statement_errors,
@@ -34,6 +35,7 @@ from .retrieve import (
     result_of,
     statement_columns,
     session_settings,
+    settings_of_pool,
     settings_statement,
 )
 from .schema import layout_from_row, layout_query
@@ -94,6 +96,10 @@ class AsyncRetriever:
         self = object.__new__(cls)
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool = conn if isinstance(conn, AsyncConnectionPool) else None
+        if self.pool is not None:
+            self.settings = settings_of_pool(self.pool, self.settings)
+        elif not isinstance(conn, psycopg.AsyncConnection):
+            check_connection_kind(conn, asynchronous=True)
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.AsyncConnection)
         self.conn = None
         opened = False  # as in Retriever: a transaction this opened on the caller's connection is ended here
@@ -109,7 +115,9 @@ class AsyncRetriever:
                 self.layout = await _read_layout(c, schema, prefix)
                 self.recorded_embedders = await _recorded_embedder(c, self.layout)
         except BaseException:
-            if opened:
+            if self._owns_conn:
+                await self.conn.close()
+            elif opened:
                 await self.conn.rollback()
             raise
         if opened:

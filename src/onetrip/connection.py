@@ -254,6 +254,8 @@ async def connect_async(
             raise ServerRequirementError("the vector extension is not created in this database: run `onetrip init`")
         if _version_tuple(str(row[0])) < MIN_PGVECTOR:
             raise ServerRequirementError(f"pgvector {row[0]} is too old: onetrip needs 0.8.0 or newer")
+        if not autocommit:  # as `connect`: the check's transaction is not the caller's
+            await conn.commit()
         await register_adapters_async(conn)
     except BaseException:
         await conn.close()

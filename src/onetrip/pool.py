@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 
 from .connection import DEFAULT_CONNECT_TIMEOUT, resolve_dsn
-from .retrieve import apply_settings, session_settings
+from .retrieve import POOL_SETTINGS, apply_settings, session_settings
 
 
 def make_pool(
@@ -40,10 +40,12 @@ def make_pool(
         register_adapters(conn)
         apply_settings(conn, settings)
 
-    return ConnectionPool(
+    pool = ConnectionPool(
         resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=open,
         configure=configure, kwargs={"connect_timeout": DEFAULT_CONNECT_TIMEOUT, **kwargs},
     )
+    setattr(pool, POOL_SETTINGS, settings)  # what a Retriever over it reports (retrieve.settings_of_pool)
+    return pool
 
 
 def make_async_pool(
@@ -71,7 +73,9 @@ def make_async_pool(
         await register_adapters_async(conn)
         await apply_settings_async(conn, settings)
 
-    return AsyncConnectionPool(
+    pool = AsyncConnectionPool(
         resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=False,
         configure=configure, kwargs={"connect_timeout": DEFAULT_CONNECT_TIMEOUT, **kwargs},
     )
+    setattr(pool, POOL_SETTINGS, settings)
+    return pool

@@ -477,6 +477,43 @@ def session_settings(ef_search: int | None, iterative_scan: str | None,
     return out
 
 
+#: What `Retriever`, `make_pool` and their async twins set when given no settings.
+DEFAULT_SETTINGS = session_settings(None, "relaxed_order", 20000)
+#: The attribute `make_pool` / `make_async_pool` record their connections' settings under.
+POOL_SETTINGS = "onetrip_settings"
+
+
+def settings_of_pool(pool: Any, asked: dict[str, str]) -> dict[str, str]:
+    """The pgvector settings a pool's connections run with, which a retriever over it reports.
+
+    A pool's connections are configured when the pool opens them (`make_pool`),
+    and a retriever could only change them with a statement per search: settings
+    asked of the retriever other than the defaults and the pool's own are refused,
+    not silently dropped. {} for a pool not made by `make_pool` (its own configure decides).
+    """
+    own = getattr(pool, POOL_SETTINGS, None)
+    if asked != DEFAULT_SETTINGS and asked != own:
+        raise ValueError(
+            "a pool's connections get their pgvector settings when the pool opens them: pass ef_search, "
+            "iterative_scan and max_scan_tuples to onetrip.make_pool / make_async_pool, not to the retriever"
+            + (f" (this pool's: {own})" if own is not None else " (this pool was not made by make_pool)"))
+    return dict(own) if own is not None else {}
+
+
+def check_connection_kind(conn: Any, *, asynchronous: bool) -> None:
+    """Refuse a connection of the other flavour (or any non-DSN object) by name, before it is read as a DSN."""
+    if conn is None or isinstance(conn, str):
+        return
+    kind = type(conn).__name__
+    if asynchronous:
+        sync = isinstance(conn, psycopg.Connection) or kind == "ConnectionPool"
+        raise TypeError("AsyncRetriever.create needs a psycopg AsyncConnection, an AsyncConnectionPool, a DSN or "
+                        f"None; got a {kind}" + (" (a sync one: use onetrip.Retriever)" if sync else ""))
+    hint = (" (an async one: use `await onetrip.AsyncRetriever.create(...)`)"
+            if isinstance(conn, psycopg.AsyncConnection) or kind == "AsyncConnectionPool" else "")
+    raise TypeError(f"Retriever needs a psycopg Connection, a ConnectionPool, a DSN or None; got a {kind}{hint}")
+
+
 def settings_statement(settings: dict[str, str]) -> tuple[str, dict[str, str]]:
     """ONE statement that sets all session settings (set_config with binds, not one SET each)."""
     names = list(settings)
@@ -854,6 +891,10 @@ class Retriever:
 
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool: ConnectionPool | None = conn if isinstance(conn, ConnectionPool) else None
+        if self.pool is not None:
+            self.settings = settings_of_pool(self.pool, self.settings)
+        elif not isinstance(conn, psycopg.Connection):
+            check_connection_kind(conn, asynchronous=False)
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.Connection)
         self.conn: psycopg.Connection | None = None
         opened = False  # a transaction this constructor opened on the caller's (non-autocommit) connection
@@ -871,7 +912,9 @@ class Retriever:
                 # read once here, so no search pays a statement for it; checked when a text is first embedded
                 self.recorded_embedders = recorded_embedders(c, self.layout, first_only=True)
         except BaseException:
-            if opened:
+            if self._owns_conn:
+                self.conn.close()
+            elif opened:
                 self.conn.rollback()
             raise
         if opened:  # end it: the settings stay with the session, and no lock is held for the caller
