@@ -457,6 +457,40 @@ def test_lost_connection_is_503_then_recovers(db, dsn, corpus):
         assert search(base, {"query": "pasta"})[0] == 200
 
 
+def test_a_blocked_statement_is_cancelled_and_gives_its_connection_back(db, dsn, corpus):
+    """A search waiting on a lock held elsewhere had pinned its pooled connection until the lock went,
+    so every later request, /health too, got 503 from the pool; statement_timeout cancels it."""
+    with serving(dsn, pool_size=1, statement_timeout=1.0, db_timeout=30.0) as base:
+        assert search(base, {"query": "pasta"})[0] == 200
+        with psycopg.connect(dsn) as locker:  # a transaction of its own: the lock stays until rollback
+            locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+            t0 = time.monotonic()
+            assert_error(*search(base, {"query": "pasta"}), 503, "statement_timeout", "statement timeout")
+            assert time.monotonic() - t0 < 20  # the timeout, not the 30 s pool wait
+            assert_error(*search(base, {"query": "pasta"}), 503, "statement_timeout")  # the connection came back
+            locker.rollback()
+        assert search(base, {"query": "pasta"})[0] == 200
+        stats = call(base, "GET", "/stats")[1]
+        assert stats["responses"]["503"] == 2, stats
+    with pytest.raises(ValueError, match="statement_timeout must be positive"):
+        ServiceConfig(dsn=dsn, statement_timeout=0)
+
+
+def test_a_client_that_leaves_mid_body_is_not_an_internal_error(dsn, corpus, caplog):
+    """starlette's ClientDisconnect had been logged with a stack trace as an internal error and counted as a 500."""
+    with serving(dsn) as base:
+        host, port = base.split(":")
+        with socket.create_connection((host, int(port)), timeout=10) as sock:
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 12\r\n\r\n{\"query\": 1")  # 11 of the 12 bytes, then gone
+        deadline = time.monotonic() + 10
+        while (stats := call(base, "GET", "/stats")[1])["responses"].get("499") is None:
+            assert time.monotonic() < deadline, stats
+            time.sleep(0.05)
+        assert "500" not in stats["responses"], stats
+    assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
+
+
 def test_missing_schema_is_503_then_recovers(db, dsn):
     with serving(dsn, db_timeout=2.0) as base:
         status, data, _ = call(base, "GET", "/health")

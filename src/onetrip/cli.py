@@ -212,6 +212,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--pool-size", type=int, default=10, help="database connections at most (default 10)")
     p.add_argument("--db-timeout", type=float, default=5.0,
                    help="seconds to wait for a database connection before answering 503 (default 5)")
+    p.add_argument("--statement-timeout", type=float, default=10.0,
+                   help="seconds a statement may run before the server cancels it and the request gets 503 "
+                        "statement_timeout, so a search blocked by a lock does not pin its connection "
+                        "(default 10; 0: no limit)")
     g = p.add_argument_group("principals (ACL): see above")
     g.add_argument("--principal", action="append", help="principal used for every request (repeatable)")
     g.add_argument("--trust-request-principals", action="store_true",
@@ -644,6 +648,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dsn=resolve_dsn(args.dsn), schema=args.schema, prefix=args.prefix,
         token=http_service.token_from_env(args.token), max_body=args.max_body, max_k=args.max_k,
         max_tokens_cap=args.max_tokens_cap, pool_size=args.pool_size, db_timeout=args.db_timeout,
+        statement_timeout=args.statement_timeout or None,
         principals=http_service.operator_principals(args.principal, args.no_acl),
         trust_request_principals=args.trust_request_principals, application_name=args.application_name,
         **_settings_of(args),

@@ -58,7 +58,7 @@ import numpy as np
 import psycopg
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -82,6 +82,8 @@ DEFAULT_MAX_TOKENS = 2000
 DEFAULT_K = 5
 DEFAULT_POOL_SIZE = 10
 DEFAULT_DB_TIMEOUT = 5.0
+#: a search takes milliseconds; one blocked this long (a lock held elsewhere) gives its connection back
+DEFAULT_STATEMENT_TIMEOUT = 10.0
 APPLICATION_NAME = "onetrip-serve"
 
 REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "principals", "max_tokens",
@@ -105,6 +107,7 @@ class ServiceConfig:
     max_tokens_cap: int = DEFAULT_MAX_TOKENS_CAP
     pool_size: int = DEFAULT_POOL_SIZE
     db_timeout: float = DEFAULT_DB_TIMEOUT      # seconds to wait for a pooled connection
+    statement_timeout: float | None = DEFAULT_STATEMENT_TIMEOUT  # seconds a statement may run; None: no limit
     principals: tuple[str, ...] | None = ()     # operator's principals: () public only, None no ACL check
     trust_request_principals: bool = False
     application_name: str = APPLICATION_NAME    # shows in pg_stat_activity
@@ -126,6 +129,8 @@ class ServiceConfig:
         session_settings(self.ef_search, self.iterative_scan, self.max_scan_tuples)  # a bad value: ValueError now
         if not self.db_timeout > 0:
             raise ValueError(f"db_timeout must be positive, got {self.db_timeout!r}")
+        if self.statement_timeout is not None and not self.statement_timeout > 0:
+            raise ValueError(f"statement_timeout must be positive (or None: no limit), got {self.statement_timeout!r}")
         if self.token is not None and not self.token.strip():
             raise ValueError("the bearer token is empty (unset it to run without one)")
         if self.principals is not None:
@@ -433,6 +438,10 @@ def _statement_errors() -> Iterator[None]:
     """A request's statement errors as API errors: 503 for the database, 422 for a refused value."""
     try:
         yield
+    except psycopg.errors.QueryCanceled as e:  # statement_timeout (a lock held elsewhere, an overloaded server)
+        log.warning("statement cancelled: %s", e)
+        raise ApiError(503, "statement_timeout", "the database did not answer within the service's statement "
+                       "timeout; try again later") from None
     except _db_unavailable_errors() as e:
         raise _unavailable(e) from None
     except psycopg.DataError as e:
@@ -464,7 +473,8 @@ class Service:
         dsn = await asyncio.to_thread(resolve_dsn, self.cfg.dsn)
         self.pool = make_async_pool(dsn, min_size=1, max_size=self.cfg.pool_size, timeout=self.cfg.db_timeout,
                                     application_name=self.cfg.application_name, ef_search=self.cfg.ef_search,
-                                    iterative_scan=self.cfg.iterative_scan, max_scan_tuples=self.cfg.max_scan_tuples)
+                                    iterative_scan=self.cfg.iterative_scan, max_scan_tuples=self.cfg.max_scan_tuples,
+                                    statement_timeout=self.cfg.statement_timeout)
         await self.pool.open(wait=False)
 
     async def close(self) -> None:
@@ -664,6 +674,9 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
                 response = await fn(request)
             except ApiError as e:
                 response = e.response()
+            except ClientDisconnect:  # the client left before its body was read: nobody to answer, not our error
+                log.info("client disconnected during %s %s", request.method, request.url.path)
+                response = ApiError(499, "client_closed_request", "the client closed the connection").response()
             except Exception:
                 log.exception("internal error on %s %s", request.method, request.url.path)
                 response = ApiError(500, "internal_error", "internal error (see the server log)").response()
@@ -900,7 +913,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
                                "dimension, unknown filter key"),
-                    "503": err("database unavailable or schema missing"),
+                    "503": err("database unavailable, schema missing, or the statement timeout passed"),
                 },
             }},
             "/search_many": {"post": {
@@ -917,7 +930,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "422": err("invalid request: unknown field, neither queries nor embeddings, not one embedding "
                                f"per query, more than {MAX_QUERIES} queries, k out of range, wrong embedding "
                                "dimension, a mode the given fields cannot run"),
-                    "503": err("database unavailable or schema missing"),
+                    "503": err("database unavailable, schema missing, or the statement timeout passed"),
                 },
             }},
             "/health": {"get": {

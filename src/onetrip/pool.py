@@ -16,6 +16,15 @@ from .connection import DEFAULT_CONNECT_TIMEOUT, resolve_dsn
 from .retrieve import POOL_SETTINGS, apply_settings, session_settings
 
 
+def _timeout_setting(seconds: float | None) -> dict[str, str]:
+    """PostgreSQL's statement_timeout for the pool's sessions, set with the pgvector settings (no extra statement)."""
+    if seconds is None:
+        return {}
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 2**31 / 1000:
+        raise ValueError(f"statement_timeout must be a positive number of seconds, got {seconds!r}")
+    return {"statement_timeout": f"{max(1, round(seconds * 1000))}ms"}
+
+
 def make_pool(
     dsn: str | None = None,
     *,
@@ -24,16 +33,22 @@ def make_pool(
     ef_search: int | None = None,
     iterative_scan: str | None = "relaxed_order",
     max_scan_tuples: int | None = 20000,
+    statement_timeout: float | None = None,
     timeout: float = 10.0,
     open: bool = True,
     **kwargs: Any,
 ) -> Any:
-    """A `psycopg_pool.ConnectionPool` for `Retriever(pool)`."""
+    """A `psycopg_pool.ConnectionPool` for `Retriever(pool)`.
+
+    ``statement_timeout`` (seconds) has the server cancel a statement that runs
+    longer (psycopg raises ``QueryCanceled``), so that a search blocked by a lock
+    gives its connection back instead of pinning it: a service's choice.
+    """
     from psycopg_pool import ConnectionPool
 
     from .adapters import register_adapters
 
-    settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
+    settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | _timeout_setting(statement_timeout)
 
     def configure(conn: psycopg.Connection) -> None:
         conn.autocommit = True
@@ -56,15 +71,17 @@ def make_async_pool(
     ef_search: int | None = None,
     iterative_scan: str | None = "relaxed_order",
     max_scan_tuples: int | None = 20000,
+    statement_timeout: float | None = None,
     timeout: float = 10.0,
     **kwargs: Any,
 ) -> Any:
-    """A `psycopg_pool.AsyncConnectionPool` for ``await AsyncRetriever.create(pool)``; open it first with ``await pool.open()``."""
+    """A `psycopg_pool.AsyncConnectionPool` for ``await AsyncRetriever.create(pool)``; open it first with
+    ``await pool.open()``. ``statement_timeout`` as in `make_pool`."""
     from psycopg_pool import AsyncConnectionPool
 
     from .adapters import register_adapters_async
 
-    settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
+    settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | _timeout_setting(statement_timeout)
 
     from .async_retrieve import apply_settings_async
 

@@ -492,7 +492,8 @@ def settings_of_pool(pool: Any, asked: dict[str, str]) -> dict[str, str]:
     not silently dropped. {} for a pool not made by `make_pool` (its own configure decides).
     """
     own = getattr(pool, POOL_SETTINGS, None)
-    if asked != DEFAULT_SETTINGS and asked != own:
+    pgvector = None if own is None else {k: v for k, v in own.items() if k.startswith("hnsw.")}
+    if asked != DEFAULT_SETTINGS and asked != pgvector:
         raise ValueError(
             "a pool's connections get their pgvector settings when the pool opens them: pass ef_search, "
             "iterative_scan and max_scan_tuples to onetrip.make_pool / make_async_pool, not to the retriever"
