@@ -114,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collection", default="default", help="collection (tenant) of these documents")
     p.add_argument("--acl", default=None, help="comma-separated principals allowed to read (default: everyone)")
     p.add_argument("--keep-history", action="store_true", help="archive superseded revisions (audit)")
+    p.add_argument("--doc-id-prefix", default="", metavar="PREFIX",
+                   help="put PREFIX before each document id (the path relative to the folder given), so that "
+                        "files of the same relative path from two folders or tenants stay two documents")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _model_option(p)
 
@@ -338,12 +341,13 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .connection import connect
-    from .ingest import ingest_paths, iter_files
+    from .ingest import ingest_paths, plan_files
     from .errors import SchemaMissingError
     from .schema import drop_schema, init_schema, missing_columns, read_layout
 
+    doc_id = _doc_id_maker(getattr(args, "doc_id_prefix", ""))
+    total = len(plan_files(paths, doc_id))  # two files for one doc_id: refused before any table is made
     embedder = _embedder(args)
-    total = sum(1 for _ in iter_files(paths))
     console = Console(stderr=True)
     with connect(args.dsn) as conn:
         try:  # tables made by `onetrip init --vector-type/--partitions/--dim` are ingested into as they are
@@ -367,10 +371,21 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json:
                 progress.update(task, completed=done, sections=rep.sections, rate=rate)
 
             report = ingest_paths(conn, paths, layout=layout, embedder=embedder, force=force,
-                                  on_progress=on_progress, collection=getattr(args, "collection", None) or "default",
+                                  on_progress=on_progress, doc_id=doc_id, collection=getattr(args, "collection", None) or "default",
                                   acl=_acl(getattr(args, "acl", None)),
                                   keep_history=getattr(args, "keep_history", False))
     return report
+
+
+def _doc_id_maker(prefix: str) -> Any:
+    """`ingest.doc_id_for`, with --doc-id-prefix before it."""
+    from .ingest import doc_id_for
+
+    if not prefix:
+        return doc_id_for
+    if prefix != prefix.strip() or "\x00" in prefix:
+        raise ValueError(f"--doc-id-prefix {prefix!r}: no leading or trailing spaces, no NUL")
+    return lambda path, root: prefix + doc_id_for(path, root)
 
 
 def _acl(text: str | None) -> tuple[str, ...] | None:
@@ -459,6 +474,9 @@ def cmd_ingest(args: argparse.Namespace) -> int:
             print(f"  failed: {path}: {reason}", file=sys.stderr)
     for path in report.made_public:  # a run without --acl over documents stored with one: say so
         print(f"onetrip: note: {path} had an ACL and is now readable by everyone (no --acl given)", file=sys.stderr)
+    for path, old in report.moved:  # one doc_id is one document, whatever the collection: say it moved
+        print(f"onetrip: note: {path} replaced the document of that id in collection {old!r} (now in "
+              f"{args.collection!r}); give --doc-id-prefix to keep both", file=sys.stderr)
     return 0 if not report.failed else 3
 
 
@@ -679,6 +697,15 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except KeyboardInterrupt:
         return 130
+    except Exception as e:  # the database's own errors (a lost connection, a timeout, a read-only server)
+        import psycopg
+
+        if not isinstance(e, psycopg.Error):
+            raise
+        first = (str(e).strip().splitlines() or [""])[0]
+        print(f"onetrip: error: PostgreSQL: {type(e).__name__}: {first} (what a command had committed "
+              "before it stays stored)", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

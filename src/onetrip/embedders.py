@@ -245,6 +245,13 @@ def check_length(vector: np.ndarray, what: str = "the length") -> None:
                          "(1e-15 to 1e15); normalise it")
 
 
+def nan_distance_error(doc_id: str, section_id: str) -> ValueError:
+    """A NaN distance in a result: an all-zero query embedding (the usual cause, unchecked on the hot path)
+    or an all-zero stored one (loaded around `replace_document`, which refuses them)."""
+    return ValueError(f"the distance to section {section_id!r} of {doc_id!r} is undefined (NaN): the query "
+                      "embedding has length zero (all zeros), or that section's stored embedding does")
+
+
 def zero_query_error() -> ValueError:
     """An all-zero query embedding, whose cosine distance pgvector returns as NaN.
 

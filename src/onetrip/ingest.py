@@ -11,6 +11,7 @@ aborts the batch and never leaves partial rows.
 from __future__ import annotations
 
 import hashlib
+import os
 import time
 from contextlib import contextmanager, suppress
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -21,7 +22,7 @@ import psycopg
 
 from .embedders import Embedder, check_embedder
 from .errors import DimensionMismatchError, InputDocumentError, OnetripError
-from .sections import ParsedDocument, parse_file
+from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, TEXT_SUFFIXES, ParsedDocument, parse_file
 from .store import (
     EMBEDDER_KEY,
     DocumentRecord,
@@ -29,6 +30,7 @@ from .store import (
     embedder_lock,
     flush_word_indexes,
     set_document_access,
+    check_access,
     stored_state,
     recorded_embedders,
     refresh_term_stats,
@@ -37,7 +39,8 @@ from .store import (
 )
 from .templates import Layout
 
-SUFFIXES = {".md", ".markdown", ".html", ".htm", ".txt", ".text", ".rst"}
+#: what a folder walk picks up (what `parse_file` reads by its suffix); a file named directly is read as it is
+SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | TEXT_SUFFIXES
 
 
 @dataclass
@@ -50,6 +53,7 @@ class IngestReport:
     failed: list[tuple[str, str]] = field(default_factory=list)
     access_only: int = 0  # of `changed`: same content, another collection/ACL (not re-embedded)
     made_public: list[str] = field(default_factory=list)  # stored with an ACL before, without one now
+    moved: list[tuple[str, str]] = field(default_factory=list)  # (path, the other collection it was stored in)
     sections: int = 0
     parse_seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -65,26 +69,57 @@ class IngestReport:
             "documents": self.documents, "new": self.new, "changed": self.changed,
             "unchanged": self.unchanged, "failed": [{"path": p, "reason": r} for p, r in self.failed],
             "access_only": self.access_only, "made_public": self.made_public,
+            "moved": [{"path": p, "from_collection": c} for p, c in self.moved],
             "sections": self.sections, "parse_seconds": round(self.parse_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
         }
 
 
-def iter_files(paths: Iterable[str | Path]) -> Iterator[tuple[Path, Path]]:
+Paths = Iterable[str | os.PathLike[str]] | str | os.PathLike[str]
+
+
+def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
     """Yield (file, root) pairs: files as given, folders walked in sorted order.
 
-    A path that does not exist is yielded too, so it is reported as a failure.
+    A path that does not exist is yielded too, so it is reported as a failure,
+    as is a symbolic link in a folder whose target is missing. One path may be
+    given as a string (not read as a sequence of one-letter paths).
     """
-    for raw in paths:
+    for raw in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
         p = Path(raw)
         if p.is_dir():
             for f in sorted(p.rglob("*")):
-                if f.is_file() and f.suffix.lower() in SUFFIXES and not any(
+                if f.suffix.lower() in SUFFIXES and (f.is_file() or (f.is_symlink() and not f.exists())) and not any(
                     part.startswith(".") for part in f.relative_to(p).parts
                 ):
                     yield f, p
         else:
             yield p, p.parent
+
+
+def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) -> list[tuple[Path, Path, str]]:
+    """The (file, root, doc_id) a run ingests, each file once; refuses two files that would share a doc_id.
+
+    The id is the path relative to the folder given (a file given alone: its
+    name), so ``a/README.md`` and ``b/README.md`` named one by one are both
+    ``README.md``: the second had silently replaced the first. Raised before
+    any write (InputDocumentError, naming both files).
+    """
+    make_id = doc_id or doc_id_for
+    seen: dict[str, Path] = {}
+    planned = []
+    for path, root in iter_files(paths):
+        did = make_id(path, root)
+        first = seen.get(did)
+        if first is not None:
+            if first.resolve() == path.resolve():
+                continue  # the same file given twice (a folder and a file in it)
+            raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
+                                     "document's id is its path relative to the folder given; ingest their "
+                                     "common folder, or each in its own run with --doc-id-prefix (doc_id=)")
+        seen[did] = path
+        planned.append((path, root, did))
+    return planned
 
 
 def doc_id_for(path: Path, root: Path) -> str:
@@ -159,12 +194,14 @@ def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: st
         report.unchanged += 1
     if res.made_public:
         report.made_public.append(shown)
+    if res.moved_from is not None:
+        report.moved.append((shown, res.moved_from))
     return True
 
 
 def ingest_paths(
     conn: psycopg.Connection,
-    paths: Iterable[str | Path],
+    paths: Paths,
     *,
     layout: Layout,
     embedder: Embedder,
@@ -182,7 +219,11 @@ def ingest_paths(
     ``acl`` are all as stored. Another collection or ACL on an unchanged file
     is a new revision that keeps the sections and their vectors (no parsing or
     embedding), so an access change takes effect at once. Documents that had
-    an ACL and are stored without one are listed in ``report.made_public``.
+    an ACL and are stored without one are listed in ``report.made_public``, and
+    documents stored in another collection before in ``report.moved``: a doc_id
+    names one document across collections (give ``doc_id`` a prefix to keep both).
+    Two files of one run that would share a doc_id are refused before any write.
+    ``paths`` may be one path.
 
     Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
     when a document was added or changed, or none were counted yet.
@@ -193,6 +234,8 @@ def ingest_paths(
     (DimensionMismatchError); retrievers make the same check before embedding a text.
     """
     report = IngestReport()
+    check_access(collection, acl)
+    planned = plan_files(paths, doc_id)  # before any write: two files for one doc_id are refused
     if embedder.dim != layout.dim:
         raise DimensionMismatchError(
             f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
@@ -235,6 +278,8 @@ def ingest_paths(
                         recorded()  # committed: the record is visible, the first-ingest lock can go
                     if res.made_public:
                         report.made_public.append(p.path)
+                    if res.moved_from is not None:
+                        report.moved.append((p.path, res.moved_from))
                     report.sections += res.sections
                 report.load_seconds += time.perf_counter() - t0
                 offset += n
@@ -242,16 +287,18 @@ def ingest_paths(
                     on_progress(p.path, report)
             pending.clear()
 
-        for path, root in iter_files(paths):
+        for path, root, did in planned:
             report.documents += 1
             shown = str(path)
             t0 = time.perf_counter()
             try:
                 if not path.exists():
-                    raise InputDocumentError(shown, "no such file or directory")
-                data = path.read_bytes() if path.is_file() else b""
+                    raise InputDocumentError(shown, "a symbolic link to a missing file" if path.is_symlink()
+                                             else "no such file or directory")
+                if not path.is_file():  # reading a FIFO would wait forever
+                    raise InputDocumentError(shown, "not a regular file (a FIFO, socket or device)")
+                data = path.read_bytes()
                 digest = hashlib.sha256(data).hexdigest()
-                did = doc_id(path, root)
                 state = "content" if force else stored_state(conn, layout, did, digest, collection, acl)
                 if state == "unchanged":
                     report.unchanged += 1

@@ -26,7 +26,7 @@ from .embedders import (
     as_vector,
     check_embedder,
     check_length,
-    zero_query_error,
+    nan_distance_error,
 )
 from .errors import missing_table_error
 from .schema import read_layout
@@ -404,7 +404,7 @@ def _passage_mapper(names: tuple[str, ...]) -> Any:
     def to_passage(row: tuple) -> Passage:  # indexed field by field, as `_record_mapper` (faster)
         dist = row[dist_i]
         if dist is not None and dist != dist:
-            raise zero_query_error()
+            raise nan_distance_error(row[doc], row[sid])
         return Passage(row[doc], row[sid], row[seq], row[level], row[heading] or "", tuple(row[path] or ()),
                        row[anchor], row[content], row[tokens], row[ctx], roles_of(row[bits]), int(row[best]),
                        int(row[doc_rank]), None if dist is None else float(dist), None if rev is None else row[rev])
@@ -728,7 +728,7 @@ def _hits_linker(names: tuple[str, ...], parent: bool, neighbors: bool) -> Any:
         for rank, (row, rec) in enumerate(ranked, 1):
             doc, seq, d = rec.doc_id, rec.sequence_index, row[dist_i]
             if d is not None and d != d:
-                raise zero_query_error()
+                raise nan_distance_error(doc, rec.section_id)
             sc = None if score_i is None else row[score_i]
             hits.append(Hit(rank, None if d is None else float(d), rec,
                             by_id.get((doc, rec.parent_section_id)) if parent else None,

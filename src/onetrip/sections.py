@@ -482,8 +482,10 @@ def section_anchors(section: Section) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------------- file entry
 
-_MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".mkdn"}
-_HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".mkdn"}
+HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+#: read as plain text; so is a file named directly with any other suffix
+TEXT_SUFFIXES = {".txt", ".text", ".rst"}
 
 
 def _read_text(path: Path) -> str:
@@ -537,7 +539,7 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
                 min_tokens: int) -> ParsedDocument:
     suffix = path.suffix.lower()
     blocks: list[Block]
-    if suffix in _MARKDOWN_SUFFIXES:
+    if suffix in MARKDOWN_SUFFIXES:
         from onetrip.parse_markdown import MarkdownTooDeepError, parse_markdown
 
         try:
@@ -545,7 +547,7 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
         except MarkdownTooDeepError as e:
             raise InputDocumentError(str(path), str(e)) from None
         fmt = "markdown"
-    elif suffix in _HTML_SUFFIXES:
+    elif suffix in HTML_SUFFIXES:
         from onetrip.parse_html import parse_html
 
         title, blocks, metadata = parse_html(text)

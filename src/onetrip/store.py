@@ -63,6 +63,22 @@ class DocumentRecord:
     collection: str = "default"
     acl: Sequence[str] | None = None  # principals allowed to read; None = everyone
 
+    def __post_init__(self) -> None:
+        check_access(self.collection, self.acl)
+
+
+def check_access(collection: Any, acl: Any) -> None:
+    """Refuse a collection or ACL that would be stored as something else: acl="hr" had become {h,r}."""
+    if not isinstance(collection, str) or not collection:
+        raise ValueError(f"collection must be a non-empty string, got {collection!r}")
+    if acl is None:
+        return
+    if isinstance(acl, (str, bytes)):
+        raise TypeError(f"acl must be a sequence of principals such as [{acl!r}], not one string (it would be "
+                        "read as one principal per character)")
+    if not all(isinstance(a, str) and a for a in acl):
+        raise ValueError(f"acl must hold non-empty strings, got {list(acl)!r}")
+
 
 @dataclass(frozen=True)
 class StoreResult:
@@ -71,6 +87,7 @@ class StoreResult:
     revision: int
     sections: int
     made_public: bool = False  # it had an ACL and is now stored without one (readable by everyone)
+    moved_from: str | None = None  # the collection it was stored in, when that was another one
 
 
 def current_hash(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str | None:
@@ -119,6 +136,7 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
     given (the same file found under another path). None if the stored content hash is no
     longer ``content_hash`` (another writer came first): store it in full instead.
     """
+    check_access(collection, acl)
     documents, sections = sql.SQL(layout.tables["documents"]), sql.SQL(layout.tables["sections"])
     new_acl = None if acl is None else list(acl)
     with conn.transaction():
@@ -137,7 +155,8 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
                      (collection, new_acl, revision, source_uri, doc_id))
         n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s WHERE doc_id = %s")
                          .format(sections), (collection, new_acl, revision, doc_id)).rowcount
-    return StoreResult(doc_id, "changed", revision, n, made_public=row[3] is not None and acl is None)
+    return StoreResult(doc_id, "changed", revision, n, made_public=row[3] is not None and acl is None,
+                       moved_from=row[2] if row[2] != collection else None)
 
 
 #: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
@@ -191,6 +210,14 @@ def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, d
         )
     if not np.all(np.isfinite(arr)):
         raise ValueError("embeddings contain NaN or infinity")
+    norms = np.linalg.norm(arr.astype(np.float64), axis=1)
+    bad = np.flatnonzero((norms < 1e-15) | (norms > 1e15))  # `embedders.check_length`'s range for queries
+    if bad.size:
+        s, norm = sections[int(bad[0])], float(norms[bad[0]])
+        raise ValueError(f"the embedding of section {s.section_id!r} has length {norm:.3g}"
+                         f"{' (all zeros)' if norm == 0 else ''}: pgvector's cosine distance to it would be "
+                         "undefined or meaningless (every search reaching it would fail or misorder); "
+                         "normalise it" + (f" ({bad.size} such sections)" if bad.size > 1 else ""))
     return arr
 
 
@@ -201,10 +228,22 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
         raise ValueError(f"{doc_id}: duplicate section_id values")
     if sorted(s.sequence_index for s in sections) != list(range(len(sections))):
         raise ValueError(f"{doc_id}: sequence_index must be contiguous from 0")
-    known = set(ids)
+    parents = {s.section_id: s.parent_section_id for s in sections}
     for s in sections:
-        if s.parent_section_id is not None and s.parent_section_id not in known:
+        if s.parent_section_id is not None and s.parent_section_id not in parents:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
+        if not -32768 <= s.level <= 32767:  # heading_level is a smallint (binary COPY would wrap it)
+            raise ValueError(f"{doc_id}: section {s.section_id} has heading level {s.level}, outside a smallint")
+    rooted: set[str] = set()  # ancestors and `section` expansion walk this tree: every chain must end at a root
+    for s in sections:
+        chain: dict[str, None] = {}
+        at: str | None = s.section_id
+        while at is not None and at not in rooted:
+            if at in chain:
+                raise ValueError(f"{doc_id}: section {s.section_id}'s parents form a cycle through {at}")
+            chain[at] = None
+            at = parents[at]
+        rooted.update(chain)
 
 
 def _checked(doc_id: str, sections: Sequence[SectionLike], embeddings: Any, dim: int) -> np.ndarray:
@@ -342,7 +381,7 @@ def _lock_document(conn: psycopg.Connection, doc_id: str) -> None:
 def _archive_sections(conn: psycopg.Connection, layout: Layout, doc_id: str) -> None:
     """Copy a document's current sections to section_history (audit), inside the caller's transaction."""
     conn.execute(
-        sql.SQL("INSERT INTO {} SELECT s.*, now() FROM {} s WHERE s.doc_id = %s ON CONFLICT DO NOTHING").format(
+        sql.SQL("INSERT INTO {} SELECT s.*, now() FROM {} s WHERE s.doc_id = %s").format(
             sql.SQL(layout.tables["section_history"]), sql.SQL(layout.tables["sections"])),
         (doc_id,),
     )
@@ -380,7 +419,11 @@ def replace_document(
                                                                                      doc.acl)
         if unchanged and not force:
             return StoreResult(doc.doc_id, "unchanged", row[1], 0)
-        revision = 1 if row is None else row[1] + 1
+        # a document stored again after a delete continues past its archived revisions: starting at 1 again,
+        # the audit trail held two revision 1s (an archive of the second had been dropped on the conflict)
+        revision = row[1] + 1 if row is not None else 1 + conn.execute(
+            sql.SQL("SELECT coalesce(max(revision), 0) FROM {} WHERE doc_id = %s").format(
+                sql.SQL(layout.tables["section_history"])), (doc.doc_id,)).fetchone()[0]
         total_tokens = sum(context_tokens)
         if keep_history and row is not None:
             _archive_sections(conn, layout, doc.doc_id)
@@ -407,7 +450,8 @@ def replace_document(
             copy.set_types(copy_types(layout))
             write_section_rows(copy, layout, doc, sections, arr, context_tokens, revision)
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections),
-                       made_public=row is not None and row[3] is not None and doc.acl is None)
+                       made_public=row is not None and row[3] is not None and doc.acl is None,
+                       moved_from=row[2] if row is not None and row[2] != doc.collection else None)
 
 
 def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:

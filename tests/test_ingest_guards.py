@@ -1,0 +1,212 @@
+"""What ingest refuses or reports instead of losing data silently (found by a bad-input sweep).
+
+Two files for one doc_id, a string where a list belongs, a FIFO, a zero embedding,
+an audit trail that restarted at revision 1, a database error in the CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+
+import numpy as np
+import psycopg
+import pytest
+
+from onetrip import Retriever, init_schema
+from onetrip.errors import InputDocumentError
+from onetrip.ingest import ingest_paths
+from onetrip.sections import parse_file
+from onetrip.store import DocumentRecord, delete_document, list_documents, replace_document
+from onetrip.templates import Layout
+
+from .embedders import HashEmbedder
+from .test_cli import onetrip
+
+PAD = " This sentence pads the section so that it is not merged away as a tiny one."
+
+
+def _doc(text: str) -> str:
+    return f"# Handbook\n\n{text}{PAD}\n\n## Leave\n\nLeave rules of {text}.{PAD}\n"
+
+
+def _tenants(tmp_path):
+    for tenant in ("tenantA", "tenantB"):
+        (tmp_path / tenant).mkdir()
+        (tmp_path / tenant / "handbook.md").write_text(_doc(f"the handbook of {tenant}"))
+    return tmp_path / "tenantA" / "handbook.md", tmp_path / "tenantB" / "handbook.md"
+
+
+def test_two_files_for_one_doc_id_are_refused_before_any_write(db, tmp_path):
+    a, b = _tenants(tmp_path)
+    init_schema(db)
+    with pytest.raises(InputDocumentError, match="would be stored as document 'handbook.md', as .*tenantA/handbook.md"
+                                                 " is.*--doc-id-prefix"):
+        ingest_paths(db, [a, b], layout=Layout(), embedder=HashEmbedder())
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+    # the same file twice (a folder and a file in it) is one document, not a conflict
+    report = ingest_paths(db, [tmp_path / "tenantA", a], layout=Layout(), embedder=HashEmbedder())
+    assert (report.documents, report.new) == (1, 1)
+    from onetrip.ingest import plan_files
+
+    assert [p[2] for p in plan_files([tmp_path])] == ["tenantA/handbook.md", "tenantB/handbook.md"]
+
+
+def test_a_document_moved_to_another_collection_is_reported(db, tmp_path):
+    """Tenant B's file of the same relative path had replaced tenant A's document, counted as 'changed'."""
+    init_schema(db)
+    _tenants(tmp_path)
+    ingest_paths(db, [tmp_path / "tenantA"], layout=Layout(), embedder=HashEmbedder(), collection="a",
+                 acl=("team-a",))
+    report = ingest_paths(db, [tmp_path / "tenantB"], layout=Layout(), embedder=HashEmbedder(), collection="b",
+                          acl=("team-b",))
+    assert report.moved == [(str(tmp_path / "tenantB" / "handbook.md"), "a")]
+    assert report.as_dict()["moved"] == [{"path": str(tmp_path / "tenantB" / "handbook.md"), "from_collection": "a"}]
+    # an unchanged file moved by collection alone (no re-embedding) is reported too
+    report = ingest_paths(db, [tmp_path / "tenantB"], layout=Layout(), embedder=HashEmbedder(), collection="c",
+                          acl=("team-b",))
+    assert report.access_only == 1 and report.moved == [(str(tmp_path / "tenantB" / "handbook.md"), "b")]
+    # with a prefix per tenant both stay
+    for tenant in ("tenantA", "tenantB"):
+        ingest_paths(db, [tmp_path / tenant], layout=Layout(), embedder=HashEmbedder(), collection=tenant,
+                     doc_id=lambda path, root, t=tenant: f"{t}/{path.name}")
+    assert {d.doc_id: d.collection for d in list_documents(db, Layout())} == {
+        "handbook.md": "c", "tenantA/handbook.md": "tenantA", "tenantB/handbook.md": "tenantB"}
+
+
+def test_cli_refuses_a_doc_id_conflict_before_making_tables_and_prefix_keeps_both(dsn, db, tmp_path):
+    a, b = _tenants(tmp_path)
+    res = onetrip("ingest", "--prefix", "guard_", str(a), str(b), dsn=dsn)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert "would be stored as document 'handbook.md'" in res.stderr
+    assert db.execute("SELECT to_regclass('guard_documents')").fetchone()[0] is None  # nothing made
+    for tenant, path in (("tenantA", a), ("tenantB", b)):
+        res = onetrip("ingest", "--prefix", "guard_", "--doc-id-prefix", f"{tenant}/", "--collection", tenant,
+                      str(path), "--json", dsn=dsn)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["new"] == 1
+    res = onetrip("ingest", "--prefix", "guard_", "--collection", "x", str(a), dsn=dsn)
+    assert res.returncode == 0 and "note" not in res.stderr  # a new id 'handbook.md': nothing moved
+    res = onetrip("ingest", "--prefix", "guard_", "--collection", "y", str(b), dsn=dsn)
+    assert f"note: {b} replaced the document of that id in collection 'x' (now in 'y')" in res.stderr
+    assert sorted(r[0] for r in db.execute("SELECT doc_id FROM guard_documents")) == [
+        "handbook.md", "tenantA/handbook.md", "tenantB/handbook.md"]
+
+
+def test_one_path_as_a_string_is_one_path(db, tmp_path, monkeypatch):
+    """A string had been read as one path per character: '.' walked the working directory."""
+    init_schema(db)
+    (tmp_path / "notes.md").write_text(_doc("notes"))
+    (tmp_path / "other.md").write_text(_doc("other"))
+    monkeypatch.chdir(tmp_path)
+    report = ingest_paths(db, "notes.md", layout=Layout(), embedder=HashEmbedder())
+    assert (report.documents, report.new, report.failed) == (1, 1, [])
+    report = ingest_paths(db, tmp_path / "other.md", layout=Layout(), embedder=HashEmbedder())
+    assert (report.documents, report.new) == (1, 1)
+
+
+def test_a_string_acl_or_an_empty_collection_is_refused(db, tmp_path):
+    """acl="hr" had been stored as {h,r}: principal "hr" could not read it, "h" could."""
+    init_schema(db)
+    (tmp_path / "a.md").write_text(_doc("a"))
+    with pytest.raises(TypeError, match="acl must be a sequence of principals such as \\['hr'\\]"):
+        ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder(), acl="hr")
+    with pytest.raises(ValueError, match="collection must be a non-empty string, got None"):
+        ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder(), collection=None)
+    with pytest.raises(TypeError, match="acl must be a sequence"):
+        DocumentRecord("d", "file:///d", "D", "h", acl="hr")
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+
+
+def test_a_fifo_and_a_dangling_link_are_reported_not_waited_on(db, tmp_path):
+    init_schema(db)
+    (tmp_path / "good.mkd").write_text(_doc("good"))  # a Markdown suffix parse_file reads: now walked too
+    os.mkfifo(tmp_path / "pipe.md")
+    (tmp_path / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    result: list = []
+    t = threading.Thread(target=lambda: result.append(ingest_paths(
+        db, [tmp_path, tmp_path / "pipe.md"], layout=Layout(), embedder=HashEmbedder())), daemon=True)
+    t.start()
+    t.join(60)
+    if t.is_alive():  # unblock the reader so the test process can end
+        with open(tmp_path / "pipe.md", "w"):
+            pass
+        pytest.fail("ingest waited on the FIFO")
+    report = result[0]
+    failed = dict(report.failed)
+    assert failed[str(tmp_path / "pipe.md")] == "not a regular file (a FIFO, socket or device)"
+    assert failed[str(tmp_path / "gone.md")] == "a symbolic link to a missing file"
+    assert report.new == 1 and report.documents == 3  # the FIFO named twice is one file
+
+
+def test_keep_history_after_a_delete_continues_the_revisions(db, tmp_path):
+    """Stored again after a delete, a document restarted at revision 1 and its next archive was dropped."""
+    init_schema(db)
+    path = tmp_path / "audit.md"
+    emb = HashEmbedder()
+    path.write_text(_doc("version A"))
+    ingest_paths(db, [path], layout=Layout(), embedder=emb, keep_history=True)
+    assert delete_document(db, Layout(), "audit.md", keep_history=True)
+    for text in ("version B", "version C"):
+        path.write_text(_doc(text))
+        ingest_paths(db, [path], layout=Layout(), embedder=emb, keep_history=True)
+    archived = db.execute("SELECT DISTINCT revision, content FROM section_history WHERE section_id = 'handbook' "
+                          "ORDER BY revision").fetchall()
+    assert [(r, c.split(" This")[0]) for r, c in archived] == [(1, "version A"), (2, "version B")]
+    assert db.execute("SELECT revision FROM documents WHERE doc_id = 'audit.md'").fetchone() == (3,)
+
+
+def test_a_zero_embedding_is_refused_at_store_and_named_at_search(db, tmp_path):
+    """A stored zero vector had made every search reaching it fail with 'the query embedding has length zero'."""
+    init_schema(db)
+    path = tmp_path / "z.md"
+    path.write_text(_doc("zebra"))
+    parsed = parse_file(path)
+    vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    vecs[1] = 0.0
+    record = DocumentRecord("z.md", path.as_uri(), parsed.title, "h1")
+    with pytest.raises(ValueError, match="embedding of section 'leave' has length 0 \\(all zeros\\)"):
+        replace_document(db, Layout(), record, parsed.sections, vecs)
+    vecs[1] = 1e-30
+    with pytest.raises(ValueError, match="has length 1.96e-29.*normalise it"):
+        replace_document(db, Layout(), record, parsed.sections, vecs)
+    assert db.execute("SELECT count(*) FROM sections").fetchone()[0] == 0
+    # loaded around the check (by SQL), the search names the section, not the query
+    vecs[1] = vecs[0]
+    replace_document(db, Layout(), record, parsed.sections, vecs)
+    db.execute("UPDATE sections SET embedding = array_fill(0, ARRAY[384])::vector WHERE section_id = 'leave'")
+    db.execute("SET enable_indexscan = off")  # HNSW leaves zero vectors out of its graph; an exact scan reads them
+    with pytest.raises(ValueError, match="distance to section 'leave' of 'z.md' is undefined"):
+        Retriever(db, embedder=HashEmbedder()).search(vecs[0], k=2, neighbors=False, parent=False)
+
+
+def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path):
+    init_schema(db)
+    path = tmp_path / "t.md"
+    path.write_text(_doc("tree"))
+    parsed = parse_file(path)
+    vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    record = DocumentRecord("t.md", path.as_uri(), parsed.title, "h")
+    from dataclasses import replace
+
+    root, leave = parsed.sections
+    for sections, why in (
+        ([replace(root, parent_section_id=root.section_id), leave], "parents form a cycle through handbook"),
+        ([replace(root, parent_section_id=leave.section_id), leave], "parents form a cycle"),
+        ([root, replace(leave, level=40000)], "heading level 40000, outside a smallint"),
+    ):
+        with pytest.raises(ValueError, match=why):
+            replace_document(db, Layout(), record, sections, vecs)
+    assert db.execute("SELECT count(*) FROM sections").fetchone()[0] == 0
+
+
+def test_a_database_error_in_the_cli_is_one_line(dsn, db):
+    """psycopg's own errors (a read-only server, a timeout, a lost connection) had been tracebacks."""
+    init_schema(db)
+    res = onetrip("delete", "nothing.md", dsn=dsn, PGOPTIONS="-c default_transaction_read_only=on")
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("onetrip: error: PostgreSQL: ReadOnlySqlTransaction: ") and \
+        len(res.stderr.strip().splitlines()) == 1, res.stderr
+    res = onetrip("documents", dsn=dsn, PGOPTIONS="-c statement_timeout=1")
+    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
