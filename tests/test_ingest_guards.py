@@ -10,8 +10,6 @@ import json
 import os
 import threading
 
-import numpy as np
-import psycopg
 import pytest
 
 from onetrip import Retriever, init_schema
