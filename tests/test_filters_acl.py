@@ -336,3 +336,34 @@ def test_search_many_applies_each_callers_acl_like_search(db, acl_corpus):
             for h in hits:
                 for rec in (h.section, h.parent, h.prev, h.next):
                     assert rec is None or _allowed(acls[rec.doc_id, rec.section_id], caller)
+
+
+def test_rls_usage_lines_run_as_written_and_cover_lexical_search(db, dsn, acl_corpus):
+    """rls.sql's Usage had granted documents and sections only: copied as written, a lexical or hybrid search
+    by the application role failed with 'permission denied for table term_stats'."""
+    import re
+
+    import pgserver._commands as c
+
+    rls = SQL_DIR / "postgres" / "rls.sql"
+    psql = str(Path(c.POSTGRES_BIN_PATH) / "psql")
+    subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(rls)], check=True,
+                   capture_output=True)
+    header = rls.read_text().split("-- Usage", 1)[1].split("-- ====", 1)[0]
+    statements = [line.split("--")[0].strip() for line in re.sub(r"^--\s*", "", header, flags=re.M).splitlines()]
+    statements = [s for s in statements if re.match(r"(GRANT|UPDATE) ", s) and "<schema>" not in s]
+    assert [s.split()[0] for s in statements] == ["GRANT", "UPDATE", "UPDATE"], statements
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE ROLE {role}")
+    try:
+        for s in statements:
+            db.execute(s.replace("app_role", role))
+        words = db.execute("SELECT content FROM sections WHERE acl IS NULL LIMIT 1").fetchone()[0].split()[:4]
+        with connect(dsn) as conn:
+            conn.execute(f"SET ROLE {role}")
+            hits = Retriever(conn).search(" ".join(words), k=3, mode="lexical")
+            acls = _acl_table(db)
+            assert hits and all(acls[h.section.doc_id, h.section.section_id] is None for h in hits)
+    finally:
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")

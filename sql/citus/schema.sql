@@ -5,12 +5,18 @@
 --           distributed by doc_id and colocated, so every parent/neighbor join of
 --           the retrieval query (each one carries doc_id) runs inside one shard
 --           group, and each shard has its own HNSW index.
--- Requires  Citus 12+ on PostgreSQL 15+, pgvector 0.8+ installed on the
---           coordinator AND every worker (CREATE EXTENSION vector is propagated).
+-- Requires  Citus 12.1 (PostgreSQL 14-16) or Citus 13 (PostgreSQL 15-17), with
+--           pgvector 0.8+ installed on the coordinator AND every worker
+--           (CREATE EXTENSION vector is propagated).
 --           VALIDATED BY PARSING (sqlglot) AND ON HASH-PARTITIONED TABLES (the
 --           same doc_id-local query shape, tested), NOT ON A LIVE CLUSTER: Citus
 --           cannot be installed on the machines this was built on.
--- Query     sql/postgres/retrieve.sql and assemble.sql run unchanged:
+-- Query     sql/postgres/retrieve.sql and retrieve_hybrid.sql are meant to run
+--           unchanged. NOT expected to: assemble.sql with section or ancestors
+--           expansion (a recursive CTE across documents; Citus runs recursive
+--           CTEs in single-shard queries only) and the retrieve_many*.sql files
+--           (a LATERAL top-k per query, correlated on a column other than
+--           doc_id). How retrieve.sql would run:
 --           - the hits CTE (ORDER BY embedding <=> q LIMIT k) is pushed down to
 --             every shard (a per-shard HNSW scan with its own LIMIT k) and the
 --             coordinator merges the per-shard top-k into the global top-k;

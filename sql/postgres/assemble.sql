@@ -19,8 +19,9 @@
 -- Settings  With iterative scans off (the server default) the HNSW scan returns
 --           at most hnsw.ef_search (40) hits: SET hnsw.iterative_scan =
 --           relaxed_order (as onetrip's Python API does) or hnsw.ef_search >= k.
--- Plan      The hits CTE is an Index Scan using sections_embedding_hnsw (Order By
---           embedding <=> ...). The passage keys are computed from the hits
+-- Plan      On tables of a few thousand sections or more (a small table is
+--           rightly read whole and sorted), the hits CTE is an Index Scan using
+--           sections_embedding_hnsw (Order By embedding <=> ...). The passage keys are computed from the hits
 --           (parent_sequence_index, sequence_index +/- offsets) or by following
 --           parent links (sections_pkey, sections_doc_parent_idx); each
 --           distinct passage is then one Index Scan using sections_doc_seq_key.

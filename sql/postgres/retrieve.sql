@@ -16,17 +16,23 @@
 --           the scan returns: at k > 40 this returns 40 hits. Run SET hnsw.iterative_scan = relaxed_order
 --           (what onetrip's Python API sets on each connection, with
 --           hnsw.max_scan_tuples = 20000) or SET hnsw.ef_search to at least k.
--- Plan      Expect the hits CTE to use the index, not a Sort over a Seq Scan:
---             CTE Scan on hits h
+-- Plan      On tables of a few thousand sections or more, expect the hits
+--           CTE to use the index, not a Sort over a Seq Scan (EXPLAIN, 10,000
+--           sections; a table of a few hundred is rightly read whole and sorted):
+--             Append
 --               CTE hits
 --                 ->  Limit
---                       ->  Index Scan using sections_embedding_hnsw on sections s
+--                       ->  Index Scan using sections_embedding_hnsw on sections s_1
 --                             Order By: (embedding <=> '...'::vector)
---           then the context keys (hash set operations on the hits, no table
+--               ->  Subquery Scan ... -> WindowAgg -> Sort -> CTE Scan on hits h
+--               ->  Nested Loop
+--                     ->  HashSetOp Except  (the context keys, from the hits)
+--                     ->  Index Scan using sections_doc_seq_key on sections s
+--           The context keys are hash set operations on the hits (no table
 --           access: sequence_index - 1, + 1 and parent_sequence_index, minus
---           the hits) and one index lookup on sections_doc_seq_key per DISTINCT
---           context section. Ordering by 1 - (embedding <=> q) instead of the
---           bare operator loses the index.
+--           the hits), then one index lookup per DISTINCT context section.
+--           Ordering by 1 - (embedding <=> q) instead of the bare operator
+--           loses the index.
 -- Returns   Each section ONCE. The hits: hit_rank 1..k, ranked by
 --           distance (ties: doc_id, sequence_index).
 --           The context rows (hit_rank and distance NULL): every hit's parent

@@ -28,9 +28,9 @@
 --                      presence only, as this hybrid edition is tuned; 2.0 for lexical alone)
 --           Word weights come from term_stats: run `onetrip refresh-term-stats`
 --           (or its INSERT ... ts_stat) after loading rows outside onetrip.
---           psql: psql -v k=5 -v query_embedding='[...]' -v query_text='How do I ...?'
---                 -v query_terms='{}' -v candidates=50 -v rrf_k=60 -v dense_weight=1.0
---                 -v lexical_weight=0.3 -v term_weight=10.0 -v max_term_share=0.03
+--           psql: psql -v k=5 -v query_embedding='[...]' -v query_text='How do I ...?' \
+--                 -v query_terms='{}' -v candidates=50 -v rrf_k=60 -v dense_weight=1.0 \
+--                 -v lexical_weight=0.3 -v term_weight=10.0 -v max_term_share=0.03 \
 --                 -v rare_term_sections=100 -v tf_weight=0 -f retrieve_hybrid.sql
 -- Settings  hnsw.ef_search (default 40) is the HNSW candidate list, and with
 --           iterative scans off (the server default) it is also the most rows
@@ -38,14 +38,19 @@
 --           :candidates > 40. Run SET hnsw.iterative_scan = relaxed_order
 --           (what onetrip's Python API sets on each connection, with
 --           hnsw.max_scan_tuples = 20000) or SET hnsw.ef_search to at least :candidates.
--- Plan      dense: Index Scan using sections_embedding_hnsw (Order By embedding <=> ...);
+-- Plan      On tables of a few thousand sections or more (a small table is
+--           rightly read whole and sorted): dense: Index Scan using
+--           sections_embedding_hnsw (Order By embedding <=> ...);
 --           lexical: a Nested Loop over the query words, each a Bitmap Heap
 --           Scan on sections_tsv_gin (a word's sections only), plus one on
 --           sections_terms_gin; then a top-N sort by score; then index lookups.
+--           Under row-level security (rls.sql) the lexical side cannot use its
+--           GIN indexes for a role the policy applies to (@@ and && are not
+--           leakproof): see rls.sql, Plan.
 --           Oracle: hybrid mode is PostgreSQL-only (no Oracle Text edition).
 -- Returns   Each section ONCE. The hits: hit_rank 1..k, ranked by
 --           fused score (then distance) (ties: doc_id, sequence_index), with score.
---           The context rows (hit_rank and distance NULL): every hit's parent
+--           The context rows (hit_rank, distance and score NULL): every hit's parent
 --           and previous/next section in document order that is not itself a
 --           hit. A hit's parent is the row (hit or context) with section_id =
 --           its parent_section_id; its neighbors are the rows of the same doc_id

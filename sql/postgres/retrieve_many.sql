@@ -17,7 +17,8 @@
 --           each query's HNSW scan returns at most hnsw.ef_search (40) rows; SET
 --           hnsw.iterative_scan = relaxed_order (as onetrip's Python API does)
 --           or hnsw.ef_search to at least k.
--- Plan      Expect one HNSW scan per query, in a Nested Loop over the queries:
+-- Plan      On tables of a few thousand sections or more, expect one HNSW
+--           scan per query, in a Nested Loop over the queries:
 --               CTE hits
 --                 ->  Nested Loop
 --                       ->  CTE Scan on queries q
@@ -30,8 +31,8 @@
 --           once each, as in retrieve.sql.
 -- Returns   query_ord: the query (1..n, in the order of query_embeddings) whose
 --           hit the row is; hit_rank 1..k within that query, by distance (ties:
---           doc_id, sequence_index). Context rows (query_ord, hit_rank and
---           distance NULL): every hit's parent and previous/next section that is
+--           doc_id, sequence_index). Context rows (query_ord, hit_rank and distance
+--           NULL): every hit's parent and previous/next section that is
 --           not itself a hit of any query; link them by key as in retrieve.sql.
 -- Order     None guaranteed. To read it in psql, append:
 --             ORDER BY query_ord, hit_rank, doc_id, sequence_index

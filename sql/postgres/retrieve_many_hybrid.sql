@@ -17,23 +17,28 @@
 -- Params    :'query_embeddings'::vector[]  vector(384)[]  the query embeddings,
 --                      e.g. '{"[0.1, ...]","[0.2, ...]"}'
 --           :'query_texts'::text[]  text[]  the queries as typed, one per embedding, same order
---           :'query_terms'::text[]  text[]  each query's exact technical terms, lower-case,
---                      joined by spaces ('' for none), same order,
---                      e.g. '{"max_connections","",""}'
+--           :'query_terms'::text[]  text[]  ONE STRING PER QUERY: that query's exact
+--                      technical terms, lower-case, joined by spaces ('' for
+--                      none), same order, e.g. '{"max_connections work_mem",""}'
+--                      (not retrieve_hybrid.sql's one array of terms)
+--           The three arrays must have one entry per query: unnest pads a
+--           shorter one with NULLs, which adds a query (onetrip's Python API
+--           checks; this file does not).
 --           :k  integer  number of hits (top-K) of each query
 --           candidates, rrf_k, dense_weight, lexical_weight, term_weight,
 --           max_term_share, rare_term_sections, tf_weight: as in
 --           retrieve_hybrid.sql, for every query
---           psql: psql -v k=5 -v query_embeddings='{"[...]","[...]"}'
---                 -v query_texts='{"How do I ...?","What is ...?"}' -v query_terms='{"",""}'
---                 -v candidates=50 -v rrf_k=60 -v dense_weight=1.0 -v lexical_weight=0.3
---                 -v term_weight=10.0 -v max_term_share=0.03 -v rare_term_sections=100
+--           psql: psql -v k=5 -v query_embeddings='{"[...]","[...]"}' \
+--                 -v query_texts='{"How do I ...?","What is ...?"}' -v query_terms='{"",""}' \
+--                 -v candidates=50 -v rrf_k=60 -v dense_weight=1.0 -v lexical_weight=0.3 \
+--                 -v term_weight=10.0 -v max_term_share=0.03 -v rare_term_sections=100 \
 --                 -v tf_weight=0 -f retrieve_many_hybrid.sql
 -- Settings  As for retrieve.sql: with iterative scans off (the server default)
 --           each query's HNSW scan returns at most hnsw.ef_search (40) rows; SET
 --           hnsw.iterative_scan = relaxed_order (as onetrip's Python API does)
 --           or hnsw.ef_search to at least :candidates.
--- Plan      Expect one HNSW scan per query, in a Nested Loop over the queries:
+-- Plan      On tables of a few thousand sections or more, expect one HNSW
+--           scan per query, in a Nested Loop over the queries:
 --               CTE dense
 --                 ->  Nested Loop
 --                       ->  CTE Scan on queries q
@@ -48,8 +53,8 @@
 --           once each, as in retrieve.sql.
 -- Returns   query_ord: the query (1..n, in the order of query_embeddings) whose
 --           hit the row is; hit_rank 1..k within that query, by fused score (then distance) (ties:
---           doc_id, sequence_index), with score. Context rows (query_ord, hit_rank and
---           distance NULL): every hit's parent and previous/next section that is
+--           doc_id, sequence_index), with score. Context rows (query_ord, hit_rank, distance and score
+--           NULL): every hit's parent and previous/next section that is
 --           not itself a hit of any query; link them by key as in retrieve.sql.
 -- Order     None guaranteed. To read it in psql, append:
 --             ORDER BY query_ord, hit_rank, doc_id, sequence_index

@@ -15,10 +15,28 @@
 --           (archived revisions) gets no policy: grant it to auditors only.
 -- Params    none: principals are the current role and every role it belongs to,
 --           from pg_roles / pg_has_role(..., 'MEMBER').
--- Plan      The policy adds a filter on every scan of sections; the HNSW
---           scan filters after the index, so enable iterative scans
---           (SET hnsw.iterative_scan = relaxed_order) to still get K rows.
--- Usage     GRANT SELECT ON documents, sections TO app_role;
+-- Plan      For a role the policy applies to (not the owner):
+--           - every scan of sections gets the filter, and the HNSW scan
+--             filters after the index: enable iterative scans (SET
+--             hnsw.iterative_scan = relaxed_order) to still get K rows;
+--           - the filter calls current_principals() once per row it
+--             checks (a scan of pg_roles): ~10 us a row with 20 roles, so an
+--             iterative scan that filters thousands of rows pays milliseconds;
+--           - hybrid and lexical search lose their GIN indexes: tsv @@ query
+--             and terms && ... are not leakproof, so PostgreSQL checks the
+--             policy first and cannot make them index conditions (measured on
+--             10,000 sections: 3.5 ms as the owner, 354 ms as an application
+--             role, Seq Scans). A superuser may mark the two functions
+--             LEAKPROOF (ALTER FUNCTION ts_match_vq(tsvector, tsquery)
+--             LEAKPROOF; ALTER FUNCTION arrayoverlap(anyarray, anyarray)
+--             LEAKPROOF), a security decision: it promises they reveal
+--             nothing through errors. Or filter by ACL in the application
+--             (onetrip's principals) instead of RLS for hybrid search.
+-- Usage     GRANT USAGE ON SCHEMA <schema> TO app_role;  -- outside public
+--           GRANT SELECT ON documents, sections, term_stats TO app_role;
+--           Set an ACL on both tables (the documents row holds the title,
+--           source and metadata), as `onetrip ingest --acl hr` does:
+--           UPDATE documents SET acl = ARRAY['hr'] WHERE doc_id = 'salaries.md';
 --           UPDATE sections SET acl = ARRAY['hr'] WHERE doc_id = 'salaries.md';
 -- =============================================================================
 CREATE OR REPLACE FUNCTION current_principals()
