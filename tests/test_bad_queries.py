@@ -182,3 +182,44 @@ def test_async_search_refuses_a_degenerate_length_too(r, dsn):
             await ar.close()
 
     asyncio.run(run())
+
+
+def test_a_text_in_dense_mode_and_an_unknown_assemble_option_are_named(r, db, statement_log):
+    """search(emb, text=..., mode="dense") had dropped the text silently (HTTP refuses the same request);
+    assemble(q, foo=1) had raised "Expansion.__init__() got an unexpected keyword argument"."""
+    with statement_log.watch(db) as w:
+        with pytest.raises(ValueError, match="dense mode searches the embedding alone: text=... is for"):
+            r.search(vec(), 3, mode="dense", text="words")
+        with pytest.raises(ValueError, match="dense mode searches the embedding alone"):
+            r.assemble(vec(), 3, mode="dense", text="words")
+        with pytest.raises(ValueError, match="dense mode searches the embeddings alone: texts=... is for"):
+            r.search_many([vec(), vec(1)], 3, mode="dense", texts=["a", "b"])
+        with pytest.raises(TypeError, match=r"unexpected options \['foo'\] \(an assembled context takes"):
+            r.assemble(vec(), 3, foo=1)
+    assert w.statements == []
+    assert r.search(vec(), 3, mode="hybrid", text="words") and r.search(vec(), 3, mode="dense")
+
+
+def test_the_bundled_model_loads_once_however_many_threads_ask_first(monkeypatch):
+    """functools.cached_property lost its lock in Python 3.12: concurrent first embeds each loaded the model."""
+    import threading
+    import time
+
+    from onetrip.embedders import SentenceTransformerEmbedder
+
+    e = SentenceTransformerEmbedder()
+    loads = []
+
+    def slow_load():
+        loads.append(threading.get_ident())
+        time.sleep(0.2)
+        return object()
+
+    monkeypatch.setattr(e, "_load", slow_load)
+    got = []
+    threads = [threading.Thread(target=lambda: got.append(e.model)) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(loads) == 1 and len({id(m) for m in got}) == 1

@@ -155,7 +155,8 @@ def python_api(db: psycopg.Connection, body: dict[str, Any], principals: tuple[s
     mode = body.get("mode", "auto")  # auto: hybrid when the query text is given
     q = body.get("embedding", body.get("query"))
     text = body.get("query") if "embedding" in body and mode in ("hybrid", "auto") else None
-    exp = context_expansion(**body.get("expand", {}))  # the context's; hits start from Expansion()
+    # the context's: expand given (even {}) is an Expansion with its defaults; absent, the tuned default
+    exp = Expansion(**body["expand"]) if "expand" in body else context_expansion()
     flt = Filters(principals=principals, **body.get("filters", {}))
     k = body.get("k")  # absent: 5 hits; the context takes one hit per 250 tokens of budget
     hit_exp = Expansion(**body.get("expand", {}))
@@ -173,6 +174,7 @@ def python_api(db: psycopg.Connection, body: dict[str, Any], principals: tuple[s
 REQUESTS = [
     {"query": "maximum number of concurrent connections"},
     {"query": "pasta", "k": 2, "hits": False},
+    {"query": "maximum number of concurrent connections", "k": 2, "expand": {}},  # Expansion(): parent + ±1
     {"query": "bread dough", "k": 3, "context": False, "expand": {"parent": False, "neighbors": 0}},
     {"embedding": HashEmbedder().embed_query("reserved slots").tolist(), "k": 4, "max_tokens": 120,
      "expand": {"neighbors": 2, "neighbor_scope": "parent", "ancestors": True}},

@@ -215,9 +215,10 @@ def test_auto_is_hybrid_for_texts_and_dense_when_any_query_is_an_embedding(text_
     assert r.search_many(vecs, k=4, texts=TEXT_QUERIES[:3]) == r.search_many(TEXT_QUERIES[:3], k=4)
     assert r.search_many(vecs, k=4, texts=TEXT_QUERIES[:3], mode="lexical") == \
         r.search_many(TEXT_QUERIES[:3], k=4, mode="lexical")
-    assert r.search_many(vecs, k=4, texts=TEXT_QUERIES[:3], mode="dense") == r.search_many(vecs, k=4)
-    # dense mode does not read the texts, as search(embedding, text=..., mode="dense") does not
-    assert r.search_many(vecs, k=4, texts=["  ", 3, None], mode="dense") == r.search_many(vecs, k=4)
+    # dense mode refuses texts, as search(embedding, text=..., mode="dense") refuses its text (both had
+    # dropped them silently)
+    with pytest.raises(ValueError, match="dense mode searches the embeddings alone"):
+        r.search_many(vecs, k=4, texts=TEXT_QUERIES[:3], mode="dense")
     with statement_log.watch(r.conn) as w:
         with pytest.raises(ValueError, match="texts must be a list of 3 query texts"):
             r.search_many(vecs, texts=TEXT_QUERIES[:2])

@@ -12,7 +12,7 @@ from collections import OrderedDict
 from collections.abc import Sequence
 from functools import cached_property
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
@@ -94,14 +94,27 @@ class SentenceTransformerEmbedder:
         self.query_cache = query_cache
         self._queries: OrderedDict[str, np.ndarray] = OrderedDict()
         self._lock = threading.Lock()  # the HTTP service embeds in worker threads
+        self._model: Any = None
+        self._load_lock = threading.Lock()  # one load, however many threads ask first
 
     def __deepcopy__(self, memo: dict) -> SentenceTransformerEmbedder:
         """Itself: a loaded model (read-only weights, a lock), which a deep copy of a structure
         holding it (LangChain's ``model_copy(deep=True)``) shares rather than duplicates."""
         return self
 
-    @cached_property
+    @property
     def model(self):  # type: ignore[no-untyped-def]
+        """The model, loaded on first use by one thread (functools.cached_property has no lock since 3.12:
+        concurrent first calls, e.g. async searches each in a worker thread, would each load it)."""
+        model = self._model
+        if model is None:
+            with self._load_lock:
+                if self._model is None:
+                    self._model = self._load()
+                model = self._model
+        return model
+
+    def _load(self):  # type: ignore[no-untyped-def]
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
         from sentence_transformers import SentenceTransformer

@@ -369,10 +369,11 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     if not (want_hits or want_context):
         raise ApiError(422, "nothing_requested", "hits and context are both false: ask for at least one",
                        field="hits")
-    # expand given: the same Expansion for hits (parent, neighbors) and context; absent: hits carry
-    # parent + previous/next (Expansion()), the context the tuned CONTEXT_DEFAULT
-    return SearchRequest(query, embedding, k, mode, context_expansion(**exp), filters,
-                         max_tokens, want_hits, want_context, Expansion(**exp))
+    # expand given (even {}: Expansion's defaults, as the schema says): the same Expansion for hits (parent,
+    # neighbors) and context; absent: hits carry parent + previous/next, the context the tuned CONTEXT_DEFAULT
+    expansion = Expansion(**exp)
+    return SearchRequest(query, embedding, k, mode, expansion if "expand" in body else context_expansion(), filters,
+                         max_tokens, want_hits, want_context, expansion)
 
 
 def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:

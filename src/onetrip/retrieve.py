@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
@@ -371,6 +371,10 @@ def context_expansion(expand: Expansion | None = None, **options: Any) -> Expans
         if not isinstance(expand, Expansion):
             raise TypeError(f"expand must be an Expansion, got {type(expand).__name__}")
         return expand
+    unknown = set(options) - {f.name for f in fields(Expansion)}
+    if unknown:  # named as search() names them, not as Expansion.__init__'s TypeError
+        raise TypeError(f"unexpected options {sorted(unknown)} (an assembled context takes k, max_tokens, filters, "
+                        "mode, text, hybrid, expand, and Expansion's fields as keywords)")
     return Expansion(**options) if options else CONTEXT_DEFAULT
 
 
@@ -575,6 +579,9 @@ def _query_side(query: Any, k: int, mode: str, text: str | None,
     """The mode the call runs in ("auto" resolved), the binds for the query text side, and what the
     embedding will be made from."""
     mode = resolve_mode(mode, isinstance(query, str) or text is not None)
+    if mode == "dense" and text is not None:  # it had been ignored silently (HTTP refuses the same request)
+        raise ValueError("dense mode searches the embedding alone: text=... is for mode='hybrid' or 'lexical' "
+                         "(drop it, or choose one of those)")
     params: dict[str, Any] = {"k": k}
     if mode in ("lexical", "hybrid"):
         qtext = text if text is not None else (query if isinstance(query, str) else None)

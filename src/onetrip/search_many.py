@@ -71,7 +71,10 @@ def resolve_many(queries: object, mode: str = "auto",
     queries = check_queries(queries)
     all_text = all(isinstance(q, str) for q in queries)
     mode = resolve_mode(mode, texts is not None or all_text)  # checks mode too
-    if mode == "dense":  # texts unused, as search(..., text=..., mode="dense") ignores its text
+    if mode == "dense":
+        if texts is not None:  # as search(..., text=..., mode="dense"): refused, not silently unused
+            raise ValueError("dense mode searches the embeddings alone: texts=... is for mode='hybrid' or "
+                             "'lexical' (drop it, or choose one of those)")
         return queries, mode, None
     if texts is not None:
         if isinstance(texts, (str, bytes)) or not isinstance(texts, Sequence) or len(texts) != len(queries):
