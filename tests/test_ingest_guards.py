@@ -208,3 +208,30 @@ def test_a_database_error_in_the_cli_is_one_line(dsn, db):
         len(res.stderr.strip().splitlines()) == 1, res.stderr
     res = onetrip("documents", dsn=dsn, PGOPTIONS="-c statement_timeout=1")
     assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
+
+
+def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path):
+    """A long doc_id, a NUL, NaN metadata and a 3,000-character identifier had failed with PostgreSQL's own
+    messages (index row size ... exceeds btree maximum, invalid byte sequence, Token "NaN" is invalid)."""
+    init_schema(db)
+    path = tmp_path / "limits.md"
+    path.write_text(_doc("limits") + f"\n## Setting\n\nset max_{'x' * 3000} and max_connections.{PAD}\n")
+    parsed = parse_file(path)
+    vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    with pytest.raises(ValueError, match="is 2000 bytes; the limit is 1024"):
+        DocumentRecord("d" * 2000, path.as_uri(), "T", "h")
+    with pytest.raises(ValueError, match="doc_id must be a non-empty string without NUL"):
+        DocumentRecord("a\x00b", path.as_uri(), "T", "h")
+    from dataclasses import replace
+
+    bad = [replace(parsed.sections[0], content="a\x00b"), *parsed.sections[1:]]
+    with pytest.raises(ValueError, match="section 'handbook' holds a NUL character"):
+        replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h"), bad, vecs)
+    with pytest.raises(ValueError, match="holds a value JSON cannot \\(NaN or infinity\\)"):
+        replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h", metadata={"x": float("nan")}),
+                         parsed.sections, vecs)
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0  # each refused whole
+    report = ingest_paths(db, [path], layout=Layout(), embedder=HashEmbedder())
+    assert report.new == 1 and report.failed == []  # the long identifier is left out of the terms, not fatal
+    terms = db.execute("SELECT terms FROM sections WHERE section_id = 'setting'").fetchone()[0]
+    assert terms == ["max_connections"]

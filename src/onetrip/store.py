@@ -51,6 +51,14 @@ class SectionLike(Protocol):
     metadata: Mapping[str, Any]
 
 
+#: The longest doc_id or section_id stored, in UTF-8 bytes: both are btree keys, and PostgreSQL refuses an
+#: index row past ~2,700 bytes with a message naming the index, not the document.
+MAX_ID_BYTES = 1024
+#: Longer "technical terms" (identifier-like runs such as max_connections) are not stored or searched: the
+#: GIN index on `terms` refuses entries past ~2,700 bytes, and no real identifier is this long.
+MAX_TERM_CHARS = 200
+
+
 @dataclass(frozen=True)
 class DocumentRecord:
     """The documents row for one source file or text."""
@@ -64,6 +72,11 @@ class DocumentRecord:
     acl: Sequence[str] | None = None  # principals allowed to read; None = everyone
 
     def __post_init__(self) -> None:
+        if not isinstance(self.doc_id, str) or not self.doc_id or "\x00" in self.doc_id:
+            raise ValueError(f"doc_id must be a non-empty string without NUL, got {self.doc_id!r:.80}")
+        if len(self.doc_id.encode()) > MAX_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
+            raise ValueError(f"doc_id {self.doc_id[:60]!r}... is {len(self.doc_id.encode())} bytes; "
+                             f"the limit is {MAX_ID_BYTES} (it is a key of the documents and sections indexes)")
         check_access(self.collection, self.acl)
 
 
@@ -226,6 +239,13 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
     ids = [s.section_id for s in sections]
     if len(set(ids)) != len(ids):
         raise ValueError(f"{doc_id}: duplicate section_id values")
+    for s in sections:  # what PostgreSQL would refuse mid-COPY with its own message
+        if not isinstance(s.section_id, str) or not s.section_id or len(s.section_id.encode()) > MAX_ID_BYTES:
+            raise ValueError(f"{doc_id}: section_id {s.section_id!r:.80} must be a non-empty string of at most "
+                             f"{MAX_ID_BYTES} bytes")
+        if any("\x00" in t for t in (s.section_id, s.heading, s.content, *s.heading_path)):
+            raise ValueError(f"{doc_id}: section {s.section_id!r:.80} holds a NUL character, which PostgreSQL "
+                             "text cannot store")
     if sorted(s.sequence_index for s in sections) != list(range(len(sections))):
         raise ValueError(f"{doc_id}: sequence_index must be contiguous from 0")
     parents = {s.section_id: s.parent_section_id for s in sections}
@@ -263,7 +283,11 @@ def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
 
 def _json_object(metadata: Mapping[str, Any]) -> Any:
     """Metadata as a jsonb object (not a JSON string), values JSON cannot hold as their str()."""
-    return Jsonb(json.loads(json.dumps(dict(metadata), default=str)))
+    try:
+        return Jsonb(json.loads(json.dumps(dict(metadata), default=str, allow_nan=False)))
+    except ValueError as e:  # NaN/infinity: PostgreSQL's jsonb says only 'Token "NaN" is invalid'
+        raise ValueError(f"metadata {str(dict(metadata))[:80]} holds a value JSON cannot (NaN or "
+                         f"infinity): {e}") from None
 
 
 _TECH_TERM = re.compile(r"(?<![\w.])[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+")
@@ -278,6 +302,8 @@ def technical_terms(text: str) -> list[str]:
     seen: dict[str, None] = {}
     for m in _TECH_TERM.finditer(text):
         term = m.group(0).lower().rstrip(".")
+        if len(term) > MAX_TERM_CHARS:
+            continue
         if "_" in term or ("." in term and all(len(part) >= 2 for part in term.split("."))):
             seen.setdefault(term, None)
     return list(seen)
