@@ -154,7 +154,7 @@ def test_parse_file_markdown(tmp_path: Path) -> None:
     assert (doc.format, doc.title, doc.metadata) == ("markdown", "Guide", {"author": "me"})
     # the 2-word preface is tiny and its next section is a root sibling: merged forward
     assert tree(doc.sections) == [("guide", None, 0, 1, ("Guide",))]
-    assert doc.sections[0].content == "Intro line.\n\nSome text for the guide."
+    assert doc.sections[0].content == "Intro line.\n\n# Guide\n\nSome text for the guide."  # in source order
     assert doc.sections[0].metadata == {"merged": [{"heading": "", "anchor": None, "level": 0}]}
 
 

@@ -211,7 +211,7 @@ def test_tiny_sibling_merges_forward_into_next_sibling() -> None:
     ]
     secs = build_sections(blocks, count_tokens=words, min_tokens=5)
     assert tree(secs) == [("doc", None, 0, 1, ("Doc",)), ("big", "doc", 1, 2, ("Doc", "Big"))]
-    assert secs[1].content.startswith("## Tiny\n\nw0 w1\n\nw0 w1 w2")
+    assert secs[1].content.startswith("## Tiny\n\nw0 w1\n\nBig\n\nw0 w1 w2")  # each part under its heading
     assert secs[1].metadata == {"merged": [{"heading": "Tiny", "anchor": "tiny", "level": 2}]}
 
 
@@ -247,7 +247,9 @@ def test_runs_of_tiny_siblings_fold_into_one() -> None:
     secs = build_sections(blocks, count_tokens=words, min_tokens=5)
     assert [s.section_id for s in secs] == ["c"]
     assert [m["anchor"] for m in secs[0].metadata["merged"]] == ["a", "b"]
-    assert secs[0].content.split("\n\n")[:4] == ["A", "w0", "B", "w0"]
+    assert secs[0].content.split("\n\n")[:6] == ["A", "w0", "B", "w0", "C", "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 "
+                                                 "w12 w13 w14 w15 w16 w17 w18 w19 w20 w21 w22 w23 w24 w25 w26 "
+                                                 "w27 w28 w29"]
 
 
 def test_tiny_preface_merges_into_first_section() -> None:
@@ -280,10 +282,11 @@ def test_tree_stays_valid_for_random_heading_sequences(
     assert_valid(secs)
     assert all(s.token_count <= max_tokens for s in secs)
     assert all(s.token_count == words(s.content) for s in secs)
-    # nothing lost: every content word survives (merged headings add their own)
+    # nothing lost: every content word survives (merged headings add their own, and so does the heading of a
+    # section that took merged text, once, in its first part)
     merged_heading_words = sum(
         1 for s in secs for m in s.metadata.get("merged", []) if m["heading"]
-    )
+    ) + sum(1 for s in secs if s.metadata.get("merged") and s.heading)
     assert sum(words(s.content) for s in secs) == n_words + merged_heading_words
     # split parts share parent and path with their first part
     for s in secs:

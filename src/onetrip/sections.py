@@ -10,8 +10,9 @@ document order; `build_sections` turns it into `Section`s. Rules, in order:
 2. Merge. A section whose content has fewer than `min_tokens` tokens is merged
    forward into the next section only when that next section has the same parent
    (i.e. it is a sibling, so the tiny section has no children). Its heading line
-   and content are prepended to the next section's content and recorded in
-   `metadata["merged"]`. Tiny sections followed by their own children
+   and content are prepended to the next section's content, which then also
+   starts with its own heading line (so the text reads in document order, each
+   part under its heading), and recorded in `metadata["merged"]`. Tiny sections followed by their own children
    (heading-only parents), and tiny last children, are kept as they are. Because
    only childless sections disappear, no parent_section_id can dangle.
    Merging runs back to front so runs of tiny siblings fold into one section.
@@ -367,6 +368,12 @@ def _merge_tiny(nodes: list[_Node], counter: _Counter, min_tokens: int) -> list[
         if node.raw_heading.strip():
             head.append(ContentBlock("other", node.raw_heading.strip()))
             head_counts.append(counter.one(head[0].text))
+        if not nxt.merged and nxt.raw_heading.strip():
+            # its own heading line goes in too, between what was merged and its text: a FAQ of short answers
+            # had read "Q1 A1 Q2 A2 A3" under the heading Q3, the last question missing from the text
+            own = ContentBlock("other", nxt.raw_heading.strip())
+            nxt.blocks = [own] + nxt.blocks
+            nxt.counts = [counter.one(own.text)] + nxt.counts
         nxt.blocks = head + node.blocks + nxt.blocks
         nxt.counts = head_counts + node.counts + nxt.counts
         info = {"heading": node.heading, "anchor": node.anchor, "level": node.level}
