@@ -265,6 +265,20 @@ def _nested(depth: int) -> dict[str, Any]:
     return out
 
 
+def test_null_is_a_field_left_out(db, dsn, corpus):
+    """"k": null and "query": null had been read as absent, "max_tokens": null, "hits": null and filter
+    values as 422s: now every null but principals' is a field left out."""
+    with serving(dsn) as base:
+        body = {"query": "pasta", "k": 2}
+        nulls = {"embedding": None, "mode": None, "max_tokens": None, "hits": None, "context": None,
+                 "expand": {"neighbors": None}, "filters": {"collections": None, "metadata": None}}
+        status, data = search(base, {**body, **nulls})
+        assert status == 200, data
+        assert data == python_api(db, {**body, "expand": {}})
+        status, data, _ = call(base, "POST", "/search_many", {"queries": ["pasta"], "embeddings": None, "k": None})
+        assert status == 200 and len(data["results"][0]["hits"]) == 5, data
+
+
 def test_bad_input_is_a_clear_4xx(dsn, corpus):
     with serving(dsn, max_k=50, max_tokens_cap=16000, max_body=64 * 1024) as base:
         status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", ')
@@ -405,7 +419,7 @@ def test_principals_policy(db, dsn, corpus):
         assert _docs(search(base, {**secret, "principals": ["eng", "sales"]})[1]) == set()
         assert _docs(search(base, secret)[1]) == set()
         assert_error(*search(base, {**secret, "principals": "hr"}), 422, "invalid_field", "principals")
-        assert_error(*search(base, {**secret, "principals": None}), 422, "invalid_field", "principals")
+        assert_error(*search(base, {**secret, "principals": None}), 422, "invalid_field", "null is not taken")
     # No ACL check only when the operator says so.
     with serving(dsn, principals=None) as base:
         assert "salaries.md" in _docs(search(base, everything)[1])

@@ -270,7 +270,10 @@ def _object(value: Any, name: str, known: tuple[str, ...], code: str = "unknown_
         what = "filter key" if code == "unknown_filter_key" else "field"
         raise ApiError(422, code, f"unknown {what}(s) {', '.join(unknown)} in {name}; known: {', '.join(known)}",
                        field=f"{name}.{unknown[0]}" if name != "body" else unknown[0])
-    return value
+    if value.get("principals", ...) is None:  # in the Python API None is "no ACL check", which no request gets
+        raise _invalid("principals", "must be a list of principals; null is not taken (leave it out for the "
+                                     "service's own principals)")
+    return {k: v for k, v in value.items() if v is not None}  # null is the same as leaving the field out
 
 
 def _embedding(value: Any, name: str = "embedding") -> np.ndarray:
@@ -827,7 +830,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                       "refused (403): this service takes principals from its operator, not from requests")
     request = {
         "type": "object", "additionalProperties": False,
-        "description": "query (text) or embedding; both only in hybrid (or auto) mode. Unknown fields are a 422.",
+        "description": "query (text) or embedding; both only in hybrid (or auto) mode. Unknown fields are a 422; "
+                       "a field set to null is the same as one left out (principals excepted: null is a 422).",
         "properties": {
             "query": {"type": "string", "minLength": 1},
             "embedding": {"type": "array", "items": {"type": "number"}, "minItems": 1,
@@ -851,7 +855,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
         "type": "object", "additionalProperties": False,
         "description": "queries (texts), embeddings, or both (hybrid, one embedding per query): every query's "
                        "top-k hits with parent and previous/next, in ONE statement (texts: hybrid search by "
-                       "default, as /search). Unknown fields are a 422.",
+                       "default, as /search). Unknown fields are a 422; null is the same as leaving a field "
+                       "out (principals excepted).",
         "properties": {
             "queries": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
                         "maxItems": MAX_QUERIES},
