@@ -235,3 +235,21 @@ def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path):
     assert report.new == 1 and report.failed == []  # the long identifier is left out of the terms, not fatal
     terms = db.execute("SELECT terms FROM sections WHERE section_id = 'setting'").fetchone()[0]
     assert terms == ["max_connections"]
+
+
+def test_encodings_and_invisible_text_are_named(tmp_path):
+    """UTF-16 without a byte-order mark had been 'binary file (NUL byte at offset 1)', an HTML page declaring
+    iso-8859-1 'invalid UTF-8', and a file of zero-width spaces a stored 0-token section."""
+    (tmp_path / "u16.md").write_bytes("# Title\n\nSome text.\n".encode("utf-16-le"))
+    (tmp_path / "latin1.html").write_bytes('<html><head><meta charset="iso-8859-1"></head><body><h1>Caf\xe9</h1>'
+                                           '<p>Na\xefve text about the caf\xe9.</p></body></html>'.encode("latin-1"))
+    (tmp_path / "lies.html").write_bytes(b'<meta charset="utf-8"><h1>x</h1><p>\xff\xfe bad</p>')
+    (tmp_path / "zw.md").write_text("\u200b\u200b\n\u2060 \ufeff\u200d")
+    with pytest.raises(InputDocumentError, match="UTF-16 encoded \\(no byte-order mark\\)"):
+        parse_file(tmp_path / "u16.md")
+    doc = parse_file(tmp_path / "latin1.html")
+    assert doc.sections[0].heading == "Café" and "Naïve text about the café." in doc.sections[0].content
+    with pytest.raises(InputDocumentError, match="invalid UTF-8 .*declared charset 'utf-8' does not decode it"):
+        parse_file(tmp_path / "lies.html")
+    with pytest.raises(InputDocumentError, match="only whitespace and invisible characters"):
+        parse_file(tmp_path / "zw.md")

@@ -512,17 +512,47 @@ def _read_text(path: Path) -> str:
         raise InputDocumentError(shown, "UTF-16 encoded (byte-order mark); convert it to UTF-8")
     nul = data.find(b"\x00")  # anywhere: PostgreSQL text cannot hold NUL, so a late one would fail at COPY
     if nul >= 0:
+        if _looks_utf16(data):
+            raise InputDocumentError(shown, "UTF-16 encoded (no byte-order mark); convert it to UTF-8")
         raise InputDocumentError(shown, f"binary file (NUL byte at offset {nul})")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise InputDocumentError(
-            shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason})"
-        ) from exc
+        declared = _declared_html_charset(data) if path.suffix.lower() in HTML_SUFFIXES else None
+        try:  # an HTML page that says its encoding in a <meta> tag is read in it
+            text = data.decode(declared) if declared else None
+        except (LookupError, UnicodeDecodeError):
+            text = None
+        if text is None:
+            raise InputDocumentError(
+                shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason})"
+                + (f"; its declared charset {declared!r} does not decode it either" if declared else "")
+            ) from exc
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")  # one line ending for every format
     if not text.strip():
         raise InputDocumentError(shown, "empty file (whitespace only)")
+    if not _INVISIBLE.sub("", text):
+        raise InputDocumentError(shown, "empty file (only whitespace and invisible characters such as U+200B)")
     return text
+
+
+#: whitespace, zero-width and other format characters a reader never sees (str.strip keeps the zero-width ones)
+_INVISIBLE = re.compile(r"[\s\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]+")
+_META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+
+
+def _declared_html_charset(data: bytes) -> str | None:
+    """The charset an HTML page declares in a <meta> tag of its first 4 kB, if any (HTML's own rule)."""
+    m = _META_CHARSET.search(data[:4096])
+    return m.group(1).decode("ascii").lower() if m else None
+
+
+def _looks_utf16(data: bytes) -> bool:
+    """Text of mostly ASCII in UTF-16 without a byte-order mark: every other byte NUL."""
+    head = data[:400]
+    if len(head) < 4:
+        return False
+    return any(head[i::2].count(0) >= 0.9 * len(head[i::2]) and head[1 - i::2].count(0) == 0 for i in (0, 1))
 
 
 def parse_file(
