@@ -174,6 +174,7 @@ def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, ds
         pool.close()
     with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as own:
         assert Retriever(own).settings == {}  # its own configure decides
+        assert Retriever(own, iterative_scan=None, max_scan_tuples=None).settings == {}  # asks for none: fine
         with pytest.raises(ValueError, match="this pool was not made by make_pool"):
             Retriever(own, iterative_scan="strict_order")
 
@@ -201,19 +202,19 @@ def test_a_connection_of_the_other_flavour_is_named(db, dsn):
     async def run() -> None:
         aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
         try:
-            with pytest.raises(TypeError, match="Retriever needs a psycopg Connection.*got a AsyncConnection "
+            with pytest.raises(TypeError, match="Retriever needs a psycopg Connection.*got AsyncConnection "
                                                 r"\(an async one: use `await onetrip.AsyncRetriever.create"):
                 Retriever(aconn)
         finally:
             await aconn.close()
-        with pytest.raises(TypeError, match=r"got a Connection \(a sync one: use onetrip.Retriever\)"):
+        with pytest.raises(TypeError, match=r"got Connection \(a sync one: use onetrip.Retriever\)"):
             await AsyncRetriever.create(db)
         pool = make_pool(dsn, min_size=1, max_size=1, open=False)
-        with pytest.raises(TypeError, match=r"got a ConnectionPool \(a sync one"):
+        with pytest.raises(TypeError, match=r"got ConnectionPool \(a sync one"):
             await AsyncRetriever.create(pool)
 
     asyncio.run(run())
-    with pytest.raises(TypeError, match="got a int$"):
+    with pytest.raises(TypeError, match="got int$"):
         Retriever(5)
 
 

@@ -270,13 +270,16 @@ def test_null_is_a_field_left_out(db, dsn, corpus):
     values as 422s: now every null but principals' is a field left out."""
     with serving(dsn) as base:
         body = {"query": "pasta", "k": 2}
-        nulls = {"embedding": None, "mode": None, "max_tokens": None, "hits": None, "context": None,
+        nulls = {"embedding": None, "mode": None, "hits": None, "context": None,
                  "expand": {"neighbors": None}, "filters": {"collections": None, "metadata": None}}
         status, data = search(base, {**body, **nulls})
         assert status == 200, data
         assert data == python_api(db, {**body, "expand": {}})
         status, data, _ = call(base, "POST", "/search_many", {"queries": ["pasta"], "embeddings": None, "k": None})
         assert status == 200 and len(data["results"][0]["hits"]) == 5, data
+        # where Python reads None as something a request may not ask for (no budget, no ACL check): a 422
+        assert_error(*search(base, {**body, "max_tokens": None}), 422, "invalid_field", "null (no budget")
+        assert_error(*search(base, {**body, "principals": None}), 422, "invalid_field", "null is not taken")
 
 
 def test_bad_input_is_a_clear_4xx(dsn, corpus):
@@ -488,7 +491,7 @@ def test_a_blocked_statement_is_cancelled_and_gives_its_connection_back(db, dsn,
         assert search(base, {"query": "pasta"})[0] == 200
         stats = call(base, "GET", "/stats")[1]
         assert stats["responses"]["503"] == 2, stats
-    with pytest.raises(ValueError, match="statement_timeout must be positive"):
+    with pytest.raises(ValueError, match="statement_timeout must be a positive number"):
         ServiceConfig(dsn=dsn, statement_timeout=0)
 
 

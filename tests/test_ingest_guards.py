@@ -10,6 +10,7 @@ import json
 import os
 import threading
 
+import psycopg
 import pytest
 
 from onetrip import Retriever, init_schema
@@ -87,7 +88,7 @@ def test_cli_refuses_a_doc_id_conflict_before_making_tables_and_prefix_keeps_bot
     res = onetrip("ingest", "--prefix", "guard_", "--collection", "x", str(a), dsn=dsn)
     assert res.returncode == 0 and "note" not in res.stderr  # a new id 'handbook.md': nothing moved
     res = onetrip("ingest", "--prefix", "guard_", "--collection", "y", str(b), dsn=dsn)
-    assert f"note: {b} replaced the document of that id in collection 'x' (now in 'y')" in res.stderr
+    assert f"note: {b}: its document moved from collection 'x' to 'y' (if that was another file" in res.stderr
     assert sorted(r[0] for r in db.execute("SELECT doc_id FROM guard_documents")) == [
         "handbook.md", "tenantA/handbook.md", "tenantB/handbook.md"]
 
@@ -206,8 +207,12 @@ def test_a_database_error_in_the_cli_is_one_line(dsn, db):
     assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
     assert res.stderr.startswith("onetrip: error: PostgreSQL: ReadOnlySqlTransaction: ") and \
         len(res.stderr.strip().splitlines()) == 1, res.stderr
-    res = onetrip("documents", dsn=dsn, PGOPTIONS="-c statement_timeout=1")
-    assert res.returncode in (0, 1) and "Traceback" not in res.stderr, res.stderr
+    with psycopg.connect(dsn) as locker:  # its list_documents waits on the lock until the timeout cancels it
+        locker.execute("LOCK TABLE documents IN ACCESS EXCLUSIVE MODE")
+        res = onetrip("documents", dsn=dsn, PGOPTIONS="-c statement_timeout=500")
+        locker.rollback()
+    assert res.returncode == 1 and "Traceback" not in res.stderr, res.stderr
+    assert res.stderr.startswith("onetrip: error: PostgreSQL: QueryCanceled: "), res.stderr
 
 
 def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path):
@@ -218,7 +223,7 @@ def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path):
     path.write_text(_doc("limits") + f"\n## Setting\n\nset max_{'x' * 3000} and max_connections.{PAD}\n")
     parsed = parse_file(path)
     vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
-    with pytest.raises(ValueError, match="is 2000 bytes; the limit is 1024"):
+    with pytest.raises(ValueError, match="is 2000 bytes; the limit is 1800"):
         DocumentRecord("d" * 2000, path.as_uri(), "T", "h")
     with pytest.raises(ValueError, match="doc_id must be a non-empty string without NUL"):
         DocumentRecord("a\x00b", path.as_uri(), "T", "h")
@@ -253,3 +258,52 @@ def test_encodings_and_invisible_text_are_named(tmp_path):
         parse_file(tmp_path / "lies.html")
     with pytest.raises(InputDocumentError, match="only whitespace and invisible characters"):
         parse_file(tmp_path / "zw.md")
+
+
+def test_review_mends_nested_duplicate_long_id_cp1252_and_section_acl(db, tmp_path):
+    """A file named again inside a folder given (ids guide/setup.md and setup.md) had been stored twice; a
+    doc_id over the limit stopped the whole run; a page declaring iso-8859-1 lost its smart quotes (HTML reads
+    that label as windows-1252); a section's own acl="hr" was still stored as {h,r}."""
+    init_schema(db)
+    (tmp_path / "docs" / "guide").mkdir(parents=True)
+    setup = tmp_path / "docs" / "guide" / "setup.md"
+    setup.write_text(_doc("setup"))
+    deep = tmp_path / "docs"
+    for i in range(10):
+        deep = deep / (chr(97 + i) * 200)
+    deep.mkdir(parents=True)
+    (deep / "long.md").write_text(_doc("deep"))
+    report = ingest_paths(db, [tmp_path / "docs", setup], layout=Layout(), embedder=HashEmbedder())
+    assert (report.documents, report.new) == (2, 1)
+    assert [d.doc_id for d in list_documents(db, Layout())] == ["guide/setup.md"]
+    (path, why), = report.failed
+    assert path.endswith("long.md") and "the limit is 1800" in why
+    page = tmp_path / "quotes.html"
+    page.write_bytes(b'<meta charset="iso-8859-1"><h1>Q</h1><p>He said \x93hello\x94 \x96 it costs \x80 5.</p>')
+    assert "He said \u201chello\u201d \u2013 it costs \u20ac 5." in parse_file(page).sections[0].content
+    bad = tmp_path / "bad.html"
+    bad.write_bytes(b'<meta charset="windows-874x"><h1>x</h1><p>\xff bad</p>')
+    with pytest.raises(InputDocumentError, match="declared charset 'windows-874x' is not one Python knows"):
+        parse_file(bad)
+    parsed = parse_file(setup)
+    from dataclasses import dataclass
+
+    @dataclass
+    class WithAcl:
+        section_id: str
+        parent_section_id: str | None
+        sequence_index: int
+        level: int
+        heading: str
+        heading_path: tuple
+        content: str
+        token_count: int
+        anchor: str | None
+        metadata: dict
+        acl: object
+
+    secs = [WithAcl(s.section_id, s.parent_section_id, s.sequence_index, s.level, s.heading, s.heading_path,
+                    s.content, s.token_count, s.anchor, s.metadata, "hr") for s in parsed.sections]
+    vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    with pytest.raises(TypeError, match="acl must be a sequence of principals"):
+        replace_document(db, Layout(), DocumentRecord("acl.md", setup.as_uri(), "T", "h"), secs, vecs)

@@ -377,6 +377,13 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json:
     return report
 
 
+def _statement_timeout(seconds: float) -> float | None:
+    """--statement-timeout: 0 is no limit."""
+    if not seconds >= 0:
+        raise ValueError(f"--statement-timeout must be 0 (no limit) or a positive number of seconds, got {seconds}")
+    return seconds or None
+
+
 def _doc_id_maker(prefix: str) -> Any:
     """`ingest.doc_id_for`, with --doc-id-prefix before it."""
     from .ingest import doc_id_for
@@ -475,8 +482,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for path in report.made_public:  # a run without --acl over documents stored with one: say so
         print(f"onetrip: note: {path} had an ACL and is now readable by everyone (no --acl given)", file=sys.stderr)
     for path, old in report.moved:  # one doc_id is one document, whatever the collection: say it moved
-        print(f"onetrip: note: {path} replaced the document of that id in collection {old!r} (now in "
-              f"{args.collection!r}); give --doc-id-prefix to keep both", file=sys.stderr)
+        print(f"onetrip: note: {path}: its document moved from collection {old!r} to {args.collection!r} (if that "
+              "was another file of the same id, it is replaced: --doc-id-prefix keeps both)", file=sys.stderr)
     return 0 if not report.failed else 3
 
 
@@ -666,7 +673,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         dsn=resolve_dsn(args.dsn), schema=args.schema, prefix=args.prefix,
         token=http_service.token_from_env(args.token), max_body=args.max_body, max_k=args.max_k,
         max_tokens_cap=args.max_tokens_cap, pool_size=args.pool_size, db_timeout=args.db_timeout,
-        statement_timeout=args.statement_timeout or None,
+        statement_timeout=_statement_timeout(args.statement_timeout),
         principals=http_service.operator_principals(args.principal, args.no_acl),
         trust_request_principals=args.trust_request_principals, application_name=args.application_name,
         **_settings_of(args),

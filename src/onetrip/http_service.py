@@ -129,8 +129,9 @@ class ServiceConfig:
         session_settings(self.ef_search, self.iterative_scan, self.max_scan_tuples)  # a bad value: ValueError now
         if not self.db_timeout > 0:
             raise ValueError(f"db_timeout must be positive, got {self.db_timeout!r}")
-        if self.statement_timeout is not None and not self.statement_timeout > 0:
-            raise ValueError(f"statement_timeout must be positive (or None: no limit), got {self.statement_timeout!r}")
+        from .pool import statement_timeout_setting
+
+        statement_timeout_setting(self.statement_timeout)  # a bad value: ValueError now, not when the pool opens
         if self.token is not None and not self.token.strip():
             raise ValueError("the bearer token is empty (unset it to run without one)")
         if self.principals is not None:
@@ -270,9 +271,13 @@ def _object(value: Any, name: str, known: tuple[str, ...], code: str = "unknown_
         what = "filter key" if code == "unknown_filter_key" else "field"
         raise ApiError(422, code, f"unknown {what}(s) {', '.join(unknown)} in {name}; known: {', '.join(known)}",
                        field=f"{name}.{unknown[0]}" if name != "body" else unknown[0])
-    if value.get("principals", ...) is None:  # in the Python API None is "no ACL check", which no request gets
+    # null is a field left out, except where the Python API reads None as something a request may not ask for
+    if value.get("principals", ...) is None:  # None: no ACL check
         raise _invalid("principals", "must be a list of principals; null is not taken (leave it out for the "
                                      "service's own principals)")
+    if name == "body" and value.get("max_tokens", ...) is None:  # None: no budget
+        raise _invalid("max_tokens", "must be a number of tokens; null (no budget in the Python API) is not taken "
+                                     "(leave it out for the default)")
     return {k: v for k, v in value.items() if v is not None}  # null is the same as leaving the field out
 
 
@@ -831,7 +836,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
     request = {
         "type": "object", "additionalProperties": False,
         "description": "query (text) or embedding; both only in hybrid (or auto) mode. Unknown fields are a 422; "
-                       "a field set to null is the same as one left out (principals excepted: null is a 422).",
+                       "a field set to null is the same as one left out (principals and max_tokens "
+                       "excepted: null is a 422).",
         "properties": {
             "query": {"type": "string", "minLength": 1},
             "embedding": {"type": "array", "items": {"type": "number"}, "minItems": 1,
@@ -856,7 +862,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
         "description": "queries (texts), embeddings, or both (hybrid, one embedding per query): every query's "
                        "top-k hits with parent and previous/next, in ONE statement (texts: hybrid search by "
                        "default, as /search). Unknown fields are a 422; null is the same as leaving a field "
-                       "out (principals excepted).",
+                       "out (principals excepted: a 422).",
         "properties": {
             "queries": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
                         "maxItems": MAX_QUERIES},

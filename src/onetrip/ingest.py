@@ -107,13 +107,16 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
     """
     make_id = doc_id or doc_id_for
     seen: dict[str, Path] = {}
+    files: set[Path] = set()
     planned = []
     for path, root in iter_files(paths):
+        resolved = path.resolve()
+        if resolved in files:
+            continue  # the same file given twice (a folder and a file in it): once, under its first id
+        files.add(resolved)
         did = make_id(path, root)
         first = seen.get(did)
         if first is not None:
-            if first.resolve() == path.resolve():
-                continue  # the same file given twice (a folder and a file in it)
             raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
                                      "document's id is its path relative to the folder given; ingest their "
                                      "common folder, or each in its own run with --doc-id-prefix (doc_id=)")
@@ -174,7 +177,7 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> 
         release()
 
 
-def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: str, collection: str | None,
+def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: str, collection: str,
                   acl: Sequence[str] | None, keep_history: bool, source_uri: str, shown: str,
                   report: IngestReport) -> bool:
     """Apply an access-only change (`set_document_access`) and count it; False: store the document in full."""
@@ -313,6 +316,11 @@ def ingest_paths(
                         on_progress(shown, report)
                     continue
                 parsed = parse_file(path)
+                record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
+                    doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
+                    metadata={**parsed.metadata, "format": parsed.format, EMBEDDER_KEY: embedder.name},
+                    collection=collection, acl=acl,
+                )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
                 why = e.reason if isinstance(e, InputDocumentError) else f"{type(e).__name__}: {e}"
                 report.failed.append((shown, why))
@@ -321,11 +329,6 @@ def ingest_paths(
                     on_progress(shown, report)
                 continue
             report.parse_seconds += time.perf_counter() - t0
-            record = DocumentRecord(
-                doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
-                metadata={**parsed.metadata, "format": parsed.format, EMBEDDER_KEY: embedder.name},
-                collection=collection, acl=acl,
-            )
             pending.append(_Pending(record, parsed, shown))
             if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
                 flush()

@@ -16,12 +16,12 @@ from .connection import DEFAULT_CONNECT_TIMEOUT, resolve_dsn
 from .retrieve import POOL_SETTINGS, apply_settings, session_settings
 
 
-def _timeout_setting(seconds: float | None) -> dict[str, str]:
+def statement_timeout_setting(seconds: float | None) -> dict[str, str]:
     """PostgreSQL's statement_timeout for the pool's sessions, set with the pgvector settings (no extra statement)."""
     if seconds is None:
         return {}
     if isinstance(seconds, bool) or not isinstance(seconds, (int, float)) or not 0 < seconds < 2**31 / 1000:
-        raise ValueError(f"statement_timeout must be a positive number of seconds, got {seconds!r}")
+        raise ValueError(f"statement_timeout must be a positive number of seconds (None: no limit), got {seconds!r}")
     return {"statement_timeout": f"{max(1, round(seconds * 1000))}ms"}
 
 
@@ -48,7 +48,7 @@ def make_pool(
 
     from .adapters import register_adapters
 
-    settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | _timeout_setting(statement_timeout)
+    settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | statement_timeout_setting(statement_timeout)
 
     def configure(conn: psycopg.Connection) -> None:
         conn.autocommit = True
@@ -81,7 +81,7 @@ def make_async_pool(
 
     from .adapters import register_adapters_async
 
-    settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | _timeout_setting(statement_timeout)
+    settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | statement_timeout_setting(statement_timeout)
 
     from .async_retrieve import apply_settings_async
 

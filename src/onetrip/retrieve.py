@@ -488,7 +488,8 @@ POOL_SETTINGS = "onetrip_settings"
 
 
 def settings_of_pool(pool: Any, asked: dict[str, str]) -> dict[str, str]:
-    """The pgvector settings a pool's connections run with, which a retriever over it reports.
+    """The settings a pool's connections run with (pgvector's, and `make_pool`'s statement_timeout), which a
+    retriever over it reports.
 
     A pool's connections are configured when the pool opens them (`make_pool`),
     and a retriever could only change them with a statement per search: settings
@@ -497,7 +498,7 @@ def settings_of_pool(pool: Any, asked: dict[str, str]) -> dict[str, str]:
     """
     own = getattr(pool, POOL_SETTINGS, None)
     pgvector = None if own is None else {k: v for k, v in own.items() if k.startswith("hnsw.")}
-    if asked != DEFAULT_SETTINGS and asked != pgvector:
+    if asked != DEFAULT_SETTINGS and asked != (pgvector if pgvector is not None else {}):
         raise ValueError(
             "a pool's connections get their pgvector settings when the pool opens them: pass ef_search, "
             "iterative_scan and max_scan_tuples to onetrip.make_pool / make_async_pool, not to the retriever"
@@ -513,10 +514,10 @@ def check_connection_kind(conn: Any, *, asynchronous: bool) -> None:
     if asynchronous:
         sync = isinstance(conn, psycopg.Connection) or kind == "ConnectionPool"
         raise TypeError("AsyncRetriever.create needs a psycopg AsyncConnection, an AsyncConnectionPool, a DSN or "
-                        f"None; got a {kind}" + (" (a sync one: use onetrip.Retriever)" if sync else ""))
+                        f"None; got {kind}" + (" (a sync one: use onetrip.Retriever)" if sync else ""))
     hint = (" (an async one: use `await onetrip.AsyncRetriever.create(...)`)"
             if isinstance(conn, psycopg.AsyncConnection) or kind == "AsyncConnectionPool" else "")
-    raise TypeError(f"Retriever needs a psycopg Connection, a ConnectionPool, a DSN or None; got a {kind}{hint}")
+    raise TypeError(f"Retriever needs a psycopg Connection, a ConnectionPool, a DSN or None; got {kind}{hint}")
 
 
 def settings_statement(settings: dict[str, str]) -> tuple[str, dict[str, str]]:

@@ -39,6 +39,7 @@ counter that is not additive may then exceed max_tokens slightly.
 from __future__ import annotations
 
 import re
+import unicodedata
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -519,32 +520,51 @@ def _read_text(path: Path) -> str:
         text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         declared = _declared_html_charset(data) if path.suffix.lower() in HTML_SUFFIXES else None
-        try:  # an HTML page that says its encoding in a <meta> tag is read in it
-            text = data.decode(declared) if declared else None
-        except (LookupError, UnicodeDecodeError):
-            text = None
+        text, why = None, ""
+        if declared:  # an HTML page that says its encoding in a <meta> tag is read in it
+            try:
+                text = data.decode(declared)
+            except LookupError:
+                why = f"; its declared charset {declared!r} is not one Python knows"
+            except UnicodeDecodeError:
+                why = f"; its declared charset {declared!r} does not decode it either"
         if text is None:
-            raise InputDocumentError(
-                shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason})"
-                + (f"; its declared charset {declared!r} does not decode it either" if declared else "")
-            ) from exc
+            raise InputDocumentError(shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason}){why}") from exc
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")  # one line ending for every format
     if not text.strip():
         raise InputDocumentError(shown, "empty file (whitespace only)")
-    if not _INVISIBLE.sub("", text):
+    if _invisible(text):
         raise InputDocumentError(shown, "empty file (only whitespace and invisible characters such as U+200B)")
     return text
 
 
 #: whitespace, zero-width and other format characters a reader never sees (str.strip keeps the zero-width ones)
-_INVISIBLE = re.compile(r"[\s\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u2064\ufeff]+")
+_INVISIBLE = re.compile(r"[\s\u00ad\u034f\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufe00-\ufe0f\ufeff]+")
+_FILLERS = "\u115f\u1160\u3164\uffa0"  # Hangul fillers: letters by category, blank on the page
+
+
+def _invisible(text: str) -> bool:
+    """Nothing a reader would see: the regex takes the usual ones; what is left, if short, is checked by category."""
+    rest = _INVISIBLE.sub("", text)
+    return len(rest) < 64 and all(ch in _FILLERS or unicodedata.category(ch) in ("Cf", "Cc", "Mn", "Zs", "Zl", "Zp")
+                                  for ch in rest)
+
+
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
+#: what HTML reads a declared charset as (WHATWG Encoding): Latin-1 and ASCII labels mean windows-1252, and a
+#: page that declares UTF-16 in its own bytes cannot be UTF-16
+_HTML_CHARSET_AS = {**dict.fromkeys(("iso-8859-1", "iso8859-1", "iso_8859-1", "latin1", "latin-1", "l1", "cp819",
+                                     "ibm819", "us-ascii", "ascii", "windows-1252", "x-cp1252"), "cp1252"),
+                    **dict.fromkeys(("utf-16", "utf-16le", "utf-16be"), None)}
 
 
 def _declared_html_charset(data: bytes) -> str | None:
-    """The charset an HTML page declares in a <meta> tag of its first 4 kB, if any (HTML's own rule)."""
+    """The charset an HTML page declares in a <meta> tag of its first 4 kB, as HTML reads that label."""
     m = _META_CHARSET.search(data[:4096])
-    return m.group(1).decode("ascii").lower() if m else None
+    if not m:
+        return None
+    label = m.group(1).decode("ascii").lower()
+    return _HTML_CHARSET_AS.get(label, label)
 
 
 def _looks_utf16(data: bytes) -> bool:

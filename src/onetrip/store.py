@@ -51,9 +51,11 @@ class SectionLike(Protocol):
     metadata: Mapping[str, Any]
 
 
-#: The longest doc_id or section_id stored, in UTF-8 bytes: both are btree keys, and PostgreSQL refuses an
-#: index row past ~2,700 bytes with a message naming the index, not the document.
-MAX_ID_BYTES = 1024
+#: The longest doc_id and section_id stored, in UTF-8 bytes: (doc_id, section_id) is a btree key, and
+#: PostgreSQL refuses an index row past ~2,700 bytes with a message naming the index, not the document.
+#: Parsed section ids are at most 200 characters (sections.MAX_SECTION_ID), 800 bytes.
+MAX_DOC_ID_BYTES = 1800
+MAX_SECTION_ID_BYTES = 800
 #: Longer "technical terms" (identifier-like runs such as max_connections) are not stored or searched: the
 #: GIN index on `terms` refuses entries past ~2,700 bytes, and no real identifier is this long.
 MAX_TERM_CHARS = 200
@@ -74,9 +76,9 @@ class DocumentRecord:
     def __post_init__(self) -> None:
         if not isinstance(self.doc_id, str) or not self.doc_id or "\x00" in self.doc_id:
             raise ValueError(f"doc_id must be a non-empty string without NUL, got {self.doc_id!r:.80}")
-        if len(self.doc_id.encode()) > MAX_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
+        if len(self.doc_id.encode()) > MAX_DOC_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
             raise ValueError(f"doc_id {self.doc_id[:60]!r}... is {len(self.doc_id.encode())} bytes; "
-                             f"the limit is {MAX_ID_BYTES} (it is a key of the documents and sections indexes)")
+                             f"the limit is {MAX_DOC_ID_BYTES} (it is a key of the documents and sections indexes)")
         check_access(self.collection, self.acl)
 
 
@@ -84,6 +86,11 @@ def check_access(collection: Any, acl: Any) -> None:
     """Refuse a collection or ACL that would be stored as something else: acl="hr" had become {h,r}."""
     if not isinstance(collection, str) or not collection:
         raise ValueError(f"collection must be a non-empty string, got {collection!r}")
+    check_acl(acl)
+
+
+def check_acl(acl: Any) -> None:
+    """None (readable by everyone) or a sequence of non-empty principal names, never one string."""
     if acl is None:
         return
     if isinstance(acl, (str, bytes)):
@@ -139,7 +146,7 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
 
 
 def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
-                        collection: str | None, acl: Sequence[str] | None, *, source_uri: str | None = None,
+                        collection: str, acl: Sequence[str] | None, *, source_uri: str | None = None,
                         keep_history: bool = False) -> StoreResult | None:
     """Give a stored document another collection and ACL as a new revision, its sections and vectors kept.
 
@@ -240,9 +247,10 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
     if len(set(ids)) != len(ids):
         raise ValueError(f"{doc_id}: duplicate section_id values")
     for s in sections:  # what PostgreSQL would refuse mid-COPY with its own message
-        if not isinstance(s.section_id, str) or not s.section_id or len(s.section_id.encode()) > MAX_ID_BYTES:
+        if not isinstance(s.section_id, str) or not s.section_id or len(s.section_id.encode()) > MAX_SECTION_ID_BYTES:
             raise ValueError(f"{doc_id}: section_id {s.section_id!r:.80} must be a non-empty string of at most "
-                             f"{MAX_ID_BYTES} bytes")
+                             f"{MAX_SECTION_ID_BYTES} bytes")
+        check_acl(getattr(s, "acl", None))  # a section's own ACL, as the document's
         if any("\x00" in t for t in (s.section_id, s.heading, s.content, *s.heading_path)):
             raise ValueError(f"{doc_id}: section {s.section_id!r:.80} holds a NUL character, which PostgreSQL "
                              "text cannot store")
