@@ -30,6 +30,14 @@ def _doc(text: str) -> str:
     return f"# Handbook\n\n{text}{PAD}\n\n## Leave\n\nLeave rules of {text}.{PAD}\n"
 
 
+def _parsed(tmp_path, name: str, text: str):
+    """A file written, parsed, and its sections embedded: what a direct `replace_document` call needs."""
+    path = tmp_path / name
+    path.write_text(text)
+    parsed = parse_file(path)
+    return path, parsed, HashEmbedder().embed_documents([s.content for s in parsed.sections])
+
+
 def _tenants(tmp_path):
     for tenant in ("tenantA", "tenantB"):
         (tmp_path / tenant).mkdir()
@@ -159,10 +167,7 @@ def test_keep_history_after_a_delete_continues_the_revisions(db, tmp_path):
 def test_a_zero_embedding_is_refused_at_store_and_named_at_search(db, tmp_path):
     """A stored zero vector had made every search reaching it fail with 'the query embedding has length zero'."""
     init_schema(db)
-    path = tmp_path / "z.md"
-    path.write_text(_doc("zebra"))
-    parsed = parse_file(path)
-    vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    path, parsed, vecs = _parsed(tmp_path, "z.md", _doc("zebra"))
     vecs[1] = 0.0
     record = DocumentRecord("z.md", path.as_uri(), parsed.title, "h1")
     with pytest.raises(ValueError, match="embedding of section 'leave' has length 0 \\(all zeros\\)"):
@@ -182,10 +187,7 @@ def test_a_zero_embedding_is_refused_at_store_and_named_at_search(db, tmp_path):
 
 def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path):
     init_schema(db)
-    path = tmp_path / "t.md"
-    path.write_text(_doc("tree"))
-    parsed = parse_file(path)
-    vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    path, parsed, vecs = _parsed(tmp_path, "t.md", _doc("tree"))
     record = DocumentRecord("t.md", path.as_uri(), parsed.title, "h")
     from dataclasses import replace
 
@@ -219,10 +221,8 @@ def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path):
     """A long doc_id, a NUL, NaN metadata and a 3,000-character identifier had failed with PostgreSQL's own
     messages (index row size ... exceeds btree maximum, invalid byte sequence, Token "NaN" is invalid)."""
     init_schema(db)
-    path = tmp_path / "limits.md"
-    path.write_text(_doc("limits") + f"\n## Setting\n\nset max_{'x' * 3000} and max_connections.{PAD}\n")
-    parsed = parse_file(path)
-    vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    path, parsed, vecs = _parsed(tmp_path, "limits.md", _doc("limits") + f"\n## Setting\n\nset max_{'x' * 3000} "
+                                 f"and max_connections.{PAD}\n")
     with pytest.raises(ValueError, match="is 2000 bytes; the limit is 1800"):
         DocumentRecord("d" * 2000, path.as_uri(), "T", "h")
     with pytest.raises(ValueError, match="doc_id must be a non-empty string without NUL"):
