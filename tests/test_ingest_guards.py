@@ -58,6 +58,8 @@ def test_two_files_for_one_doc_id_are_refused_before_any_write(db, tmp_path):
     from onetrip.ingest import plan_files
 
     assert [p[2] for p in plan_files([tmp_path])] == ["tenantA/handbook.md", "tenantB/handbook.md"]
+    # two missing files of one name are each reported missing (by ingest), not refused as a conflict
+    assert [p[2] for p in plan_files([tmp_path / "x" / "a.md", tmp_path / "y" / "a.md"])] == ["a.md", "a.md"]
 
 
 def test_a_document_moved_to_another_collection_is_reported(db, tmp_path):

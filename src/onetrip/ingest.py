@@ -28,9 +28,9 @@ from .store import (
     DocumentRecord,
     StoreResult,
     embedder_lock,
+    check_access,
     flush_word_indexes,
     set_document_access,
-    check_access,
     stored_state,
     recorded_embedders,
     refresh_term_stats,
@@ -115,12 +115,13 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
             continue  # the same file given twice (a folder and a file in it): once, under its first id
         files.add(resolved)
         did = make_id(path, root)
-        first = seen.get(did)
+        first = seen.get(did) if path.exists() else None  # a missing file is reported as such, stores nothing
         if first is not None:
             raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
                                      "document's id is its path relative to the folder given; ingest their "
                                      "common folder, or each in its own run with --doc-id-prefix (doc_id=)")
-        seen[did] = path
+        if path.exists():
+            seen[did] = path
         planned.append((path, root, did))
     return planned
 
