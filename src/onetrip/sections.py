@@ -12,8 +12,9 @@ document order; `build_sections` turns it into `Section`s. Rules, in order:
    (i.e. it is a sibling, so the tiny section has no children). Its heading line
    and content are prepended to the next section's content, which then also
    starts with its own heading line (so the text reads in document order, each
-   part under its heading), and recorded in `metadata["merged"]`. Tiny sections followed by their own children
-   (heading-only parents), and tiny last children, are kept as they are. Because
+   part under its heading), and recorded in `metadata["merged"]`. Tiny sections
+   followed by their own children (heading-only parents), and tiny last
+   children, are kept as they are. Because
    only childless sections disappear, no parent_section_id can dangle.
    Merging runs back to front so runs of tiny siblings fold into one section.
 3. Split. Content over `max_tokens` is cut at block boundaries first, then
