@@ -195,9 +195,13 @@ def test_oracle_edition_pins_each_oracle_construct():
     assert "CREATE VECTOR INDEX IF NOT EXISTS sections_embedding_hnsw" in schema
     assert "ORGANIZATION INMEMORY NEIGHBOR GRAPH" in schema and "DISTANCE COSINE" in schema
     assert "heading_path      JSON" in schema and "CLOB" in schema
+    assert "VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)" in query
+    assert "VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)" in macro  # the macro's VECTOR parameter
+    assert query.rstrip().endswith(";")  # SQL*Plus runs a statement at its terminator (psql at end of file)
+    assert "content           CLOB," in schema  # '' is NULL in Oracle: heading-only sections have no content
+    assert "PARAMETERS (TYPE HNSW, NEIGHBORS 16, EFCONSTRUCTION 64)" in schema  # as the PostgreSQL index
+    assert "NLSSORT(h.doc_id, 'NLS_SORT=BINARY')" in query  # ties broken the same in every session
     for q in (query, macro):
-        assert "VECTOR_DISTANCE(s.embedding, :query_embedding, COSINE)" in q or \
-            "VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)" in q
         assert "FETCH APPROX FIRST" in q and "ROWS ONLY" in q
         assert "SELECT /*+ MATERIALIZE */" in q
         assert "AS MATERIALIZED" not in q and "LIMIT" not in q

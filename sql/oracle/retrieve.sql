@@ -8,12 +8,23 @@
 -- Requires  Oracle Database 23ai (23.4+), tables and vector index from schema.sql.
 --           This edition is validated by parsing (sqlglot, Oracle dialect) and
 --           golden files, NOT by execution: no Oracle server was available.
--- Params    :query_embedding  VECTOR(384, FLOAT32)  the query embedding
---           :k                NUMBER                 number of hits (top-K)
--- Plan      Expect the hits CTE to be materialized (the MATERIALIZE hint) and
---           to use the vector index: VECTOR INDEX HNSW SCAN on sections_embedding_hnsw,
---           then one index unique scan on sections_doc_seq_key per distinct
---           context section.
+-- Params    :query_embedding  CLOB    the query embedding as text, '[0.1, ...]'
+--                      (384 numbers), read by TO_VECTOR(:query_embedding, 384, FLOAT32):
+--                      SQL*Plus has no VECTOR bind type, and the text is over
+--                      the 4,000 bytes of a VARCHAR2 bind
+--           :k                NUMBER  number of hits (top-K)
+--           SQL*Plus: VARIABLE query_embedding CLOB
+--                     VARIABLE k NUMBER
+--                     EXEC :query_embedding := '[0.1, ...]'; :k := 5
+--                     SET LONG 100000
+--                     @retrieve.sql
+-- Plan      On tables of a few thousand sections or more (a small table is
+--           rightly read whole and sorted), expect the hits CTE to be
+--           materialized (the MATERIALIZE hint) and to use the vector index:
+--           VECTOR INDEX HNSW SCAN on sections_embedding_hnsw, then one index
+--           unique scan on sections_doc_seq_key per distinct context section.
+--           Confirm with DBMS_XPLAN.DISPLAY_CURSOR; rows loaded after the index
+--           was built are searched exactly until it is repopulated (schema.sql).
 -- Returns   Each section ONCE. The hits: hit_rank 1..k, ranked by
 --           distance (ties: doc_id, sequence_index).
 --           The context rows (hit_rank and distance NULL): every hit's parent
@@ -27,7 +38,7 @@
 -- Order     None guaranteed: the statement does not sort its rows (sorting the
 --           wide rows cost ~10 us per query, benchmarks/latency); onetrip links
 --           rows by key. As planned, the hits come first in hit_rank order. To
---           read it in psql, append: ORDER BY hit_rank, doc_id, sequence_index
+--           read it in SQL*Plus, append (before the final ;): ORDER BY hit_rank, doc_id, sequence_index
 -- =============================================================================
 WITH hits AS (
     SELECT /*+ MATERIALIZE */ s.doc_id,
@@ -42,9 +53,9 @@ WITH hits AS (
            s.token_count,
            s.revision,
            s.parent_sequence_index,
-           VECTOR_DISTANCE(s.embedding, :query_embedding, COSINE) AS distance
+           VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE) AS distance
       FROM sections s
-     ORDER BY VECTOR_DISTANCE(s.embedding, :query_embedding, COSINE)
+     ORDER BY VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)
      FETCH APPROX FIRST :k ROWS ONLY
 ),
 context_keys AS (
@@ -62,7 +73,7 @@ context_keys AS (
     SELECT h.doc_id, h.sequence_index
       FROM hits h
 )
-SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank,
+SELECT row_number() OVER (ORDER BY h.distance, NLSSORT(h.doc_id, 'NLS_SORT=BINARY'), h.sequence_index) AS hit_rank,
        h.distance,
        h.doc_id,
        h.section_id,
@@ -94,3 +105,4 @@ SELECT NULL,
   JOIN sections s
     ON s.doc_id = w.doc_id
    AND s.sequence_index = w.sequence_index
+;

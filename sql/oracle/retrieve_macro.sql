@@ -5,8 +5,8 @@
 --           of a set-returning function: the query text is expanded into the
 --           caller's statement at parse time, so the optimizer sees (and can
 --           use the vector index for) the whole query.
--- Requires  Oracle Database 23ai (SQL_MACRO(TABLE) needs 19.7+; VECTOR needs 23ai),
---           the tables and vector index from schema.sql.
+-- Requires  Oracle Database 23ai (for VECTOR), the tables and vector index from
+--           schema.sql, CREATE PROCEDURE (DB_DEVELOPER_ROLE has it).
 --           This edition is validated by parsing (sqlglot, Oracle dialect) and
 --           golden files, NOT by execution: no Oracle server was available.
 -- Params    query_embedding  VECTOR(384, FLOAT32)  the query embedding
@@ -14,7 +14,8 @@
 -- Settings  Approximate search accuracy comes from the index (TARGET ACCURACY in
 --           schema.sql) or per query with FETCH APPROX ... WITH TARGET ACCURACY.
 -- Plan      As retrieve.sql: VECTOR INDEX HNSW SCAN inside the materialized hits CTE.
--- Usage     SELECT * FROM retrieve_sections(:query_embedding, 5);
+-- Usage     SELECT * FROM retrieve_sections(TO_VECTOR(:query_embedding, 384, FLOAT32), 5);
+--           (:query_embedding a CLOB bind holding '[0.1, ...]', as in retrieve.sql)
 -- =============================================================================
 CREATE OR REPLACE FUNCTION retrieve_sections (
     query_embedding VECTOR,
@@ -56,7 +57,7 @@ context_keys AS (
     SELECT h.doc_id, h.sequence_index
       FROM hits h
 )
-SELECT row_number() OVER (ORDER BY h.distance, h.doc_id, h.sequence_index) AS hit_rank,
+SELECT row_number() OVER (ORDER BY h.distance, NLSSORT(h.doc_id, 'NLS_SORT=BINARY'), h.sequence_index) AS hit_rank,
        h.distance,
        h.doc_id,
        h.section_id,

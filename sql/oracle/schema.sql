@@ -7,11 +7,22 @@
 --           (sequence_index) stored next to the embedding. parent_sequence_index
 --           repeats the parent's sequence_index, so the retrieval query finds
 --           parents and neighbors through the one (doc_id, sequence_index) index.
--- Requires  Oracle Database 23ai (23.4+): VECTOR type, vector indexes, JSON type,
---           CREATE ... IF NOT EXISTS.
+-- Requires  Oracle Database 23ai (23.4+, COMPATIBLE 23.4.0 or higher): VECTOR
+--           type, vector indexes, JSON type, CREATE ... IF NOT EXISTS (the
+--           vector index's IF NOT EXISTS is not in the documented syntax: if
+--           23.4 refuses it, check USER_INDEXES first). A Vector Pool for the
+--           HNSW graph: VECTOR_MEMORY_SIZE sized with
+--           DBMS_VECTOR.INDEX_VECTOR_MEMORY_ADVISOR (without it the index build
+--           fails, ORA-51962). Privileges: CREATE TABLE and a tablespace quota
+--           (DB_DEVELOPER_ROLE has them).
+--           Load first, then create (or rebuild) sections_embedding_hnsw: rows
+--           added after an HNSW index is built go to its journal and are
+--           searched exactly until the graph is repopulated.
+--           Oracle stores '' as NULL: content and heading are NULL for
+--           heading-only sections and the preface (read NULL as empty).
 --           This edition is validated by parsing (sqlglot, Oracle dialect) and
 --           golden files, NOT by execution: no Oracle server was available.
--- Params    embedding dimension 384; schema (search_path);
+-- Params    embedding dimension 384; schema (CURRENT_SCHEMA);
 --           table prefix ''.
 -- Creates   documents      (doc_id primary key)
 --           sections       (primary key (doc_id, section_id))
@@ -29,12 +40,12 @@
 --           says which are missing; `onetrip init --recreate` rebuilds them).
 -- =============================================================================
 CREATE TABLE IF NOT EXISTS documents (
-    doc_id            VARCHAR2(512) NOT NULL,
-    source_uri        VARCHAR2(512) NOT NULL,
-    title             VARCHAR2(4000),
+    doc_id            VARCHAR2(512 CHAR) NOT NULL,
+    source_uri        VARCHAR2(4000 CHAR) NOT NULL,
+    title             VARCHAR2(4000 CHAR),
     revision          NUMBER(10) DEFAULT 1 NOT NULL,
-    content_hash      VARCHAR2(512) NOT NULL,
-    collection        VARCHAR2(512) DEFAULT 'default' NOT NULL,
+    content_hash      VARCHAR2(512 CHAR) NOT NULL,
+    collection        VARCHAR2(512 CHAR) DEFAULT 'default' NOT NULL,
     acl               JSON,
     metadata          JSON DEFAULT '{}' NOT NULL,
     token_count       NUMBER(10) DEFAULT 0 NOT NULL,
@@ -44,20 +55,20 @@ CREATE TABLE IF NOT EXISTS documents (
 );
 
 CREATE TABLE IF NOT EXISTS sections (
-    doc_id            VARCHAR2(512) NOT NULL,
-    section_id        VARCHAR2(512) NOT NULL,
-    parent_section_id VARCHAR2(512),
+    doc_id            VARCHAR2(512 CHAR) NOT NULL,
+    section_id        VARCHAR2(512 CHAR) NOT NULL,
+    parent_section_id VARCHAR2(512 CHAR),
     sequence_index    NUMBER(10) NOT NULL,
     parent_sequence_index NUMBER(10),
-    heading_level     NUMBER(3) NOT NULL,
-    heading           VARCHAR2(4000),
+    heading_level     NUMBER(5) NOT NULL,
+    heading           VARCHAR2(4000 CHAR),
     heading_path      JSON DEFAULT '[]' NOT NULL,
-    anchor            VARCHAR2(512),
-    content           CLOB NOT NULL,
+    anchor            VARCHAR2(512 CHAR),
+    content           CLOB,
     token_count       NUMBER(10) NOT NULL,
     context_tokens    NUMBER(10) NOT NULL,
     revision          NUMBER(10) DEFAULT 1 NOT NULL,
-    collection        VARCHAR2(512) DEFAULT 'default' NOT NULL,
+    collection        VARCHAR2(512 CHAR) DEFAULT 'default' NOT NULL,
     acl               JSON,
     embedding         VECTOR(384, FLOAT32) NOT NULL,
     metadata          JSON DEFAULT '{}' NOT NULL,
@@ -79,4 +90,5 @@ CREATE VECTOR INDEX IF NOT EXISTS sections_embedding_hnsw
     ON sections (embedding)
     ORGANIZATION INMEMORY NEIGHBOR GRAPH
     DISTANCE COSINE
-    WITH TARGET ACCURACY 95;
+    WITH TARGET ACCURACY 95
+    PARAMETERS (TYPE HNSW, NEIGHBORS 16, EFCONSTRUCTION 64);
