@@ -104,5 +104,4 @@ SELECT NULL,
   FROM context_keys w
   JOIN sections s
     ON s.doc_id = w.doc_id
-   AND s.sequence_index = w.sequence_index
-;
+   AND s.sequence_index = w.sequence_index;
