@@ -212,7 +212,7 @@ def test_langchain_ainvoke_uses_async_retriever_one_statement(corpus, dsn, state
             with statement_log.watch(ar.conn) as w:
                 got.append(await lc.ainvoke(q))
             counts.append(len(w.statements))
-        with pytest.raises(RuntimeError, match="sync calls need"):
+        with pytest.raises(TypeError, match="sync calls need"):  # not a RuntimeError: LlamaIndex rewrites those
             lc.invoke(VACATION)
         await ar.close()
         return got, counts
@@ -220,7 +220,7 @@ def test_langchain_ainvoke_uses_async_retriever_one_statement(corpus, dsn, state
     got, counts = asyncio.run(main())
     assert counts == [1] * len(QUERIES)
     assert [_doc_sig(d) for d in got] == [_api_sig(h) for h in want]
-    with pytest.raises(RuntimeError, match="will not run it in a thread"):
+    with pytest.raises(TypeError, match="will not run it in a thread"):
         asyncio.run(LCRetriever(retriever=api).ainvoke(VACATION))
 
 
@@ -393,7 +393,9 @@ def test_options_are_validated_at_construction(corpus):
     with pytest.raises(ValueError, match="k must be"):
         LCRetriever(retriever=api, k=0)
     with pytest.raises(TypeError, match="expand must be"):
-        LIRetriever(api, expand={"parent": False})
+        LIRetriever(api, expand=5)
+    with pytest.raises(ValueError, match="max_tokens must be an integer"):  # at construction, not at the first call
+        LCRetriever(retriever=api, assembled=True, max_tokens=0)
     assert np.isclose(LCRetriever(retriever=api, k=1, mode="dense").invoke(VACATION)[0].metadata["score"], 1.0,
                       atol=1e-6)
     with pytest.raises(ValueError, match="mode must be one of"):
@@ -469,3 +471,86 @@ def test_langchain_retriever_dumps_and_deep_copies(corpus, dsn):
     from_dsn = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=1)
     assert copy.deepcopy(from_dsn).invoke(VACATION) == from_dsn.invoke(VACATION)
     from_dsn.close()
+
+
+def test_langchain_per_call_options_and_a_dump_round_trip(corpus):
+    """invoke(q, k=1, filters=...) had been dropped silently (k and filters of the adapter used instead), and
+    OnetripRetriever(**r.model_dump()) failed: expand and hybrid came back as dicts."""
+    from onetrip import HybridOptions
+
+    api = Retriever(corpus, embedder=HashEmbedder())
+    lc = LCRetriever(retriever=api, k=3, mode="dense")
+    assert len(lc.invoke(VACATION)) == 3 and len(lc.invoke(VACATION, k=1)) == 1
+    assert lc.invoke(VACATION, filters={"doc_ids": ["no-such-doc"]}) == []
+    with pytest.raises(TypeError, match=r"unexpected options \['filter'\] for invoke"):
+        lc.invoke(VACATION, filter={"doc_ids": ["x"]})  # a misspelt filter: refused, not an unfiltered search
+    rich = LCRetriever(retriever=api, k=2, assembled=True, expand=Expansion(neighbors=2), mode="hybrid",
+                       hybrid=HybridOptions(rrf_k=10), filters={"collections": ["default"]})
+    again = LCRetriever(retriever=api, **rich.model_dump())
+    assert again.invoke(VACATION) == rich.invoke(VACATION)
+    import json
+
+    from_json = LCRetriever(retriever=api, **json.loads(rich.model_dump_json()))  # as a JSON config gives them
+    assert from_json.invoke(VACATION) == rich.invoke(VACATION)
+
+
+def test_langchain_dsn_stays_out_of_repr(dsn):
+    lc = LCRetriever(dsn="postgresql://app:s3cret@db.example/prod", embedder=HashEmbedder())
+    assert "s3cret" not in repr(lc) and "s3cret" not in str(lc.to_json().get("repr", ""))
+
+
+def test_adapters_made_again_from_one_dsn_share_a_source(corpus, dsn, monkeypatch):
+    """configurable_fields makes an adapter per call: each had loaded the model and left a connection open."""
+    from langchain_core.runnables import ConfigurableField
+
+    import onetrip.integrations as integrations
+
+    made = []
+    real_init = integrations.Source.__init__
+
+    def counting_init(self, *args, **kwargs):
+        made.append(self)
+        real_init(self, *args, **kwargs)
+
+    monkeypatch.setattr(integrations.Source, "__init__", counting_init)
+    emb = HashEmbedder()
+    lc = LCRetriever(dsn=dsn, embedder=emb, k=3, mode="dense")
+    configurable = lc.configurable_fields(k=ConfigurableField(id="k"))
+    for k in (1, 2, 1):
+        assert len(configurable.invoke(VACATION, config={"configurable": {"k": k}})) == k
+    assert len(made) == 1 and lc.source.sync().conn is made[0].sync().conn
+    li = LIRetriever(dsn=dsn, embedder=emb, k=2, mode="dense")
+    assert li.source is lc.source and len(made) == 1
+    assert LIRetriever(dsn=dsn, embedder=HashEmbedder(), k=2).source is not lc.source  # another embedder
+    assert integrations.default_embedder() is integrations.default_embedder()
+    lc.close()
+
+
+def test_async_calls_from_two_event_loops_at_once(corpus, dsn):
+    """Each loop had closed the other's connection: 'the connection is closed' on about a quarter of the calls."""
+    import threading
+
+    lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=2, mode="dense")
+    errors: list[BaseException] = []
+    results: list[int] = []
+
+    def run_loop() -> None:
+        async def calls() -> None:
+            for q in QUERIES * 3:
+                results.append(len(await lc.ainvoke(q)))
+        try:
+            asyncio.run(calls())
+        except BaseException as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run_loop) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == [] and results == [2] * (2 * 3 * len(QUERIES))
+
+    async def close_all() -> None:
+        await lc.aclose()
+    asyncio.run(close_all())
+    lc.close()

@@ -13,18 +13,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import threading
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from ..async_retrieve import AsyncRetriever
 from ..context import Context, Passage, passage_header, render_context
-from ..retrieve import (CONTEXT_DEFAULT, MODE_CHOICES, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord,
-                        as_filters, check_k, resolve_mode)
+from ..retrieve import (CONTEXT_DEFAULT, MAX_BUDGET, MODE_CHOICES, Expansion, Filters, Hit, HybridOptions, Retriever,
+                        SectionRecord, as_filters, as_hybrid, check_k, resolve_mode)
 
 CONTENTS = ("section", "expanded")
 
-__all__ = ["CONTENTS", "Item", "Query", "Source", "hit_item", "passage_item", "to_items"]
+__all__ = ["CONTENTS", "Item", "Query", "Source", "default_embedder", "hit_item", "passage_item", "shared_source",
+           "to_items"]
 
 
 @dataclass(frozen=True)
@@ -152,6 +154,9 @@ class Query:
             raise ValueError(f"mode must be one of {MODE_CHOICES}, got {self.mode!r}")
         if self.content not in CONTENTS:
             raise ValueError(f"content must be one of {CONTENTS}, got {self.content!r}")
+        mt = self.max_tokens
+        if mt is not None and (isinstance(mt, bool) or not isinstance(mt, int) or not 1 <= mt <= MAX_BUDGET):
+            raise ValueError(f"max_tokens must be an integer from 1 to {MAX_BUDGET} (or None: no budget), got {mt!r}")
         exp = self.expand
         if exp is not None and not self.assembled:
             wide = exp.ancestors or exp.section or exp.document or exp.neighbors > 1 or exp.neighbor_scope != "any"
@@ -162,7 +167,12 @@ class Query:
     @classmethod
     def build(cls, *, filters: Filters | dict[str, Any] | None = None,
               principals: Sequence[str] | None = None, **fields: Any) -> Query:
-        """Accept filters as a dict and ``principals`` as a shortcut for ``Filters.principals``."""
+        """Accept filters, expand and hybrid as dicts (as a model dump or a JSON config gives them) and
+        ``principals`` as a shortcut for ``Filters.principals``."""
+        if isinstance(fields.get("expand"), dict):
+            fields["expand"] = Expansion(**fields["expand"])
+        if isinstance(fields.get("hybrid"), dict):
+            fields["hybrid"] = as_hybrid(fields["hybrid"])
         flt = as_filters(filters)
         if principals is not None:
             if isinstance(principals, str):
@@ -203,8 +213,11 @@ class Source:
     Sync calls use a `Retriever`, async calls an `AsyncRetriever` (never the
     sync one in a thread, which would hold a worker thread per in-flight query).
     From a DSN each is created lazily, so a sync-only user never opens an async
-    connection; an async connection belongs to the event loop it was made in, so
-    a call from another loop (a second ``asyncio.run``) closes it and makes a new one.
+    connection. An async connection belongs to the event loop it was made in:
+    each running loop gets its own (two loops at once, e.g. LlamaIndex running a
+    second loop in a thread, had closed each other's), and one whose loop has
+    closed is closed when another loop next asks. Use `shared_source` for
+    adapters made from a DSN, so adapters made again with the same fields share it.
     """
 
     def __init__(self, retriever: Retriever | None = None, async_retriever: AsyncRetriever | None = None,
@@ -213,49 +226,67 @@ class Source:
         if retriever is None and async_retriever is None and dsn is None:
             raise ValueError("give a Retriever, an AsyncRetriever or a dsn")
         self.retriever = retriever
-        self.async_retriever = async_retriever
+        self.given_async = async_retriever
         self.dsn = dsn
         self.options = {"embedder": embedder, "schema": schema, "prefix": prefix}
         if embedder is None and retriever is None and async_retriever is None:
-            # from a DSN both retrievers are made here: one model for the two, not one each (90 MB, ~2 s)
-            from ..embedders import SentenceTransformerEmbedder
-
-            self.options["embedder"] = SentenceTransformerEmbedder()
+            # from a DSN the retrievers share one model (90 MB, ~2 s to load), and so do all such Sources
+            self.options["embedder"] = default_embedder()
         self._lock = threading.Lock()
         self._owned_sync = False
-        self._owned_async = False
-        self._loop: asyncio.AbstractEventLoop | None = None
+        self._by_loop: dict[asyncio.AbstractEventLoop, AsyncRetriever] = {}
+        self._latest: AsyncRetriever | None = None
 
     def __deepcopy__(self, memo: dict) -> Source:
         """Itself: the adapter's connections, which a deep copy of a structure holding it (LangChain's
         ``model_copy(deep=True)``) shares rather than duplicates."""
         return self
 
+    @property
+    def async_retriever(self) -> AsyncRetriever | None:
+        """The given AsyncRetriever, else the one made for the running event loop (outside a loop: the
+        last one made, if still open)."""
+        if self.given_async is not None:
+            return self.given_async
+        try:
+            return self._by_loop.get(asyncio.get_running_loop())
+        except RuntimeError:
+            return self._latest
+
     def sync(self) -> Retriever:
         if self.retriever is None:
             with self._lock:  # `batch` calls from worker threads: make ONE connection, not one each
                 if self.retriever is None:
                     if self.dsn is None:
-                        raise RuntimeError("sync calls need a Retriever or a dsn (this adapter has only an "
-                                           "AsyncRetriever)")
+                        raise TypeError("sync calls need a Retriever or a dsn (this adapter has only an "
+                                        "AsyncRetriever)")
                     self.retriever = Retriever(self.dsn, **self.options)
                     self._owned_sync = True
         return self.retriever
 
     async def async_(self) -> AsyncRetriever:
+        if self.given_async is not None:
+            return self.given_async
+        if self.dsn is None:  # a TypeError: LlamaIndex's asyncio_run rewrites any RuntimeError's message
+            raise TypeError("async calls need an AsyncRetriever or a dsn (this adapter has only a "
+                            "sync Retriever, and will not run it in a thread)")
         loop = asyncio.get_running_loop()
-        if self.async_retriever is not None and (not self._owned_async or self._loop is loop):
-            return self.async_retriever
-        if self.dsn is None:
-            raise RuntimeError("async calls need an AsyncRetriever or a dsn (this adapter has only a "
-                               "sync Retriever, and will not run it in a thread)")
+        mine = self._by_loop.get(loop)
+        if mine is not None:
+            return mine
+        with self._lock:  # connections of loops that have closed: close them (a plain close waits on nothing)
+            stale = [(lp, r) for lp, r in self._by_loop.items() if lp.is_closed()]
+            for lp, _ in stale:
+                del self._by_loop[lp]
+        for _, r in stale:
+            await r.close()
         made = await AsyncRetriever.create(self.dsn, **self.options)
-        if self.async_retriever is not None and self._owned_async and self._loop is loop:
-            await made.close()  # a concurrent call of this loop made one first
-            return self.async_retriever
-        await self.aclose()  # one made in an earlier event loop (closing a plain connection waits on nothing)
-        self.async_retriever, self._owned_async, self._loop = made, True, loop
-        return made
+        with self._lock:
+            first = self._by_loop.setdefault(loop, made)  # a concurrent call of this loop may have made one
+        if first is not made:
+            await made.close()
+        self._latest = first
+        return first
 
     def search(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One sync call; ``query`` is text (embedded by onetrip's embedder) or an embedding."""
@@ -276,7 +307,43 @@ class Source:
                 self.retriever, self._owned_sync = None, False
 
     async def aclose(self) -> None:
-        """Close the async connection this Source opened (given instances stay open)."""
-        if self._owned_async and self.async_retriever is not None:
-            await self.async_retriever.close()
-            self.async_retriever, self._owned_async, self._loop = None, False, None
+        """Close the async connections this Source opened, for every event loop (given instances stay open)."""
+        with self._lock:
+            owned, self._by_loop, self._latest = list(self._by_loop.values()), {}, None
+        for r in owned:
+            await r.close()
+
+
+#: Sources made from a DSN, by (dsn, schema, prefix, embedder): an adapter made again with the same fields
+#: (LangChain's configurable_fields makes one per call) shares the model and connections instead of loading
+#: the model again and leaving a connection open each time. Kept while an adapter holds them.
+_SHARED: weakref.WeakValueDictionary[tuple, Source] = weakref.WeakValueDictionary()
+_SHARED_LOCK = threading.Lock()
+_DEFAULT_EMBEDDER: list[Any] = []
+
+
+def default_embedder() -> Any:
+    """The bundled model, loaded once per process for every adapter made from a DSN without an embedder."""
+    with _SHARED_LOCK:
+        if not _DEFAULT_EMBEDDER:
+            from ..embedders import SentenceTransformerEmbedder
+
+            _DEFAULT_EMBEDDER.append(SentenceTransformerEmbedder())
+        return _DEFAULT_EMBEDDER[0]
+
+
+def shared_source(retriever: Retriever | None, async_retriever: AsyncRetriever | None, dsn: str | None, *,
+                  embedder: Any = None, schema: str | None = None, prefix: str = "") -> Source:
+    """A `Source` for an adapter: given retrievers are used as they are; from a DSN, one Source per
+    (dsn, schema, prefix, embedder) while an adapter holds it (`close` on one closes the shared connections,
+    which the next call opens again)."""
+    if retriever is not None or async_retriever is not None or dsn is None:
+        return Source(retriever, async_retriever, dsn, embedder=embedder, schema=schema, prefix=prefix)
+    key = (dsn, schema, prefix, None if embedder is None else id(embedder))
+    with _SHARED_LOCK:
+        src = _SHARED.get(key)
+        if src is not None and (embedder is None or src.options["embedder"] is embedder):
+            return src
+    src = Source(None, None, dsn, embedder=embedder, schema=schema, prefix=prefix)
+    with _SHARED_LOCK:
+        return _SHARED.setdefault(key, src)

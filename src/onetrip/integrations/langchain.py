@@ -20,9 +20,12 @@ from pydantic import Field, PrivateAttr
 
 from ..async_retrieve import AsyncRetriever
 from ..retrieve import Retriever
-from . import Item, Query, Source
+from . import Item, Query, Source, shared_source
 
 __all__ = ["OnetripRetriever", "to_document"]
+
+#: The fields that shape a search (not a connection): settable per adapter or per call.
+SEARCH_FIELDS = ("k", "mode", "content", "assembled", "expand", "filters", "principals", "max_tokens", "hybrid")
 
 
 def to_document(item: Item) -> Document:
@@ -50,14 +53,16 @@ class OnetripRetriever(BaseRetriever):
     and applies on the next call: the search fields (k, mode, content, assembled, expand, filters,
     principals, max_tokens, hybrid) are validated then, and new connection fields (retriever,
     async_retriever, dsn, embedder, db_schema, prefix) make a new `Source` (a copy that keeps the
-    old ones keeps sharing the old one). Options passed to ``invoke`` itself are not used:
-    LangChain drops them.
+    old ones keeps sharing the old one). The search fields may also be given to one call,
+    ``invoke(query, k=2, filters={...})``; other options are refused (a TypeError). Adapters
+    made from the same dsn, db_schema, prefix and embedder share one model and connection
+    (LangChain's ``configurable_fields`` makes an adapter per call).
     """
 
     # connections and a model: left out of model_dump()/model_dump_json(), shared by deep copies
     retriever: Retriever | None = Field(None, exclude=True)
     async_retriever: AsyncRetriever | None = Field(None, exclude=True)
-    dsn: str | None = None
+    dsn: str | None = Field(None, repr=False)  # it may hold a password: kept out of repr() and to_json()'s repr
     embedder: Any = Field(None, exclude=True)
     db_schema: str | None = None
     prefix: str = ""
@@ -79,16 +84,13 @@ class OnetripRetriever(BaseRetriever):
     _source_from: tuple = PrivateAttr(default=())
 
     def _search_fields(self) -> tuple:
-        return (self.k, self.mode, self.content, self.assembled, self.expand, self.filters, self.principals,
-                self.max_tokens, self.hybrid)
+        return tuple(getattr(self, name) for name in SEARCH_FIELDS)
 
     def _current_query(self) -> Query:
         """The Query for the fields as they are now: rebuilt (and validated) when one was changed."""
         fields = self._search_fields()
         if fields != self._built_from:
-            self._query = Query.build(k=self.k, mode=self.mode, content=self.content, assembled=self.assembled,
-                                      expand=self.expand, filters=self.filters, principals=self.principals,
-                                      max_tokens=self.max_tokens, hybrid=self.hybrid)
+            self._query = Query.build(**dict(zip(SEARCH_FIELDS, fields)))
             self._built_from = fields
         return self._query
 
@@ -100,8 +102,8 @@ class OnetripRetriever(BaseRetriever):
         fields = self._connection_fields()
         if len(fields) != len(self._source_from) or not all(
                 a is b or (isinstance(a, str) and a == b) for a, b in zip(fields, self._source_from)):
-            self._source = Source(self.retriever, self.async_retriever, self.dsn, embedder=self.embedder,
-                                  schema=self.db_schema, prefix=self.prefix)
+            self._source = shared_source(self.retriever, self.async_retriever, self.dsn, embedder=self.embedder,
+                                         schema=self.db_schema, prefix=self.prefix)
             self._source_from = fields
         return self._source
 
@@ -115,12 +117,24 @@ class OnetripRetriever(BaseRetriever):
         """The onetrip retrievers in use (``source.sync().conn`` is the sync connection)."""
         return self._current_source()
 
-    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun) -> list[Document]:
-        return [to_document(i) for i in self._current_source().search(query, self._current_query())]
+    def _query_for_call(self, options: dict[str, Any]) -> Query:
+        """The Query for one call: the fields, with the search options given to ``invoke`` in their place."""
+        if not options:
+            return self._current_query()
+        unknown = set(options) - set(SEARCH_FIELDS)
+        if unknown:  # refused, not dropped: a misspelt filter must not become an unfiltered search
+            raise TypeError(f"unexpected options {sorted(unknown)} for invoke; per-call options: "
+                            f"{', '.join(SEARCH_FIELDS)}")
+        fields = {name: getattr(self, name) for name in SEARCH_FIELDS} | options
+        return Query.build(**fields)
 
-    async def _aget_relevant_documents(self, query: str, *,
-                                       run_manager: AsyncCallbackManagerForRetrieverRun) -> list[Document]:
-        return [to_document(i) for i in await self._current_source().asearch(query, self._current_query())]
+    def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
+                                **options: Any) -> list[Document]:
+        return [to_document(i) for i in self._current_source().search(query, self._query_for_call(options))]
+
+    async def _aget_relevant_documents(self, query: str, *, run_manager: AsyncCallbackManagerForRetrieverRun,
+                                       **options: Any) -> list[Document]:
+        return [to_document(i) for i in await self._current_source().asearch(query, self._query_for_call(options))]
 
     def close(self) -> None:
         """Close the sync connection made from ``dsn`` (given retrievers stay open)."""

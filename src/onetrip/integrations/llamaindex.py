@@ -23,7 +23,7 @@ from llama_index.core.schema import NodeRelationship, NodeWithScore, ObjectType,
 
 from ..async_retrieve import AsyncRetriever
 from ..retrieve import Expansion, Filters, HybridOptions, Retriever
-from . import Item, Query, Source
+from . import Item, Query, shared_source
 
 __all__ = ["OnetripRetriever", "to_node"]
 
@@ -106,7 +106,7 @@ class OnetripRetriever(BaseRetriever):
     ) -> None:
         self.query = Query.build(k=k, mode=mode, content=content, assembled=assembled, expand=expand,
                                  filters=filters, principals=principals, max_tokens=max_tokens, hybrid=hybrid)
-        self.source = Source(retriever, async_retriever, dsn, embedder=embedder, schema=schema, prefix=prefix)
+        self.source = shared_source(retriever, async_retriever, dsn, embedder=embedder, schema=schema, prefix=prefix)
         super().__init__(callback_manager=callback_manager, verbose=verbose)
 
     def _retrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
@@ -114,9 +114,12 @@ class OnetripRetriever(BaseRetriever):
         return [to_node(i) for i in self.source.search(query, self.query, text)]
 
     async def _aretrieve(self, query_bundle: QueryBundle) -> list[NodeWithScore]:
-        embedder = (await self.source.async_()).embedder
         strs = list(query_bundle.custom_embedding_strs or []) if query_bundle.embedding is None else []
-        done = iter(await asyncio.to_thread(lambda: [embedder.embed_query(s) for s in strs]))  # off the loop
+        vectors: list[Any] = []
+        if strs:  # as the sync path: the embedder (and its model check) only when there is text to embed here
+            embedder = (await self.source.async_()).embedder
+            vectors = await asyncio.to_thread(lambda: [embedder.embed_query(s) for s in strs])  # off the loop
+        done = iter(vectors)
         query, text = _query_of(query_bundle, lambda s: next(done))
         return [to_node(i) for i in await self.source.asearch(query, self.query, text)]
 
