@@ -484,6 +484,20 @@ def test_langchain_per_call_options_and_a_dump_round_trip(corpus):
     assert lc.invoke(VACATION, filters={"doc_ids": ["no-such-doc"]}) == []
     with pytest.raises(TypeError, match=r"unexpected options \['filter'\] for invoke"):
         lc.invoke(VACATION, filter={"doc_ids": ["x"]})  # a misspelt filter: refused, not an unfiltered search
+    assert len(lc.invoke(VACATION, verbose=True)) == 3  # LangChain's own keyword passes through
+    with pytest.raises(TypeError, match="assembled must be True or False"):
+        lc.invoke(VACATION, assembled="no")  # the adapter's strict check, per call too
+    # a call's filters only narrow: the adapter's principals (and any filter it sets) cannot be replaced
+    guarded = LCRetriever(retriever=api, k=3, mode="dense", principals=["nobody"])
+    public = guarded.invoke(VACATION)
+    assert guarded.invoke(VACATION, filters={"collections": ["default"]}) == \
+        LCRetriever(retriever=api, k=3, mode="dense", principals=["nobody"],
+                    filters={"collections": ["default"]}).invoke(VACATION)
+    for widen in ({"principals": ["hr"]}, {"filters": {"principals": ["hr"]}}):
+        with pytest.raises(ValueError, match="already sets filters.principals"):
+            guarded.invoke(VACATION, **widen)
+    # principals=None in a call's filters is "not given" there, never "no access check"
+    assert guarded.invoke(VACATION, filters={"principals": None}) == public
     rich = LCRetriever(retriever=api, k=2, assembled=True, expand=Expansion(neighbors=2), mode="hybrid",
                        hybrid=HybridOptions(rrf_k=10), filters={"collections": ["default"]})
     again = LCRetriever(retriever=api, **rich.model_dump())
@@ -521,7 +535,6 @@ def test_adapters_made_again_from_one_dsn_share_a_source(corpus, dsn, monkeypatc
     assert len(made) == 1 and lc.source.sync().conn is made[0].sync().conn
     li = LIRetriever(dsn=dsn, embedder=emb, k=2, mode="dense")
     assert li.source is lc.source and len(made) == 1
-    assert LIRetriever(dsn=dsn, embedder=HashEmbedder(), k=2).source is not lc.source  # another embedder
     assert integrations.default_embedder() is integrations.default_embedder()
     lc.close()
 
@@ -553,4 +566,38 @@ def test_async_calls_from_two_event_loops_at_once(corpus, dsn):
     async def close_all() -> None:
         await lc.aclose()
     asyncio.run(close_all())
+    lc.close()
+
+
+def test_aclose_leaves_another_running_loops_connection_alone(corpus, dsn):
+    """aclose had closed every loop's connection: a loop still running in another thread then failed with
+    'connection socket closed'."""
+    import threading
+
+    lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=2, mode="dense")
+    ready, closed_elsewhere = threading.Event(), threading.Event()
+    seen: list = []
+
+    def other_loop() -> None:
+        async def run() -> None:
+            seen.append(len(await lc.ainvoke(QUERIES[0])))
+            mine = lc.source.async_retriever
+            ready.set()
+            await asyncio.to_thread(closed_elsewhere.wait, 30)
+            seen.append(not mine.conn.closed and lc.source.async_retriever is mine)  # its own, still open
+            seen.append(len(await lc.ainvoke(QUERIES[1])))
+            await lc.aclose()
+        asyncio.run(run())
+
+    t = threading.Thread(target=other_loop)
+    t.start()
+    assert ready.wait(30)
+
+    async def here() -> None:
+        await lc.ainvoke(QUERIES[2])
+        await lc.aclose()  # this loop's connection only
+    asyncio.run(here())
+    closed_elsewhere.set()
+    t.join(60)
+    assert seen == [2, True, 2]
     lc.close()

@@ -197,7 +197,10 @@ def test_oracle_edition_pins_each_oracle_construct():
     assert "heading_path      JSON" in schema and "CLOB" in schema
     assert "VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)" in query
     assert "VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)" in macro  # the macro's VECTOR parameter
-    assert query.rstrip().endswith(";")  # SQL*Plus runs a statement at its terminator (psql at end of file)
+    # SQL*Plus runs a statement at a ';' ending its last line (psql runs what is left at end of file); a
+    # lone ';' line is a SQL*Plus command of its own
+    assert query.rstrip().splitlines()[-1].endswith("w.sequence_index;")
+    assert not [line for line in query.splitlines() if line.strip() == ";"]
     assert "content           CLOB," in schema  # '' is NULL in Oracle: heading-only sections have no content
     assert "PARAMETERS (TYPE HNSW, NEIGHBORS 16, EFCONSTRUCTION 64)" in schema  # as the PostgreSQL index
     assert "NLSSORT(h.doc_id, 'NLS_SORT=BINARY')" in query  # ties broken the same in every session

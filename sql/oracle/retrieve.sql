@@ -13,9 +13,16 @@
 --                      SQL*Plus has no VECTOR bind type, and the text is over
 --                      the 4,000 bytes of a VARCHAR2 bind
 --           :k                NUMBER  number of hits (top-K)
---           SQL*Plus: VARIABLE query_embedding CLOB
+--           SQL*Plus (a line holds at most 2,500 characters: give the vector
+--           in pieces, or bind it from python-oracledb):
+--                     VARIABLE query_embedding CLOB
 --                     VARIABLE k NUMBER
---                     EXEC :query_embedding := '[0.1, ...]'; :k := 5
+--                     BEGIN
+--                       :query_embedding := '[0.0123, -0.0456, ...'
+--                                        || ' ..., 0.0789]';
+--                       :k := 5;
+--                     END;
+--                     /
 --                     SET LONG 100000
 --                     @retrieve.sql
 -- Plan      On tables of a few thousand sections or more (a small table is

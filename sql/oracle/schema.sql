@@ -20,6 +20,9 @@
 --           searched exactly until the graph is repopulated.
 --           Oracle stores '' as NULL: content and heading are NULL for
 --           heading-only sections and the preface (read NULL as empty).
+--           VARCHAR2(n CHAR) counts characters, but under the default
+--           MAX_STRING_SIZE = STANDARD a value still holds at most 4,000
+--           bytes: a long non-ASCII title or heading needs EXTENDED.
 --           This edition is validated by parsing (sqlglot, Oracle dialect) and
 --           golden files, NOT by execution: no Oracle server was available.
 -- Params    embedding dimension 384; schema (CURRENT_SCHEMA);

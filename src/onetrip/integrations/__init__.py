@@ -146,6 +146,8 @@ class Query:
 
     def __post_init__(self) -> None:
         check_k(self.k)
+        if type(self.assembled) is not bool:  # "no" would be truthy: an assembled context nobody asked for
+            raise TypeError(f"assembled must be True or False, got {self.assembled!r}")
         if self.expand is not None and not isinstance(self.expand, Expansion):
             raise TypeError(f"expand must be an Expansion, got {type(self.expand).__name__}")
         if self.hybrid is not None and not isinstance(self.hybrid, HybridOptions):
@@ -215,9 +217,10 @@ class Source:
     From a DSN each is created lazily, so a sync-only user never opens an async
     connection. An async connection belongs to the event loop it was made in:
     each running loop gets its own (two loops at once, e.g. LlamaIndex running a
-    second loop in a thread, had closed each other's), and one whose loop has
-    closed is closed when another loop next asks. Use `shared_source` for
-    adapters made from a DSN, so adapters made again with the same fields share it.
+    second loop in a thread, had closed each other's); those of loops that have
+    closed are closed when a new loop makes its own, or by `aclose`. Use
+    `shared_source` for adapters made from a DSN, so adapters made again with the
+    same fields share it.
     """
 
     def __init__(self, retriever: Retriever | None = None, async_retriever: AsyncRetriever | None = None,
@@ -245,7 +248,7 @@ class Source:
     @property
     def async_retriever(self) -> AsyncRetriever | None:
         """The given AsyncRetriever, else the one made for the running event loop (outside a loop: the
-        last one made, if still open)."""
+        last one made, None after `aclose`)."""
         if self.given_async is not None:
             return self.given_async
         try:
@@ -254,15 +257,17 @@ class Source:
             return self._latest
 
     def sync(self) -> Retriever:
-        if self.retriever is None:
+        r = self.retriever  # read once: another adapter sharing this Source may close (and clear) it meanwhile
+        if r is None:
             with self._lock:  # `batch` calls from worker threads: make ONE connection, not one each
-                if self.retriever is None:
+                r = self.retriever
+                if r is None:
                     if self.dsn is None:
                         raise TypeError("sync calls need a Retriever or a dsn (this adapter has only an "
                                         "AsyncRetriever)")
-                    self.retriever = Retriever(self.dsn, **self.options)
+                    r = self.retriever = Retriever(self.dsn, **self.options)
                     self._owned_sync = True
-        return self.retriever
+        return r
 
     async def async_(self) -> AsyncRetriever:
         if self.given_async is not None:
@@ -307,10 +312,16 @@ class Source:
                 self.retriever, self._owned_sync = None, False
 
     async def aclose(self) -> None:
-        """Close the async connections this Source opened, for every event loop (given instances stay open)."""
+        """Close the async connection this Source opened for the running event loop, and those of loops that
+        have closed (a connection another running loop is using is left to it); given instances stay open."""
+        loop = asyncio.get_running_loop()
         with self._lock:
-            owned, self._by_loop, self._latest = list(self._by_loop.values()), {}, None
-        for r in owned:
+            mine = [(lp, r) for lp, r in self._by_loop.items() if lp is loop or lp.is_closed()]
+            for lp, r in mine:
+                del self._by_loop[lp]
+                if self._latest is r:
+                    self._latest = None
+        for _, r in mine:
             await r.close()
 
 
@@ -320,11 +331,12 @@ class Source:
 _SHARED: weakref.WeakValueDictionary[tuple, Source] = weakref.WeakValueDictionary()
 _SHARED_LOCK = threading.Lock()
 _DEFAULT_EMBEDDER: list[Any] = []
+_EMBEDDER_LOCK = threading.Lock()
 
 
 def default_embedder() -> Any:
     """The bundled model, loaded once per process for every adapter made from a DSN without an embedder."""
-    with _SHARED_LOCK:
+    with _EMBEDDER_LOCK:
         if not _DEFAULT_EMBEDDER:
             from ..embedders import SentenceTransformerEmbedder
 
@@ -335,8 +347,8 @@ def default_embedder() -> Any:
 def shared_source(retriever: Retriever | None, async_retriever: AsyncRetriever | None, dsn: str | None, *,
                   embedder: Any = None, schema: str | None = None, prefix: str = "") -> Source:
     """A `Source` for an adapter: given retrievers are used as they are; from a DSN, one Source per
-    (dsn, schema, prefix, embedder) while an adapter holds it (`close` on one closes the shared connections,
-    which the next call opens again)."""
+    (dsn, schema, prefix, embedder) while an adapter holding it is alive (`close` on one closes the shared
+    connections, which the next call opens again)."""
     if retriever is not None or async_retriever is not None or dsn is None:
         return Source(retriever, async_retriever, dsn, embedder=embedder, schema=schema, prefix=prefix)
     key = (dsn, schema, prefix, None if embedder is None else id(embedder))

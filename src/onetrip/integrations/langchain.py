@@ -11,6 +11,7 @@ context) come back together. Install with ``pip install 'onetrip[langchain]'``.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -19,13 +20,15 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import Field, PrivateAttr
 
 from ..async_retrieve import AsyncRetriever
-from ..retrieve import Retriever
+from ..retrieve import Filters, Retriever
 from . import Item, Query, Source, shared_source
 
 __all__ = ["OnetripRetriever", "to_document"]
 
 #: The fields that shape a search (not a connection): settable per adapter or per call.
 SEARCH_FIELDS = ("k", "mode", "content", "assembled", "expand", "filters", "principals", "max_tokens", "hybrid")
+#: Keywords LangChain's own invoke reads and still passes on: not search options.
+LANGCHAIN_KEYS = ("verbose",)
 
 
 def to_document(item: Item) -> Document:
@@ -118,15 +121,30 @@ class OnetripRetriever(BaseRetriever):
         return self._current_source()
 
     def _query_for_call(self, options: dict[str, Any]) -> Query:
-        """The Query for one call: the fields, with the search options given to ``invoke`` in their place."""
+        """The Query for one call: the fields, with the search options given to ``invoke`` in their place.
+
+        Filters only narrow: a call's filters are added to the adapter's, and a filter (principals
+        included) the adapter already sets cannot be replaced by a call, so an application that passes
+        a user's options to ``invoke`` cannot widen what the adapter may read.
+        """
+        options = {k: v for k, v in options.items() if k not in LANGCHAIN_KEYS}
         if not options:
             return self._current_query()
         unknown = set(options) - set(SEARCH_FIELDS)
         if unknown:  # refused, not dropped: a misspelt filter must not become an unfiltered search
             raise TypeError(f"unexpected options {sorted(unknown)} for invoke; per-call options: "
                             f"{', '.join(SEARCH_FIELDS)}")
-        fields = {name: getattr(self, name) for name in SEARCH_FIELDS} | options
-        return Query.build(**fields)
+        base = self._current_query().filters or Filters()
+        call = Query.build(filters=options.pop("filters", None), principals=options.pop("principals", None)).filters
+        merged = {f.name: getattr(base, f.name) for f in dataclasses.fields(Filters)}
+        for name, value in ({} if call is None else dataclasses.asdict(call)).items():
+            if value is None:
+                continue
+            if merged[name] is not None:
+                raise ValueError(f"this adapter already sets filters.{name}; a call may add filters, not replace one")
+            merged[name] = value
+        fields = {name: getattr(self, name) for name in SEARCH_FIELDS if name not in ("filters", "principals")}
+        return Query.build(**(fields | options), filters=Filters(**merged))
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
                                 **options: Any) -> list[Document]:
@@ -137,9 +155,10 @@ class OnetripRetriever(BaseRetriever):
         return [to_document(i) for i in await self._current_source().asearch(query, self._query_for_call(options))]
 
     def close(self) -> None:
-        """Close the sync connection made from ``dsn`` (given retrievers stay open)."""
+        """Close the sync connection made from ``dsn``, shared with adapters of the same dsn, schema, prefix and
+        embedder (the next call of any of them opens it again); given retrievers stay open."""
         self._source.close()
 
     async def aclose(self) -> None:
-        """Close the async connection made from ``dsn`` (given retrievers stay open)."""
+        """Close this event loop's async connection made from ``dsn`` (shared as `close` says)."""
         await self._source.aclose()

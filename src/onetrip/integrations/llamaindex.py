@@ -124,9 +124,10 @@ class OnetripRetriever(BaseRetriever):
         return [to_node(i) for i in await self.source.asearch(query, self.query, text)]
 
     def close(self) -> None:
-        """Close the sync connection made from ``dsn`` (given retrievers stay open)."""
+        """Close the sync connection made from ``dsn``, shared with adapters of the same dsn, schema, prefix and
+        embedder (the next call of any of them opens it again); given retrievers stay open."""
         self.source.close()
 
     async def aclose(self) -> None:
-        """Close the async connection made from ``dsn`` (given retrievers stay open)."""
+        """Close this event loop's async connection made from ``dsn`` (shared as `close` says)."""
         await self.source.aclose()
