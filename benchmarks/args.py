@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from collections.abc import Callable, Iterable
 
 from benchmarks.latency.corpus import MANUAL
-from onetrip.errors import OnetripError
+from onetrip.cli import report_error
 
 #: The smallest synthetic corpus the benchmarks build (clusters, recall and k need a few hundred sections).
 MIN_SECTIONS = 100
@@ -182,11 +181,13 @@ def run_cli(main: Callable[[], int], module: str) -> int:
 
     A DSN that does not answer, tables never made or a wrong dimension are the
     runner's to fix, not the benchmark's bugs: ``<prog>: error: <why>`` and the
-    onetrip CLI's exit codes (2 for a bad value such as an unreadable DSN, 1
-    otherwise) instead of a traceback. Any other exception still shows its traceback.
+    onetrip CLI's exit codes (`onetrip.cli.report_error`) instead of a traceback.
+    Any other exception still shows its traceback.
     """
     try:
         return main()
-    except OnetripError as e:
-        print(f"python -m {module}: error: {e}", file=sys.stderr)
-        return 2 if isinstance(e, ValueError) else 1
+    except Exception as e:
+        code = report_error(f"python -m {module}", e)
+        if code is None:
+            raise
+        return code

@@ -30,7 +30,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from .errors import InputDocumentError, InvalidIdentifierError, OnetripError
+from .errors import OnetripError
 
 if TYPE_CHECKING:
     from .explain import Explained
@@ -696,23 +696,35 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return COMMANDS[args.command](args)
-    except (InvalidIdentifierError, InputDocumentError, ValueError) as e:
-        print(f"onetrip: error: {e}", file=sys.stderr)
-        return 2
-    except OnetripError as e:
-        print(f"onetrip: error: {e}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
-    except Exception as e:  # the database's own errors (a lost connection, a timeout, a read-only server)
-        import psycopg
-
-        if not isinstance(e, psycopg.Error):
+    except ValueError as e:  # the library's own checks of a value (identifiers and documents included)
+        print(f"onetrip: error: {e}", file=sys.stderr)
+        return 2
+    except Exception as e:
+        code = report_error("onetrip", e)
+        if code is None:
             raise
+        return code
+
+
+def report_error(prog: str, e: BaseException) -> int | None:
+    """Print ``<prog>: error: <why>`` for onetrip's and the database's errors and return the exit code
+    (2 for a bad value, 1 otherwise); None for any other exception, which keeps its traceback.
+
+    The one mapping behind `onetrip` and the benchmark scripts (`benchmarks.args.run_cli`).
+    """
+    import psycopg
+
+    if isinstance(e, OnetripError):
+        print(f"{prog}: error: {e}", file=sys.stderr)
+        return 2 if isinstance(e, ValueError) else 1
+    if isinstance(e, psycopg.Error):  # a lost connection, a timeout, a read-only server
         first = (str(e).strip().splitlines() or [""])[0]
-        print(f"onetrip: error: PostgreSQL: {type(e).__name__}: {first} (what a command had committed "
+        print(f"{prog}: error: PostgreSQL: {type(e).__name__}: {first} (what a command had committed "
               "before it stays stored)", file=sys.stderr)
         return 1
+    return None
 
 
 if __name__ == "__main__":

@@ -245,6 +245,11 @@ def as_vector(value: object, dim: int, *, check_finite: bool = True) -> np.ndarr
     return arr
 
 
+#: Vector lengths pgvector's float32 cosine distance handles: query embeddings (`check_length`) and stored
+#: ones (`store.replace_document`) are held to it.
+LENGTH_RANGE = (1e-15, 1e15)
+
+
 def check_length(vector: np.ndarray, what: str = "the length") -> None:
     """A ValueError unless the vector's length is one pgvector's cosine distance handles.
 
@@ -253,9 +258,10 @@ def check_length(vector: np.ndarray, what: str = "the length") -> None:
     arbitrary order.
     """
     norm = float(np.linalg.norm(vector.astype(np.float64)))
-    if not 1e-15 <= norm <= 1e15:
+    lo, hi = LENGTH_RANGE
+    if not lo <= norm <= hi:
         raise ValueError(f"{what} {norm:.3g} is outside what pgvector's float32 distances handle "
-                         "(1e-15 to 1e15); normalise it")
+                         f"({lo:g} to {hi:g}); normalise it")
 
 
 def nan_distance_error(doc_id: str, section_id: str) -> ValueError:

@@ -64,6 +64,13 @@ class IngestReport:
     def seconds(self) -> float:
         return self.parse_seconds + self.embed_seconds + self.load_seconds
 
+    def note_access(self, path: str, res: StoreResult) -> None:
+        """List a stored revision that made a document public or moved it from another collection."""
+        if res.made_public:
+            self.made_public.append(path)
+        if res.moved_from is not None:
+            self.moved.append((path, res.moved_from))
+
     def as_dict(self) -> dict[str, object]:
         return {
             "documents": self.documents, "new": self.new, "changed": self.changed,
@@ -115,12 +122,13 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
             continue  # the same file given twice (a folder and a file in it): once, under its first id
         files.add(resolved)
         did = make_id(path, root)
-        first = seen.get(did) if path.exists() else None  # a missing file is reported as such, stores nothing
+        exists = path.exists()  # a missing file is reported as such by ingest, stores nothing: no conflict
+        first = seen.get(did) if exists else None
         if first is not None:
             raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
                                      "document's id is its path relative to the folder given; ingest their "
                                      "common folder, or each in its own run with --doc-id-prefix (doc_id=)")
-        if path.exists():
+        if exists:
             seen[did] = path
         planned.append((path, root, did))
     return planned
@@ -196,10 +204,7 @@ def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: st
         report.sections += res.sections
     else:
         report.unchanged += 1
-    if res.made_public:
-        report.made_public.append(shown)
-    if res.moved_from is not None:
-        report.moved.append((shown, res.moved_from))
+    report.note_access(shown, res)
     return True
 
 
@@ -280,10 +285,7 @@ def ingest_paths(
                         report.unchanged += 1
                     if res.outcome != "unchanged":
                         recorded()  # committed: the record is visible, the first-ingest lock can go
-                    if res.made_public:
-                        report.made_public.append(p.path)
-                    if res.moved_from is not None:
-                        report.moved.append((p.path, res.moved_from))
+                    report.note_access(p.path, res)
                     report.sections += res.sections
                 report.load_seconds += time.perf_counter() - t0
                 offset += n

@@ -22,6 +22,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from .embedders import LENGTH_RANGE
 from .errors import DimensionMismatchError, missing_table_error
 from .templates import Layout
 
@@ -124,6 +125,13 @@ def _same_access(stored_collection: str | None, stored_acl: Sequence[str] | None
         (None if stored_acl is None else set(stored_acl)) == (None if acl is None else set(acl))
 
 
+def _access_change(stored_collection: str, stored_acl: Sequence[str] | None, collection: str,
+                   acl: Sequence[str] | None) -> dict[str, Any]:
+    """What a new revision changed of a stored document's access, as `StoreResult` reports it."""
+    return {"made_public": stored_acl is not None and acl is None,
+            "moved_from": stored_collection if stored_collection != collection else None}
+
+
 StoredState = Literal["new", "content", "access", "unchanged"]
 
 
@@ -175,8 +183,7 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
                      (collection, new_acl, revision, source_uri, doc_id))
         n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s WHERE doc_id = %s")
                          .format(sections), (collection, new_acl, revision, doc_id)).rowcount
-    return StoreResult(doc_id, "changed", revision, n, made_public=row[3] is not None and acl is None,
-                       moved_from=row[2] if row[2] != collection else None)
+    return StoreResult(doc_id, "changed", revision, n, **_access_change(row[2], row[3], collection, acl))
 
 
 #: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
@@ -231,7 +238,8 @@ def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, d
     if not np.all(np.isfinite(arr)):
         raise ValueError("embeddings contain NaN or infinity")
     norms = np.linalg.norm(arr.astype(np.float64), axis=1)
-    bad = np.flatnonzero((norms < 1e-15) | (norms > 1e15))  # `embedders.check_length`'s range for queries
+    lo, hi = LENGTH_RANGE  # the range query embeddings are held to
+    bad = np.flatnonzero((norms < lo) | (norms > hi))
     if bad.size:
         s, norm = sections[int(bad[0])], float(norms[bad[0]])
         raise ValueError(f"the embedding of section {s.section_id!r} has length {norm:.3g}"
@@ -484,8 +492,7 @@ def replace_document(
             copy.set_types(copy_types(layout))
             write_section_rows(copy, layout, doc, sections, arr, context_tokens, revision)
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections),
-                       made_public=row is not None and row[3] is not None and doc.acl is None,
-                       moved_from=row[2] if row is not None and row[2] != doc.collection else None)
+                       **({} if row is None else _access_change(row[2], row[3], doc.collection, doc.acl)))
 
 
 def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:
