@@ -115,11 +115,15 @@ def test_langchain_invoke_equals_api_and_carries_metadata(corpus, statement_log)
             for role in ("parent", "prev", "next"):
                 rec = getattr(h, role)
                 assert m[f"{role}_section_id"] == (rec and rec.section_id)
-                assert m[f"{role}_content"] == (rec and rec.content)
+                parent_again = role == "prev" and rec is not None and rec == h.parent
+                assert m[f"{role}_content"] == (None if parent_again else rec and rec.content)
     top = lc.invoke(VACATION)[0]
     assert top.id == "handbook#vacation" and top.metadata["distance"] == pytest.approx(0, abs=1e-6)
     assert top.metadata["parent_content"] == SECTIONS[1].content
-    assert top.metadata["prev_section_id"] == "leave" and top.metadata["next_content"] == SECTIONS[3].content
+    assert top.metadata["next_content"] == SECTIONS[3].content
+    # the previous section is the parent: its text is given once, as parent_content
+    assert top.metadata["prev_section_id"] == top.metadata["parent_section_id"] == "leave"
+    assert top.metadata["prev_content"] is None and top.metadata["prev_heading_path"] is None
 
 
 def test_langchain_expanded_text_has_parent_and_neighbors_in_reading_order(corpus):
@@ -285,7 +289,12 @@ def test_llamaindex_retrieve_equals_api_one_statement(corpus, statement_log):
     from llama_index.core.schema import MetadataMode
 
     llm_text = top.node.get_content(MetadataMode.LLM)
-    assert SECTIONS[1].content in llm_text and "distance" not in llm_text and VACATION in llm_text
+    assert "distance" not in llm_text and "None" not in llm_text
+    # the parent, which is also the previous section, is shown once; the hit's heading path sits
+    # right before its text (LlamaIndex renders metadata first)
+    assert llm_text.count(SECTIONS[1].content) == 1
+    assert llm_text.index(SECTIONS[1].content) < llm_text.index(SECTIONS[3].content) < llm_text.index(VACATION)
+    assert llm_text.endswith("heading_path: " + str(list(top.node.metadata["heading_path"])) + "\n\n" + VACATION)
 
 
 def test_llamaindex_expanded_hybrid_and_hidden_parent(corpus):

@@ -61,7 +61,9 @@ def hit_item(hit: Hit, *, mode: str, content: str) -> Item:
     Expanded text follows reading order (sequence_index) with one heading-path
     separator per section, and lists a section once when it is both the parent
     and the previous section. ``content="section"`` keeps the hit's own text
-    and carries the related sections' text in metadata instead.
+    and carries the related sections' text in metadata instead, also once: when the
+    previous section is the parent (a first subsection), ``prev_content`` and
+    ``prev_heading_path`` are None and ``prev_section_id`` equals ``parent_section_id``.
     """
     s = hit.section
     related = {"parent": hit.parent, "prev": hit.prev, "next": hit.next}
@@ -84,8 +86,12 @@ def hit_item(hit: Hit, *, mode: str, content: str) -> Item:
         meta[f"{role}_section_id"] = rec.section_id if rec else None
     if content == "section":
         for role, rec in related.items():
-            meta[f"{role}_content"] = rec.content if rec else None
-            meta[f"{role}_heading_path"] = list(rec.heading_path) if rec else None
+            # a first subsection's previous section is its parent: its text is parent_content already
+            # (a prompt that shows the metadata, as LlamaIndex's does, would show it twice)
+            shown = rec is not None and not (role == "prev" and hit.parent is not None
+                                             and rec.section_id == hit.parent.section_id)
+            meta[f"{role}_content"] = rec.content if shown else None
+            meta[f"{role}_heading_path"] = list(rec.heading_path) if shown else None
         text = s.content
     else:
         seen: dict[str, SectionRecord] = {}

@@ -44,7 +44,8 @@ class OnetripRetriever(BaseRetriever):
     content="expanded"  page_content = parent, previous, hit and next section in reading
                         order, each under its heading-path separator (what a prompt wants)
     content="section"   page_content = the hit's own text; related text in metadata
-                        (parent_content, prev_content, next_content)
+                        (parent_content, prev_content, next_content; prev_content is None
+                        when the previous section is the parent, whose text is parent_content)
     assembled=True      the deduplicated, ``max_tokens``-budgeted context of `Retriever.assemble`,
                         one Document per passage in reading order
     mode="auto" (default) searches hybrid (dense + full text): a LangChain query always has its text.

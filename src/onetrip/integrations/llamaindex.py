@@ -27,9 +27,10 @@ from . import Item, Query, shared_source
 
 __all__ = ["OnetripRetriever", "to_node"]
 
-# Shown to the LLM by LlamaIndex's metadata rendering; ids, ranks and distances are not.
-LLM_KEYS = ("heading_path", "parent_heading_path", "parent_content", "prev_heading_path", "prev_content",
-            "next_heading_path", "next_content")
+# Shown to the LLM by LlamaIndex's metadata rendering, in this order; ids, ranks and distances are not.
+# LlamaIndex renders metadata before the node text, so the hit's own heading path goes last, next to it.
+LLM_KEYS = ("parent_heading_path", "parent_content", "prev_heading_path", "prev_content",
+            "next_heading_path", "next_content", "heading_path")
 _RELATIONS = {"parent": NodeRelationship.PARENT, "prev": NodeRelationship.PREVIOUS, "next": NodeRelationship.NEXT}
 
 
@@ -40,14 +41,16 @@ def to_node(item: Item) -> NodeWithScore:
     for role, rel in _RELATIONS.items():
         if item.relations.get(role):
             relationships[rel] = RelatedNodeInfo(node_id=item.relations[role], node_type=ObjectType.TEXT)
-    keys = list(item.metadata)
+    # the LLM's keys last, in LLM_KEYS order (LlamaIndex renders metadata in dict order)
+    keys = [k for k in item.metadata if k not in LLM_KEYS] + [k for k in LLM_KEYS if k in item.metadata]
     node = TextNode(
         id_=item.id,
         text=item.text,
-        metadata=item.metadata,
+        metadata={k: item.metadata[k] for k in keys},
         relationships=relationships,
         excluded_embed_metadata_keys=keys,
-        excluded_llm_metadata_keys=[k for k in keys if k not in LLM_KEYS],
+        # a missing relation (None) is left out of the LLM's text rather than shown as "None"
+        excluded_llm_metadata_keys=[k for k in keys if k not in LLM_KEYS or item.metadata[k] is None],
     )
     return NodeWithScore(node=node, score=item.score)
 
@@ -74,7 +77,9 @@ class OnetripRetriever(BaseRetriever):
     content="expanded"  node text = parent, previous, hit and next section in reading order,
                         each under its heading-path separator
     content="section"   node text = the hit's own text; related text in node metadata
-                        (parent_content, prev_content, next_content; shown to the LLM)
+                        (parent_content, prev_content, next_content; shown to the LLM before
+                        the text, with the hit's heading_path last; a previous section that is
+                        the parent is shown once, as parent_content)
     assembled=True      the deduplicated, ``max_tokens``-budgeted context, one node per passage
                         in reading order
     mode="auto" (default) searches hybrid (dense + full text) when the query has text, as a
