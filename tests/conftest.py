@@ -119,7 +119,12 @@ class StatementLog:
         pid = conn.info.backend_pid  # known client-side; costs no statement
         start = self.path.stat().st_size
         w = Watch()
-        yield w
+        try:
+            yield w
+        finally:  # read even when the watched code raised: what it sent before raising counts too
+            self._read(w, pid, start)
+
+    def _read(self, w: Watch, pid: int, start: int) -> None:
         with self.path.open("rb") as f:
             f.seek(start)
             text = f.read().decode("utf-8", "replace")

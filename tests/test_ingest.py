@@ -289,15 +289,16 @@ def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
     assert db.execute("SELECT revision FROM documents WHERE doc_id='doc'").fetchone()[0] == 1
 
 
-def test_wrong_embedding_dimension_is_refused_before_writing(db, tmp_path):
+def test_wrong_embedding_dimension_is_refused_before_writing(db, tmp_path, statement_log):
     from onetrip import DimensionMismatchError
 
     init_schema(db)
     v1 = _parsed(tmp_path, DOC_V1)
-    with pytest.raises(DimensionMismatchError, match="have 128 dimensions but the sections table stores vector\\(384\\)"):
+    with statement_log.watch(db) as w, \
+            pytest.raises(DimensionMismatchError, match="have 128 dimensions but the sections table stores vector\\(384\\)"):
         replace_document(db, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h"), v1.sections,
                          np.zeros((len(v1.sections), 128), np.float32))
-    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+    assert w.statements == []  # refused before the write, not a write rolled back
     from onetrip.errors import OnetripError
 
     with pytest.raises(OnetripError, match="makes 64-d vectors"):
@@ -371,14 +372,15 @@ def test_bulk_copy_writes_the_rows_replace_document_writes(db):
     assert db.execute("SELECT min(token_count) FROM viacopy_documents").fetchone()[0] > 0
 
 
-def test_bulk_copy_refuses_a_wrong_dimension_before_writing(db):
+def test_bulk_copy_refuses_a_wrong_dimension_before_writing(db, statement_log):
     from onetrip.errors import DimensionMismatchError
     from onetrip.store import copy_documents
     from onetrip.synthetic import generate
 
     init_schema(db)
     good, bad = list(generate(40, seed=6)), list(generate(20, seed=7, dim=16, doc_prefix="bad"))
-    with pytest.raises(DimensionMismatchError, match="16 dimensions"):
+    with statement_log.watch(db) as w, pytest.raises(DimensionMismatchError, match="16 dimensions"):
         with db.transaction():
             copy_documents(db, Layout(), [(d.record, d.sections, d.embeddings) for d in good + bad])
+    assert not [s for s in w.statements if "COPY" in s.upper()], w.statements  # refused before the first COPY
     assert db.execute("SELECT count(*) FROM sections").fetchone()[0] == 0

@@ -166,18 +166,19 @@ def test_keep_history_after_a_delete_continues_the_revisions(db, tmp_path):
     assert db.execute("SELECT revision FROM documents WHERE doc_id = 'audit.md'").fetchone() == (3,)
 
 
-def test_a_zero_embedding_is_refused_at_store_and_named_at_search(db, tmp_path):
+def test_a_zero_embedding_is_refused_at_store_and_named_at_search(db, tmp_path, statement_log):
     """A stored zero vector had made every search reaching it fail with 'the query embedding has length zero'."""
     init_schema(db)
     path, parsed, vecs = _parsed(tmp_path, "z.md", _doc("zebra"))
     vecs[1] = 0.0
     record = DocumentRecord("z.md", path.as_uri(), parsed.title, "h1")
-    with pytest.raises(ValueError, match="embedding of section 'leave' has length 0 \\(all zeros\\)"):
-        replace_document(db, Layout(), record, parsed.sections, vecs)
-    vecs[1] = 1e-30
-    with pytest.raises(ValueError, match="has length 1.96e-29.*normalise it"):
-        replace_document(db, Layout(), record, parsed.sections, vecs)
-    assert db.execute("SELECT count(*) FROM sections").fetchone()[0] == 0
+    with statement_log.watch(db) as w:  # refused before the write: nothing sent, not a rolled-back write
+        with pytest.raises(ValueError, match="embedding of section 'leave' has length 0 \\(all zeros\\)"):
+            replace_document(db, Layout(), record, parsed.sections, vecs)
+        vecs[1] = 1e-30
+        with pytest.raises(ValueError, match="has length 1.96e-29.*normalise it"):
+            replace_document(db, Layout(), record, parsed.sections, vecs)
+    assert w.statements == []
     # loaded around the check (by SQL), the search names the section, not the query
     vecs[1] = vecs[0]
     replace_document(db, Layout(), record, parsed.sections, vecs)
@@ -187,7 +188,7 @@ def test_a_zero_embedding_is_refused_at_store_and_named_at_search(db, tmp_path):
         Retriever(db, embedder=HashEmbedder()).search(vecs[0], k=2, neighbors=False, parent=False)
 
 
-def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path):
+def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path, statement_log):
     init_schema(db)
     path, parsed, vecs = _parsed(tmp_path, "t.md", _doc("tree"))
     record = DocumentRecord("t.md", path.as_uri(), parsed.title, "h")
@@ -199,9 +200,9 @@ def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path):
         ([replace(root, parent_section_id=leave.section_id), leave], "parents form a cycle"),
         ([root, replace(leave, level=40000)], "heading level 40000, outside a smallint"),
     ):
-        with pytest.raises(ValueError, match=why):
+        with statement_log.watch(db) as w, pytest.raises(ValueError, match=why):
             replace_document(db, Layout(), record, sections, vecs)
-    assert db.execute("SELECT count(*) FROM sections").fetchone()[0] == 0
+        assert w.statements == [], why  # refused before the write, not rolled back after it
 
 
 def test_a_database_error_in_the_cli_is_one_line(dsn, db):
@@ -219,7 +220,7 @@ def test_a_database_error_in_the_cli_is_one_line(dsn, db):
     assert res.stderr.startswith("onetrip: error: PostgreSQL: QueryCanceled: "), res.stderr
 
 
-def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path):
+def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path, statement_log):
     """A long doc_id, a NUL, NaN metadata and a 3,000-character identifier had failed with PostgreSQL's own
     messages (index row size ... exceeds btree maximum, invalid byte sequence, Token "NaN" is invalid)."""
     init_schema(db)
@@ -232,12 +233,17 @@ def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path):
     from dataclasses import replace
 
     bad = [replace(parsed.sections[0], content="a\x00b"), *parsed.sections[1:]]
-    with pytest.raises(ValueError, match="section 'handbook' holds a NUL character"):
-        replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h"), bad, vecs)
-    with pytest.raises(ValueError, match="holds a value JSON cannot \\(NaN or infinity\\)"):
-        replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h", metadata={"x": float("nan")}),
-                         parsed.sections, vecs)
-    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0  # each refused whole
+    nan_section = [parsed.sections[0], replace(parsed.sections[1], metadata={"w": float("inf")}),
+                   *parsed.sections[2:]]
+    with statement_log.watch(db) as w:  # each refused before the write: nothing sent
+        with pytest.raises(ValueError, match="section 'handbook' holds a NUL character"):
+            replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h"), bad, vecs)
+        with pytest.raises(ValueError, match="holds a value JSON cannot \\(NaN or infinity\\)"):
+            replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h",
+                                                          metadata={"x": float("nan")}), parsed.sections, vecs)
+        with pytest.raises(ValueError, match="holds a value JSON cannot \\(NaN or infinity\\)"):
+            replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h"), nan_section, vecs)
+    assert w.statements == []
     report = ingest_paths(db, [path], layout=Layout(), embedder=HashEmbedder())
     assert report.new == 1 and report.failed == []  # the long identifier is left out of the terms, not fatal
     terms = db.execute("SELECT terms FROM sections WHERE section_id = 'setting'").fetchone()[0]

@@ -282,12 +282,14 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
         rooted.update(chain)
 
 
-def _checked(doc_id: str, sections: Sequence[SectionLike], embeddings: Any, dim: int) -> np.ndarray:
+def _checked(doc: DocumentRecord, sections: Sequence[SectionLike], embeddings: Any, dim: int) -> np.ndarray:
     """Everything a write refuses, checked before it starts; the embeddings as float32."""
     if not sections:
-        raise ValueError(f"{doc_id}: a document needs at least one section")
+        raise ValueError(f"{doc.doc_id}: a document needs at least one section")
     arr = _check_embeddings(sections, embeddings, dim)
-    _check_tree(doc_id, sections)
+    _check_tree(doc.doc_id, sections)
+    for metadata in (doc.metadata, *(s.metadata for s in sections)):  # NaN: refused here, not mid-transaction
+        _json_object(metadata)
     return arr
 
 
@@ -400,7 +402,7 @@ def copy_documents(conn: psycopg.Connection, layout: Layout,
     rows (documents.token_count is the sum of the sections' context_tokens, as
     there). It neither replaces nor skips: the documents must not exist yet.
     """
-    docs = [(d, ss, _checked(d.doc_id, ss, e, layout.dim)) for d, ss, e in docs]
+    docs = [(d, ss, _checked(d, ss, e, layout.dim)) for d, ss, e in docs]
     context_tokens = [passage_tokens(d.doc_id, ss) for d, ss, _ in docs]
     with conn.cursor() as cur:
         with cur.copy(_binary_copy(layout.tables["documents"], DOCUMENT_COLUMNS)) as copy:
@@ -447,7 +449,7 @@ def replace_document(
     A section may carry its own ``acl`` attribute; otherwise it gets the
     document's. Everything is validated before the transaction starts.
     """
-    arr = _checked(doc.doc_id, sections, embeddings, layout.dim)
+    arr = _checked(doc, sections, embeddings, layout.dim)
     context_tokens = passage_tokens(doc.doc_id, sections)
     documents = sql.SQL(layout.tables["documents"])
     table = sql.SQL(layout.tables["sections"])
