@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import psycopg
 import pytest
 
 from onetrip import ConnectionFailedError, InvalidIdentifierError, Layout, Retriever, connect
@@ -59,9 +60,27 @@ def test_valid_names_render_bare_and_reserved_words_are_refused():
     assert "FROM kb.v2_sections s" in sql
 
 
-def test_hostile_prefix_via_retriever_touches_no_database(db):
-    with pytest.raises(InvalidIdentifierError):
-        Retriever(db, prefix="x; DROP TABLE sections; --")
+def test_hostile_prefix_via_retriever_touches_no_database(db, statement_log):
+    import asyncio
+
+    from onetrip.async_retrieve import AsyncRetriever
+
+    with statement_log.watch(db) as w:
+        with pytest.raises(InvalidIdentifierError):
+            Retriever(db, prefix="x; DROP TABLE sections; --")
+        with pytest.raises(InvalidIdentifierError):
+            Retriever(db, schema="public; DROP TABLE sections")
+    assert w.statements == []  # refused before the adapters' registration or the settings were sent
+
+    async def hostile_async() -> None:
+        conn = await psycopg.AsyncConnection.connect(db.info.dsn, autocommit=True)
+        try:
+            with statement_log.watch(conn) as aw, pytest.raises(InvalidIdentifierError):
+                await AsyncRetriever.create(conn, prefix="x; DROP TABLE sections; --")
+            assert aw.statements == []
+        finally:
+            await conn.close()
+    asyncio.run(hostile_async())
 
 
 def test_unreachable_dsn_is_a_clear_error():

@@ -93,6 +93,7 @@ class AsyncRetriever:
 
         from .adapters import register_adapters_async
 
+        layout_query(schema, prefix)  # an invalid or hostile name is refused before anything is sent
         self = object.__new__(cls)
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool = conn if isinstance(conn, AsyncConnectionPool) else None

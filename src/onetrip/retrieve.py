@@ -29,7 +29,7 @@ from .embedders import (
     nan_distance_error,
 )
 from .errors import missing_table_error
-from .schema import read_layout
+from .schema import layout_query, read_layout
 from .store import recorded_embedders
 from .templates import Layout, render
 
@@ -898,6 +898,7 @@ class Retriever:
     ) -> None:
         from psycopg_pool import ConnectionPool
 
+        layout_query(schema, prefix)  # an invalid or hostile name is refused before anything is sent
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool: ConnectionPool | None = conn if isinstance(conn, ConnectionPool) else None
         if self.pool is not None:
