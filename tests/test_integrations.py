@@ -310,11 +310,14 @@ def test_llamaindex_expanded_hybrid_and_hidden_parent(corpus):
     hits = api.search("Vacation days accrue monthly", k=5, mode="hybrid")
     assert [(n.node.node_id, n.score) for n in nodes] == \
         [(f"{h.section.doc_id}#{h.section.section_id}", h.score) for h in hits]
-    # a precomputed embedding in the bundle is used as is; the text still drives the lexical side
-    bundle = QueryBundle("Vacation days accrue monthly", embedding=list(HashEmbedder().embed_query(
-        "Vacation days accrue monthly")))
-    assert [(n.node.node_id, n.score) for n in LIRetriever(api, k=5, mode="hybrid").retrieve(bundle)] == \
-        [(n.node.node_id, n.score) for n in nodes]
+    # a precomputed embedding in the bundle is used as is (here another text's: embedding the bundle's text
+    # would give other results); the text still drives the lexical side
+    other = HashEmbedder().embed_query(BONUS)
+    bundle = QueryBundle("Vacation days accrue monthly", embedding=list(map(float, other)))
+    got = [(n.node.node_id, n.score) for n in LIRetriever(api, k=5, mode="hybrid").retrieve(bundle)]
+    assert got == [(f"{h.section.doc_id}#{h.section.section_id}", h.score)
+                   for h in api.search(other, k=5, text="Vacation days accrue monthly", mode="hybrid")]
+    assert got != [(n.node.node_id, n.score) for n in nodes]
 
     for content in ("section", "expanded"):
         hidden = LIRetriever(api, k=3, content=content, principals=("alice",)).retrieve(BONUS)
