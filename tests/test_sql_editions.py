@@ -8,6 +8,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import psycopg
 import pytest
 
 from onetrip import Retriever
@@ -142,13 +143,16 @@ def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
     for q in corpus_query_vectors(loaded, 5, seed=10):
         rows = run_psql(dsn, "-c", f"SELECT * FROM retrieve_sections('{vec_literal(q)}'::vector, 7)")
         assert _key(rows) == _api_key(r.search(q, k=7))
-    # The function pins ef_search for its own execution only.
-    assert db.execute("SHOW hnsw.ef_search").fetchone()[0] == str(DEFAULT_EF_SEARCH)
-    with db.cursor() as cur:
-        cur.execute("RESET hnsw.ef_search")
-        cur.execute("SELECT count(hit_rank) FROM retrieve_sections(%s::vector, 3)", (vec_literal(loaded[0].embeddings[0]),))
-        assert cur.fetchone()[0] == 3
-        assert cur.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
+    # The function pins its settings for its own execution only: they are in its SET clause (pg_proc),
+    # and a session that has not set them keeps pgvector's defaults after calling it.
+    config = db.execute("SELECT proconfig FROM pg_proc WHERE proname = 'retrieve_sections'").fetchone()[0]
+    assert set(config) >= {f"hnsw.ef_search={DEFAULT_EF_SEARCH}", "hnsw.iterative_scan=relaxed_order"}, config
+    with psycopg.connect(dsn, autocommit=True) as fresh:  # no Retriever has set anything on this session
+        got = fresh.execute("SELECT count(hit_rank) FROM retrieve_sections(%s::vector, 3)",
+                            (vec_literal(loaded[0].embeddings[0]),)).fetchone()[0]
+        assert got == 3
+        assert fresh.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
+        assert fresh.execute("SHOW hnsw.iterative_scan").fetchone()[0] == "off"
 
 
 def test_function_body_plan_uses_hnsw_when_prepared(db, loaded):
