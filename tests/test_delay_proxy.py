@@ -249,7 +249,7 @@ def test_set_delay_ms_lower_bound(tcp_echo: EchoServer) -> None:
         proxy.set_delay_ms(40.0)
         assert min(_roundtrip_s(s) for _ in range(3)) >= 0.039
         proxy.set_delay_ms(0.0)
-        assert _roundtrip_s(s, b"still works") >= 0.0
+        _roundtrip_s(s, b"still works")  # echoed back whole (checked inside)
         with pytest.raises(ValueError):
             proxy.set_delay_ms(-1)
 
@@ -319,7 +319,7 @@ def test_proxied_dsn_keeps_credentials() -> None:
 
 def test_process_proxy(tcp_echo: EchoServer) -> None:
     with DelayProxyProcess(tcp_echo.upstream, 0.0) as proxy, _connect(proxy) as s:
-        assert _roundtrip_s(s, b"hi") >= 0.0
+        _roundtrip_s(s, b"hi")  # echoed back whole (checked inside)
         proxy.set_delay_ms(20.0)
         assert min(_roundtrip_s(s) for _ in range(3)) >= 0.019
         assert proxy.lateness_stats()["n"] >= 6

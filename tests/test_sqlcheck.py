@@ -117,13 +117,6 @@ def test_apostrophe_in_a_comment_does_not_hide_the_query():
         assert_vector_ops_kept(src, "/* the hit's neighbours; a document's first section */ SELECT a AS d FROM t")
 
 
-def test_postgres_edition_passes_check_roundtrip():
-    for name, text in render_edition("postgres").items():
-        if "$function$" in text:
-            text = text.split("$function$")[1]
-        assert check_roundtrip(psql_vars_to_binds(text)), name
-
-
 # --------------------------------------------------------------------------- (b) psql variables
 
 
