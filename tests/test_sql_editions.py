@@ -57,6 +57,20 @@ def test_every_postgres_statement_parses_and_keeps_vector_operators():
             assert any("<=>" in (c.roundtrip or "") for c in checked), name
 
 
+def test_rendering_an_edition_parses_every_statement(monkeypatch):
+    """sqlglot checks what a DBA gets before it is written or printed: a template rendering broken SQL is
+    an error naming the file (how operators are kept is test_sqlcheck's)."""
+    import onetrip.editions as editions
+    from onetrip.sqlcheck import SqlValidationError
+
+    assert editions.check_edition("postgres", render_edition("postgres")) >= len(render_edition("postgres"))
+    real = editions.render
+    monkeypatch.setattr(editions, "render", lambda template, **kw: "SELECT doc_id FROM sections WHERE ("
+                        if template == "assemble" else real(template, **kw))
+    with pytest.raises(SqlValidationError, match="^postgres/assemble.sql: postgres SQL does not parse"):
+        render_edition("postgres")
+
+
 @pytest.mark.parametrize("dialect", ["postgres", "oracle"])
 def test_headers_tell_a_dba_what_they_need(dialect):
     for name, text in render_edition(dialect).items():

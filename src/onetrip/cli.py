@@ -607,13 +607,13 @@ def cmd_sql(args: argparse.Namespace) -> int:
     from .editions import render_edition, write_editions
 
     layout = _layout(args, args.dim)
-    dialects = ["postgres", "oracle", "citus"] if args.dialect == "all" else [args.dialect]
+    editions = ["postgres", "oracle", "citus"] if args.dialect == "all" else [args.dialect]
     if args.stdout:
-        for d in dialects:
-            for name, text in render_edition(d, layout).items():  # type: ignore[arg-type]
+        for d in editions:
+            for name, text in render_edition(d, layout).items():
                 print(f"-- ===== {d}/{name} =====\n{text}")
         return 0
-    for path in write_editions(Path(args.out), dialects, layout):  # type: ignore[arg-type]
+    for path in write_editions(Path(args.out), editions, layout):
         print(f"wrote {path}")
     return 0
 

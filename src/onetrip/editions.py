@@ -1,12 +1,16 @@
-"""The rendered SQL editions that DBAs copy: ``sql/postgres`` and ``sql/oracle``.
+"""The rendered SQL editions that DBAs copy: ``sql/postgres``, ``sql/oracle`` and ``sql/citus``.
 
 Each file is a template from ``sql/templates`` rendered with a header and the
 edition's bind syntax (psql variables for PostgreSQL, ``:name`` for Oracle).
+Every statement rendered is parsed by sqlglot (`check_edition`, with
+`onetrip.sqlcheck`'s pgvector and Oracle 23ai dialects) before anyone gets it.
 `write_editions` writes them; `stale_files` reports stale checked-in files.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -68,12 +72,46 @@ def render_edition(edition: str, layout: Layout = Layout()) -> dict[str, str]:
         options = dict(f.options)
         binds = options.pop("binds", default_binds)
         out[f.name] = render(f.template, layout=layout, dialect=dialect, binds=binds, header=True, **options)
+    check_edition(edition, out)
     return out
 
 
-def write_editions(out_dir: Path, dialects: list[Dialect], layout: Layout = Layout()) -> list[Path]:
+def check_edition(edition: str, files: Mapping[str, str]) -> int:
+    """Parse every statement of a rendered edition with sqlglot and check that generating it again keeps
+    every vector operator and Oracle construct; the number of statements checked.
+
+    Raises `SqlValidationError` naming the file. A PostgreSQL function's dollar-quoted body is parsed as a
+    query of its own; psql variables are read as binds.
+    """
+    from .sqlcheck import (SqlValidationError, check_oracle_roundtrip, check_roundtrip, parse_statements,
+                           psql_vars_to_binds)
+
+    checked = 0
+    quiet = logging.getLogger("sqlglot")  # it warns on every DDL it keeps as an opaque command
+    level = quiet.level
+    quiet.setLevel(logging.ERROR)
+    try:
+        for name, text in files.items():
+            try:
+                if EDITION_DIALECT[edition] == "oracle":
+                    checked += len(check_oracle_roundtrip(text))
+                    continue
+                if "$function$" in text:  # the CREATE FUNCTION as a whole, then its body as a query
+                    checked += len(parse_statements(text, "postgres"))
+                    text = text.split("$function$")[1]
+                checked += len(check_roundtrip(psql_vars_to_binds(text)))
+            except Exception as e:  # the checks' own errors, or sqlglot's (ParseError, TokenError)
+                why = str(e) if isinstance(e, SqlValidationError) else f"{type(e).__name__}: {e}"
+                raise SqlValidationError(f"{edition}/{name}: {why}") from e
+    finally:
+        quiet.setLevel(level)
+    return checked
+
+
+def write_editions(out_dir: Path, editions: list[str], layout: Layout = Layout()) -> list[Path]:
+    """Render (and check) each edition and write its files under ``out_dir/<edition>/``."""
     written = []
-    for d in dialects:
+    for d in editions:
         folder = out_dir / d
         folder.mkdir(parents=True, exist_ok=True)
         for name, text in render_edition(d, layout).items():
