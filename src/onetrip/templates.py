@@ -43,6 +43,11 @@ def templates_dir() -> Path:
     raise FileNotFoundError(f"SQL templates not found in {packaged} or {source}")
 
 
+#: The text search configuration of the tsv column and of query words. Fixed, not a Layout field: a table
+#: built with another one would be searched with this one (a Retriever reads its layout from the catalog).
+TEXT_CONFIG = "english"
+
+
 @dataclass(frozen=True)
 class Layout:
     """Where onetrip's tables live and how wide their embeddings are."""
@@ -50,7 +55,6 @@ class Layout:
     dim: int = DEFAULT_DIM
     schema: str | None = None
     prefix: str = ""
-    text_config: str = "english"  # PostgreSQL text search configuration of the tsv column
     vector_type: str = "vector"   # "halfvec": 16-bit floats, half the table and index size
     partitions: int = 0           # > 0: sections hash-partitioned by doc_id into this many partitions
     # HNSW build parameters (pgvector's defaults). A larger ef_construction builds a better graph:
@@ -60,7 +64,6 @@ class Layout:
     hnsw_ef_construction: int = 64
 
     def __post_init__(self) -> None:
-        validate_identifier(self.text_config, "text search configuration")
         if isinstance(self.dim, bool) or not isinstance(self.dim, int) or not 1 <= self.dim <= MAX_DIM:
             raise ValueError(f"embedding dimension must be an integer from 1 to {MAX_DIM}, got {self.dim!r}")
         if self.vector_type not in VECTOR_TYPES:
@@ -217,7 +220,7 @@ def render(
         "schema": layout.schema,
         "schema_q": quote_ident(layout.schema) if layout.schema else None,
         "prefix": layout.prefix,
-        "text_config": layout.text_config,
+        "text_config": TEXT_CONFIG,
         "t": layout.tables,
         "names": layout.names,
         "header": header,
