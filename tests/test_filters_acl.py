@@ -17,6 +17,8 @@ from onetrip.store import prune_history, replace_document
 from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
 from onetrip.templates import Layout
 
+from .test_cli import onetrip
+
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 LAYOUT = Layout(dim=16)
 PRINCIPALS = ("alice", "bob", "hr", "eng")
@@ -174,7 +176,7 @@ def test_filtered_search_still_returns_k(db, dsn):
         assert d == sorted(d)
 
 
-def test_revisions_history_and_result_revision(db, tmp_path):
+def test_revisions_history_and_result_revision(db, dsn, tmp_path):
     layout = Layout(dim=16)
     init_schema(db, layout)
     doc = next(generate(12, dim=16, seed=51))
@@ -192,6 +194,14 @@ def test_revisions_history_and_result_revision(db, tmp_path):
     hist = db.execute("SELECT revision, count(*) FROM section_history GROUP BY revision ORDER BY 1").fetchall()
     n = len(doc.sections)
     assert hist == [(1, n), (2, n)]
+    # another document's history: `onetrip prune --doc-id` (prune_history's doc_id=) removes only its own
+    other = next(generate(12, dim=16, seed=52, doc_prefix="other"))
+    replace_document(db, layout, other.record, other.sections, other.embeddings)
+    replace_document(db, layout, dataclasses.replace(other.record, content_hash="o2"), other.sections,
+                     other.embeddings, keep_history=True)
+    res = onetrip("prune", "--doc-id", other.record.doc_id, dsn=dsn)
+    assert res.returncode == 0 and f"pruned {len(other.sections)} archived section rows" in res.stdout, res
+    assert db.execute("SELECT DISTINCT doc_id FROM section_history").fetchall() == [(rec.doc_id,)]
     assert prune_history(db, layout, keep=1) == n
     assert db.execute("SELECT DISTINCT revision FROM section_history").fetchall() == [(2,)]
     assert prune_history(db, layout, keep=0) == n

@@ -179,6 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("prune", help="delete archived revisions")
     _common(p)
     p.add_argument("--keep", type=int, default=0, help="archived revisions to keep per document (default 0)")
+    p.add_argument("--doc-id", help="prune this document's archived revisions only")
 
     p = sub.add_parser("sql", help="SQL editions for DBAs")
     sql_sub = p.add_subparsers(dest="sql_command", required=True)
@@ -411,8 +412,9 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
     with connect(args.dsn) as conn:
         layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
-        n = prune_history(conn, layout, keep=args.keep)
-    print(f"pruned {n} archived section rows (kept {args.keep} revision(s) per document)")
+        n = prune_history(conn, layout, keep=args.keep, doc_id=args.doc_id)
+    which = f"of {args.doc_id}" if args.doc_id is not None else "per document"
+    print(f"pruned {n} archived section rows (kept {args.keep} revision(s) {which})")
     return 0
 
 
