@@ -189,3 +189,18 @@ def test_search_modes_and_refresh_term_stats(dsn):
             want = api.search("tennis elbow", k=3, mode=mode)
             assert got and [(h["doc_id"], h["section_id"]) for h in got] == \
                 [(h.section.doc_id, h.section.section_id) for h in want]
+        # --hybrid: HybridOptions as JSON (HTTP's "hybrid"); --max-tokens none: assemble without a budget
+        tuned = {"lexical_weight": 3, "tf_weight": 1}
+        got = json.loads(onetrip("search", "tennis elbow", "-k", "3", "--hybrid", json.dumps(tuned), "--json",
+                                 dsn=dsn).stdout)
+        want = api.search("tennis elbow", k=3, hybrid=tuned)
+        assert [(h["section_id"], h["score"]) for h in got] == [(h.section.section_id, h.score) for h in want]
+        assert [h.score for h in want] != [h.score for h in api.search("tennis elbow", k=3)]  # the weight counted
+        ctx = json.loads(onetrip("search", "tennis elbow", "-k", "3", "--assemble", "--max-tokens", "none",
+                                 "--json", dsn=dsn).stdout)
+        unbudgeted = api.assemble("tennis elbow", k=3, max_tokens=None)
+        assert ctx["max_tokens"] is None and ctx["tokens"] == unbudgeted.tokens > 0
+    bad = onetrip("search", "tennis", "--hybrid", '{"bogus": 1}', dsn=dsn)
+    assert bad.returncode == 2 and "unknown hybrid option(s) ['bogus']" in bad.stderr, bad.stderr
+    bad = onetrip("search", "tennis", "--assemble", "--max-tokens", "lots", dsn=dsn)
+    assert bad.returncode == 2 and "expected a number of tokens or none, got 'lots'" in bad.stderr, bad.stderr

@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=["auto", "dense", "lexical", "hybrid"], default="auto",
                    help="dense: embedding similarity; lexical: the query's words, rare ones weighted most; "
                         "hybrid: both, fused by reciprocal rank; auto (default): hybrid, as the query is text")
+    p.add_argument("--hybrid", metavar="JSON",
+                   help="the lexical side's and the fusion's options (onetrip.HybridOptions) as a JSON object, "
+                        "e.g. '{\"tf_weight\": 1, \"candidates\": 100}'; as HTTP's \"hybrid\"")
     _model_option(p)
     g = p.add_argument_group("filters (applied to hits and to every added section)")
     g.add_argument("--collection", action="append", help="only this collection (repeatable)")
@@ -152,7 +155,7 @@ def build_parser() -> argparse.ArgumentParser:
         "parent and the section subtree (onetrip.CONTEXT_DEFAULT); with any, parent + +/-1 neighbors changed by "
         "the flags given (onetrip.Expansion).")
     a.add_argument("--assemble", action="store_true", help="print one deduplicated, budgeted context")
-    a.add_argument("--max-tokens", type=int, default=None, help="token budget (default 2000)")
+    a.add_argument("--max-tokens", type=_budget, default=None, help="token budget (default 2000; none: no budget)")
     a.add_argument("--neighbors", type=int, default=None, help="neighbor window N")
     a.add_argument("--neighbor-scope", choices=["any", "parent"], default=None)
     a.add_argument("--ancestors", action="store_true", help="add the chain of ancestors")
@@ -489,6 +492,31 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     return 0 if not report.failed else 3
 
 
+def _budget(text: str) -> int | str:
+    """--max-tokens: a number, or "none" for no budget (the library's max_tokens=None)."""
+    if text.strip().lower() == "none":
+        return "none"
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of tokens or none, got {text!r}") from None
+
+
+def _hybrid(args: argparse.Namespace) -> dict[str, Any]:
+    """``hybrid=`` for the call when --hybrid is given (checked by the library: unknown names are named)."""
+    if args.hybrid is None:
+        return {}
+    try:
+        options = json.loads(args.hybrid)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"--hybrid is not valid JSON: {e}") from e
+    if not isinstance(options, dict):
+        raise ValueError(f"--hybrid must be a JSON object such as '{{\"tf_weight\": 1}}', got {args.hybrid}")
+    from .retrieve import as_hybrid
+
+    return {"hybrid": as_hybrid(options)}
+
+
 def _filters(args: argparse.Namespace) -> Any:
     from .retrieve import Filters
 
@@ -536,6 +564,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     from .retrieve import Retriever
 
     flt = _filters(args)
+    hybrid = _hybrid(args)
     assemble_only = [flag for flag, given in (
         ("--max-tokens", args.max_tokens is not None), ("--neighbors", args.neighbors is not None),
         ("--neighbor-scope", args.neighbor_scope is not None), ("--ancestors", args.ancestors),
@@ -553,12 +582,13 @@ def cmd_search(args: argparse.Namespace) -> int:
             if args.explain:
                 _print_explained(r.explain_many(args.query, **({} if args.k is None else {"k": args.k}),
                                                 kind=args.explain, parent=not args.no_parent,
-                                                neighbors=not args.no_neighbors, filters=flt, mode=args.mode),
+                                                neighbors=not args.no_neighbors, filters=flt, mode=args.mode,
+                                                **hybrid),
                                  args.json)
                 return 0
             many = r.search_many(args.query, **({} if args.k is None else {"k": args.k}),
                                  parent=not args.no_parent, neighbors=not args.no_neighbors, filters=flt,
-                                 mode=args.mode)
+                                 mode=args.mode, **hybrid)
         if args.json:
             print(json.dumps([{"query": q, "hits": [hit_to_json(h) for h in hits]}
                               for q, hits in zip(args.query, many)], indent=2, ensure_ascii=False))
@@ -578,12 +608,12 @@ def cmd_search(args: argparse.Namespace) -> int:
                      "neighbor_scope": args.neighbor_scope, "ancestors": args.ancestors or None,
                      "section": args.section, "document": args.document or None,
                      "document_max_tokens": args.document_max_tokens}
-            options = {"max_tokens": 2000 if args.max_tokens is None else args.max_tokens, "filters": flt,
-                       "mode": args.mode,
+            budget = {None: 2000, "none": None}.get(args.max_tokens, args.max_tokens)
+            options = {"max_tokens": budget, "filters": flt, "mode": args.mode, **hybrid,
                        **{name: v for name, v in given.items() if v is not None}}
         else:
             options = {"parent": not args.no_parent, "neighbors": not args.no_neighbors, "filters": flt,
-                       "mode": args.mode}
+                       "mode": args.mode, **hybrid}
         if args.explain:
             _print_explained(r.explain(args.query, args.k, assemble=args.assemble, kind=args.explain, **options),
                              args.json)
