@@ -197,16 +197,19 @@ def test_cli_ingest_says_when_a_document_was_made_public(dsn, tmp_path):
     assert res.returncode == 0 and "guide.md had an ACL and is now readable by everyone" in res.stderr
 
 
-class ExplodingContent:
-    """A section whose content raises when COPY reads it: a failure mid-write."""
+def _failing_row_writer(after_rows: int, fail):
+    """`store.section_copy_row` that calls ``fail`` on row ``after_rows + 1``: a failure in the middle of the
+    COPY, after the DELETE of the old rows (earlier, at validation, nothing would have been written yet)."""
+    import onetrip.store as store
 
-    def __init__(self, base):
-        self._base = base
+    real, written = store.section_copy_row, []
 
-    def __getattr__(self, name):
-        if name == "content":
-            raise RuntimeError("disk on fire")
-        return getattr(self._base, name)
+    def row(*args, **kwargs):
+        if len(written) == after_rows:
+            fail()
+        written.append(1)
+        return real(*args, **kwargs)
+    return row
 
 
 def _parsed(tmp_path: Path, text: str):
@@ -215,7 +218,7 @@ def _parsed(tmp_path: Path, text: str):
     return parse_file(p)
 
 
-def test_failed_reingest_leaves_previous_revision_served(db, tmp_path):
+def test_failed_reingest_leaves_previous_revision_served(db, tmp_path, monkeypatch, statement_log):
     layout = Layout()
     init_schema(db, layout)
     emb = HashEmbedder()
@@ -224,12 +227,16 @@ def test_failed_reingest_leaves_previous_revision_served(db, tmp_path):
                      emb.embed_documents([s.content for s in v1.sections]))
     before = rows(db, "doc")
     v2 = _parsed(tmp_path, DOC_V2)
-    broken = list(v2.sections)
-    assert len(broken) == 4
-    broken[2] = ExplodingContent(broken[2])
-    with pytest.raises(RuntimeError, match="disk on fire"):
-        replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h2"), broken,
+    assert len(v2.sections) == 4
+
+    def fire():
+        raise RuntimeError("disk on fire")
+    monkeypatch.setattr("onetrip.store.section_copy_row", _failing_row_writer(2, fire))
+    with statement_log.watch(db) as w, pytest.raises(RuntimeError, match="disk on fire"):
+        replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,
                          emb.embed_documents([s.content for s in v2.sections]))
+    sent = " ".join(w.statements)
+    assert "DELETE FROM" in sent and "COPY" in sent and w.statements[-1] == "ROLLBACK", w.statements  # mid-write
     assert rows(db, "doc") == before
     assert db.execute("SELECT content_hash, revision FROM documents WHERE doc_id='doc'").fetchone() == ("h1", 1)
     hits = Retriever(db).search(emb.embed_query(before[0][1]), k=3)
@@ -238,23 +245,17 @@ def test_failed_reingest_leaves_previous_revision_served(db, tmp_path):
 
 def _slow_reingest(dsn: str, tmp: str, ready: str) -> None:
     """Child process: start replacing the document, then stall mid-COPY until killed."""
+    import onetrip.store as store
+
     conn = connect(dsn)
     v2 = parse_file(Path(tmp) / "v2.md")
     emb = HashEmbedder()
 
-    class Stall:
-        def __init__(self, base):
-            self._base = base
-
-        def __getattr__(self, name):
-            if name == "content":
-                Path(ready).write_text("deleted old rows, copying")
-                time.sleep(60)
-            return getattr(self._base, name)
-
-    sections = list(v2.sections)
-    sections[1] = Stall(sections[1])
-    replace_document(conn, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h2"), sections,
+    def stall():
+        Path(ready).write_text(str(conn.info.backend_pid))  # the old rows are deleted, the COPY has begun
+        time.sleep(60)
+    store.section_copy_row = _failing_row_writer(1, stall)
+    replace_document(conn, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,
                      emb.embed_documents([s.content for s in v2.sections]))
 
 
@@ -275,7 +276,10 @@ def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
             break
         time.sleep(0.05)
     assert ready.exists(), "child never reached the middle of the write"
-    # Mid-transaction: readers still see the old revision in full.
+    # Mid-transaction (its DELETE done, its COPY under way): readers still see the old revision in full.
+    child = int(ready.read_text())
+    state = db.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s", (child,)).fetchone()
+    assert state[0] == "active" and state[1].startswith("COPY"), state
     assert rows(db, "doc") == before
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(10)
