@@ -111,6 +111,43 @@ def test_neighbors_sharing_and_dedup(db, corpus):
             assert "neighbor" in p.roles  # each hit is also the other's neighbor, listed once
 
 
+def test_every_budget_up_to_the_whole_context_fills_as_the_reference(db, corpus):
+    """The budget's boundaries: a section that fits exactly is taken, one token less and it is not (the
+    property test's random budgets hit such a boundary only by chance)."""
+    r = Retriever(db)
+    q = corpus[0].embeddings[3]
+    exp = Expansion(parent=True, neighbors=1)
+    hits = r.search(q, k=2, parent=False, neighbors=False)
+    whole = r.assemble(q, k=2, expand=exp, max_tokens=None)
+    assert len(whole.passages) >= 4
+    (alone,) = [p for p in whole.passages if p.best_rank == 1 and p.is_hit]
+    c = alone.context_tokens
+    for budget, want in ((c - 1, []), (c, [alone.section_id])):  # the top hit alone: nothing fits, then it does
+        got = r.assemble(q, k=1, expand=Expansion(parent=False, neighbors=0), max_tokens=budget)
+        assert [p.section_id for p in got.passages] == want and got.tokens == (c if want else 0)
+    for budget in range(1, whole.tokens + 2):
+        ctx = r.assemble(q, k=2, expand=exp, max_tokens=budget)
+        assert _key(ctx) == reference_assemble(db, hits, exp, budget), budget
+        assert ctx.tokens <= budget
+    assert _key(ctx) == _key(whole)
+
+
+def test_passages_carry_their_rows_and_documents_are_numbered_densely(db, corpus):
+    """Every Passage field is its sections row's; doc_rank numbers the documents 1, 2, 3... in reading order."""
+    r = Retriever(db)
+    for q in corpus_query_vectors(corpus, 5, seed=31):
+        ctx = r.assemble(q, k=8, expand=Expansion(parent=True, neighbors=1, ancestors=True), max_tokens=None)
+        for p in ctx.passages:
+            row = db.execute("SELECT sequence_index, heading_level, heading, heading_path, anchor, content, "
+                             "token_count, context_tokens, revision FROM sections WHERE doc_id = %s AND "
+                             "section_id = %s", (p.doc_id, p.section_id)).fetchone()
+            assert (p.sequence_index, p.heading_level, p.heading, list(p.heading_path), p.anchor, p.content,
+                    p.token_count, p.context_tokens, p.revision) == tuple(row)
+        docs = list(dict.fromkeys(p.doc_id for p in ctx.passages))
+        assert len(docs) > 1
+        assert [p.doc_rank for p in ctx.passages] == [docs.index(p.doc_id) + 1 for p in ctx.passages]
+
+
 def test_rendered_context_costs_exactly_the_budgeted_tokens(db, corpus):
     ctx = Retriever(db).assemble(corpus[0].embeddings[0], k=5, max_tokens=800)
     text = render_context(ctx.passages)
