@@ -377,3 +377,26 @@ def test_rls_usage_lines_run_as_written_and_cover_lexical_search(db, dsn, acl_co
     finally:
         db.execute(f"DROP OWNED BY {role}")
         db.execute(f"DROP ROLE {role}")
+
+
+def test_ancestors_stop_at_a_section_the_caller_may_not_read(db):
+    """The climb to the root goes through each parent: past one the caller may not read it does not go, so
+    a visible section is not reached through a hidden one (what lies beyond it is its business)."""
+    from onetrip.sections import Section
+    from onetrip.store import DocumentRecord
+
+    init_schema(db, LAYOUT)
+    rng = np.random.default_rng(5)
+    vecs = rng.standard_normal((4, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    path = ("Guide", "Pay", "Salaries", "Raises")
+    ids = ["guide", "pay", "salaries", "raises"]
+    sections = [Section(sid, ids[i - 1] if i else None, i, i + 1, path[i], path[: i + 1], f"{path[i]} text.", 3, sid)
+                for i, sid in enumerate(ids)]
+    sections[1] = _AclSection(sections[1], ("hr",))  # the grandparent of the hit, between two visible sections
+    replace_document(db, LAYOUT, DocumentRecord("g.md", "file:g.md", "Guide", "h"), sections, vecs)
+    r = Retriever(db)
+    for principals, want in ((("alice",), ["salaries", "raises"]), (("hr",), ids)):
+        ctx = r.assemble(vecs[3], k=1, parent=False, neighbors=0, ancestors=True, max_tokens=None,
+                         filters=Filters(principals=principals))
+        assert [p.section_id for p in ctx.passages] == want, principals

@@ -318,7 +318,7 @@ class Expansion:
     neighbors       +/-N sections by sequence_index (0 = none)
     neighbor_scope  "any": cross section boundaries; "parent": stay inside the hit's parent section
     parent          the direct parent section
-    ancestors       the whole chain up to the root
+    ancestors       the whole chain up to the root (up to a section the filters hide: not past it)
     section         the hit's section with all its parts and its subtree
     document        the whole document, only when it has at most ``document_max_tokens``
 
