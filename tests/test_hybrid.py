@@ -117,18 +117,24 @@ def test_auto_mode_is_hybrid_for_text_and_dense_for_a_bare_embedding(kb, stateme
     assert len(w.statements) == 1, w.statements
 
 
-def test_rrf_matches_a_python_fusion_of_the_two_lists(kb):
-    opts = HybridOptions(candidates=20, rrf_k=60, dense_weight=1.0, lexical_weight=2.0)
+@pytest.mark.parametrize("candidates,k", [(20, 5), (2, 2), (1, 1)])  # 1, 2: a cut lexical list (4 match)
+def test_rrf_matches_a_python_fusion_of_the_two_lists(kb, candidates, k):
+    opts = HybridOptions(candidates=candidates, rrf_k=60, dense_weight=1.0, lexical_weight=2.0)
     q = "maximum number of concurrent connections for superusers"
-    dense = kb.search(q, k=20, mode="dense", parent=False, neighbors=False)
-    lexical = kb.search(q, k=20, mode="lexical", hybrid=opts, parent=False, neighbors=False)
+    dense = kb.search(q, k=candidates, mode="dense", parent=False, neighbors=False)
+    lexical = kb.search(q, k=candidates, mode="lexical", hybrid=opts, parent=False, neighbors=False)
+    whole = ids(kb.search(q, k=20, mode="lexical", hybrid=opts, parent=False, neighbors=False))
+    assert len(whole) > 2
+    if k == 1:  # what makes the cut visible: the dense top is lower in the whole lexical list, so cut it counts once
+        assert ids(dense)[0] in whole[1:]
     scores: dict[str, float] = {}
     for weight, hits in ((1.0, dense), (2.0, lexical)):
         for rank, key in enumerate(ids(hits), 1):
             scores[key] = scores.get(key, 0.0) + weight / (60 + rank)
-    want = sorted(scores, key=lambda key: -scores[key])[:5]
-    got = kb.search(q, k=5, mode="hybrid", hybrid=opts, parent=False, neighbors=False)
-    assert [h.score for h in got] == pytest.approx(sorted((scores[k] for k in want), reverse=True))
+    want = sorted(scores, key=lambda key: -scores[key])[:k]
+    got = kb.search(q, k=k, mode="hybrid", hybrid=opts, parent=False, neighbors=False)
+    assert len(got) == len(want) == k
+    assert [h.score for h in got] == pytest.approx(sorted((scores[key] for key in want), reverse=True))
     assert set(ids(got)) == set(want)
 
 

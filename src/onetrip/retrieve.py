@@ -247,7 +247,7 @@ class HybridOptions:
     """Reciprocal Rank Fusion of the dense (HNSW) and lexical (full-text) candidate lists.
 
     score = dense_weight / (rrf_k + dense_rank) + lexical_weight / (rrf_k + lexical_rank);
-    each list holds the top ``candidates``. The lexical list ranks sections by
+    each list holds the top ``candidates`` (at least k). The lexical list ranks sections by
     the summed idf of the query's stemmed words they hold (any word may match;
     weights from the term_stats table), plus ``term_weight`` when an exact
     technical term of the query (max_connections, pg_stat_activity) is among the
