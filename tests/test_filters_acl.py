@@ -90,10 +90,24 @@ def test_acl_leak_across_all_modes(db, acl_corpus, capsys):
         for p in ctx.passages:
             assert _allowed(acls[(p.doc_id, p.section_id)], caller), (caller, mode, p.section_id)
             checked += 1
+    # the lexical side's own candidate list: a document's id is a rare word of all its sections
+    lexical_checked = 0
+    for i, d in enumerate(acl_corpus[:60]):
+        caller = callers[i % len(callers)]
+        flt, text, vec = Filters(principals=caller), f"{d.record.doc_id} section", d.embeddings[0]
+        for mode in ("lexical", "hybrid"):
+            rows = [rec for h in r.search(vec, k=5, text=text, mode=mode, filters=flt)
+                    for rec in (h.section, h.parent, h.prev, h.next) if rec is not None]
+            rows += r.assemble(vec, k=5, text=text, mode=mode, filters=flt, max_tokens=None, ancestors=True,
+                               neighbors=2).passages
+            for rec in rows:
+                assert _allowed(acls[(rec.doc_id, rec.section_id)], caller), (caller, mode, rec.section_id)
+            lexical_checked += len(rows)
     with capsys.disabled():
         print(f"\nACL leak test: {len(queries)} queries, {len(modes)} assemble modes, {checked} returned rows "
-              f"checked, 0 not allowed; {hidden_parent_seen} hidden parents returned as absent")
-    assert checked > 2000 and hidden_parent_seen > 0
+              f"checked, 0 not allowed; {hidden_parent_seen} hidden parents returned as absent; lexical/hybrid "
+              f"{lexical_checked} rows")
+    assert checked > 2000 and hidden_parent_seen > 0 and lexical_checked > 500
 
 
 def test_filters_apply_to_hits_and_to_every_added_row(db, acl_corpus):
