@@ -457,7 +457,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
     corpus_info = {"corpus": corpus_mod.corpus_tag(n), "sections": n_sections, "documents": n_docs, "seed": seed, "dim": dim, "layout_prefix": layout.prefix,
                    "load": load.as_dict()}
     if args.only_diagnostics:
-        return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs, warm_vecs)
+        return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs)
 
     names = ["A", "B", "C", "C2", "D"] + [x for x in args.extra.split(",") if x] + (["E"] if use_e else [])
     doc: dict[str, Any] = {
@@ -646,7 +646,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
 
 def run_diagnostics_only(
     args: argparse.Namespace, dsn: str, layout: Any, meta: dict[str, Any], corpus_info: dict[str, Any],
-    timed_vecs: np.ndarray, warm_vecs: np.ndarray,
+    timed_vecs: np.ndarray,
 ) -> tuple[dict[str, Any], bool]:
     """--only-diagnostics: the A-vs-B breakdown (server plan and execution, size, mapping), no timed levels."""
     n_diag = max(1, min(args.diag_queries or len(timed_vecs), len(timed_vecs), 30))

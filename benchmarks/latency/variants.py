@@ -1,7 +1,9 @@
-"""The retrieval strategies under test, A to D, all on onetrip's own tables.
+"""The retrieval strategies under test, A to E, and onetrip's other calls F, Af, G, H, on onetrip's own tables.
 
-Every variant answers the same question for one query vector: the top-K
-sections, each with its parent and its previous/next sections. They differ only
+Every variant A-E answers the same question for one query vector: the top-K
+sections, each with its parent and its previous/next sections. F, Af, G and H
+(VARIANT_LABELS) time the assembled context, a filtered top-K, a filtered and a
+hybrid onetrip search against their own floors. They differ only
 in how many statements and round trips they spend doing it:
 
     A   bare top-K: one statement, no expansion (the floor)

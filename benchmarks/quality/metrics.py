@@ -166,11 +166,6 @@ def distribution(values: Iterable[float | None]) -> dict[str, float | int | None
             "mean": sum(xs) / len(xs)}
 
 
-def rank_in(value: float, others: Sequence[float]) -> float:
-    """Fraction of ``others`` strictly below ``value`` (0 = best-looking, 1 = worst-looking distance)."""
-    return sum(o < value for o in others) / len(others) if others else float("nan")
-
-
 def paired_record(a: Sequence[float | None], b: Sequence[float | None], eps: float = 1e-9) -> dict[str, int]:
     """Per-question wins/ties/losses of a over b (None entries skipped)."""
     w = t = l = 0

@@ -14,8 +14,8 @@
     onetrip demo                 the README's main job, on the embedded server
     onetrip serve                the HTTP service                                http_service.create_app
 
-Every command but `sql render` takes --dsn (default $ONETRIP_DSN, else the
-embedded server), --schema and --prefix; ingest, search and serve take --model
+Every command takes --schema and --prefix, and all but `sql render` --dsn (default $ONETRIP_DSN, else the
+embedded server); ingest, search and serve take --model
 (default $ONETRIP_MODEL, else the bundled all-MiniLM-L6-v2). Errors are printed as one line naming
 the cause, with exit status 2 (bad input), 3 (ingest: a file failed; delete: an
 id was not stored) or 1 (anything else).
@@ -333,7 +333,7 @@ def cmd_init(args: argparse.Namespace) -> int:
     return 0
 
 
-def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json: bool,
+def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress: bool,
             rebuild_outdated: bool = False) -> Any:
     """Ingest paths; with rebuild_outdated, tables from an older onetrip are dropped and rebuilt.
 
@@ -365,7 +365,7 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, quiet_json:
         with Progress(
             TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("docs"),
             TextColumn("{task.fields[sections]} sections, {task.fields[rate]:.1f}/s"),
-            TimeElapsedColumn(), console=console, disable=quiet_json or not console.is_terminal,
+            TimeElapsedColumn(), console=console, disable=no_progress or not console.is_terminal,
         ) as progress:
             task = progress.add_task("ingest", total=total, sections=0, rate=0.0)
 

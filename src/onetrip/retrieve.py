@@ -542,7 +542,7 @@ class Plan:
     (outside any transaction, once), then execute ONE statement, then map rows.
     """
 
-    kind: str                      # "search" | "assemble"
+    kind: str                      # "search" | "assemble" | "search_many"
     statement: str
     params: dict[str, Any]
     embed: str | None = None       # text to embed (None: nothing, or `vector` already given)

@@ -3,7 +3,7 @@
 The templates are the single source of onetrip's SQL. Python renders them with
 psycopg binds (``%(name)s``) and runs the result; ``onetrip sql render`` writes
 the same templates with psql variables (``:'name'``) or Oracle binds
-(``:name``) into ``sql/postgres`` and ``sql/oracle`` for DBAs.
+(``:name``) into ``sql/postgres``, ``sql/oracle`` and ``sql/citus`` for DBAs.
 
 Rules that keep the output safe and predictable:
 - StrictUndefined: a missing template variable is an error, not an empty string.
