@@ -91,7 +91,7 @@ class AsyncRetriever:
     ) -> AsyncRetriever:
         from psycopg_pool import AsyncConnectionPool
 
-        from .adapters import register_adapters_async
+        from .psycopg_adapters import register_adapters_async
 
         layout_query(schema, prefix)  # an invalid or hostile name is refused before anything is sent
         self = object.__new__(cls)

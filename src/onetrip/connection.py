@@ -23,7 +23,7 @@ from urllib.parse import unquote
 import psycopg
 from psycopg import conninfo, sql
 
-from .adapters import register_adapters
+from .psycopg_adapters import register_adapters
 from .errors import ConnectionFailedError, InvalidDsnError, ServerRequirementError
 
 ENV_DSN = "ONETRIP_DSN"
@@ -238,7 +238,7 @@ async def connect_async(
     **kwargs: Any,
 ) -> psycopg.AsyncConnection:
     """Async twin of `connect` (the extension must already exist: run `onetrip init`)."""
-    from .adapters import register_adapters_async
+    from .psycopg_adapters import register_adapters_async
 
     target = resolve_dsn(dsn)
     try:

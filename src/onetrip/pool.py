@@ -46,7 +46,7 @@ def make_pool(
     """
     from psycopg_pool import ConnectionPool
 
-    from .adapters import register_adapters
+    from .psycopg_adapters import register_adapters
 
     settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | statement_timeout_setting(statement_timeout)
 
@@ -79,7 +79,7 @@ def make_async_pool(
     ``await pool.open()``. ``statement_timeout`` as in `make_pool`."""
     from psycopg_pool import AsyncConnectionPool
 
-    from .adapters import register_adapters_async
+    from .psycopg_adapters import register_adapters_async
 
     settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | statement_timeout_setting(statement_timeout)
 

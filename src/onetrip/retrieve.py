@@ -665,7 +665,7 @@ def bind_vector(plan: Plan, vector: np.ndarray | None, dim: int) -> dict[str, An
     if vec is None:
         raise TypeError("the query must be a text or an embedding, got None")
     vec = as_vector(vec, dim, check_finite=False)
-    return {**plan.params, "query_embedding": vec}  # dumped by onetrip.adapters.Float32VectorDumper
+    return {**plan.params, "query_embedding": vec}  # dumped by onetrip.psycopg_adapters.Float32VectorDumper
 
 
 #: The section columns of a search result row, in SectionRecord's field order.
@@ -911,7 +911,7 @@ class Retriever:
         if self.pool is None:
             self.conn = connect(conn) if self._owns_conn else conn
             opened = not self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE
-            from .adapters import register_adapters
+            from .psycopg_adapters import register_adapters
 
             register_adapters(self.conn)
         try:

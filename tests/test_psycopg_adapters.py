@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pgvector import Vector
 
-from onetrip.adapters import Float32VectorDumper
+from onetrip.psycopg_adapters import Float32VectorDumper
 
 
 def test_ndarray_and_vector_dump_to_the_same_server_value(db):
