@@ -28,7 +28,7 @@ from .store import (
     DocumentRecord,
     StoreResult,
     embedder_lock,
-    check_access,
+    check_access_values,
     flush_word_indexes,
     set_document_access,
     stored_state,
@@ -243,7 +243,7 @@ def ingest_paths(
     (DimensionMismatchError); retrievers make the same check before embedding a text.
     """
     report = IngestReport()
-    check_access(collection, acl)
+    check_access_values(collection, acl)
     planned = plan_files(paths, doc_id)  # before any write: two files for one doc_id are refused
     if embedder.dim != layout.dim:
         raise DimensionMismatchError(

@@ -80,10 +80,10 @@ class DocumentRecord:
         if len(self.doc_id.encode()) > MAX_DOC_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
             raise ValueError(f"doc_id {self.doc_id[:60]!r}... is {len(self.doc_id.encode())} bytes; "
                              f"the limit is {MAX_DOC_ID_BYTES} (it is a key of the documents and sections indexes)")
-        check_access(self.collection, self.acl)
+        check_access_values(self.collection, self.acl)
 
 
-def check_access(collection: Any, acl: Any) -> None:
+def check_access_values(collection: Any, acl: Any) -> None:
     """Refuse a collection or ACL that would be stored as something else: acl="hr" had become {h,r}."""
     if not isinstance(collection, str) or not collection:
         raise ValueError(f"collection must be a non-empty string, got {collection!r}")
@@ -164,7 +164,7 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
     given (the same file found under another path). None if the stored content hash is no
     longer ``content_hash`` (another writer came first): store it in full instead.
     """
-    check_access(collection, acl)
+    check_access_values(collection, acl)
     documents, sections = sql.SQL(layout.tables["documents"]), sql.SQL(layout.tables["sections"])
     new_acl = None if acl is None else list(acl)
     with conn.transaction():
