@@ -130,6 +130,11 @@ def test_sql_render_writes_both_editions(tmp_path):
     assert "VECTOR(768, FLOAT32)" in ora
     bad = onetrip("sql", "render", "--out", str(tmp_path), "--schema", "x;drop")
     assert bad.returncode == 2 and "schema name" in bad.stderr
+    # an option one edition cannot render is one line, not a template traceback
+    bad = onetrip("sql", "render", "--stdout", "--partitions", "2")
+    assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
+    assert bad.stderr.strip() == "onetrip: error: halfvec storage and hash partitioning are rendered for " \
+                                 "PostgreSQL only"
 
 
 def test_init_layout_options_build_what_they_say(dsn):
@@ -200,6 +205,10 @@ def test_search_modes_and_refresh_term_stats(dsn):
                                  "--json", dsn=dsn).stdout)
         unbudgeted = api.assemble("tennis elbow", k=3, max_tokens=None)
         assert ctx["max_tokens"] is None and ctx["tokens"] == unbudgeted.tokens > 0
+        text = onetrip("search", "tennis elbow", "-k", "3", "--assemble", "--max-tokens", "none", dsn=dsn)
+        assert text.returncode == 0 and f"{unbudgeted.tokens}/no budget tokens" in text.stderr, text.stderr
+    dense = onetrip("search", "tennis", "--mode", "dense", "--hybrid", '{"lexical_weight": 5}', dsn=dsn)
+    assert dense.returncode == 2 and "--hybrid is for hybrid and lexical mode" in dense.stderr, dense.stderr
     bad = onetrip("search", "tennis", "--hybrid", '{"bogus": 1}', dsn=dsn)
     assert bad.returncode == 2 and "unknown hybrid option(s) ['bogus']" in bad.stderr, bad.stderr
     bad = onetrip("search", "tennis", "--assemble", "--max-tokens", "lots", dsn=dsn)

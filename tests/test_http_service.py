@@ -29,7 +29,7 @@ import pytest
 pytest.importorskip("starlette")
 uvicorn = pytest.importorskip("uvicorn")
 
-from onetrip import Expansion, Filters, Retriever, init_schema  # noqa: E402
+from onetrip import Expansion, Filters, HybridOptions, Retriever, init_schema  # noqa: E402
 from onetrip.cli import context_to_json  # noqa: E402
 from onetrip.cli import hit_to_json as hit_json  # noqa: E402
 from onetrip.http_service import ServiceConfig, create_app  # noqa: E402
@@ -160,14 +160,15 @@ def python_api(db: psycopg.Connection, body: dict[str, Any], principals: tuple[s
     flt = Filters(principals=principals, **body.get("filters", {}))
     k = body.get("k")  # absent: 5 hits; the context takes one hit per 250 tokens of budget
     hit_exp = Expansion(**body.get("expand", {}))
+    hybrid = {"hybrid": body["hybrid"]} if "hybrid" in body else {}
     out: dict[str, Any] = {}
     if body.get("hits", True):
         out["hits"] = [hit_json(h) for h in r.search(q, 5 if k is None else k, parent=hit_exp.parent,
                                                        neighbors=hit_exp.neighbors > 0, filters=flt, mode=mode,
-                                                       text=text)]
+                                                       text=text, **hybrid)]
     if body.get("context", True):
         out["context"] = context_to_json(r.assemble(q, k, expand=exp, max_tokens=body.get("max_tokens", 2000),
-                                                    filters=flt, mode=mode, text=text))
+                                                    filters=flt, mode=mode, text=text, **hybrid))
     return out
 
 
@@ -185,6 +186,9 @@ REQUESTS = [
      "filters": {"collections": ["default"], "source_prefix": "", "metadata": {}}},
     {"query": "salt water", "embedding": HashEmbedder().embed_query("pasta").tolist(), "k": 2},  # auto: hybrid
     {"query": "salt water", "mode": "dense", "k": 2, "context": False},
+    # HybridOptions, as the Python API takes them (the weights change the fused scores)
+    {"query": "max_connections", "k": 3, "hybrid": {"lexical_weight": 3, "tf_weight": 1, "candidates": 5}},
+    {"query": "pg_stat_activity server process", "mode": "lexical", "k": 2, "hybrid": {"tf_weight": 0}},
 ]
 
 
@@ -229,7 +233,8 @@ def test_health_stats_and_openapi(dsn, corpus):
         schemas = spec["components"]["schemas"]
         req = schemas["SearchRequest"]
         assert set(req["properties"]) == {"query", "embedding", "k", "mode", "expand", "filters", "principals",
-                                          "max_tokens", "hits", "context"}
+                                          "max_tokens", "hits", "context", "hybrid"}
+        assert set(schemas["Hybrid"]["properties"]) == set(HybridOptions.__dataclass_fields__)
         assert req["properties"]["k"]["maximum"] == 20 and req["properties"]["max_tokens"]["maximum"] == 3000
         assert {"/health", "/stats", "/openapi.json"} <= set(spec["paths"])
         try:
@@ -342,6 +347,12 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
             ({"query": "x", "expand": {"document_max_tokens": 2**40}}, "invalid_field", ["document_max_tokens"]),
             ({"query": "x", "hits": False, "context": False}, "nothing_requested", []),
             (["query", "x"], "invalid_field", ["object"]),
+            ({"query": "x", "hybrid": {"rrf": 60}}, "unknown_field", ["rrf"]),
+            ({"query": "x", "hybrid": {"lexical_weight": -1}}, "invalid_field", ["hybrid", "lexical_weight"]),
+            ({"query": "x", "hybrid": {"candidates": 51}}, "k_out_of_range", ["hybrid.candidates", "50"]),
+            ({"query": "x", "hybrid": [1]}, "invalid_field", ["hybrid", "object"]),
+            ({"query": "x", "mode": "dense", "hybrid": {"tf_weight": 1}}, "invalid_field", ["hybrid", "densely"]),
+            ({"embedding": [0.1] * 384, "hybrid": {"tf_weight": 1}}, "invalid_field", ["hybrid", "densely"]),
         ]
         for body, code, words in cases:
             status, data = search(base, body)
@@ -604,6 +615,7 @@ MANY_REQUESTS = [
     # both: the embeddings are the queries' own (here deliberately of other texts), the texts feed the word list
     {"queries": ["max_connections", "pasta water"], "k": 2,
      "embeddings": [HashEmbedder().embed_query("reserved slots").tolist(), HashEmbedder().embed_query("bread").tolist()]},
+    {"queries": ["max_connections", "pasta water"], "k": 2, "hybrid": {"lexical_weight": 3}},
 ]
 
 
@@ -634,7 +646,7 @@ def test_search_many_equals_the_python_api_in_one_statement(db, dsn, corpus, sta
             exp = body.get("expand", {})
             want = r.search_many(queries, body.get("k", 5), parent=exp.get("parent", True), texts=texts,
                                  neighbors=exp.get("neighbors", 1) > 0, mode=body.get("mode", "auto"),
-                                 filters=Filters(principals=(), **body.get("filters", {})))
+                                 filters=Filters(principals=(), **body.get("filters", {})), hybrid=body.get("hybrid"))
             # texts search hybrid by default (a fused score), embeddings dense, as /search does
             hybrid = "queries" in body and body.get("mode", "auto") in ("auto", "hybrid", "lexical")
             assert all((h["score"] is not None) == hybrid for res in data["results"] for h in res["hits"])

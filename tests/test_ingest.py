@@ -252,7 +252,9 @@ def _slow_reingest(dsn: str, tmp: str, ready: str) -> None:
     emb = HashEmbedder()
 
     def stall():
-        Path(ready).write_text(str(conn.info.backend_pid))  # the old rows are deleted, the COPY has begun
+        # the old rows are deleted, the COPY has begun: say so atomically (the parent reads the pid on sight)
+        Path(ready + ".tmp").write_text(str(conn.info.backend_pid))
+        os.replace(ready + ".tmp", ready)
         time.sleep(60)
     store.section_copy_row = _failing_row_writer(1, stall)
     replace_document(conn, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,

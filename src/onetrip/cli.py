@@ -409,12 +409,20 @@ def _acl(text: str | None) -> tuple[str, ...] | None:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
+    """Exit 3 when --doc-id names a document with no archived revisions (a typo, as `delete`'s unknown ids)."""
+    from psycopg import sql
+
     from .connection import connect
     from .schema import read_layout
     from .store import prune_history
 
     with connect(args.dsn) as conn:
         layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
+        if args.doc_id is not None and not conn.execute(
+                sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(
+                    sql.SQL(layout.tables["section_history"])), (args.doc_id,)).fetchone()[0]:
+            print(f"pruned nothing: {args.doc_id} has no archived revisions", file=sys.stderr)
+            return 3
         n = prune_history(conn, layout, keep=args.keep, doc_id=args.doc_id)
     which = f"of {args.doc_id}" if args.doc_id is not None else "per document"
     print(f"pruned {n} archived section rows (kept {args.keep} revision(s) {which})")
@@ -565,6 +573,8 @@ def cmd_search(args: argparse.Namespace) -> int:
 
     flt = _filters(args)
     hybrid = _hybrid(args)
+    if hybrid and args.mode == "dense":  # as the library refuses text= there: options that would change nothing
+        raise ValueError("--hybrid is for hybrid and lexical mode (--mode dense searches the embedding alone)")
     assemble_only = [flag for flag, given in (
         ("--max-tokens", args.max_tokens is not None), ("--neighbors", args.neighbors is not None),
         ("--neighbor-scope", args.neighbor_scope is not None), ("--ancestors", args.ancestors),
@@ -624,7 +634,8 @@ def cmd_search(args: argparse.Namespace) -> int:
                 print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=False))
             else:
                 print(ctx.render())
-                print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{ctx.max_tokens} tokens", file=sys.stderr)
+                budget = "no budget" if ctx.max_tokens is None else f"{ctx.max_tokens}"
+                print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{budget} tokens", file=sys.stderr)
             return 0
         hits = r.search(args.query, **({} if args.k is None else {"k": args.k}),  # none: search's own default
                         **options)
@@ -676,9 +687,10 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 SERVE_DESCRIPTION = """Serve search over HTTP (Starlette under uvicorn), one AsyncRetriever over a connection pool.
 
-  POST /search        {query | embedding, k, mode, expand, filters, principals, max_tokens, hits, context}
+  POST /search        {query | embedding, k, mode, expand, filters, principals, max_tokens, hits, context,
+                       hybrid}
                       -> {"hits": [...], "context": {...}}; one SQL statement per shape asked for
-  POST /search_many   {queries | embeddings | both, k, mode, expand, filters, principals}
+  POST /search_many   {queries | embeddings | both, k, mode, expand, filters, principals, hybrid}
                       -> {"results": [{"query", "hits"}, ...]}; one SQL statement for all the queries
   GET  /health        200 {"status": "ok"} or 503 (no token needed)
   GET  /stats         pool statistics;  GET /openapi.json  the API's schemas

@@ -67,7 +67,7 @@ from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import ConnectionFailedError, EmbedderMismatchError, SchemaMissingError
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
-                       Filters, context_expansion, resolve_mode, session_settings)
+                       Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode, session_settings)
 from .search_many import MAX_QUERIES
 
 log = logging.getLogger("onetrip.serve")
@@ -87,10 +87,11 @@ DEFAULT_STATEMENT_TIMEOUT = 10.0
 APPLICATION_NAME = "onetrip-serve"
 
 REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "principals", "max_tokens",
-                  "hits", "context")
+                  "hits", "context", "hybrid")
 EXPAND_FIELDS = tuple(Expansion.__dataclass_fields__)
 FILTER_FIELDS = ("collections", "doc_ids", "source_prefix", "metadata")
-SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "mode", "expand", "filters", "principals")
+SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "mode", "expand", "filters", "principals", "hybrid")
+HYBRID_FIELDS = tuple(HybridOptions.__dataclass_fields__)
 SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
 
 
@@ -184,6 +185,7 @@ class SearchRequest:
     hits: bool
     context: bool
     hit_expand: Expansion = Expansion()  # the hits' parent/neighbors
+    hybrid: HybridOptions | None = None   # the lexical side's and the fusion's options; None: the defaults
 
 
 @dataclass(frozen=True)
@@ -200,6 +202,7 @@ class SearchManyRequest:
     parent: bool
     neighbors: bool
     filters: Filters
+    hybrid: HybridOptions | None = None
 
 
 def _invalid(field_name: str, message: str, code: str = "invalid_field") -> ApiError:
@@ -329,6 +332,23 @@ def _request_filters(body: dict[str, Any], cfg: ServiceConfig) -> Filters:
         raise _invalid("filters", str(e)) from None
 
 
+def _hybrid(body: dict[str, Any], mode: str, cfg: ServiceConfig) -> HybridOptions | None:
+    """The "hybrid" object as HybridOptions (None when absent); its candidate lists are capped as k is."""
+    raw = body.get("hybrid")
+    if raw is None:
+        return None
+    raw = _object(raw, "hybrid", HYBRID_FIELDS)
+    if mode == "dense":  # as the library refuses text= in dense mode: options that would change nothing
+        raise _invalid("hybrid", "is for hybrid and lexical mode; this request searches densely")
+    cap = max(cfg.max_k, HybridOptions().candidates)
+    if "candidates" in raw:
+        _int(raw["candidates"], "hybrid.candidates", 1, cap, "k_out_of_range")
+    try:
+        return as_hybrid(raw)
+    except (TypeError, ValueError) as e:
+        raise _invalid("hybrid", str(e)) from None
+
+
 def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     """Validate a /search body against the operator's caps; every problem is a 4xx naming the field."""
     body = _object(body, "body", REQUEST_FIELDS)
@@ -381,7 +401,7 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     # neighbors) and context; absent: hits carry parent + previous/next, the context the tuned CONTEXT_DEFAULT
     expansion = Expansion(**exp)
     return SearchRequest(query, embedding, k, mode, expansion if "expand" in body else context_expansion(), filters,
-                         max_tokens, want_hits, want_context, expansion)
+                         max_tokens, want_hits, want_context, expansion, _hybrid(body, mode, cfg))
 
 
 def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
@@ -424,7 +444,8 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
     raw_exp = _object(body.get("expand", {}), "expand", SEARCH_MANY_EXPAND_FIELDS)
     parent = _bool(raw_exp.get("parent", True), "expand.parent")
     neighbors = _int(raw_exp.get("neighbors", 1), "expand.neighbors", 0, 1) > 0
-    return SearchManyRequest(queries, embeddings, k, mode, parent, neighbors, _request_filters(body, cfg))
+    return SearchManyRequest(queries, embeddings, k, mode, parent, neighbors, _request_filters(body, cfg),
+                             _hybrid(body, mode, cfg))
 
 
 # ---------------------------------------------------------------- the service
@@ -541,7 +562,8 @@ class Service:
                                f"the service's embedder makes {vector.shape[-1]}-d vectors but the table stores {dim}")
         query: Any = vector if vector is not None else req.query
         text = req.query if vector is not None and req.mode == "hybrid" else None
-        common = {"filters": req.filters, "mode": req.mode, "text": text}
+        common = {"filters": req.filters, "mode": req.mode, "text": text,
+                  **({} if req.hybrid is None else {"hybrid": req.hybrid})}
         out: dict[str, Any] = {}
         with _statement_errors():
             if req.hits:
@@ -579,7 +601,7 @@ class Service:
                                f"stores {dim}")
         with _statement_errors():
             results = await r.search_many(vectors, req.k, parent=req.parent, neighbors=req.neighbors,
-                                          filters=req.filters, mode=req.mode,
+                                          filters=req.filters, mode=req.mode, hybrid=req.hybrid,
                                           texts=list(req.queries) if req.mode == "hybrid" and req.queries else None)
         texts = req.queries or (None,) * len(vectors)
         return {"results": [{"query": q, "hits": [hit_to_json(h) for h in hits]} for q, hits in zip(texts, results)]}
@@ -830,6 +852,23 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
         "properties": {"collections": strings, "doc_ids": strings, "source_prefix": {"type": "string"},
                        "metadata": {"type": "object", "description": "documents whose metadata contains this"}},
     }
+    hybrid = {
+        "type": "object", "additionalProperties": False,
+        "description": "the lexical side's and the fusion's options (onetrip.HybridOptions), for hybrid and lexical "
+                       "mode (a 422 in dense mode); each list holds at least k candidates",
+        "properties": {
+            "candidates": {"type": "integer", "minimum": 1, "maximum": max(cfg.max_k, HybridOptions().candidates),
+                           "default": HybridOptions().candidates},
+            "rrf_k": {"type": "integer", "minimum": 1, "default": HybridOptions().rrf_k},
+            **{name: {"type": "number", "minimum": 0, "default": getattr(HybridOptions(), name)}
+               for name in ("dense_weight", "lexical_weight", "term_weight")},
+            "max_term_share": {"type": "number", "minimum": 0, "maximum": 1,
+                               "default": HybridOptions().max_term_share},
+            "rare_term_sections": {"type": "integer", "minimum": 0, "default": HybridOptions().rare_term_sections},
+            "tf_weight": _nullable({"type": "number", "minimum": 0,
+                                    "description": "null: the mode's default (2 lexical, 0 hybrid)"}),
+        },
+    }
     principals_doc = ("the caller's principals; accepted only when the operator runs with "
                       "--trust-request-principals (else 403)" if cfg.trust_request_principals else
                       "refused (403): this service takes principals from its operator, not from requests")
@@ -855,6 +894,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "hits": {"type": "boolean", "default": True, "description": "return per-hit rows (one statement)"},
             "context": {"type": "boolean", "default": True,
                         "description": "return the assembled context (one statement)"},
+            "hybrid": _ref("Hybrid"),
         },
     }
     many_request = {
@@ -878,6 +918,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                                       "neighbors": {"type": "integer", "minimum": 0, "maximum": 1, "default": 1}}},
             "filters": _ref("Filters"),
             "principals": {**strings, "description": principals_doc},
+            "hybrid": _ref("Hybrid"),
         },
     }
     many_response = {
@@ -962,7 +1003,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                                       "responses": {"200": ok({"type": "object"}), **auth}}},
         },
         "components": {"schemas": {
-            "SearchRequest": request, "Expand": expand, "Filters": filters, "SearchResponse": response,
+            "SearchRequest": request, "Expand": expand, "Filters": filters, "Hybrid": hybrid,
+            "SearchResponse": response,
             "SearchManyRequest": many_request, "SearchManyResponse": many_response,
             "Hit": hit, "RelatedSection": related, "Context": context, "Passage": passage, "Error": error,
         }},

@@ -191,7 +191,9 @@ FILTER_KEYS = ("collections", "principals", "doc_ids", "source_prefix", "metadat
 
 
 def _raise(message: str) -> None:
-    raise jinja2.TemplateError(message)
+    """A template's refusal of an option it cannot render (e.g. halfvec for Oracle): a bad value, so a
+    ValueError (the CLI's one-line exit 2), not jinja2's TemplateError."""
+    raise ValueError(message)
 
 
 def render(
