@@ -249,3 +249,15 @@ def test_default_expansion_is_context_default_and_keywords_mean_an_expansion(db,
             assert _key(r.assemble(q, k=5, max_tokens=None, **kw)) == \
                 _key(r.assemble(q, k=5, max_tokens=None, expand=Expansion(**kw)))
     assert seen_section, "the corpus gave the section subtree nothing to add: the test proves nothing"
+
+
+def test_passages_render_with_their_header_and_a_blank_line_between() -> None:
+    """The rendered format the budget counts: a header line naming the heading path (a preface has none of
+    its own) and the source location, the content, a blank line before the next passage."""
+    from onetrip.context import Passage, passage_header
+
+    assert passage_header("g.md", None, ()) == "### (preface) [g.md]"
+    assert passage_header("g.md", "setup", ("Guide", "Setup")) == "### Guide > Setup [g.md#setup]"
+    ps = [Passage("g.md", sid, i, 1, h, path, None, text, 2, 5, ("hit",), 1, 1, 0.1)
+          for i, (sid, h, path, text) in enumerate([("s0", "", (), "Intro."), ("s1", "Setup", ("Setup",), "Do it.")])]
+    assert render_context(ps) == "### (preface) [g.md]\nIntro.\n\n### Setup [g.md]\nDo it."

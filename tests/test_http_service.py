@@ -703,3 +703,14 @@ def test_pgvector_settings_reach_the_pooled_connections(db, dsn, corpus, stateme
         assert re.search(rf"= '{re.escape(name)}', \$(\d+) = '{value}'", sent), sent
     with pytest.raises(ValueError, match="ef_search must be an integer"):
         ServiceConfig(dsn=dsn, ef_search=0)
+
+
+def test_the_budget_cap_is_inclusive_and_bounds_the_default(dsn, corpus):
+    """An operator's cap below the default budget is the default; a budget equal to the cap is allowed."""
+    with serving(dsn, max_tokens_cap=1000) as base:
+        status, data = search(base, {"query": "pasta", "hits": False})
+        assert status == 200 and data["context"]["max_tokens"] == 1000, data
+        status, data = search(base, {"query": "pasta", "hits": False, "max_tokens": 1000})
+        assert status == 200 and data["context"]["max_tokens"] == 1000, data
+        status, data = search(base, {"query": "pasta", "hits": False, "max_tokens": 1001})
+        assert status == 422 and data["error"]["code"] == "budget_too_large", data

@@ -79,6 +79,8 @@ def test_technical_terms_survive_exactly(kb):
         hybrid = kb.search(query, k=3, mode="hybrid")
         assert expected in ids(hybrid)
     assert technical_terms("max_connections") == ["max_connections"]
+    # stored and matched lower-cased: a text that writes it in capitals is found by the usual spelling
+    assert technical_terms("Set MAX_Connections and PG_STAT_ACTIVITY.") == ["max_connections", "pg_stat_activity"]
     # the stemmed english column alone would split it: 'max' & 'connect'
     row = kb.conn.execute("SELECT to_tsvector('english', 'max_connections')::text").fetchone()[0]
     assert "max_connections" not in row

@@ -390,3 +390,30 @@ def test_bulk_copy_refuses_a_wrong_dimension_before_writing(db, statement_log):
             copy_documents(db, Layout(), [(d.record, d.sections, d.embeddings) for d in good + bad])
     assert not [s for s in w.statements if "COPY" in s.upper()], w.statements  # refused before the first COPY
     assert db.execute("SELECT count(*) FROM sections").fetchone()[0] == 0
+
+
+def test_a_document_that_fails_to_store_does_not_shift_the_next_ones_vectors(db, tmp_path, monkeypatch):
+    """Documents are embedded in one batch and stored one by one: each takes its own slice of the vectors,
+    whether or not the one before it was stored."""
+    import onetrip.ingest as ingest
+    from onetrip.ingest import embedding_text
+
+    init_schema(db)
+    for name, topic in (("a.md", "apples"), ("b.md", "bananas"), ("c.md", "cherries")):
+        (tmp_path / name).write_text(f"# {topic.title()}\n\nAll about {topic}.\n\n## More\n\n{topic} again, longer.\n")
+    real = ingest.replace_document
+
+    def fail_b(conn, layout, record, *args, **kwargs):
+        if record.doc_id == "b.md":
+            raise ValueError("b cannot be stored")
+        return real(conn, layout, record, *args, **kwargs)
+    monkeypatch.setattr(ingest, "replace_document", fail_b)
+    report = ingest_paths(db, sorted(tmp_path.glob("*.md")), layout=Layout(), embedder=HashEmbedder())
+    assert (report.new, [p for p, _ in report.failed]) == (2, [str(tmp_path / "b.md")])
+    for doc in ("a.md", "c.md"):
+        parsed = parse_file(tmp_path / doc)
+        want = HashEmbedder().embed_documents([embedding_text(parsed.title, s.heading_path, s.content)
+                                               for s in parsed.sections])
+        got = [v.to_numpy() for (v,) in db.execute(
+            "SELECT embedding FROM sections WHERE doc_id = %s ORDER BY sequence_index", (doc,))]
+        assert np.allclose(got, want, atol=1e-6), doc

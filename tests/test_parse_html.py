@@ -204,3 +204,13 @@ def test_html_nested_too_deeply_is_a_clear_error(tmp_path):
     p.write_text("<html><body>" + "<div>" * 2000 + "<p>x</p>" + "</div>" * 2000 + "</body></html>")
     with pytest.raises(InputDocumentError, match="nested too deeply"):
         parse_file(p)
+
+
+def test_a_free_heading_inside_a_container_is_below_its_title() -> None:
+    """An h2 after the container's own h2 title is that container's subsection, never its sibling."""
+    html = ('<div class="sect1" id="a"><h2>A</h2><p>intro</p><h2 id="b">B</h2><p>body of b</p></div>'
+            '<div class="sect1" id="c"><h2>C</h2><p>more</p></div>')
+    _, blocks, _ = parse_html(html)
+    secs = build_sections(blocks, count_tokens=words, min_tokens=0)
+    assert [(s.section_id, s.parent_section_id, s.heading_path) for s in secs] == [
+        ("a", None, ("A",)), ("b", "a", ("A", "B")), ("c", None, ("C",))]

@@ -190,3 +190,11 @@ def test_front_matter_aliases_bad_dates_and_nan_are_read_safely():
     assert set(meta) == set("abcdefghi") and len(str(meta)) < 1000
     assert parse_front_matter("title: R\ndate: 2024-02-30\n") == {"title": "R", "date": "2024-02-30"}
     assert parse_front_matter("x: .nan\ny: .inf\nz: 1.5\n") == {"x": "nan", "y": "inf", "z": 1.5}  # jsonb has no NaN
+
+
+def test_text_right_under_a_heading_is_kept_whole() -> None:
+    """A link reference definition on the line after a heading is text of that section, not lost between
+    the heading and the next block."""
+    _, blocks, _ = parse_markdown("# H\n[foo]: http://x.org/a\n\nText [foo].\n")
+    (sec,) = build_sections(blocks, count_tokens=lambda t: len(t.split()), min_tokens=0)
+    assert "[foo]: http://x.org/a" in sec.content and "Text [foo]." in sec.content

@@ -403,3 +403,21 @@ def test_section_anchors_include_merged_ones() -> None:
     blocks = [HeadingBlock(2, "Tiny", "tiny"), para(2), HeadingBlock(2, "Big", "big"), para(30)]
     (sec,) = build_sections(blocks, count_tokens=words, min_tokens=5)
     assert section_anchors(sec) == ("big", "tiny")
+
+
+def test_boundaries_of_merging_splitting_and_counting() -> None:
+    """Edges the other tests do not touch: a sibling of exactly min_tokens stays, one of fewer merges;
+    sentences end at ! and ? too; a counter that does not add across joins gets the joined text recounted."""
+    def sibling(n: int) -> list:
+        return [HeadingBlock(1, "Doc", "doc"), para(30), HeadingBlock(2, "S", "s"), para(n),
+                HeadingBlock(2, "Next", "next"), para(30)]
+    assert [s.section_id for s in build_sections(sibling(3), count_tokens=words, min_tokens=3)] == \
+        ["doc", "s", "next"]
+    assert [s.section_id for s in build_sections(sibling(2), count_tokens=words, min_tokens=3)] == ["doc", "next"]
+
+    text = "Is it on yet? Yes it is now! Then go there."
+    secs = build_sections([ContentBlock("paragraph", text)], count_tokens=words, max_tokens=5)
+    assert [s.content for s in secs] == ["Is it on yet?", "Yes it is now!", "Then go there."]
+
+    secs = build_sections([ContentBlock("paragraph", "abc"), ContentBlock("paragraph", "def")], count_tokens=len)
+    assert secs[0].content == "abc\n\ndef" and secs[0].token_count == len(secs[0].content) == 8
