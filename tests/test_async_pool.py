@@ -10,6 +10,7 @@ from psycopg import conninfo
 import pytest
 
 from onetrip import AsyncRetriever, Filters, Retriever, SchemaMissingError, init_schema, make_async_pool, make_pool
+from onetrip.context import Context
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.templates import Layout
@@ -41,6 +42,7 @@ CALLS = [
     ("assemble", dict(k=6, neighbors=2, ancestors=True, max_tokens=800)),
     ("search", dict(k=4, mode="hybrid", text="Body of doc section")),
     ("assemble", dict(k=4, mode="lexical", text="section level topic", max_tokens=None)),
+    ("search", dict(k=3, assemble=True, max_tokens=500)),  # search(assemble=True) is assemble
 ]
 
 
@@ -55,6 +57,8 @@ def test_async_matches_sync(db, dsn, corpus):
             for name, kw in CALLS:
                 out.append(await getattr(r, name)(q, **kw))
         out.append(await r.search("a text query is embedded once", k=3))
+        one_doc = Filters(doc_ids=(corpus[0].record.doc_id,))
+        out += await r.search_many(queries, k=4, filters=one_doc)  # the filters reach the batch statement
         bad = np.array(queries[0], np.float32)
         bad[0] = np.nan
         with pytest.raises(ValueError, match="NaN or infinity"):
@@ -72,7 +76,11 @@ def test_async_matches_sync(db, dsn, corpus):
     got = asyncio.run(main())
     want = [getattr(sync, name)(q, **kw) for q in queries for name, kw in CALLS]
     want.append(sync.search("a text query is embedded once", k=3))
+    one_doc = Filters(doc_ids=(corpus[0].record.doc_id,))
+    want += sync.search_many(queries, k=4, filters=one_doc)
     assert [_sig(x) for x in got] == [_sig(x) for x in want]
+    assert {h.section.doc_id for hits in got[-len(queries):] for h in hits} == {corpus[0].record.doc_id}
+    assert any(isinstance(x, Context) for x in got[:len(CALLS)])
 
 
 def test_async_one_statement_per_call(db, dsn, corpus, statement_log):

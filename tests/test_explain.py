@@ -153,11 +153,29 @@ def test_explain_many_refuses_bad_input_before_sending(db, statement_log):
 def test_async_explain_many_sends_the_same_statement(db, dsn):
     load(db, 500)
     qs = np.random.default_rng(5).standard_normal((2, 32)).astype(np.float32)
-    want = Retriever(db).explain_many(qs, k=3, kind="plan", neighbors=False)
+    flt = Filters(collections=("default",), doc_ids=("doc0000001",))
+    want = Retriever(db).explain_many(qs, k=3, kind="plan", neighbors=False, filters=flt)
 
     async def main() -> Explained:
         async with await AsyncRetriever.create(dsn) as ar:
-            return await ar.explain_many(qs, k=3, kind="plan", neighbors=False)
+            return await ar.explain_many(qs, k=3, kind="plan", neighbors=False, filters=flt)
 
     got = asyncio.run(main())
     assert got.statement == want.statement and got.params == want.params and got.plan == want.plan
+    assert got.params["doc_ids"] == ["doc0000001"]  # the filters are in the statement explained
+
+
+def test_only_the_scan_that_orders_by_distance_is_named() -> None:
+    """A node's detail lines end where the next node (its sibling, or its child) starts: a btree scan next to
+    the HNSW scan, or above a node ordering by distance, is not credited with that Order By."""
+    plan = "\n".join([
+        "Nested Loop  (cost=0.29..20.00 rows=10 width=8)",
+        "  ->  Index Scan using sections_pkey on sections p  (cost=0.29..8.30 rows=1 width=8)",
+        "        Index Cond: (doc_id = 'a'::text)",
+        "  ->  Index Scan using sections_embedding_hnsw on sections s  (cost=0.00..10.00 rows=10 width=8)",
+        "        Order By: (embedding <=> '<query embedding>'::vector)",
+        "  ->  Index Scan using sections_doc_seq on sections n  (cost=0.29..8.30 rows=1 width=8)",
+        "        ->  Limit  (cost=0.00..1.00 rows=1 width=8)",
+        "              Order By: (embedding <=> '<query embedding>'::vector)",
+    ])
+    assert Explained("", {}, plan, "plan").vector_index_scans == ["sections_embedding_hnsw"]

@@ -127,6 +127,14 @@ def test_every_password_keyword_is_redacted():
     with pytest.raises(ConnectionFailedError) as e:
         connect("host=127.0.0.1 port=1 sslpassword=hunter2 sslmode=disable connect_timeout=2")
     assert "hunter2" not in str(e.value)
+    import asyncio
+
+    from onetrip.connection import connect_async
+    for dsn in ("host=127.0.0.1 port=1 user=u password=hunter2 connect_timeout=2",
+                "postgresql://u:hunter2@127.0.0.1:1/x?connect_timeout=2"):  # the async twin says the same
+        with pytest.raises(ConnectionFailedError, match=r"127\.0\.0\.1") as e:
+            asyncio.run(connect_async(dsn))
+        assert "hunter2" not in str(e.value), e.value
 
 
 def test_a_refused_connection_is_one_line():

@@ -394,6 +394,8 @@ def test_options_are_validated_at_construction(corpus):
         LCRetriever(retriever=api, expand=Expansion(ancestors=True))
     with pytest.raises(ValueError, match="assembled=True"):
         LIRetriever(api, expand=Expansion(neighbors=2))
+    with pytest.raises(ValueError, match="assembled=True"):  # a per-hit result has no scope to keep
+        LCRetriever(retriever=api, expand=Expansion(neighbor_scope="parent"))
     with pytest.raises(ValueError, match="content"):
         LIRetriever(api, content="full")
     with pytest.raises(ValueError, match="not both"):
