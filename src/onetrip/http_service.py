@@ -332,6 +332,11 @@ def _request_filters(body: dict[str, Any], cfg: ServiceConfig) -> Filters:
         raise _invalid("filters", str(e)) from None
 
 
+def _candidates_cap(cfg: ServiceConfig) -> int:
+    """Most candidates a request's "hybrid" may ask for per list: the k cap, or the library's default if larger."""
+    return max(cfg.max_k, HybridOptions().candidates)
+
+
 def _hybrid(body: dict[str, Any], mode: str, cfg: ServiceConfig) -> HybridOptions | None:
     """The "hybrid" object as HybridOptions (None when absent); its candidate lists are capped as k is."""
     raw = body.get("hybrid")
@@ -340,9 +345,8 @@ def _hybrid(body: dict[str, Any], mode: str, cfg: ServiceConfig) -> HybridOption
     raw = _object(raw, "hybrid", HYBRID_FIELDS)
     if mode == "dense":  # as the library refuses text= in dense mode: options that would change nothing
         raise _invalid("hybrid", "is for hybrid and lexical mode; this request searches densely")
-    cap = max(cfg.max_k, HybridOptions().candidates)
     if "candidates" in raw:
-        _int(raw["candidates"], "hybrid.candidates", 1, cap, "k_out_of_range")
+        _int(raw["candidates"], "hybrid.candidates", 1, _candidates_cap(cfg), "k_out_of_range")
     try:
         return as_hybrid(raw)
     except (TypeError, ValueError) as e:
@@ -852,19 +856,19 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
         "properties": {"collections": strings, "doc_ids": strings, "source_prefix": {"type": "string"},
                        "metadata": {"type": "object", "description": "documents whose metadata contains this"}},
     }
+    defaults = HybridOptions()
     hybrid = {
         "type": "object", "additionalProperties": False,
         "description": "the lexical side's and the fusion's options (onetrip.HybridOptions), for hybrid and lexical "
                        "mode (a 422 in dense mode); each list holds at least k candidates",
         "properties": {
-            "candidates": {"type": "integer", "minimum": 1, "maximum": max(cfg.max_k, HybridOptions().candidates),
-                           "default": HybridOptions().candidates},
-            "rrf_k": {"type": "integer", "minimum": 1, "default": HybridOptions().rrf_k},
-            **{name: {"type": "number", "minimum": 0, "default": getattr(HybridOptions(), name)}
+            "candidates": {"type": "integer", "minimum": 1, "maximum": _candidates_cap(cfg),
+                           "default": defaults.candidates},
+            "rrf_k": {"type": "integer", "minimum": 1, "default": defaults.rrf_k},
+            **{name: {"type": "number", "minimum": 0, "default": getattr(defaults, name)}
                for name in ("dense_weight", "lexical_weight", "term_weight")},
-            "max_term_share": {"type": "number", "minimum": 0, "maximum": 1,
-                               "default": HybridOptions().max_term_share},
-            "rare_term_sections": {"type": "integer", "minimum": 0, "default": HybridOptions().rare_term_sections},
+            "max_term_share": {"type": "number", "minimum": 0, "maximum": 1, "default": defaults.max_term_share},
+            "rare_term_sections": {"type": "integer", "minimum": 0, "default": defaults.rare_term_sections},
             "tf_weight": _nullable({"type": "number", "minimum": 0,
                                     "description": "null: the mode's default (2 lexical, 0 hybrid)"}),
         },

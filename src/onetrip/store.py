@@ -282,15 +282,15 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
         rooted.update(chain)
 
 
-def _checked(doc: DocumentRecord, sections: Sequence[SectionLike], embeddings: Any, dim: int) -> np.ndarray:
-    """Everything a write refuses, checked before it starts; the embeddings as float32."""
+def _checked(doc: DocumentRecord, sections: Sequence[SectionLike], embeddings: Any,
+             dim: int) -> tuple[np.ndarray, Any, list[Any]]:
+    """Everything a write refuses, checked before it starts: the embeddings as float32, and the document's and
+    each section's metadata as jsonb (made here, once, so NaN is refused before the write, not in it)."""
     if not sections:
         raise ValueError(f"{doc.doc_id}: a document needs at least one section")
     arr = _check_embeddings(sections, embeddings, dim)
     _check_tree(doc.doc_id, sections)
-    for metadata in (doc.metadata, *(s.metadata for s in sections)):  # NaN: refused here, not mid-transaction
-        _json_object(metadata)
-    return arr
+    return arr, _json_object(doc.metadata), [_json_object(s.metadata) for s in sections]
 
 
 def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
@@ -344,10 +344,12 @@ def parent_sequences(sections: Sequence[SectionLike]) -> list[int | None]:
 
 
 def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, context_tokens: int,
-                     revision: int, vector_type: str = "vector", parent_sequence_index: int | None = None) -> tuple:
+                     revision: int, vector_type: str = "vector", parent_sequence_index: int | None = None, *,
+                     metadata: Any) -> tuple:
     """One row for ``COPY sections (SECTION_COLUMNS)`` in binary format (types: `copy_types`).
 
-    ``parent_sequence_index`` comes from `parent_sequences` over the whole document.
+    ``parent_sequence_index`` comes from `parent_sequences` over the whole document, ``metadata`` (the
+    section's, as jsonb) from `_checked`.
     """
     from pgvector import HalfVector
 
@@ -357,20 +359,22 @@ def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, conte
         s.heading, list(s.heading_path), s.anchor, s.content, s.token_count, context_tokens,
         revision, doc.collection, None if acl is None else list(acl),
         HalfVector(vec) if vector_type == "halfvec" else Vector(vec),
-        _json_object(s.metadata),
+        metadata,
         " ".join(h for h in s.heading_path if h), technical_terms(" ".join(s.heading_path) + "\n" + s.content),
     )
 
 
 def write_section_rows(copy: Any, layout: Layout, doc: DocumentRecord, sections: Sequence[SectionLike],
-                       embeddings: Any, context_tokens: Sequence[int], revision: int = 1) -> None:
+                       embeddings: Any, context_tokens: Sequence[int], metadata: Sequence[Any],
+                       revision: int = 1) -> None:
     """Write one document's rows into an open ``COPY sections (SECTION_COLUMNS)`` (binary, `copy_types`).
 
     The one row writer behind `replace_document` and the bulk loaders, so every
-    path stores the same columns (parent_sequence_index included).
+    path stores the same columns (parent_sequence_index included); ``metadata``
+    is `_checked`'s jsonb of each section.
     """
-    for s, vec, ctx, pseq in zip(sections, embeddings, context_tokens, parent_sequences(sections)):
-        copy.write_row(section_copy_row(doc, s, vec, ctx, revision, layout.vector_type, pseq))
+    for s, vec, ctx, pseq, meta in zip(sections, embeddings, context_tokens, parent_sequences(sections), metadata):
+        copy.write_row(section_copy_row(doc, s, vec, ctx, revision, layout.vector_type, pseq, metadata=meta))
 
 
 def passage_tokens(doc_id: str, sections: Sequence[SectionLike]) -> list[int]:
@@ -402,19 +406,19 @@ def copy_documents(conn: psycopg.Connection, layout: Layout,
     rows (documents.token_count is the sum of the sections' context_tokens, as
     there). It neither replaces nor skips: the documents must not exist yet.
     """
-    docs = [(d, ss, _checked(d, ss, e, layout.dim)) for d, ss, e in docs]
-    context_tokens = [passage_tokens(d.doc_id, ss) for d, ss, _ in docs]
+    docs = [(d, ss, *_checked(d, ss, e, layout.dim)) for d, ss, e in docs]
+    context_tokens = [passage_tokens(d.doc_id, ss) for d, ss, *_ in docs]
     with conn.cursor() as cur:
         with cur.copy(_binary_copy(layout.tables["documents"], DOCUMENT_COLUMNS)) as copy:
             copy.set_types(DOCUMENT_COPY_TYPES)
-            for (d, ss, _), ctx in zip(docs, context_tokens):
+            for (d, ss, _, doc_meta, _), ctx in zip(docs, context_tokens):
                 copy.write_row((d.doc_id, d.source_uri, d.title, 1, d.content_hash, d.collection,
-                                None if d.acl is None else list(d.acl), _json_object(d.metadata), sum(ctx), len(ss)))
+                                None if d.acl is None else list(d.acl), doc_meta, sum(ctx), len(ss)))
         with cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
             copy.set_types(copy_types(layout))
-            for (d, ss, arr), ctx in zip(docs, context_tokens):
-                write_section_rows(copy, layout, d, ss, arr, ctx)
-    return sum(len(ss) for _, ss, _ in docs)
+            for (d, ss, arr, _, section_meta), ctx in zip(docs, context_tokens):
+                write_section_rows(copy, layout, d, ss, arr, ctx, section_meta)
+    return sum(len(ss) for _, ss, *_ in docs)
 
 
 def _lock_document(conn: psycopg.Connection, doc_id: str) -> None:
@@ -449,7 +453,7 @@ def replace_document(
     A section may carry its own ``acl`` attribute; otherwise it gets the
     document's. Everything is validated before the transaction starts.
     """
-    arr = _checked(doc, sections, embeddings, layout.dim)
+    arr, doc_meta, section_meta = _checked(doc, sections, embeddings, layout.dim)
     context_tokens = passage_tokens(doc.doc_id, sections)
     documents = sql.SQL(layout.tables["documents"])
     table = sql.SQL(layout.tables["sections"])
@@ -487,14 +491,19 @@ def replace_document(
                 """
             ).format(documents),
             (doc.doc_id, doc.source_uri, doc.title, revision, doc.content_hash, doc.collection,
-             None if doc.acl is None else list(doc.acl), _json_object(doc.metadata),
-             total_tokens, len(sections)),
+             None if doc.acl is None else list(doc.acl), doc_meta, total_tokens, len(sections)),
         )
         with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
             copy.set_types(copy_types(layout))
-            write_section_rows(copy, layout, doc, sections, arr, context_tokens, revision)
+            write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections),
                        **({} if row is None else _access_change(row[2], row[3], doc.collection, doc.acl)))
+
+
+def has_history(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
+    """Whether section_history holds any archived revision of ``doc_id``."""
+    return conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(
+        sql.SQL(layout.tables["section_history"])), (doc_id,)).fetchone()[0]
 
 
 def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:
