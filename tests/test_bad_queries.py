@@ -6,6 +6,8 @@ or silently misread); the one-statement tests elsewhere cover the good calls.
 
 from __future__ import annotations
 
+import asyncio
+
 import numpy as np
 import pytest
 
@@ -166,8 +168,6 @@ def test_embeddings_that_are_not_numbers_or_out_of_range(r):
 
 
 def test_async_search_refuses_a_degenerate_length_too(r, dsn):
-    import asyncio
-
     from onetrip import AsyncRetriever
 
     async def run() -> None:
@@ -184,7 +184,7 @@ def test_async_search_refuses_a_degenerate_length_too(r, dsn):
     asyncio.run(run())
 
 
-def test_a_text_in_dense_mode_and_an_unknown_assemble_option_are_named(r, db, statement_log):
+def test_a_text_in_dense_mode_and_an_unknown_assemble_option_are_named(r, db, dsn, statement_log):
     """search(emb, text=..., mode="dense") had dropped the text silently (HTTP refuses the same request);
     assemble(q, foo=1) had raised "Expansion.__init__() got an unexpected keyword argument"."""
     with statement_log.watch(db) as w:
@@ -196,7 +196,31 @@ def test_a_text_in_dense_mode_and_an_unknown_assemble_option_are_named(r, db, st
             r.search_many([vec(), vec(1)], 3, mode="dense", texts=["a", "b"])
         with pytest.raises(TypeError, match=r"unexpected options \['foo'\] \(an assembled context takes"):
             r.assemble(vec(), 3, foo=1)
+        # hybrid options, as text: the CLI and HTTP refused them in dense mode, the library ignored them
+        opts = HybridOptions(candidates=7)
+        for call in (lambda: r.search(vec(), 3, mode="dense", hybrid=opts),
+                     lambda: r.assemble(vec(), 3, mode="dense", hybrid={"candidates": 7}),
+                     lambda: r.search_many([vec(), vec(1)], 3, mode="dense", hybrid=opts),
+                     lambda: r.search_many([vec()], 3, mode="dense", hybrid=opts)):
+            with pytest.raises(ValueError, match="dense mode searches the embedding alone: hybrid=... is for"):
+                call()
     assert w.statements == []
+    # "auto" takes them: used when it runs hybrid (a text), unused when a bare embedding runs dense
+    assert r.search(vec(), 3, hybrid=opts) == r.search(vec(), 3, mode="dense")
+
+    from onetrip import AsyncRetriever
+
+    async def run() -> None:
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder(DIM))
+        try:
+            for call in (lambda: ar.search(vec(), 3, mode="dense", hybrid=opts),
+                         lambda: ar.search_many([vec(), vec(1)], 3, mode="dense", hybrid=opts)):
+                with pytest.raises(ValueError, match="hybrid=... is for"):
+                    await call()
+        finally:
+            await ar.close()
+
+    asyncio.run(run())
     assert r.search(vec(), 3, mode="hybrid", text="words") and r.search(vec(), 3, mode="dense")
 
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from onetrip import AsyncRetriever, Expansion, Filters, Retriever, init_schema
+from onetrip import AsyncRetriever, Expansion, Filters, HybridOptions, Retriever, init_schema
 from onetrip.ingest import ingest_paths
 from onetrip.store import DocumentRecord, replace_document
 from onetrip.templates import Layout
@@ -444,8 +444,16 @@ def test_llamaindex_custom_embedding_strs_and_a_bare_embedding(corpus):
     # an embedding with a blank text: a dense search ("auto" had resolved to hybrid and refused the text)
     emb = HashEmbedder().embed_query(VACATION)
     got = LIRetriever(api, k=2, content="section").retrieve(QueryBundle("", embedding=list(map(float, emb))))
-    assert [n.node.metadata["section_id"] for n in got] == \
-        [h.section.section_id for h in api.search(emb, k=2, mode="dense")]
+    want = [h.section.section_id for h in api.search(emb, k=2, mode="dense")]
+    assert [n.node.metadata["section_id"] for n in got] == want
+    # hybrid options configured once serve the text queries; a bare embedding still runs dense under "auto"
+    tuned = LIRetriever(api, k=2, content="section", hybrid=HybridOptions(candidates=7))
+    got = tuned.retrieve(QueryBundle("", embedding=list(map(float, emb))))
+    assert [n.node.metadata["section_id"] for n in got] == want
+    with pytest.raises(ValueError, match="hybrid=... is for mode='hybrid' or 'lexical'"):
+        LIRetriever(api, k=2, mode="dense", hybrid=HybridOptions(candidates=7))
+    with pytest.raises(ValueError, match="hybrid=... is for mode='hybrid' or 'lexical'"):
+        LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidates": 7})
 
 
 def test_adapters_from_a_dsn_share_one_embedder(db, dsn):

@@ -194,7 +194,7 @@ class AsyncRetriever:
         """Same as `Retriever.search_many` (texts are embedded in a worker thread, before the statement)."""
         from .search_many import plan_many, resolve_many
 
-        queries, mode, texts = resolve_many(queries, mode, texts)
+        queries, mode, texts = resolve_many(queries, mode, texts, hybrid)
         vectors = None if mode == "lexical" else await self._query_vectors(queries)
         plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
                                          parent=parent, neighbors=neighbors, filters=filters)
@@ -232,7 +232,7 @@ class AsyncRetriever:
         from .search_many import plan_many, resolve_many
 
         check_kind(kind)
-        queries, mode, texts = resolve_many(queries, mode, texts)
+        queries, mode, texts = resolve_many(queries, mode, texts, hybrid)
         vectors = None if mode == "lexical" else await self._query_vectors(queries)
         plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
                                          parent=parent, neighbors=neighbors, filters=filters)

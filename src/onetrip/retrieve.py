@@ -575,10 +575,22 @@ def check_flag(value: Any, name: str) -> bool:
     raise ValueError(f"{name} must be True or False, got {value!r}{hint}")
 
 
+def check_hybrid_mode(mode: str, hybrid: Any) -> None:
+    """Refuse hybrid options with mode="dense", where they would change nothing (as text= is refused).
+
+    "auto" takes them and uses them when it runs hybrid or lexical: an adapter
+    configured once may be asked with a bare embedding, which runs dense.
+    """
+    if mode == "dense" and hybrid is not None:
+        raise ValueError("dense mode searches the embedding alone: hybrid=... is for mode='hybrid' or 'lexical' "
+                         "(or 'auto'; drop it, or choose one of those)")
+
+
 def _query_side(query: Any, k: int, mode: str, text: str | None,
                 hybrid: HybridOptions | None) -> tuple[str, dict, Any, Any, bool]:
     """The mode the call runs in ("auto" resolved), the binds for the query text side, and what the
     embedding will be made from."""
+    check_hybrid_mode(mode, hybrid)
     mode = resolve_mode(mode, isinstance(query, str) or text is not None)
     if mode == "dense" and text is not None:  # it had been ignored silently (HTTP refuses the same request)
         raise ValueError("dense mode searches the embedding alone: text=... is for mode='hybrid' or 'lexical' "
@@ -1062,7 +1074,7 @@ class Retriever:
         """
         from .search_many import plan_many, resolve_many
 
-        queries, mode, texts = resolve_many(queries, mode, texts)
+        queries, mode, texts = resolve_many(queries, mode, texts, hybrid)
         vectors = None if mode == "lexical" else self._query_vectors(queries)
         plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
                                          parent=parent, neighbors=neighbors, filters=filters)
@@ -1110,7 +1122,7 @@ class Retriever:
         from .search_many import plan_many, resolve_many
 
         check_kind(kind)
-        queries, mode, texts = resolve_many(queries, mode, texts)
+        queries, mode, texts = resolve_many(queries, mode, texts, hybrid)
         vectors = None if mode == "lexical" else self._query_vectors(queries)
         plan, query, options = plan_many(self.layout, queries, vectors, k, mode=mode, texts=texts, hybrid=hybrid,
                                          parent=parent, neighbors=neighbors, filters=filters)

@@ -21,8 +21,8 @@ import numpy as np
 
 from .embedders import as_vector
 from .errors import DimensionMismatchError
-from .retrieve import (MODES, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid, check_flag, check_k,
-                       check_query_text, k_bucket, resolve_mode, retrieval_sql)
+from .retrieve import (MODES, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid, check_flag,
+                       check_hybrid_mode, check_k, check_query_text, k_bucket, resolve_mode, retrieval_sql)
 from .templates import Layout
 
 #: At most this many queries per statement: each is one HNSW scan, and the result holds k hits of each.
@@ -59,8 +59,8 @@ def query_vectors(vectors: Sequence[Any], dim: int) -> list[np.ndarray]:
     return out
 
 
-def resolve_many(queries: object, mode: str = "auto",
-                 texts: Sequence[str] | None = None) -> tuple[list[Any], str, list[str] | None]:
+def resolve_many(queries: object, mode: str = "auto", texts: Sequence[str] | None = None,
+                 hybrid: HybridOptions | dict[str, Any] | None = None) -> tuple[list[Any], str, list[str] | None]:
     """The checked queries, the mode they run in and each query's text for the lexical side (None: dense).
 
     Each query's text is ``texts[i]`` when given (embeddings with their texts,
@@ -69,6 +69,7 @@ def resolve_many(queries: object, mode: str = "auto",
     without them are refused, naming the first query that is an embedding.
     """
     queries = check_queries(queries)
+    check_hybrid_mode(mode, hybrid)
     all_text = all(isinstance(q, str) for q in queries)
     mode = resolve_mode(mode, texts is not None or all_text)  # checks mode too
     if mode == "dense":

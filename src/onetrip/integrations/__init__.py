@@ -21,7 +21,7 @@ from typing import Any
 from ..async_retrieve import AsyncRetriever
 from ..context import Context, Passage, passage_header, render_context
 from ..retrieve import (CONTEXT_DEFAULT, MAX_BUDGET, MODE_CHOICES, Expansion, Filters, Hit, HybridOptions, Retriever,
-                        SectionRecord, as_filters, as_hybrid, check_k, resolve_mode)
+                        SectionRecord, as_filters, as_hybrid, check_hybrid_mode, check_k, resolve_mode)
 
 CONTENTS = ("section", "expanded")
 
@@ -160,6 +160,7 @@ class Query:
             raise TypeError(f"hybrid must be a HybridOptions, got {type(self.hybrid).__name__}")
         if self.mode not in MODE_CHOICES:
             raise ValueError(f"mode must be one of {MODE_CHOICES}, got {self.mode!r}")
+        check_hybrid_mode(self.mode, self.hybrid)
         if self.content not in CONTENTS:
             raise ValueError(f"content must be one of {CONTENTS}, got {self.content!r}")
         mt = self.max_tokens
@@ -200,7 +201,7 @@ class Query:
         common: dict[str, Any] = {"mode": mode, "filters": self.filters}
         if text is not None and mode != "dense":
             common["text"] = text
-        if self.hybrid is not None:
+        if self.hybrid is not None and mode != "dense":  # "auto" with a bare embedding runs dense
             common["hybrid"] = self.hybrid
         if self.assembled:
             return "assemble", {**common, "expand": self.expand or CONTEXT_DEFAULT, "max_tokens": self.max_tokens}
