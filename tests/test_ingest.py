@@ -417,3 +417,26 @@ def test_a_document_that_fails_to_store_does_not_shift_the_next_ones_vectors(db,
         got = [v.to_numpy() for (v,) in db.execute(
             "SELECT embedding FROM sections WHERE doc_id = %s ORDER BY sequence_index", (doc,))]
         assert np.allclose(got, want, atol=1e-6), doc
+
+
+def test_a_truncated_file_is_stored_and_its_loss_reported(db, dsn, tmp_path):
+    """Stored as CommonMark and lxml read it (nothing fails), but the report, the CLI and the document name it."""
+    from .test_cli import onetrip
+
+    (tmp_path / "cut.md").write_text(DOC_V1 + "\n```sh\nonetrip init\n\n## Lost heading\n")
+    (tmp_path / "whole.md").write_text(DOC_V2)
+    layout = Layout(dim=HashEmbedder().dim)
+    init_schema(db, layout)
+    report = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert report.new == 2 and not report.failed
+    assert len(report.warnings) == 1 and report.warnings[0][0].endswith("cut.md")
+    assert "never closed" in report.warnings[0][1] and "1 of them heading lines" in report.warnings[0][1]
+    assert report.as_dict()["warnings"] == [{"path": report.warnings[0][0], "warning": report.warnings[0][1]}]
+    meta = dict(db.execute("SELECT doc_id, metadata->'parse_warnings' FROM documents").fetchall())
+    assert meta == {"cut.md": [report.warnings[0][1]], "whole.md": None}
+    assert rows(db, "cut.md")[-1][1].endswith("## Lost heading")  # stored as it was read: inside the code
+
+    (tmp_path / "whole.md").unlink()
+    res = onetrip("ingest", str(tmp_path), "--prefix", "cut_", dsn=dsn)  # the bundled model: tables of its own
+    assert res.returncode == 0, res.stderr
+    assert f"onetrip: warning: {tmp_path / 'cut.md'}: the code fence (```) opened at line 13 is never closed" in res.stderr

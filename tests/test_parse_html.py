@@ -214,3 +214,39 @@ def test_a_free_heading_inside_a_container_is_below_its_title() -> None:
     secs = build_sections(blocks, count_tokens=words, min_tokens=0)
     assert [(s.section_id, s.parent_section_id, s.heading_path) for s in secs] == [
         ("a", None, ("A",)), ("b", "a", ("A", "B")), ("c", None, ("C",))]
+
+
+@pytest.mark.parametrize("tail, warned", [
+    ("<!-- a comment never closed <h2>Lost</h2><p>lost text</p>", "a comment (<!--) opened at line 3 is never closed"),
+    ("<style>p { color: red }\n<h2>Lost</h2><p>lost text</p>", "a <style> element opened at line 3 is never closed"),
+    ("<script>var x = 1;\n<h2>Lost</h2>", "a <script> element opened at line 3 is never closed"),
+    ("<h2>Kept</h2><p>kept text</p>\n<div cla", "the file ends inside a tag ('<div cla' at line 4)"),
+])
+def test_a_page_cut_short_is_stored_with_a_warning_naming_what_was_lost(tmp_path, tail, warned) -> None:
+    """lxml (like a browser) reads a truncated page without complaint: parse_file names the loss instead."""
+    p = tmp_path / "page.html"
+    p.write_text(f"<html><body>\n<h1>Title</h1><p>The text before the cut.</p>\n{tail}")
+    doc = parse_file(p)
+    assert doc.sections[0].content == "The text before the cut."
+    assert len(doc.warnings) == 1 and doc.warnings[0].startswith(warned), doc.warnings
+    assert all("lost" not in s.content.lower() for s in doc.sections)  # what the warning says is really not read
+
+
+def test_closed_comments_scripts_and_unclosed_ordinary_elements_warn_nothing(tmp_path) -> None:
+    p = tmp_path / "page.html"
+    p.write_text("<html><head><title>T</title><script>if (a < b) { s = '<!--'; }</script><style>p{}</style>"
+                 "</head><body><!--><h1>One</h1><!---><p>a < b</p><!-- note --><h2>Two</h2><p>open <b>bold")
+    doc = parse_file(p)
+    assert doc.warnings == ()
+    assert [s.heading for s in doc.sections] == ["One", "Two"]
+    real = next(Path(__file__).parent.joinpath("data", "parsing", "pg15").glob("*.html"))
+    assert parse_file(real).warnings == ()
+
+
+def test_a_page_whose_only_text_is_inside_an_open_comment_names_it(tmp_path) -> None:
+    from onetrip.errors import InputDocumentError
+
+    p = tmp_path / "page.html"
+    p.write_text("<html><body><!-- <h1>All</h1><p>of it</p></body></html>")
+    with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a comment \(<!--\) opened at line 1"):
+        parse_file(p)

@@ -198,3 +198,30 @@ def test_text_right_under_a_heading_is_kept_whole() -> None:
     _, blocks, _ = parse_markdown("# H\n[foo]: http://x.org/a\n\nText [foo].\n")
     (sec,) = build_sections(blocks, count_tokens=lambda t: len(t.split()), min_tokens=0)
     assert "[foo]: http://x.org/a" in sec.content and "Text [foo]." in sec.content
+
+
+def test_an_unclosed_code_fence_is_stored_with_a_warning(tmp_path: Path) -> None:
+    """CommonMark reads the rest of the file as code: the headings after it are no sections, so say so."""
+    p = tmp_path / "doc.md"
+    p.write_text("# Guide\n\nIntro.\n\n```python\nprint(1)\n\n## Setup\n\nInstall it.\n\n## Use\n\nRun it.\n\n")
+    doc = parse_file(p, min_tokens=0)
+    assert [s.heading for s in doc.sections] == ["Guide"]
+    assert doc.warnings == ("the code fence (```) opened at line 5 is never closed: the 9 lines after it, 2 of "
+                            "them heading lines, are read as code (the file may be truncated)",)
+
+
+def test_closed_fences_warn_nothing(tmp_path: Path) -> None:
+    cases = [
+        "# A\n\n```\ncode\n```",                      # closed on the last line, no newline
+        "# A\n\n````\n```\nstill code\n`````\n\n",     # a longer closer closes it; a shorter one does not
+        "# A\n\n> ```\n> quoted code\n> ```\n",         # in a quote
+        "# A\n\n- item\n\n  ```\n  code\n  ```\n",     # in a list
+        "# A\n\n~~~\ncode\n~~~\n",
+    ]
+    for i, text in enumerate(cases):
+        p = tmp_path / f"doc{i}.md"
+        p.write_text(text)
+        assert parse_file(p, min_tokens=0).warnings == (), text
+    p = tmp_path / "open.md"
+    p.write_text("# A\n\n````\n```\n")  # a shorter closer does not close it
+    assert parse_file(p, min_tokens=0).warnings[0].startswith("the code fence (````) opened at line 3")

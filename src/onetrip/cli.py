@@ -488,6 +488,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
               f"parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, load {report.load_seconds:.1f}s)")
         for path, reason in report.failed:
             print(f"  failed: {path}: {reason}", file=sys.stderr)
+    for path, warning in report.warnings:  # stored, but parsing lost part of it (a truncated file)
+        print(f"onetrip: warning: {path}: {warning}", file=sys.stderr)
     for path in report.made_public:  # a run without --acl over documents stored with one: say so
         print(f"onetrip: note: {path} had an ACL and is now readable by everyone (no --acl given)", file=sys.stderr)
     for path, old in report.moved:  # one doc_id is one document, whatever the collection: say it moved

@@ -54,6 +54,7 @@ class IngestReport:
     access_only: int = 0  # of `changed`: same content, another collection/ACL (not re-embedded)
     made_public: list[str] = field(default_factory=list)  # stored with an ACL before, without one now
     moved: list[tuple[str, str]] = field(default_factory=list)  # (path, the other collection it was stored in)
+    warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, what parsing lost: ParsedDocument.warnings)
     sections: int = 0
     parse_seconds: float = 0.0
     embed_seconds: float = 0.0
@@ -77,6 +78,7 @@ class IngestReport:
             "unchanged": self.unchanged, "failed": [{"path": p, "reason": r} for p, r in self.failed],
             "access_only": self.access_only, "made_public": self.made_public,
             "moved": [{"path": p, "from_collection": c} for p, c in self.moved],
+            "warnings": [{"path": p, "warning": w} for p, w in self.warnings],
             "sections": self.sections, "parse_seconds": round(self.parse_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
         }
@@ -319,9 +321,12 @@ def ingest_paths(
                         on_progress(shown, report)
                     continue
                 parsed = parse_file(path)
+                report.warnings += [(shown, w) for w in parsed.warnings]
+                # kept with the document too, so a later look (onetrip documents, SQL) finds them
+                found = {"parse_warnings": list(parsed.warnings)} if parsed.warnings else {}
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
                     doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
-                    metadata={**parsed.metadata, "format": parsed.format, EMBEDDER_KEY: embedder.name},
+                    metadata={**parsed.metadata, **found, "format": parsed.format, EMBEDDER_KEY: embedder.name},
                     collection=collection, acl=acl,
                 )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:

@@ -406,3 +406,49 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     walker.children(root.children)
     walker.flush()
     return title, walker.blocks, metadata
+
+
+# elements whose content is raw text: left open, they swallow the rest of the page (as a comment does)
+_RAW_TEXT_OPEN = re.compile(r"<!--|<(script|style|textarea|title|xmp)(?=[\s/>])", re.IGNORECASE)
+
+
+def _line_of(text: str, pos: int) -> int:
+    return text.count("\n", 0, pos) + 1
+
+
+def truncation_warnings(text: str) -> list[str]:
+    """What a page cut short or left open loses, for the ingest report (the page is still stored).
+
+    Browsers and lxml read such a page without complaint, so nothing fails:
+    a comment or a raw-text element (script, style, textarea, title) never
+    closed hides everything after it, and a page ending inside a tag lost its
+    end. Unclosed ordinary elements (no ``</body>``) lose nothing and are not
+    named.
+    """
+    out = []
+    pos = 0
+    while m := _RAW_TEXT_OPEN.search(text, pos):
+        tag = m.group(1)
+        if tag is None:
+            short = next((n for n in (">", "->") if text.startswith(n, m.end())), None)  # <!--> and <!---> end there
+            end = m.end() if short else text.find("-->", m.end())
+            what, close = "a comment (<!--)", len(short) if short else 3
+        else:
+            end = -1
+            c = re.compile(rf"</{tag}\s*>", re.IGNORECASE).search(text, m.end())
+            if c:
+                end, close = c.start(), c.end() - c.start()
+            what = f"a <{tag.lower()}> element"
+        if end < 0:
+            rest = len(text) - m.end()
+            out.append(f"{what} opened at line {_line_of(text, m.start())} is never closed: the {rest} characters "
+                       "after it are not read as text (the file may be truncated)")
+            return out
+        pos = end + close
+    tail = text.rstrip()
+    lt = tail.rfind("<")
+    if lt >= 0 and ">" not in tail[lt:] and re.match(r"</?[A-Za-z]", tail[lt:]):
+        cut = tail[lt:lt + 30]
+        out.append(f"the file ends inside a tag ({cut!r} at line {_line_of(text, lt)}): it looks truncated")
+    return out
+

@@ -190,3 +190,31 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
 
     title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
     return (title or first_h1 or "").strip(), blocks, metadata
+
+
+def unclosed_fence(text: str) -> str | None:
+    """A code fence that runs to the end of the file, named for the ingest report (the file is still stored).
+
+    CommonMark reads everything after an unclosed fence as code, so a file cut
+    short or a lost closing line turns the rest of a document, headings
+    included, into one code block: valid Markdown, so nothing fails.
+    """
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    lines = text.split("\n")
+    last = len(lines)
+    while last and not lines[last - 1].strip():
+        last -= 1
+    for tok in _parser().parse(text):
+        if tok.type != "fence" or tok.map is None or tok.map[1] < last:
+            continue
+        start, end = tok.map
+        closer = re.sub(r"^[\s>]*", "", lines[end - 1]).rstrip() if end - 1 > start else ""  # in a quote: "> ```"
+        char, n = tok.markup[:1], len(tok.markup)
+        if not (closer.startswith(char * n) and closer.rstrip(char) == ""):
+            rest = lines[start + 1:last]
+            heads = sum(1 for line in rest if re.match(r" {0,3}#{1,6}(\s|$)", line))
+            also = f", {heads} of them heading lines," if heads else ""
+            return (f"the code fence ({tok.markup}) opened at line {start + 1} is never closed: the {len(rest)} "
+                    f"lines after it{also} are read as code (the file may be truncated)")
+    return None
+

@@ -86,6 +86,8 @@ class ParsedDocument:
     sections: list[Section]
     metadata: dict
     format: str  # "markdown" | "html" | "text"
+    #: what parsing lost without failing (a file cut short, a fence or comment never closed): the report's
+    warnings: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -598,28 +600,33 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
     suffix = path.suffix.lower()
     blocks: list[Block]
     if suffix in MARKDOWN_SUFFIXES:
-        from onetrip.parse_markdown import MarkdownTooDeepError, parse_markdown
+        from onetrip.parse_markdown import MarkdownTooDeepError, parse_markdown, unclosed_fence
 
         try:
             title, blocks, metadata = parse_markdown(text)
         except MarkdownTooDeepError as e:
             raise InputDocumentError(str(path), str(e)) from None
         fmt = "markdown"
+        fence = unclosed_fence(text)
+        warnings = [fence] if fence else []
     elif suffix in HTML_SUFFIXES:
-        from onetrip.parse_html import parse_html
+        from onetrip.parse_html import parse_html, truncation_warnings
 
         title, blocks, metadata = parse_html(text)
         fmt = "html"
+        warnings = truncation_warnings(text)
         if not any(isinstance(b, ContentBlock) and b.text.strip() for b in blocks) and not any(
             isinstance(b, HeadingBlock) and b.text.strip() for b in blocks
         ):
-            raise InputDocumentError(str(path), "HTML has no visible text")
+            raise InputDocumentError(str(path), "HTML has no visible text" + (f" ({warnings[0]})" if warnings else ""))
     else:
         title, blocks, metadata = "", [ContentBlock("paragraph", text.strip("\n"))], {}
         fmt = "text"
+        warnings = []
     sections = build_sections(
         blocks, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens
     )
     if not sections:
         raise InputDocumentError(str(path), f"no text content found in {fmt} document")
-    return ParsedDocument(title=title or path.stem, sections=sections, metadata=metadata, format=fmt)
+    return ParsedDocument(title=title or path.stem, sections=sections, metadata=metadata, format=fmt,
+                          warnings=tuple(warnings))
