@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+from functools import lru_cache
 from typing import Any
 
 from markdown_it import MarkdownIt
@@ -43,6 +44,13 @@ class MarkdownTooDeepError(ValueError):
 
 def _parser() -> MarkdownIt:
     return MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table").use(front_matter_plugin)
+
+
+@lru_cache(maxsize=1)
+def _tokens(text: str) -> list[Token]:
+    """markdown-it's tokens of a text with \\n line ends; parsing is most of the cost, and `parse_file` asks
+    twice per file (`parse_markdown`, then `unclosed_fence`). The tokens are only read."""
+    return _parser().parse(text)
 
 
 class GithubSlugger:
@@ -138,7 +146,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
-    tokens = _parser().parse(text)
+    tokens = _tokens(text)
     if any(t.level >= MAX_NESTING - 1 for t in tokens):
         raise MarkdownTooDeepError(f"Markdown nested deeper than {MAX_NESTING // 2} levels (lists or quotes); "
                          "the rest of the document would be lost")
@@ -204,7 +212,7 @@ def unclosed_fence(text: str) -> str | None:
     last = len(lines)
     while last and not lines[last - 1].strip():
         last -= 1
-    for tok in _parser().parse(text):
+    for tok in _tokens(text):
         if tok.type != "fence" or tok.map is None or tok.map[1] < last:
             continue
         start, end = tok.map
