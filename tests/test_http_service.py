@@ -521,6 +521,39 @@ def test_a_client_that_leaves_mid_body_is_not_an_internal_error(dsn, corpus, cap
     assert not [r for r in caplog.records if r.levelname == "ERROR"], caplog.text
 
 
+@pytest.mark.parametrize("path, body", [("/search", {"query": "pasta"}),
+                                        ("/search_many", {"queries": ["pasta", "dessert"]})])
+def test_a_client_that_leaves_gets_its_statement_cancelled(db, dsn, corpus, path, body):
+    """The statement of a request whose client has gone had run on (here: waiting on a lock) until it ended or
+    statement_timeout cut it, holding its pooled connection for nobody; it is cancelled on the server now."""
+    def waiting() -> list[tuple]:  # (its text is cut at 1 kB, before the batch statement names the table)
+        return db.execute("SELECT pid, state FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                          "AND pid <> pg_backend_pid()").fetchall()
+
+    with serving(dsn, pool_size=1, statement_timeout=120.0) as base:
+        assert search(base, {"query": "pasta"})[0] == 200
+        host, port = base.split(":")
+        with psycopg.connect(dsn) as locker:
+            locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+            raw = json.dumps(body).encode()
+            with socket.create_connection((host, int(port)), timeout=10) as sock:
+                sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)
+                deadline = time.monotonic() + 20
+                while not waiting():  # the statement is on the server, blocked by the lock
+                    assert time.monotonic() < deadline, "the request's statement never reached the lock"
+                    time.sleep(0.05)
+            deadline = time.monotonic() + 10  # the client has gone: the statement goes too, the lock still held
+            while waiting():
+                assert time.monotonic() < deadline, "the statement kept running after its client left"
+                time.sleep(0.05)
+            stats = call(base, "GET", "/stats")[1]
+            assert stats["responses"].get("499") == 1 and "500" not in stats["responses"], stats
+            assert stats["pool"].get("pool_size", 1) == 1
+            locker.rollback()
+        assert call(base, "POST", path, body)[0] == 200  # the one pooled connection came back, usable
+
+
 def test_missing_schema_is_503_then_recovers(db, dsn):
     with serving(dsn, db_timeout=2.0) as base:
         status, data, _ = call(base, "GET", "/health")

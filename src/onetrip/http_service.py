@@ -37,7 +37,9 @@ $ONETRIP_TOKEN) every endpoint but /health needs ``Authorization: Bearer
 <token>`` (compared in constant time). Bodies over --max-body bytes get 413
 before being read further; k and the token budget are capped (--max-k,
 --max-tokens-cap). Every error is ``{"error": {"code", "message", ...}}`` with a
-4xx/5xx status, never a stack trace (those go to the server log).
+4xx/5xx status, never a stack trace (those go to the server log). A client that
+leaves before its answer gets its running statement cancelled on the server
+(`_while_connected`), so its pooled connection is not held for nobody.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
@@ -654,6 +656,43 @@ def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+T = TypeVar("T")
+
+
+async def _while_connected(request: Request, work: Awaitable[T]) -> T:
+    """``work``'s result, unless the client leaves first: then ``work`` is cancelled and ClientDisconnect raised.
+
+    Cancelling the task makes psycopg cancel the running statement on the server
+    (and give its pooled connection back); without it, a search whose client had
+    gone ran to its end or to statement_timeout, holding a connection nobody
+    waited for. The body must have been read: this reads the request's next
+    ASGI message, which after the body is the disconnect.
+    """
+    task = asyncio.ensure_future(work)
+
+    async def left() -> bool:
+        return (await request.receive())["type"] == "http.disconnect"  # another message: stop watching
+
+    watcher = asyncio.ensure_future(left())
+    try:
+        await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
+    except BaseException:  # this request was cancelled itself (shutdown): cancel both
+        task.cancel()
+        watcher.cancel()
+        raise
+    if task.done() or watcher.cancelled() or watcher.exception() is not None or not watcher.result():
+        watcher.cancel()
+        return await task
+    task.cancel()  # (had it just finished, there is still nobody to answer)
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception:  # the statement failed as it was cancelled: nobody is there to tell
+        log.debug("error while cancelling a request whose client left", exc_info=True)
+    raise ClientDisconnect()
+
+
 async def _read_json(request: Request, cap: int) -> Any:
     """The body as JSON, refusing more than ``cap`` bytes before reading them all."""
     _check_content_type(request.headers.get("content-type"))
@@ -709,7 +748,8 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
                 response = await fn(request)
             except ApiError as e:
                 response = e.response()
-            except ClientDisconnect:  # the client left before its body was read: nobody to answer, not our error
+            except ClientDisconnect:  # the client left (before its body was read, or before its answer, whose
+                # statement was then cancelled): nobody to answer, not our error
                 log.info("client disconnected during %s %s", request.method, request.url.path)
                 response = ApiError(499, "client_closed_request", "the client closed the connection").response()
             except Exception:
@@ -722,11 +762,11 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
 
     async def search(request: Request) -> Response:
         req = parse_search(await _read_json(request, cfg.max_body), cfg)
-        return JSONResponse(await service.search(req))
+        return JSONResponse(await _while_connected(request, service.search(req)))
 
     async def search_many(request: Request) -> Response:
         req = parse_search_many(await _read_json(request, cfg.max_body), cfg)
-        return JSONResponse(await service.search_many(req))
+        return JSONResponse(await _while_connected(request, service.search_many(req)))
 
     async def health(request: Request) -> Response:
         await service.health()
