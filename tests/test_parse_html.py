@@ -239,6 +239,9 @@ def test_closed_comments_scripts_and_unclosed_ordinary_elements_warn_nothing(tmp
     doc = parse_file(p)
     assert doc.warnings == ()
     assert [s.heading for s in doc.sections] == ["One", "Two"]
+    for tail in ("<!--><p>an empty comment is closed</p>", "<p>text ending in a comparison: if a < b"):
+        p.write_text(f"<html><body><h1>One</h1><p>Text.</p>{tail}")
+        assert parse_file(p).warnings == (), tail
     real = next(Path(__file__).parent.joinpath("data", "parsing", "pg15").glob("*.html"))
     assert parse_file(real).warnings == ()
 
