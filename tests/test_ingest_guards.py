@@ -132,21 +132,25 @@ def test_a_fifo_and_a_dangling_link_are_reported_not_waited_on(db, tmp_path):
     init_schema(db)
     (tmp_path / "good.mkd").write_text(_doc("good"))  # a Markdown suffix parse_file reads: now walked too
     os.mkfifo(tmp_path / "pipe.md")
+    os.mkfifo(tmp_path / "walked.md")  # found by the folder walk only: it had been skipped without a word
     (tmp_path / "gone.md").symlink_to(tmp_path / "nowhere.md")
+    (tmp_path / "folder.md").mkdir()  # a folder with a document's suffix is walked, not reported
     result: list = []
     t = threading.Thread(target=lambda: result.append(ingest_paths(
         db, [tmp_path, tmp_path / "pipe.md"], layout=Layout(), embedder=HashEmbedder())), daemon=True)
     t.start()
     t.join(60)
     if t.is_alive():  # unblock the reader so the test process can end
-        with open(tmp_path / "pipe.md", "w"):
-            pass
+        for name in ("pipe.md", "walked.md"):
+            with open(tmp_path / name, "w"):
+                pass
         pytest.fail("ingest waited on the FIFO")
     report = result[0]
     failed = dict(report.failed)
     assert failed[str(tmp_path / "pipe.md")] == "not a regular file (a FIFO, socket or device)"
+    assert failed[str(tmp_path / "walked.md")] == "not a regular file (a FIFO, socket or device)"
     assert failed[str(tmp_path / "gone.md")] == "a symbolic link to a missing file"
-    assert report.new == 1 and report.documents == 3  # the FIFO named twice is one file
+    assert report.new == 1 and report.documents == 4  # the FIFO named twice is one file
 
 
 def test_keep_history_after_a_delete_continues_the_revisions(db, tmp_path):

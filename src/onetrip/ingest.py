@@ -91,14 +91,16 @@ def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
     """Yield (file, root) pairs: files as given, folders walked in sorted order.
 
     A path that does not exist is yielded too, so it is reported as a failure,
-    as is a symbolic link in a folder whose target is missing. One path may be
-    given as a string (not read as a sequence of one-letter paths).
+    as is a file in a folder that is not a regular file (a FIFO, socket or
+    device, or a symbolic link whose target is missing), which had been skipped
+    without a word. One path may be given as a string (not read as a sequence
+    of one-letter paths).
     """
     for raw in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
         p = Path(raw)
         if p.is_dir():
             for f in sorted(p.rglob("*")):
-                if f.suffix.lower() in SUFFIXES and (f.is_file() or (f.is_symlink() and not f.exists())) and not any(
+                if f.suffix.lower() in SUFFIXES and not f.is_dir() and not any(
                     part.startswith(".") for part in f.relative_to(p).parts
                 ):
                     yield f, p
