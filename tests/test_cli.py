@@ -213,3 +213,17 @@ def test_search_modes_and_refresh_term_stats(dsn):
     assert bad.returncode == 2 and "unknown hybrid option(s) ['bogus']" in bad.stderr, bad.stderr
     bad = onetrip("search", "tennis", "--assemble", "--max-tokens", "lots", dsn=dsn)
     assert bad.returncode == 2 and "expected a number of tokens or none, got 'lots'" in bad.stderr, bad.stderr
+
+
+def test_a_reader_that_stops_early_gets_no_traceback(dsn):
+    """`onetrip ... | head -1` had ended in a BrokenPipeError traceback (and exit 1)."""
+    assert onetrip("init", dsn=dsn).returncode == 0
+    cmds = [["sql", "render", "--stdout"], ["documents", "--json", "--dsn", dsn]]
+    for args in cmds:
+        proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert proc.stdout is not None and proc.stderr is not None
+        proc.stdout.close()  # before the first write: every write of the command meets a closed pipe
+        err = proc.stderr.read().decode()
+        assert proc.wait(timeout=120) == 141, err
+        assert err == "", err

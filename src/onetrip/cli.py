@@ -740,6 +740,10 @@ def main(argv: list[str] | None = None) -> int:
         return COMMANDS[args.command](args)
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as cat does, not with a traceback
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # Python's flush of stdout at exit would raise again
+        return 141  # 128 + SIGPIPE, what a shell reports for a program the pipe killed
     except ValueError as e:  # the library's own checks of a value (identifiers and documents included)
         print(f"onetrip: error: {e}", file=sys.stderr)
         return 2
