@@ -227,3 +227,10 @@ def test_a_reader_that_stops_early_gets_no_traceback(dsn):
         err = proc.stderr.read().decode()
         assert proc.wait(timeout=120) == 141, err
         assert err == "", err
+
+
+def test_version_is_the_installed_distributions():
+    from importlib.metadata import version
+
+    res = onetrip("--version")
+    assert res.returncode == 0 and res.stdout == f"onetrip {version('onetrip')}\n", res

@@ -98,6 +98,9 @@ def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onetrip", description=__doc__.split("\n\n")[0])
+    from . import __version__
+
+    parser.add_argument("--version", action="version", version=f"onetrip {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("init", help="create the schema (safe to run twice)")
