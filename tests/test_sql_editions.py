@@ -160,7 +160,8 @@ def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
     # The function pins its settings for its own execution only: they are in its SET clause (pg_proc),
     # and a session that has not set them keeps pgvector's defaults after calling it.
     config = db.execute("SELECT proconfig FROM pg_proc WHERE proname = 'retrieve_sections'").fetchone()[0]
-    assert set(config) >= {f"hnsw.ef_search={DEFAULT_EF_SEARCH}", "hnsw.iterative_scan=relaxed_order"}, config
+    assert set(config) >= {f"hnsw.ef_search={DEFAULT_EF_SEARCH}", "hnsw.iterative_scan=relaxed_order",
+                           "plan_cache_mode=force_custom_plan"}, config
     with psycopg.connect(dsn, autocommit=True) as fresh:  # no Retriever has set anything on this session
         got = fresh.execute("SELECT count(hit_rank) FROM retrieve_sections(%s::vector, 3)",
                             (vec_literal(loaded[0].embeddings[0]),)).fetchone()[0]
@@ -191,6 +192,11 @@ def test_function_body_plan_uses_hnsw_when_prepared(db, loaded):
     plan = "\n".join(r[0] for r in db.execute(f"EXPLAIN EXECUTE wrapped('{q}', 5, NULL, NULL)"))
     hits_part = plan.split("CTE hits", 1)[1]
     assert "Index Scan using sections_embedding_hnsw" in hits_part, plan
+    # why the function pins plan_cache_mode = force_custom_plan: a server forcing generic plans gets this one
+    db.execute("SET plan_cache_mode = force_generic_plan")
+    generic = "\n".join(r[0] for r in db.execute(f"EXPLAIN EXECUTE wrapped('{q}', 5, NULL, NULL)"))
+    db.execute("RESET plan_cache_mode")
+    assert "Seq Scan on sections" in generic, generic
 
 
 def test_rendering_with_a_hostile_schema_never_reaches_sql():

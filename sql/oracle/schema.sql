@@ -15,9 +15,11 @@
 --           DBMS_VECTOR.INDEX_VECTOR_MEMORY_ADVISOR (without it the index build
 --           fails, ORA-51962). Privileges: CREATE TABLE and a tablespace quota
 --           (DB_DEVELOPER_ROLE has them).
---           Load first, then create (or rebuild) sections_embedding_hnsw: rows
---           added after an HNSW index is built go to its journal and are
---           searched exactly until the graph is repopulated.
+--           This file creates sections_embedding_hnsw last, on the empty
+--           table. For a bulk load, leave that statement out, load, then run
+--           it (or load and then rebuild the index): rows added after an HNSW
+--           index is built go to its journal and are searched exactly until
+--           the graph is repopulated.
 --           Oracle stores '' as NULL: content and heading are NULL for
 --           heading-only sections and the preface (read NULL as empty).
 --           VARCHAR2(n CHAR) counts characters, but under the default

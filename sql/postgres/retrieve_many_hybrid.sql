@@ -40,10 +40,13 @@
 -- Plan      On tables of a few thousand sections or more, expect one HNSW
 --           scan per query, in a Nested Loop over the queries:
 --               CTE dense
---                 ->  Nested Loop
---                       ->  CTE Scan on queries q
---                       ->  Limit ... Index Scan using sections_embedding_hnsw
---                             Order By: (embedding <=> q.embedding)
+--                 ->  WindowAgg  ->  Sort      (each query's ranks)
+--                       ->  Nested Loop
+--                             ->  CTE Scan on queries q
+--                             ->  Limit  ->  Sort  (ties: doc_id, section_id)
+--                                   ->  Subquery Scan  ->  Limit
+--                                         ->  Index Scan using sections_embedding_hnsw
+--                                               Order By: (embedding <=> q.embedding)
 --           and for the words a Nested Loop over (query, word) pairs, each a
 --           Bitmap Heap Scan on sections_tsv_gin, plus one on
 --           sections_terms_gin per query; then a sort per query.
