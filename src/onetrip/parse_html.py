@@ -451,4 +451,3 @@ def truncation_warnings(text: str) -> list[str]:
         cut = tail[lt:lt + 30]
         out.append(f"the file ends inside a tag ({cut!r} at line {_line_of(text, lt)}): it looks truncated")
     return out
-

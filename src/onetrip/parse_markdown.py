@@ -225,4 +225,3 @@ def unclosed_fence(text: str) -> str | None:
             return (f"the code fence ({tok.markup}) opened at line {start + 1} is never closed: the {len(rest)} "
                     f"lines after it{also} are read as code (the file may be truncated)")
     return None
-
