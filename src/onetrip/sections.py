@@ -86,7 +86,7 @@ class ParsedDocument:
     sections: list[Section]
     metadata: dict
     format: str  # "markdown" | "html" | "text"
-    #: what parsing lost without failing (a file cut short, a fence or comment never closed): the report's
+    #: what parsing lost without failing (a file cut short, a fence or comment never closed), for the report
     warnings: tuple[str, ...] = ()
 
 
