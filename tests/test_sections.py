@@ -179,6 +179,21 @@ def test_oversized_table_splits_by_rows_repeating_header() -> None:
     assert [ln for s in secs for ln in s.content.split("\n")[1:]] == rows
 
 
+def test_a_table_row_too_big_for_a_part_keeps_the_header() -> None:
+    """A row over the budget was cut on its own, and the header went nowhere: lost when no other row followed."""
+    long_row = "a | " + " ".join(f"w{i}" for i in range(25))  # 27 words
+    table = ContentBlock("table", f"name | value\n{long_row}\nb | short", header_lines=1)
+    secs = build_sections([HeadingBlock(1, "T", "t"), table], count_tokens=words, max_tokens=10)
+    assert secs[0].content.startswith("name | value\na | w0")
+    assert all(s.token_count <= 10 for s in secs)
+    assert " ".join(s.content for s in secs).split().count("name") == 2  # and again before the next row
+    assert " ".join(s.content for s in secs).split() == "name | value a | ".split() + \
+        [f"w{i}" for i in range(25)] + "name | value b | short".split()
+    alone = ContentBlock("table", f"name | value\n{long_row}", header_lines=1)  # no other row: the case lost
+    secs = build_sections([HeadingBlock(1, "T", "t"), alone], count_tokens=words, max_tokens=10)
+    assert secs[0].content.split("\n")[0] == "name | value"
+
+
 def test_code_block_kept_whole_if_it_fits_else_split_at_lines() -> None:
     code = ContentBlock("code", "def f():\n    x = 1\n    return x")  # 7 words
     secs = build_sections([para(6), code], count_tokens=words, max_tokens=10)

@@ -274,11 +274,13 @@ def _table_pieces(block: ContentBlock, counter: _Counter, max_tokens: int) -> li
         cur, cur_tokens = [], 0
 
     for row, tokens in zip(rows, counts):
-        if tokens > budget:
+        if tokens > budget:  # a row too big for one part: cut it, its first piece under the header
             flush()
-            sub = _pieces(row, _STRATEGIES["table"][1:], counter, max_tokens)
+            sub = _pieces(row, _STRATEGIES["table"][1:], counter, budget)
             if sub:
-                sub[0] = replace(sub[0], joiner="\n")
+                first = sub[0]
+                sub[0] = (_Piece(f"{header}\n{first.text}", header_tokens + first.tokens, "\n") if header
+                          else replace(first, joiner="\n"))
             out.extend(sub)
             continue
         if cur and cur_tokens + tokens > budget:
