@@ -253,3 +253,38 @@ def test_a_page_whose_only_text_is_inside_an_open_comment_names_it(tmp_path) -> 
     p.write_text("<html><body><!-- <h1>All</h1><p>of it</p></body></html>")
     with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a comment \(<!--\) opened at line 1"):
         parse_file(p)
+
+
+def test_table_text_outside_cells_and_nested_captions_are_kept() -> None:
+    """Found by fuzzing: a caption of a table inside a list item or note, and text inside a table but outside
+    its cells (a template's loop tags, which browsers show before the table), were read by nothing."""
+    _, blocks, _ = parse_html("<ul><li>item<table><caption>Table caption</caption><tr><td>cell</td></tr>"
+                              "</table></li></ul>")
+    assert [b.text for b in blocks] == ["item\n\nTable caption\ncell"]
+    _, blocks, _ = parse_html("<h1>T</h1><table>{% for row in rows %}<tr><th>Name</th></tr>"
+                              "<tr><td>{{ row.name }}</td></tr>{% endfor %}</table>")
+    assert [(b.text, getattr(b, "header_lines", None)) for b in blocks] == [
+        ("T", None), ("{% for row in rows %} {% endfor %}", 0), ("Name\n{{ row.name }}", 1)]
+    _, blocks, _ = parse_html("<div class='note'><table><tbody>stray<tr>words<td>a</td></tr></tbody></table></div>")
+    assert [b.text for b in blocks] == ["stray words\na"]
+
+
+def test_sphinx_sections_take_the_heading_after_their_empty_anchor_span(tmp_path) -> None:
+    """Sphinx writes <span id=...></span> before each section's heading: the container got no title, its text
+    went under a second section of the same id, and empty sections were stored."""
+    p = tmp_path / "idle.html"
+    p.write_text("<div class='section' id='idle'><span id='idle'></span><h1>IDLE</h1><p>Intro text here.</p>"
+                 "<div class='section' id='menus'><span id='menus'></span><h2>Menus</h2><p>Menu text.</p>"
+                 "</div></div>")
+    doc = parse_file(p, min_tokens=0)
+    assert [(s.section_id, s.heading_path, s.content, s.parent_section_id) for s in doc.sections] == [
+        ("idle", ("IDLE",), "Intro text here.", None), ("menus", ("IDLE", "Menus"), "Menu text.", "idle")]
+
+
+def test_an_empty_untitled_container_makes_no_section(tmp_path) -> None:
+    p = tmp_path / "page.html"
+    p.write_text("<div class='sect1' id='a'><h2>A</h2><p>aaa</p><div class='sect2' id='b'></div>"
+                 "<div class='sect2' id='c'><div class='sect3' id='d'><h4>D</h4><p>ddd</p></div></div></div>")
+    doc = parse_file(p, min_tokens=0)  # b: nothing in it; c: untitled and empty, but d's parent (kept)
+    assert [(s.section_id, s.heading, s.parent_section_id) for s in doc.sections] == [
+        ("a", "A", None), ("c", "", "a"), ("d", "D", "c")]

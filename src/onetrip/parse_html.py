@@ -10,7 +10,8 @@ Rules:
   nesting depth among containers; its anchor is its id (a container without an
   id, like `refsynopsisdiv`, takes the id of the innermost enclosing one, since
   that is the source location of its text). Its title is the first heading in
-  its leading `div.titlepage`/`div.refnamediv` or a leading direct heading.
+  its leading `div.titlepage`/`div.refnamediv` or a leading direct heading
+  (elements without text before it, such as Sphinx's `<span id>`, are skipped).
 * Other h1-h6 outside content blocks are headings too: level = h-number when no
   container is open, else depth + (h-number - container title h-number);
   anchor = own id, else an `<a id|name>` inside, else a GitHub-style slug.
@@ -20,7 +21,9 @@ Rules:
   footnotes) gets a repeated heading of the parent, so it is not attributed to
   the last subsection.
 * Dropped: head, script, style, navheader, navfooter, the in-page toc, <nav>.
-* Tables are one block: rows on lines (header rows first), cells joined " | ".
+* Tables are one block: rows on lines (header rows first), cells joined " | ";
+  their captions, and text inside them but outside any cell (browsers show it
+  before the table), come first.
 """
 
 from __future__ import annotations
@@ -165,6 +168,29 @@ def _flat_text(tag: Tag) -> str:
     return _collapse("".join(out))
 
 
+_TABLE_PARTS = frozenset({"thead", "tbody", "tfoot", "tr"})
+_NOT_FOSTERED = frozenset({"td", "th", "caption", "colgroup", "col"})
+
+
+def _fostered(table: Tag) -> str:
+    """Text inside a table but outside its cells (template loops, stray words): browsers show it before the
+    table; lxml keeps it where it was, which no cell reads, so it was lost."""
+    out: list[str] = []
+
+    def rec(node: Tag) -> None:
+        for child in node.children:
+            if isinstance(child, Tag):
+                if child.name in _TABLE_PARTS:
+                    rec(child)
+                elif child.name not in _NOT_FOSTERED and child.name != "table" and not _dropped(child):
+                    out.append(_flat_text(child))
+            elif _is_text(child) and str(child).strip():
+                out.append(_collapse(str(child)))
+
+    rec(table)
+    return " ".join(t for t in out if t)
+
+
 def _table(table: Tag) -> tuple[str, int]:
     """(text, header line count): one row per line, header rows first."""
     rows = [tr for tr in table.find_all("tr") if tr.find_parent("table") is table]
@@ -226,6 +252,8 @@ class _Walker:
             self.flush()
             for cap in node.find_all("caption", recursive=False):
                 self.content(cap, "paragraph")
+            if fostered := _fostered(node):
+                self.blocks.append(ContentBlock("paragraph", fostered))
             text, header = _table(node)
             if text:
                 self.blocks.append(ContentBlock("table", text, header))
@@ -329,9 +357,13 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
         name = child.name
         if name == "br":
             buf.newline(1)
-        elif name == "table":
+        elif name == "table":  # inside a content block (a list item, a note): caption and stray text too
             text, _ = _table(child)
             buf.newline(2)
+            for line in [*(_flat_text(c) for c in child.find_all("caption", recursive=False)), _fostered(child)]:
+                if line:
+                    buf.add(line)
+                    buf.newline(1)
             buf.add(text, pre=True)
             buf.newline(2)
         elif name == "pre":
@@ -362,8 +394,8 @@ def _find_title(container: Tag) -> Tag | None:
             if isinstance(found, Tag):
                 return found
             continue
-        if child.name in ("a", "div") and not child.get_text().strip():
-            continue  # index-term anchors, empty wrappers
+        if not child.get_text().strip():
+            continue  # index-term anchors, Sphinx's <span id>, empty wrappers: nothing to read before the title
         return None
     return None
 

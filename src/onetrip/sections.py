@@ -6,7 +6,8 @@ document order; `build_sections` turns it into `Section`s. Rules, in order:
 1. Tree. A heading's parent is the nearest earlier heading with a lower level
    number (h1 -> h3: the h3's parent is the h1). Text before the first heading is
    a preface (level 0, heading "", path ()) whose parent is None; it is never a
-   parent itself.
+   parent itself. A heading with no text, no content and no subsections (an
+   untitled, empty HTML container) makes no section.
 2. Merge. A section whose content has fewer than `min_tokens` tokens is merged
    forward into the next section only when that next section has the same parent
    (i.e. it is a sibling, so the tiny section has no children). Its heading line
@@ -447,6 +448,9 @@ def build_sections(
         raise ValueError("max_tokens must be >= 1")
     counter = _Counter(count_tokens)
     nodes = _tree(blocks)
+    parents = {id(n.parent) for n in nodes if n.parent is not None}
+    # nothing to read and nothing below: an untitled, empty container (HTML) or a bare "#" is not a section
+    nodes = [n for n in nodes if n.heading.strip() or n.blocks or id(n) in parents]
     _count_blocks(nodes, counter, max_tokens)
     nodes = _merge_tiny(nodes, counter, min_tokens)
 
