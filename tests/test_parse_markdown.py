@@ -224,4 +224,29 @@ def test_closed_fences_warn_nothing(tmp_path: Path) -> None:
         assert parse_file(p, min_tokens=0).warnings == (), text
     p = tmp_path / "open.md"
     p.write_text("# A\n\n````\n```\n")  # a shorter closer does not close it
-    assert parse_file(p, min_tokens=0).warnings[0].startswith("the code fence (````) opened at line 3")
+    assert parse_file(p, min_tokens=0).warnings == (
+        "the code fence (````) opened at line 3 is never closed: the line after it is read as code "
+        "(the file may be truncated)",)
+
+
+def test_an_unclosed_html_comment_or_raw_element_is_stored_with_a_warning(tmp_path: Path) -> None:
+    """Found by fuzzing: CommonMark reads the rest of the file as raw HTML after an unclosed <!-- or <script>,
+    <pre>, <style>, <textarea>; the headings after it were no sections and nothing was said."""
+    cases = {
+        "<!-- draft note": "an HTML comment (<!--) opened at line 5",
+        "<script>\nvar x = 1;": "a <script> element opened at line 5",
+        "<PRE>": "a <pre> element opened at line 5",
+    }
+    for opener, warned in cases.items():
+        p = tmp_path / "doc.md"
+        p.write_text(f"# A\n\nIntro paragraph text.\n\n{opener}\n\n# B\n\nBody of section B.\n")
+        doc = parse_file(p, min_tokens=0)
+        assert [s.heading for s in doc.sections] == ["A"] and "Body of section B." in doc.sections[0].content
+        assert len(doc.warnings) == 1 and doc.warnings[0].startswith(warned), doc.warnings
+        assert "1 of them heading lines, are read as raw HTML, not Markdown" in doc.warnings[0]
+    for closed in ("<!-- a note -->", "<!--\nmany\nlines\n-->", "<script>var x;</script>", "<pre>\ncode\n</pre>",
+                   "<div>\nnot a raw-text element, ends at a blank line"):
+        p = tmp_path / "doc.md"
+        p.write_text(f"# A\n\n{closed}\n\n# B\n\ntext\n")
+        doc = parse_file(p, min_tokens=0)
+        assert doc.warnings == () and [s.heading for s in doc.sections] == ["A", "B"], closed

@@ -49,7 +49,7 @@ def _parser() -> MarkdownIt:
 @lru_cache(maxsize=1)
 def _tokens(text: str) -> list[Token]:
     """markdown-it's tokens of a text with \\n line ends; parsing is most of the cost, and `parse_file` asks
-    twice per file (`parse_markdown`, then `unclosed_fence`). The tokens are only read."""
+    twice per file (`parse_markdown`, then `truncation_warning`). The tokens are only read."""
     return _parser().parse(text)
 
 
@@ -200,12 +200,16 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     return (title or first_h1 or "").strip(), blocks, metadata
 
 
-def unclosed_fence(text: str) -> str | None:
-    """A code fence that runs to the end of the file, named for the ingest report (the file is still stored).
+_RAW_HTML_OPEN = re.compile(r"\s*<(script|pre|style|textarea)(?=[\s/>]|$)", re.IGNORECASE)
 
-    CommonMark reads everything after an unclosed fence as code, so a file cut
-    short or a lost closing line turns the rest of a document, headings
-    included, into one code block: valid Markdown, so nothing fails.
+
+def truncation_warning(text: str) -> str | None:
+    """A block that runs to the end of the file unclosed, named for the ingest report (the file is still stored).
+
+    CommonMark reads everything after an unclosed code fence as code, and after
+    an unclosed HTML comment or <script>/<pre>/<style>/<textarea> as raw HTML,
+    so a file cut short or a lost closing line turns the rest of a document,
+    headings included, into one block: valid Markdown, so nothing fails.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     lines = text.split("\n")
@@ -213,15 +217,31 @@ def unclosed_fence(text: str) -> str | None:
     while last and not lines[last - 1].strip():
         last -= 1
     for tok in _tokens(text):
-        if tok.type != "fence" or tok.map is None or tok.map[1] < last:
+        if tok.type not in ("fence", "html_block") or tok.map is None or tok.map[1] < last:
             continue
         start, end = tok.map
-        closer = re.sub(r"^[\s>]*", "", lines[end - 1]).rstrip() if end - 1 > start else ""  # in a quote: "> ```"
-        char, n = tok.markup[:1], len(tok.markup)
-        if not (closer.startswith(char * n) and closer.rstrip(char) == ""):
-            rest = lines[start + 1:last]
-            heads = sum(1 for line in rest if re.match(r" {0,3}#{1,6}(\s|$)", line))
-            also = f", {heads} of them heading lines," if heads else ""
-            return (f"the code fence ({tok.markup}) opened at line {start + 1} is never closed: the {len(rest)} "
-                    f"lines after it{also} are read as code (the file may be truncated)")
+        if tok.type == "fence":
+            closer = re.sub(r"^[\s>]*", "", lines[end - 1]).rstrip() if end - 1 > start else ""  # in a quote: "> ```"
+            char, n = tok.markup[:1], len(tok.markup)
+            if closer.startswith(char * n) and closer.rstrip(char) == "":
+                continue
+            what, read_as = f"the code fence ({tok.markup})", "code"
+        else:
+            raw = tok.content
+            tag = _RAW_HTML_OPEN.match(raw)
+            if raw.lstrip().startswith("<!--") and "-->" not in raw:
+                what = "an HTML comment (<!--)"
+            elif tag and not re.search(rf"</{tag.group(1)}>", raw, re.IGNORECASE):
+                what = f"a <{tag.group(1).lower()}> element"
+            else:
+                continue
+            read_as = "raw HTML, not Markdown"
+        rest = lines[start + 1:last]
+        heads = sum(1 for line in rest if re.match(r" {0,3}#{1,6}(\s|$)", line))
+        if len(rest) == 1:
+            count, also, verb = "the line", " (a heading line)" if heads else "", "is"
+        else:
+            count, also, verb = f"the {len(rest)} lines", f", {heads} of them heading lines," if heads else "", "are"
+        return (f"{what} opened at line {start + 1} is never closed: {count} after it{also} "
+                f"{verb} read as {read_as} (the file may be truncated)")
     return None

@@ -632,15 +632,15 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
     suffix = path.suffix.lower()
     blocks: list[Block]
     if suffix in MARKDOWN_SUFFIXES:
-        from onetrip.parse_markdown import MarkdownTooDeepError, parse_markdown, unclosed_fence
+        from onetrip.parse_markdown import MarkdownTooDeepError, parse_markdown, truncation_warning
 
         try:
             title, blocks, metadata = parse_markdown(text)
         except MarkdownTooDeepError as e:
             raise InputDocumentError(str(path), str(e)) from None
         fmt = "markdown"
-        fence = unclosed_fence(text)
-        warnings = [fence] if fence else []
+        lost = truncation_warning(text)
+        warnings = [lost] if lost else []
     elif suffix in HTML_SUFFIXES:
         from onetrip.parse_html import parse_html, truncation_warnings
 
