@@ -236,6 +236,9 @@ def test_an_unclosed_html_comment_or_raw_element_is_stored_with_a_warning(tmp_pa
         "<!-- draft note": "an HTML comment (<!--) opened at line 5",
         "<script>\nvar x = 1;": "a <script> element opened at line 5",
         "<PRE>": "a <pre> element opened at line 5",
+        "<?php echo 1;": "a processing instruction (<?) opened at line 5",
+        "<![CDATA[ data": "a CDATA section (<![CDATA[) opened at line 5",
+        "<!DOCTYPE html": "a declaration (<!) opened at line 5",
     }
     for opener, warned in cases.items():
         p = tmp_path / "doc.md"
@@ -245,8 +248,12 @@ def test_an_unclosed_html_comment_or_raw_element_is_stored_with_a_warning(tmp_pa
         assert len(doc.warnings) == 1 and doc.warnings[0].startswith(warned), doc.warnings
         assert "1 of them heading lines, are read as raw HTML, not Markdown" in doc.warnings[0]
     for closed in ("<!-- a note -->", "<!--\nmany\nlines\n-->", "<script>var x;</script>", "<pre>\ncode\n</pre>",
-                   "<div>\nnot a raw-text element, ends at a blank line"):
+                   "<div>\nnot a raw-text element, ends at a blank line", "<?php echo 1; ?>", "<!DOCTYPE html>",
+                   "<pre>\ncode\n</script>"):  # (any of the four closing tags ends such a block)
         p = tmp_path / "doc.md"
         p.write_text(f"# A\n\n{closed}\n\n# B\n\ntext\n")
         doc = parse_file(p, min_tokens=0)
         assert doc.warnings == () and [s.heading for s in doc.sections] == ["A", "B"], closed
+    p = tmp_path / "doc.md"
+    p.write_text("# A\n\nText.\n\n```\n")  # opened on the last line: nothing after it is lost
+    assert parse_file(p, min_tokens=0).warnings == ()

@@ -740,7 +740,9 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
     try:
-        return COMMANDS[args.command](args)
+        code = COMMANDS[args.command](args)
+        sys.stdout.flush()  # here, not at exit: a closed pipe must reach the handler below, not "Exception ignored"
+        return code
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as cat does, not with a traceback

@@ -180,7 +180,8 @@ def _fostered(table: Tag) -> str:
     def rec(node: Tag) -> None:
         for child in node.children:
             if isinstance(child, Tag):
-                if child.name in _TABLE_PARTS:
+                # a wrapper around rows (<form>, a template's <div>): its rows are the table's; read around them
+                if child.name in _TABLE_PARTS or child.find(("tr", "td", "th")) is not None:
                     rec(child)
                 elif child.name not in _NOT_FOSTERED and child.name != "table" and not _dropped(child):
                     out.append(_flat_text(child))
@@ -440,43 +441,60 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     return title, walker.blocks, metadata
 
 
-# elements whose content is raw text: left open, they swallow the rest of the page (as a comment does)
-_RAW_TEXT_OPEN = re.compile(r"<!--|<(script|style|textarea|title|xmp)(?=[\s/>])", re.IGNORECASE)
+# elements whose content is raw text: left open, they take in the rest of the page, which is then not read
+# (a comment, script, style, title) or read as plain text, its markup included (the others)
+_RAW_TEXT_OPEN = re.compile(r"<!--|<(script|style|title|textarea|xmp|iframe|noembed|noframes|plaintext)(?=[\s/>])",
+                            re.IGNORECASE)
+_HIDDEN = frozenset({"script", "style", "title"})
 
 
 def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
 
 
+def _inside_a_tag(text: str, pos: int) -> bool:
+    """Whether ``pos`` is inside a tag's attributes (``<p title='<!--'>``): the last < before it is unclosed."""
+    return text.rfind("<", 0, pos) > text.rfind(">", 0, pos)
+
+
 def truncation_warnings(text: str) -> list[str]:
     """What a page cut short or left open loses, for the ingest report (the page is still stored).
 
     Browsers and lxml read such a page without complaint, so nothing fails:
-    a comment or a raw-text element (script, style, textarea, title) never
-    closed hides everything after it, and a page ending inside a tag lost its
-    end. Unclosed ordinary elements (no ``</body>``) lose nothing and are not
-    named.
+    a comment or a raw-text element (script, style, title, textarea, ...)
+    never closed takes in everything after it, and a page ending inside a tag
+    lost its end. Unclosed ordinary elements (no ``</body>``) lose nothing and
+    are not named; nor is a self-closed ``<script .../>`` (XHTML), which lxml
+    reads as closed.
     """
     out = []
     pos = 0
     while m := _RAW_TEXT_OPEN.search(text, pos):
+        if _inside_a_tag(text, m.start()):
+            pos = m.end()
+            continue
         tag = m.group(1)
         if tag is None:
             short = next((n for n in (">", "->") if text.startswith(n, m.end())), None)  # <!--> and <!---> end there
-            end = m.end() if short else text.find("-->", m.end())
-            what, close = "a comment (<!--)", len(short) if short else 3
+            c = None if short else re.compile(r"--!?>").search(text, m.end())
+            end = m.end() + len(short) if short else (c.end() if c else -1)
+            what, hidden, opened = "a comment (<!--)", True, m.end()
         else:
-            end = -1
+            gt = text.find(">", m.end())
+            if gt >= 0 and text[gt - 1] == "/":  # <script src="x.js"/>, <title/> in SVG: closed
+                pos = gt + 1
+                continue
             c = re.compile(rf"</{tag}\s*>", re.IGNORECASE).search(text, m.end())
-            if c:
-                end, close = c.start(), c.end() - c.start()
-            what = f"a <{tag.lower()}> element"
+            end = c.end() if c else -1
+            what, hidden = f"a <{tag.lower()}> element", tag.lower() in _HIDDEN
+            opened = gt + 1 if gt >= 0 else m.end()  # counted from the end of its opening tag
         if end < 0:
-            rest = len(text) - m.end()
+            rest = len(text) - opened
+            how = "not read as text" if hidden else "read as plain text, markup included"
             out.append(f"{what} opened at line {_line_of(text, m.start())} is never closed: the {rest} characters "
-                       "after it are not read as text (the file may be truncated)")
+                       f"after it are {how} (the file may be truncated)")
             return out
-        pos = end + close
+        pos = end
     tail = text.rstrip()
     lt = tail.rfind("<")
     if lt >= 0 and ">" not in tail[lt:] and re.match(r"</?[A-Za-z]", tail[lt:]):

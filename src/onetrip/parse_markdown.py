@@ -201,13 +201,30 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
 
 
 _RAW_HTML_OPEN = re.compile(r"\s*<(script|pre|style|textarea)(?=[\s/>]|$)", re.IGNORECASE)
+_RAW_HTML_CLOSE = re.compile(r"</(script|pre|style|textarea)>", re.IGNORECASE)  # any of them ends such a block
+# CommonMark's other HTML blocks that only their end marker closes: opener, end marker, what it is
+_MARKED_HTML = (("<!--", "-->", "an HTML comment (<!--)"), ("<?", "?>", "a processing instruction (<?)"),
+                ("<![CDATA[", "]]>", "a CDATA section (<![CDATA[)"), ("<!", ">", "a declaration (<!)"))
+
+
+def _unclosed_html_block(raw: str) -> str | None:
+    """What an html_block token that runs to the end of the file is, if only its missing end marker would have
+    ended it (CommonMark block types 1-5); None for blocks a blank line ends."""
+    head = raw.lstrip()
+    if _RAW_HTML_OPEN.match(raw):
+        return None if _RAW_HTML_CLOSE.search(raw) else f"a <{_RAW_HTML_OPEN.match(raw).group(1).lower()}> element"
+    for opener, end, what in _MARKED_HTML:
+        if head.startswith(opener):
+            return None if end in head[len(opener):] else what
+    return None
 
 
 def truncation_warning(text: str) -> str | None:
     """A block that runs to the end of the file unclosed, named for the ingest report (the file is still stored).
 
     CommonMark reads everything after an unclosed code fence as code, and after
-    an unclosed HTML comment or <script>/<pre>/<style>/<textarea> as raw HTML,
+    an unclosed HTML comment, <script>/<pre>/<style>/<textarea>, <?...?>,
+    <![CDATA[...]]> or <!DECLARATION> as raw HTML,
     so a file cut short or a lost closing line turns the rest of a document,
     headings included, into one block: valid Markdown, so nothing fails.
     """
@@ -227,16 +244,13 @@ def truncation_warning(text: str) -> str | None:
                 continue
             what, read_as = f"the code fence ({tok.markup})", "code"
         else:
-            raw = tok.content
-            tag = _RAW_HTML_OPEN.match(raw)
-            if raw.lstrip().startswith("<!--") and "-->" not in raw:
-                what = "an HTML comment (<!--)"
-            elif tag and not re.search(rf"</{tag.group(1)}>", raw, re.IGNORECASE):
-                what = f"a <{tag.group(1).lower()}> element"
-            else:
+            found = _unclosed_html_block(tok.content)
+            if found is None:
                 continue
-            read_as = "raw HTML, not Markdown"
+            what, read_as = found, "raw HTML, not Markdown"
         rest = lines[start + 1:last]
+        if not rest:  # opened on the last line: nothing after it is lost
+            continue
         heads = sum(1 for line in rest if re.match(r" {0,3}#{1,6}(\s|$)", line))
         if len(rest) == 1:
             count, also, verb = "the line", " (a heading line)" if heads else "", "is"

@@ -6,8 +6,8 @@ document order; `build_sections` turns it into `Section`s. Rules, in order:
 1. Tree. A heading's parent is the nearest earlier heading with a lower level
    number (h1 -> h3: the h3's parent is the h1). Text before the first heading is
    a preface (level 0, heading "", path ()) whose parent is None; it is never a
-   parent itself. A heading with no text, no content and no subsections (an
-   untitled, empty HTML container) makes no section.
+   parent itself. A heading with no text, no content and no subsection that is
+   kept (an untitled, empty HTML container) makes no section.
 2. Merge. A section whose content has fewer than `min_tokens` tokens is merged
    forward into the next section only when that next section has the same parent
    (i.e. it is a sibling, so the tiny section has no children). Its heading line
@@ -280,6 +280,8 @@ def _table_pieces(block: ContentBlock, counter: _Counter, max_tokens: int) -> li
             sub = _pieces(row, _STRATEGIES["table"][1:], counter, budget)
             if sub:
                 first = sub[0]
+                # (packed like any piece: a part may then hold the header twice, which costs a few tokens;
+                # forcing a new part instead left parts of a few tokens on 5 manual pages)
                 sub[0] = (_Piece(f"{header}\n{first.text}", header_tokens + first.tokens, "\n") if header
                           else replace(first, joiner="\n"))
             out.extend(sub)
@@ -479,9 +481,15 @@ def build_sections(
         raise ValueError("max_tokens must be >= 1")
     counter = _Counter(count_tokens)
     nodes = _tree(blocks)
-    parents = {id(n.parent) for n in nodes if n.parent is not None}
-    # nothing to read and nothing below: an untitled, empty container (HTML) or a bare "#" is not a section
-    nodes = [n for n in nodes if n.heading.strip() or n.blocks or id(n) in parents]
+    # nothing to read and nothing kept below: an untitled, empty container (HTML) or a bare "#" is not a
+    # section. Bottom-up (children follow their parent), so one holding only such containers goes too
+    kept, has_kept_child = [], set()
+    for n in reversed(nodes):
+        if n.heading.strip() or n.blocks or id(n) in has_kept_child:
+            kept.append(n)
+            if n.parent is not None:
+                has_kept_child.add(id(n.parent))
+    nodes = kept[::-1]
     _count_blocks(nodes, counter, max_tokens)
     nodes = _merge_tiny(nodes, counter, min_tokens)
 
