@@ -24,7 +24,12 @@
 --                                   LIMIT k as 10% of the table and joins the
 --                                   context by Hash Join over a Seq Scan of
 --                                   sections: unpinned, 2.8-3.0 ms against
---                                   1.2-1.5 per call, k=10, on 9,341 rows)
+--                                   1.2-1.5 per call, k=10, on 9,341 rows;
+--                                   SQL functions use the plan cache from
+--                                   PostgreSQL 18: before it the pin does
+--                                   nothing, and the body is planned without
+--                                   its argument values, untested here: check
+--                                   with auto_explain.log_nested_statements)
 --           A function with a SET clause is never inlined, so the planner plans
 --           the body on its own, with the bind values as parameters.
 -- Plan      As retrieve.sql: Index Scan using sections_embedding_hnsw ... Order By
