@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing as mp
 import os
 import signal
@@ -435,8 +436,17 @@ def test_a_truncated_file_is_stored_and_its_loss_reported(db, dsn, tmp_path):
     meta = dict(db.execute("SELECT doc_id, metadata->'parse_warnings' FROM documents").fetchall())
     assert meta == {"cut.md": [report.warnings[0][1]], "whole.md": None}
     assert rows(db, "cut.md")[-1][1].endswith("## Lost heading")  # stored as it was read: inside the code
+    from onetrip import list_documents
+
+    listed = {d.doc_id: d.parse_warnings for d in list_documents(db, layout)}
+    assert listed == {"cut.md": (report.warnings[0][1],), "whole.md": ()}
 
     (tmp_path / "whole.md").unlink()
     res = onetrip("ingest", str(tmp_path), "--prefix", "cut_", dsn=dsn)  # the bundled model: tables of its own
     assert res.returncode == 0, res.stderr
     assert f"onetrip: warning: {tmp_path / 'cut.md'}: the code fence (```) opened at line 13 is never closed" in res.stderr
+    listing = onetrip("documents", "--prefix", "cut_", dsn=dsn)
+    assert listing.returncode == 0 and "cut.md\t" in listing.stdout
+    assert "\twarning: the code fence (```) opened at line 13 is never closed" in listing.stdout
+    as_json = json.loads(onetrip("documents", "--prefix", "cut_", "--json", dsn=dsn).stdout)
+    assert as_json[0]["parse_warnings"][0].startswith("the code fence (```) opened at line 13")

@@ -438,12 +438,15 @@ def cmd_documents(args: argparse.Namespace) -> int:
                               collection=args.collection)
     if args.json:
         print(json.dumps([{**d.__dict__, "acl": None if d.acl is None else list(d.acl),
+                           "parse_warnings": list(d.parse_warnings),
                            "ingested_at": d.ingested_at.isoformat()} for d in docs], indent=2))
         return 0
     for d in docs:
         acl = "everyone" if d.acl is None else ",".join(d.acl)
+        warned = f"\twarning: {d.parse_warnings[0]}" if d.parse_warnings else ""  # a file cut short, say
         print(f"{d.doc_id}\trevision {d.revision}\t{d.section_count} sections\t{d.token_count} tokens\t"
-              f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\tembedder {d.embedder or '-'}")
+              f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\tembedder {d.embedder or '-'}"
+              f"{warned}")
     print(f"{len(docs)} document(s)", file=sys.stderr)
     return 0
 

@@ -537,20 +537,24 @@ class DocumentInfo:
     token_count: int  # context tokens of all its sections (what `document` expansion gates on)
     ingested_at: datetime
     embedder: str | None = None  # the model `ingest_paths` embedded it with (None: loaded another way)
+    #: what parsing lost when it was ingested (a file cut short: `ParsedDocument.warnings`), kept in its metadata
+    parse_warnings: tuple[str, ...] = ()
 
 
 def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None) -> list[DocumentInfo]:
     """The stored documents by doc_id, optionally of one collection: what `delete_document` takes."""
     q = sql.SQL(
         "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at, "
-        "metadata ->> %(e)s FROM {} WHERE %(c)s::text IS NULL OR collection = %(c)s ORDER BY doc_id"
+        "metadata ->> %(e)s, metadata -> 'parse_warnings' "
+        "FROM {} WHERE %(c)s::text IS NULL OR collection = %(c)s ORDER BY doc_id"
     ).format(sql.SQL(layout.tables["documents"]))
     try:
         rows = conn.execute(q, {"c": collection, "e": EMBEDDER_KEY}).fetchall()
     except psycopg.errors.UndefinedTable as e:
         raise missing_table_error(e) from None
-    return [DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at, e)
-            for d, t, u, c, a, r, n, tok, at, e in rows]
+    return [DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at, e,
+                         tuple(str(x) for x in w) if isinstance(w, list) else ())
+            for d, t, u, c, a, r, n, tok, at, e, w in rows]
 
 
 def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, keep_history: bool = False) -> bool:
