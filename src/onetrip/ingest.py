@@ -25,6 +25,7 @@ from .errors import DimensionMismatchError, InputDocumentError, OnetripError
 from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, TEXT_SUFFIXES, ParsedDocument, parse_file
 from .store import (
     EMBEDDER_KEY,
+    PARSE_WARNINGS_KEY,
     DocumentRecord,
     StoreResult,
     embedder_lock,
@@ -325,7 +326,7 @@ def ingest_paths(
                 parsed = parse_file(path)
                 report.warnings += [(shown, w) for w in parsed.warnings]
                 # kept with the document too, so a later look (onetrip documents, SQL) finds them
-                found = {"parse_warnings": list(parsed.warnings)} if parsed.warnings else {}
+                found = {PARSE_WARNINGS_KEY: list(parsed.warnings)} if parsed.warnings else {}
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
                     doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
                     metadata={**parsed.metadata, **found, "format": parsed.format, EMBEDDER_KEY: embedder.name},

@@ -457,7 +457,7 @@ def _inside_a_tag(text: str, pos: int) -> bool:
     return text.rfind("<", 0, pos) > text.rfind(">", 0, pos)
 
 
-def truncation_warnings(text: str) -> list[str]:
+def truncation_warning(text: str) -> str | None:
     """What a page cut short or left open loses, for the ingest report (the page is still stored).
 
     Browsers and lxml read such a page without complaint, so nothing fails:
@@ -467,7 +467,6 @@ def truncation_warnings(text: str) -> list[str]:
     are not named; nor is a self-closed ``<script .../>`` (XHTML), which lxml
     reads as closed.
     """
-    out = []
     pos = 0
     while m := _RAW_TEXT_OPEN.search(text, pos):
         if _inside_a_tag(text, m.start()):
@@ -491,13 +490,12 @@ def truncation_warnings(text: str) -> list[str]:
         if end < 0:
             rest = len(text) - opened
             how = "not read as text" if hidden else "read as plain text, markup included"
-            out.append(f"{what} opened at line {_line_of(text, m.start())} is never closed: the {rest} characters "
-                       f"after it are {how} (the file may be truncated)")
-            return out
+            return (f"{what} opened at line {_line_of(text, m.start())} is never closed: the {rest} characters "
+                    f"after it are {how} (the file may be truncated)")
         pos = end
     tail = text.rstrip()
     lt = tail.rfind("<")
     if lt >= 0 and ">" not in tail[lt:] and re.match(r"</?[A-Za-z]", tail[lt:]):
         cut = tail[lt:lt + 30]
-        out.append(f"the file ends inside a tag ({cut!r} at line {_line_of(text, lt)}): it looks truncated")
-    return out
+        return f"the file ends inside a tag ({cut!r} at line {_line_of(text, lt)}): it looks truncated"
+    return None

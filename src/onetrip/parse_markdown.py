@@ -211,8 +211,8 @@ def _unclosed_html_block(raw: str) -> str | None:
     """What an html_block token that runs to the end of the file is, if only its missing end marker would have
     ended it (CommonMark block types 1-5); None for blocks a blank line ends."""
     head = raw.lstrip()
-    if _RAW_HTML_OPEN.match(raw):
-        return None if _RAW_HTML_CLOSE.search(raw) else f"a <{_RAW_HTML_OPEN.match(raw).group(1).lower()}> element"
+    if opened := _RAW_HTML_OPEN.match(raw):
+        return None if _RAW_HTML_CLOSE.search(raw) else f"a <{opened.group(1).lower()}> element"
     for opener, end, what in _MARKED_HTML:
         if head.startswith(opener):
             return None if end in head[len(opener):] else what

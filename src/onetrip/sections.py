@@ -648,25 +648,25 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
             raise InputDocumentError(str(path), str(e)) from None
         fmt = "markdown"
         lost = truncation_warning(text)
-        warnings = [lost] if lost else []
     elif suffix in HTML_SUFFIXES:
-        from onetrip.parse_html import parse_html, truncation_warnings
+        from onetrip.parse_html import parse_html
+        from onetrip.parse_html import truncation_warning as html_truncation_warning
 
         title, blocks, metadata = parse_html(text)
         fmt = "html"
-        warnings = truncation_warnings(text)
+        lost = html_truncation_warning(text)
         if not any(isinstance(b, ContentBlock) and b.text.strip() for b in blocks) and not any(
             isinstance(b, HeadingBlock) and b.text.strip() for b in blocks
         ):
-            raise InputDocumentError(str(path), "HTML has no visible text" + (f" ({warnings[0]})" if warnings else ""))
+            raise InputDocumentError(str(path), "HTML has no visible text" + (f" ({lost})" if lost else ""))
     else:
         title, blocks, metadata = "", [ContentBlock("paragraph", text.strip("\n"))], {}
         fmt = "text"
-        warnings = []
+        lost = None
     sections = build_sections(
         blocks, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens
     )
     if not sections:
         raise InputDocumentError(str(path), f"no text content found in {fmt} document")
     return ParsedDocument(title=title or path.stem, sections=sections, metadata=metadata, format=fmt,
-                          warnings=tuple(warnings))
+                          warnings=(lost,) if lost else ())

@@ -189,6 +189,8 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
 #: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
 #: document's own metadata (front matter, a caller's record) is neither read as one nor overwritten.
 EMBEDDER_KEY = "onetrip_embedder"
+#: The documents.metadata key `ingest_paths` keeps a file's `ParsedDocument.warnings` under (when it has any).
+PARSE_WARNINGS_KEY = "parse_warnings"
 TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
 
 
@@ -545,11 +547,11 @@ def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str 
     """The stored documents by doc_id, optionally of one collection: what `delete_document` takes."""
     q = sql.SQL(
         "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at, "
-        "metadata ->> %(e)s, metadata -> 'parse_warnings' "
+        "metadata ->> %(e)s, metadata -> %(w)s "
         "FROM {} WHERE %(c)s::text IS NULL OR collection = %(c)s ORDER BY doc_id"
     ).format(sql.SQL(layout.tables["documents"]))
     try:
-        rows = conn.execute(q, {"c": collection, "e": EMBEDDER_KEY}).fetchall()
+        rows = conn.execute(q, {"c": collection, "e": EMBEDDER_KEY, "w": PARSE_WARNINGS_KEY}).fetchall()
     except psycopg.errors.UndefinedTable as e:
         raise missing_table_error(e) from None
     return [DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at, e,
