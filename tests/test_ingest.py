@@ -420,6 +420,26 @@ def test_a_document_that_fails_to_store_does_not_shift_the_next_ones_vectors(db,
         assert np.allclose(got, want, atol=1e-6), doc
 
 
+def test_front_matter_keys_are_kept_beside_onetrips_own(db, tmp_path):
+    """onetrip's metadata keys are prefixed: a file's own `format` or `parse_warnings` is neither
+    overwritten by them nor read as them."""
+    (tmp_path / "cut.md").write_text("---\nformat: post\nparse_warnings: none\n---\n# Cut\n\ntext\n\n```sh\nrest\n")
+    (tmp_path / "whole.md").write_text("---\nparse_warnings: [mine]\n---\n# Whole\n\ntext\n")
+    layout = Layout(dim=HashEmbedder().dim)
+    init_schema(db, layout)
+    report = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert report.new == 2 and len(report.warnings) == 1
+    meta = dict(db.execute("SELECT doc_id, metadata FROM documents").fetchall())
+    assert {k: meta["cut.md"][k] for k in ("format", "parse_warnings", "onetrip_format")} == {
+        "format": "post", "parse_warnings": "none", "onetrip_format": "markdown"}
+    assert meta["cut.md"]["onetrip_parse_warnings"] == [report.warnings[0][1]]
+    assert meta["whole.md"]["parse_warnings"] == ["mine"] and "onetrip_parse_warnings" not in meta["whole.md"]
+    from onetrip import list_documents
+
+    listed = {d.doc_id: d.parse_warnings for d in list_documents(db, layout)}
+    assert listed == {"cut.md": (report.warnings[0][1],), "whole.md": ()}
+
+
 def test_a_truncated_file_is_stored_and_its_loss_reported(db, dsn, tmp_path):
     """Stored as CommonMark and lxml read it (nothing fails), but the report, the CLI and the document name it."""
     from .test_cli import onetrip
@@ -433,7 +453,7 @@ def test_a_truncated_file_is_stored_and_its_loss_reported(db, dsn, tmp_path):
     assert len(report.warnings) == 1 and report.warnings[0][0].endswith("cut.md")
     assert "never closed" in report.warnings[0][1] and "1 of them heading lines" in report.warnings[0][1]
     assert report.as_dict()["warnings"] == [{"path": report.warnings[0][0], "warning": report.warnings[0][1]}]
-    meta = dict(db.execute("SELECT doc_id, metadata->'parse_warnings' FROM documents").fetchall())
+    meta = dict(db.execute("SELECT doc_id, metadata->'onetrip_parse_warnings' FROM documents").fetchall())
     assert meta == {"cut.md": [report.warnings[0][1]], "whole.md": None}
     assert rows(db, "cut.md")[-1][1].endswith("## Lost heading")  # stored as it was read: inside the code
     from onetrip import list_documents

@@ -25,6 +25,7 @@ from .errors import DimensionMismatchError, InputDocumentError, OnetripError
 from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, TEXT_SUFFIXES, ParsedDocument, parse_file
 from .store import (
     EMBEDDER_KEY,
+    FORMAT_KEY,
     PARSE_WARNINGS_KEY,
     DocumentRecord,
     StoreResult,
@@ -329,7 +330,7 @@ def ingest_paths(
                 found = {PARSE_WARNINGS_KEY: list(parsed.warnings)} if parsed.warnings else {}
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
                     doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
-                    metadata={**parsed.metadata, **found, "format": parsed.format, EMBEDDER_KEY: embedder.name},
+                    metadata={**parsed.metadata, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name},
                     collection=collection, acl=acl,
                 )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:

@@ -189,8 +189,10 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
 #: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
 #: document's own metadata (front matter, a caller's record) is neither read as one nor overwritten.
 EMBEDDER_KEY = "onetrip_embedder"
+#: The documents.metadata key `ingest_paths` records the file's format under ("markdown", "html", "text").
+FORMAT_KEY = "onetrip_format"
 #: The documents.metadata key `ingest_paths` keeps a file's `ParsedDocument.warnings` under (when it has any).
-PARSE_WARNINGS_KEY = "parse_warnings"
+PARSE_WARNINGS_KEY = "onetrip_parse_warnings"
 TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
 
 
