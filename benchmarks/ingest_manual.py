@@ -36,8 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     from onetrip.connection import connect
     from onetrip.embedders import SentenceTransformerEmbedder
     from onetrip.ingest import ingest_paths
+    from onetrip.layout import Layout
     from onetrip.schema import init_schema
-    from onetrip.templates import Layout
 
     try:
         html = find_manual(args.manual)

@@ -87,9 +87,9 @@ def prepare_corpus(dsn: str, prefix: str, synthetic: int) -> dict[str, Any]:
     from onetrip.connection import connect
     from onetrip.embedders import SentenceTransformerEmbedder
     from onetrip.ingest import ingest_paths
+    from onetrip.layout import Layout
     from onetrip.schema import init_schema
     from onetrip.synthetic import bulk_load, generate
-    from onetrip.templates import Layout
 
     with connect(dsn) as conn:
         layout = init_schema(conn, Layout(dim=384, prefix=prefix))

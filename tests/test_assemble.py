@@ -11,10 +11,10 @@ from hypothesis import strategies as st
 
 from onetrip import Retriever, init_schema
 from onetrip.context import render_context
+from onetrip.layout import Layout
 from onetrip.retrieve import CONTEXT_DEFAULT, Expansion, assemble_k
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
 from onetrip.tokens import count_tokens
 
 from .reference import reference_assemble

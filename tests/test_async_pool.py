@@ -13,7 +13,7 @@ from onetrip import AsyncRetriever, Filters, Retriever, SchemaMissingError, init
 from onetrip.context import Context
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
 

@@ -14,7 +14,7 @@ import pytest
 from onetrip import DimensionMismatchError, Filters, HybridOptions, Retriever, init_schema
 from onetrip.store import replace_document
 from onetrip.synthetic import generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
 

@@ -30,8 +30,8 @@ from onetrip import (
 )
 from onetrip.embedders import DEFAULT_MODEL, default_model_path, model_name
 from onetrip.ingest import ingest_paths
+from onetrip.layout import Layout
 from onetrip.store import recorded_embedders
-from onetrip.templates import Layout
 
 from .embedders import HashEmbedder, linked_model_copy
 from .test_cli import DEMO, onetrip

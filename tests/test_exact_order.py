@@ -14,8 +14,8 @@ from __future__ import annotations
 import pytest
 
 from onetrip import Retriever, init_schema
+from onetrip.layout import Layout
 from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
-from onetrip.templates import Layout
 
 LAYOUT = Layout(dim=32)
 

@@ -12,7 +12,7 @@ from onetrip import (AsyncRetriever, DimensionMismatchError, Explained, Filters,
                      init_schema)
 from onetrip.store import replace_document
 from onetrip.synthetic import generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 
 def load(db, n_sections: int) -> None:

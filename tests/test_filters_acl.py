@@ -15,7 +15,7 @@ import pytest
 from onetrip import Filters, Retriever, connect, init_schema
 from onetrip.store import prune_history, replace_document
 from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 from .test_cli import onetrip
 

@@ -34,7 +34,7 @@ from onetrip.cli import context_to_json  # noqa: E402
 from onetrip.cli import hit_to_json as hit_json  # noqa: E402
 from onetrip.http_service import ServiceConfig, create_app  # noqa: E402
 from onetrip.ingest import ingest_paths  # noqa: E402
-from onetrip.templates import Layout  # noqa: E402
+from onetrip.layout import Layout  # noqa: E402
 from onetrip.retrieve import context_expansion  # noqa: E402
 
 from .embedders import HashEmbedder, linked_model_copy  # noqa: E402

@@ -11,7 +11,7 @@ import pytest
 from onetrip import Filters, HybridOptions, Retriever, SchemaMissingError, init_schema, refresh_term_stats
 from onetrip.ingest import ingest_paths
 from onetrip.store import technical_terms
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
 

@@ -14,9 +14,9 @@ import pytest
 
 from onetrip import Filters, Retriever, connect, init_schema
 from onetrip.ingest import ingest_paths, iter_files
+from onetrip.layout import Layout
 from onetrip.sections import parse_file
 from onetrip.store import DocumentRecord, replace_document
-from onetrip.templates import Layout
 
 from .embedders import HashEmbedder
 

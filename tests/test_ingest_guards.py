@@ -18,7 +18,7 @@ from onetrip.errors import InputDocumentError
 from onetrip.ingest import ingest_paths
 from onetrip.sections import parse_file
 from onetrip.store import DocumentRecord, delete_document, list_documents, replace_document
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
 from .test_cli import onetrip

@@ -20,7 +20,7 @@ import pytest
 from onetrip import AsyncRetriever, Expansion, Filters, HybridOptions, Retriever, init_schema
 from onetrip.ingest import ingest_paths
 from onetrip.store import DocumentRecord, replace_document
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
 

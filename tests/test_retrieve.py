@@ -9,10 +9,10 @@ import psycopg
 import pytest
 
 from onetrip import DimensionMismatchError, Retriever, SchemaMissingError, init_schema
+from onetrip.layout import Layout
 from onetrip.retrieve import retrieval_sql
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
 
 from .reference import multi_call_search
 

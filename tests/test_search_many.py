@@ -13,7 +13,7 @@ from onetrip.retrieve import _fetch
 from onetrip.search_many import MAX_QUERIES, plan_search_many
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
 

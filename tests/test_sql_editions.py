@@ -13,10 +13,10 @@ import pytest
 
 from onetrip import Retriever
 from onetrip.editions import DEFAULT_EF_SEARCH, render_edition, stale_files
+from onetrip.layout import Layout
 from onetrip.sqlcheck import check_roundtrip, parse_statements, psql_vars_to_binds
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 

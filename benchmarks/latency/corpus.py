@@ -25,7 +25,8 @@ import psycopg
 from psycopg import sql
 
 from onetrip.synthetic import SyntheticDocument, bulk_load, corpus_query_vectors, generate, hnsw_indexdef
-from onetrip.templates import Layout, render
+from onetrip.layout import Layout
+from onetrip.templates import render
 
 DEFAULT_DIM = 384
 DEFAULT_MAINTENANCE_WORK_MEM = "1GB"

@@ -65,7 +65,7 @@ from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripAssembled,
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K, Retriever, bind_vector, plan_assemble, plan_search, statement_columns
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 STEPS = ("A", "A_iter", "B_sql", "B_iter", "B", "A_work", "A_bytes", "F_iter", "F")
 

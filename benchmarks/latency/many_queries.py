@@ -51,7 +51,7 @@ from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K, Retriever
 from onetrip.search_many import MAX_QUERIES
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 
 def measure(dsn: str, layout: Layout, sets: list[np.ndarray], k: int, warmup: int,

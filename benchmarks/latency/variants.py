@@ -38,7 +38,7 @@ from pgvector import Vector
 
 from onetrip.connection import connect
 from onetrip.retrieve import Expansion, Hit, Retriever, SectionRecord, bare_hits, statement_columns
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 HIT_COLS = (
     "doc_id, section_id, parent_section_id, sequence_index, heading_level, heading, heading_path, "

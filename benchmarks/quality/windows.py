@@ -180,7 +180,7 @@ def build_windows(
     from onetrip.schema import init_schema
     from onetrip.sections import parse_file
     from onetrip.store import DocumentRecord, current_hash, refresh_term_stats, replace_document, term_stats_empty
-    from onetrip.templates import Layout
+    from onetrip.layout import Layout
 
     layout = init_schema(conn, Layout(prefix=prefix, dim=embedder.dim))
     pages = sorted(Path(manual_dir).glob("*.html"))

@@ -41,7 +41,7 @@ from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripSingle
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K
 from onetrip.synthetic import corpus_query_vectors, generate
-from onetrip.templates import Layout
+from onetrip.layout import Layout
 
 LAYOUTS: dict[str, dict[str, Any]] = {
     "vector": {},

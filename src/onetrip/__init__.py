@@ -21,7 +21,7 @@ from .retrieve import CONTEXT_DEFAULT, Expansion, Filters, Hit, HybridOptions, R
 from .schema import init_schema, read_layout
 from .ingest import IngestReport, ingest_paths
 from .store import DocumentInfo, delete_document, list_documents, refresh_term_stats
-from .templates import Layout
+from .layout import Layout
 
 __all__ = [
     "AsyncRetriever",

@@ -40,7 +40,7 @@ from .retrieve import (
 )
 from .schema import layout_from_row, layout_query
 from .store import EMBEDDER_KEY, TABLE_READABLE, recorded_embedders_query
-from .templates import Layout
+from .layout import Layout
 
 if TYPE_CHECKING:
     from .explain import Explained

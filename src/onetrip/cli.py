@@ -252,7 +252,7 @@ def _layout_options(p: argparse.ArgumentParser) -> None:
 
 
 def _layout(args: argparse.Namespace, dim: int = 384) -> Any:
-    from .templates import Layout
+    from .layout import Layout
 
     # the layout options exist on init and sql render only; other commands take Layout's defaults
     options = {k: getattr(args, k) for k in ("partitions", "vector_type", "hnsw_m", "hnsw_ef_construction")

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .retrieve import CONTEXT_DEFAULT, assemble_template_options
-from .templates import Dialect, Layout, render
+from .layout import Layout
+from .templates import Dialect, render
 
 #: ef_search pinned by the PostgreSQL function wrapper (pgvector's default is 40).
 DEFAULT_EF_SEARCH = 100

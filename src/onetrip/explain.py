@@ -17,8 +17,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from .errors import ServerRequirementError
+from .layout import Layout
 from .retrieve import Plan, plan_assemble, plan_search, statement_errors
-from .templates import Layout
 
 #: an index scan line, then (a few lines on) its "Order By: (<col> <=> ...)" line: a vector index answers the ORDER BY
 _INDEX_SCAN = re.compile(r"Index Scan using (\S+) on ")

@@ -39,7 +39,7 @@ from .store import (
     replace_document,
     term_stats_empty,
 )
-from .templates import Layout
+from .layout import Layout
 
 #: what a folder walk picks up (what `parse_file` reads by its suffix); a file named directly is read as it is
 SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | TEXT_SUFFIXES

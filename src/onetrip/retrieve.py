@@ -29,9 +29,10 @@ from .embedders import (
     nan_distance_error,
 )
 from .errors import missing_table_error
+from .layout import Layout
 from .schema import layout_query, read_layout
 from .store import recorded_embedders
-from .templates import Layout, render
+from .templates import render
 
 if TYPE_CHECKING:
     from .explain import Explained

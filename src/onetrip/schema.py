@@ -5,7 +5,8 @@ from __future__ import annotations
 import psycopg
 
 from .errors import DimensionMismatchError, SchemaMissingError
-from .templates import Layout, render
+from .layout import Layout
+from .templates import render
 
 
 def required_columns() -> tuple[str, ...]:

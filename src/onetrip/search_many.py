@@ -23,7 +23,7 @@ from .embedders import as_vector
 from .errors import DimensionMismatchError
 from .retrieve import (MODES, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid, check_flag,
                        check_hybrid_mode, check_k, check_query_text, k_bucket, resolve_mode, retrieval_sql)
-from .templates import Layout
+from .layout import Layout
 
 #: At most this many queries per statement: each is one HNSW scan, and the result holds k hits of each.
 MAX_QUERIES = 100

@@ -24,7 +24,7 @@ from psycopg.types.json import Jsonb
 
 from .embedders import LENGTH_RANGE
 from .errors import DimensionMismatchError, missing_table_error
-from .templates import Layout
+from .layout import Layout
 
 Outcome = Literal["new", "changed", "unchanged"]
 

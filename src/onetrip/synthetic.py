@@ -20,7 +20,7 @@ from psycopg import sql
 from .sections import Section
 from .schema import init_schema
 from .store import DocumentRecord, copy_documents, refresh_term_stats
-from .templates import Layout
+from .layout import Layout
 from .tokens import count_tokens_batch
 
 
