@@ -96,7 +96,7 @@ def default_modes() -> list[Mode]:
         Mode("topk", "baseline: plain top-K sections (no expansion)", NO_EXP, ks=(BASELINE_K,), family="baseline"),
         Mode("windows", "baseline: 512-token windows, 50 overlap", NO_EXP, table="windows", ks=(BASELINE_K,),
              family="baseline"),
-        Mode("default", "default: parent + ±1 neighbors", {"parent": True, "neighbors": 1}),
+        Mode("parent_n1", "parent + ±1 neighbors (the default to 2026-12-01)", {"parent": True, "neighbors": 1}),
         Mode("parent", "parent only", {"parent": True, "neighbors": 0}),
         Mode("n1", "±1 neighbors only", {"parent": False, "neighbors": 1}),
         Mode("n2", "±2 neighbors only", {"parent": False, "neighbors": 2}),
@@ -109,24 +109,24 @@ def default_modes() -> list[Mode]:
         Mode("anc_n2", "parent + ancestors + ±2 neighbors", {"parent": True, "ancestors": True, "neighbors": 2}),
         Mode("section", "section subtree", {"parent": False, "neighbors": 0, "section": True}),
         Mode("parent_section", "parent + section subtree", {"parent": True, "neighbors": 0, "section": True}),
-        Mode("default_section", "parent + ±1 neighbors + section subtree",
+        Mode("parent_n1_section", "parent + ±1 neighbors + section subtree",
              {"parent": True, "neighbors": 1, "section": True}),
         Mode("anc_section", "parent + ancestors + section subtree",
              {"parent": True, "ancestors": True, "neighbors": 0, "section": True}),
         Mode("document", "document (max tokens = budget)", {"parent": False, "neighbors": 0}, document_budget=True),
-        Mode("default_document", "parent + ±1 neighbors + document (max = budget)",
+        Mode("parent_n1_document", "parent + ±1 neighbors + document (max = budget)",
              {"parent": True, "neighbors": 1}, document_budget=True),
         Mode("anc_n1_document", "parent + ancestors + ±1 neighbors + document (max = budget)",
              {"parent": True, "ancestors": True, "neighbors": 1}, document_budget=True),
     ]
     # what a per-hit packing order in the library would give (computed client-side)
-    for base in ("default", "parent_n2", "anc_n1", "anc_n2", "parent_section"):
+    for base in ("parent_n1", "parent_n2", "anc_n1", "anc_n2", "parent_section"):
         b = next(x for x in m if x.name == base)
         m.append(Mode(f"{base}+bundle", f"{b.label} [client-side packing: hit by hit]", b.options,
                       ks=(5, 10, 20, 50), packing="bundle", family="experimental"))
     # what "parent/ancestors bring every part of a split section" would give (computed client-side,
     # packed exactly like the SQL: hits, then parents/ancestors, then neighbors, then the rest)
-    for base in ("parent", "default", "anc_n1", "parent_section", "anc_section"):
+    for base in ("parent", "parent_n1", "anc_n1", "parent_section", "anc_section"):
         b = next(x for x in m if x.name == base)
         m.append(Mode(f"{base}+parts", f"{b.label} [client-side: parents with all their parts]", b.options,
                       ks=(4, 5, 8, 10, 16), packing="parts", family="experimental"))
@@ -143,8 +143,8 @@ def log(msg: str) -> None:
 def ensure_ingested(conn: Any, manual: Path, prefix: str, embedder: Any) -> dict[str, Any]:
     """Ingest the manual into ``prefix`` tables unless every page is already stored unchanged."""
     from onetrip.ingest import ingest_paths
+    from onetrip.layout import Layout
     from onetrip.schema import init_schema
-    from onetrip.templates import Layout
 
     layout = init_schema(conn, Layout(prefix=prefix, dim=embedder.dim))
     pages = sorted(manual.glob("*.html"))
@@ -572,9 +572,9 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
         head_rows.append((f"library default as shipped: {shipped.label}, k = budget/{TOKENS_PER_HIT} "
                           f"(k={'/'.join(str(rule_k(b)) for b in budgets)})",
                           [(shipped.name, rule_k(b), b) for b in budgets]))
-    if ("default", 10, TUNE_BUDGET) in agg:
+    if ("parent_n1", 10, TUNE_BUDGET) in agg:
         head_rows.append(("earlier default (to 2026-12-01): parent + ±1 neighbors, k=10",
-                          [("default", 10, b) for b in budgets]))
+                          [("parent_n1", 10, b) for b in budgets]))
     head_rows.append((f"tuned: {label[tuned['mode']]}, k={tuned['k']}",
                       [(tuned["mode"], tuned["k"], b) for b in budgets]))
     if all((tuned["mode"], rule_k(b), b) in agg for b in budgets):
@@ -618,12 +618,12 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
                      f" | {toks} | {a2['latency_ms_median']:.1f} |")
         L.extend(rows_after)
     L.append("")
-    L.append("★ = tuned default: best coverage at 2,000 tokens among the library's own modes; ties go to the "
+    L.append("★ = tuning winner: best coverage at 2,000 tokens among the library's own modes; ties go to the "
              "setting that also does best when k is scaled with the budget (k×budget/2,000 at 1,000 and 4,000), "
              "then recall, a simpler mode, fewer tokens, a smaller k. Rows marked [client-side ...] re-pack the unbudgeted result in Python "
              "(not library behaviour; their latency includes an unbudgeted query).")
     L.append("")
-    L.append("## Tuned default")
+    L.append("## Tuning winner (the benchmark's pick; the library ships parent + section subtree, see the headline)")
     L.append("")
     for line in res["tuned_summary"]:
         L.append(f"- {line}")
@@ -687,14 +687,14 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
         L.append(f"| {item['id']} | {item['needs']} | " + " | ".join(cells) +
                  f" | {f3(item['top_distance'])} | {item['question'][:70]} |")
     L.append("")
-    L.append("## Notable wins and losses of the tuned default at 2,000 tokens")
+    L.append("## Notable wins and losses of the tuning winner at 2,000 tokens")
     L.append("")
     for line in res["notable"]:
         L.append(f"- {line}")
     L.append("")
     if res.get("misses"):
         t = res["tuned"]
-        L.append(f"## Quotes the tuned default misses at {TUNE_BUDGET:,} tokens, and why")
+        L.append(f"## Quotes the tuning winner misses at {TUNE_BUDGET:,} tokens, and why")
         L.append("")
         reasons: dict[str, int] = defaultdict(int)
         for x in res["misses"]:
@@ -816,8 +816,8 @@ def main(argv: list[str] | None = None) -> int:
     from benchmarks.quality.windows import build_windows
     from onetrip.connection import connect
     from onetrip.embedders import SentenceTransformerEmbedder
+    from onetrip.layout import Layout
     from onetrip.retrieve import Retriever
-    from onetrip.templates import Layout
 
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
     questions = load_question_files(args.questions)
@@ -874,7 +874,7 @@ def main(argv: list[str] | None = None) -> int:
     replay_check = [0, 0]  # contexts checked, mismatches
     for m in modes:
         t0 = time.perf_counter()
-        keep = m.family == "baseline" or m.name == "default"
+        keep = m.family == "baseline" or m.name == "parent_n1"
         if m.packing == "parts" and m.table not in parts_index:
             parts_index[m.table] = PartsIndex(conn, tables[m.table])
         search_mode = args.baseline_search_mode if m.family == "baseline" else args.search_mode
@@ -917,15 +917,15 @@ def main(argv: list[str] | None = None) -> int:
             f"vs {b.label}: {f3(base['coverage'], True)} → {f3(tuned['coverage'], True)} "
             f"(+{100 * ((tuned['coverage'] or 0) - (base['coverage'] or 0)):.1f} points); per question "
             f"{rec['wins']} better, {rec['ties']} same, {rec['losses']} worse.")
-    d10 = agg.get(("default", 10, TUNE_BUDGET))
+    d10 = agg.get(("parent_n1", 10, TUNE_BUDGET))
     if d10:
         tuned_summary.append(f"The earlier default (parent + ±1 neighbors, k=10) scores "
                              f"{f3(d10['coverage'], True)} at {TUNE_BUDGET:,} tokens.")
     for b in budgets:
         bb = agg[(*sel.best(b, ["onetrip"]), b)]
         tuned_summary.append(
-            f"Best library mode at {b:,} tokens: {bb['mode']} k={bb['k']} ({f3(bb['coverage'], True)}); tuned "
-            f"default there: {f3(cov(tuned['mode'], tuned['k'], b), True)}; topk "
+            f"Best library mode at {b:,} tokens: {bb['mode']} k={bb['k']} ({f3(bb['coverage'], True)}); tuning "
+            f"winner there: {f3(cov(tuned['mode'], tuned['k'], b), True)}; topk "
             f"{f3(cov('topk', BASELINE_K, b), True)}; windows {f3(cov('windows', BASELINE_K, b), True)}.")
     if best_any["mode"] != tuned["mode"] or best_any["k"] != tuned["k"]:
         tuned_summary.append(
@@ -945,8 +945,8 @@ def main(argv: list[str] | None = None) -> int:
 
     # per-question table
     cols = [{"key": f"{b.name}@{b.ks[0]}", "mode": b.name, "k": b.ks[0], "title": b.name} for b in baselines]
-    if ("default", 10, TUNE_BUDGET) in agg:
-        cols.append({"key": "default@10", "mode": "default", "k": 10, "title": "default k=10"})
+    if ("parent_n1", 10, TUNE_BUDGET) in agg:
+        cols.append({"key": "parent_n1@10", "mode": "parent_n1", "k": 10, "title": "parent_n1 k=10"})
     cols.append({"key": f"{tuned['mode']}@{tuned['k']}", "mode": tuned["mode"], "k": tuned["k"],
                  "title": f"tuned {tuned['mode']} k={tuned['k']}"})
     if best_any["mode"] != tuned["mode"] or best_any["k"] != tuned["k"]:
@@ -964,7 +964,7 @@ def main(argv: list[str] | None = None) -> int:
         pq_rows.append({"id": q.id, "needs": q.needs, "question": q.question, "cells": cells,
                         "top_distance": top.top_distance if top else None})
 
-    # notable wins / losses of the tuned default vs the baselines (and the old default)
+    # notable wins / losses of the tuning winner vs the baselines (and the old default)
     notable = []
     tk = f"{tuned['mode']}@{tuned['k']}"
     for item in pq_rows:
