@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import subprocess
 from pathlib import Path
 
@@ -280,3 +281,115 @@ def test_partitioned_and_halfvec_renderings(tmp_path):
     assert "::halfvec" in (tmp_path / "postgres" / "retrieve.sql").read_text()
     with pytest.raises(Exception, match="PostgreSQL only"):
         render_edition("oracle", Layout(vector_type="halfvec"))
+
+
+# --------------------------------------------------------------------------- the Oracle macro's filters
+
+def _macro_query() -> str:
+    from onetrip.sqlcheck import extract_oracle_macro_query
+
+    return extract_oracle_macro_query((SQL_DIR / "oracle" / "retrieve_macro.sql").read_text())
+
+
+def test_oracle_macro_filters_hits_and_context_rows_as_the_postgres_function():
+    """retrieve_sections in both editions takes (query_embedding, k, collections, principals), NULL switching a
+    filter off, and applies both filters to the hits AND to the context rows (the parent/neighbor join): an
+    added row never bypasses a filter."""
+    import sqlglot
+    from sqlglot import exp
+
+    from onetrip.sqlcheck import Oracle23ai, PgVectorPostgres
+
+    macro = (SQL_DIR / "oracle" / "retrieve_macro.sql").read_text()
+    head, code = macro.split("-- =====", 2)[1], _code(macro)
+    assert re.search(r"query_embedding VECTOR,\s+k NUMBER DEFAULT 5,\s+collections VARCHAR2 DEFAULT NULL,"
+                     r"\s+principals VARCHAR2 DEFAULT NULL\s+\) RETURN VARCHAR2 SQL_MACRO\(TABLE\)", code)
+    function = (SQL_DIR / "postgres" / "retrieve_function.sql").read_text()
+    assert re.search(r"k integer DEFAULT 5,\s+collections text\[\] DEFAULT NULL,\s+principals text\[\] DEFAULT NULL",
+                     function)  # the same argument order
+    for word in ("collections      VARCHAR2", "principals       VARCHAR2", "JSON array", "SYS.ODCIVARCHAR2LIST",
+                 "pre-filters", "in-filters", "'[\"hr\", \"u:42\"]'", ":collections, :principals"):
+        assert word in head, word
+
+    def places(sql: str, dialect) -> list[str]:
+        """The filter text of the hits CTE's WHERE and of the context join's ON, as sqlglot reads them."""
+        tree = sqlglot.parse_one(sql, read=dialect)
+        hits = next(c for c in tree.find_all(exp.CTE) if c.alias == "hits").this
+        (join,) = [j for j in tree.find_all(exp.Join) if j.this.alias_or_name == "s"]
+        return [hits.args["where"].sql(dialect=dialect), join.args["on"].sql(dialect=dialect)]
+
+    pg = places(psql_vars_to_binds(function.split("$function$")[1]), PgVectorPostgres)
+    ora = places(_macro_query(), Oracle23ai)
+    for p in pg:
+        assert "(collections IS NULL OR s.collection = ANY(collections))" in p
+        assert "(principals IS NULL OR s.acl IS NULL OR s.acl && principals)" in p
+    for o in ora:
+        assert ("(collections IS NULL OR s.collection IN (SELECT cc.collection FROM JSON_TABLE(collections, '$[*]' "
+                "ERROR ON ERROR COLUMNS(collection VARCHAR2(512 CHAR) PATH '$')) cc))") in o
+        assert ("(principals IS NULL OR s.acl IS NULL OR EXISTS(SELECT 1 FROM JSON_TABLE(principals, '$[*]' "
+                "ERROR ON ERROR COLUMNS(principal VARCHAR2(512 CHAR) PATH '$')) cp "
+                "WHERE JSON_EXISTS(s.acl, '$[*]?(@ == $p)' PASSING cp.principal AS \"p\")))") in o
+    # nowhere else: the context keys come from the hits alone (no table access to filter)
+    query = _macro_query()
+    assert query.count("collections IS NULL") == 2 and query.count("principals IS NULL") == 2
+    # retrieve.sql stays the unfiltered statement in both editions (its filters live in the wrappers)
+    for edition in ("oracle", "postgres"):
+        assert "collections" not in _code((SQL_DIR / edition / "retrieve.sql").read_text())
+
+
+def test_oracle_filters_render_as_optional_binds_and_refuse_the_postgres_only_ones():
+    """Outside the macro the same filters are :binds, still NULL = off (what an unset SQL*Plus VARIABLE is);
+    the filters Oracle has no rendering for are refused, not dropped."""
+    from onetrip.sqlcheck import check_oracle_roundtrip, oracle_constructs
+    from onetrip.templates import render
+
+    both = {"collections": True, "principals": True}
+    text = render("retrieve", dialect="oracle", filters=both, include_parent=True, include_neighbors=True)
+    (st,) = check_oracle_roundtrip(text)
+    assert set(oracle_constructs(st.sql)["bind"]) == {"QUERY_EMBEDDING", "K", "COLLECTIONS", "PRINCIPALS"}
+    assert text.count("(:collections IS NULL OR s.collection IN (") == 2
+    assert text.count("(:principals IS NULL OR s.acl IS NULL OR EXISTS (") == 2
+    for other in ("doc_ids", "source_prefix", "metadata"):
+        with pytest.raises(ValueError, match="PostgreSQL only"):
+            render("retrieve_macro", dialect="oracle", binds="function", filters={other: True},
+                   include_parent=True, include_neighbors=True)
+
+
+def _oracle_predicate_on_postgres(query: str) -> str:
+    """The macro's hits WHERE as PostgreSQL 17+ SQL/JSON reads it: the same JSON_TABLE / JSON_EXISTS, with
+    PostgreSQL's spelling of the two differences (ON ERROR after COLUMNS; text for VARCHAR2) and binds for
+    the macro's parameters. Only a cross-check of the predicate's logic, not of Oracle itself."""
+    where = query.split("\n     WHERE ", 1)[1].split("\n     ORDER BY", 1)[0]
+    where = re.sub(r"JSON_TABLE\((\w+), '\$\[\*\]' ERROR ON ERROR\s+COLUMNS \((.*?)\)\) (\w+)",
+                   r"JSON_TABLE(\1::jsonb, '$[*]' COLUMNS (\2) ERROR ON ERROR) \3", where, flags=re.DOTALL)
+    where = where.replace("VARCHAR2(512 CHAR)", "text")
+    return re.sub(r"\b(collections|principals)\b", r"%(\1)s::text", where)
+
+
+def test_oracle_filter_logic_matches_the_postgres_function_on_postgres_sql_json(db):
+    """No Oracle server here: the Oracle predicates' logic (NULL, '[]', acl NULL, any shared principal) is
+    run on PostgreSQL's SQL/JSON against the function's text[] predicates, row for row."""
+    import json
+
+    pg_where = (SQL_DIR / "postgres" / "retrieve_function.sql").read_text().split("$function$")[1]
+    pg_where = pg_where.split("\n     WHERE ", 1)[1].split("\n     ORDER BY", 1)[0]
+    pg_where = re.sub(r"\b(collections|principals)\b", r"%(\1)s::text[]", pg_where)
+    ora_where = _oracle_predicate_on_postgres(_macro_query())
+    rows = [(i, coll, acl) for i, (coll, acl) in enumerate(
+        (c, a) for c in ("a", "b") for a in (None, [], ["hr"], ["hr", "eng"], ["x"], ["u:42", "Hr"]))]
+    db.execute("CREATE TEMP TABLE pg_s (id int, collection text, acl text[])")
+    db.execute("CREATE TEMP TABLE ora_s (id int, collection text, acl jsonb)")
+    for i, coll, acl in rows:
+        db.execute("INSERT INTO pg_s VALUES (%s, %s, %s)", (i, coll, acl))
+        db.execute("INSERT INTO ora_s VALUES (%s, %s, %s::jsonb)", (i, coll, None if acl is None else json.dumps(acl)))
+    lists = (None, [], ["a"], ["a", "b"], ["zz"])
+    principals = (None, [], ["hr"], ["eng", "x"], ["zz"], ["u:42"], ["HR"])
+    for c in lists:
+        for p in principals:
+            want = {r[0] for r in db.execute(f"SELECT s.id FROM pg_s s WHERE {pg_where}",
+                                             {"collections": c, "principals": p})}
+            got = {r[0] for r in db.execute(f"SELECT s.id FROM ora_s s WHERE {ora_where}",
+                                            {"collections": None if c is None else json.dumps(c),
+                                             "principals": None if p is None else json.dumps(p)})}
+            assert got == want, (c, p)
+    assert db.execute("SELECT count(*) FROM pg_s").fetchone()[0] == len(rows)

@@ -54,7 +54,11 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
         files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
         files.append(EditionFile("rls.sql", "rls", {}))
     else:
-        files.append(EditionFile("retrieve_macro.sql", "retrieve_macro", {**FULL_EXPANSION, "binds": "function"}))
+        # the filters of the PostgreSQL function, as JSON-array parameters (see the file's header); retrieve.sql
+        # stays unfiltered in both editions
+        files.append(EditionFile("retrieve_macro.sql", "retrieve_macro",
+                                 {**FULL_EXPANSION, "binds": "function",
+                                  "filters": {"collections": True, "principals": True}}))
     return files
 
 
