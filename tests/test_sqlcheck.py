@@ -218,6 +218,26 @@ def test_oracle_retrieve_keeps_its_oracle_constructs():
     assert not [c for c in st.tree.find_all(exp.Column) if c.name.upper() == "COSINE"]
 
 
+def test_oracle_macro_keeps_its_json_filters():
+    """The SQL macro's collection and access filters (JSON_TABLE over the caller's list, JSON_EXISTS on acl)
+    come back from sqlglot with their paths, ERROR ON ERROR and PASSING clause; losing any is caught."""
+    (st,) = check_oracle_roundtrip(render_edition("oracle")["retrieve_macro.sql"])
+    inner = st.inner
+    found = oracle_constructs(inner.roundtrip)
+    assert found["JSON_TABLE"] == {
+        "JSON_TABLE(COLLECTIONS,'$[*]' ERROR ON ERROR COLUMNS(COLLECTION VARCHAR2(512 CHAR)PATH '$'))": 2,
+        "JSON_TABLE(PRINCIPALS,'$[*]' ERROR ON ERROR COLUMNS(PRINCIPAL VARCHAR2(512 CHAR)PATH '$'))": 2,
+    }  # hits and context rows
+    assert found["JSON_EXISTS"] == {"JSON_EXISTS(S.ACL,'$[*]?(@ == $P)' PASSING CP.PRINCIPAL AS \"P\")": 2}
+    assert not found["bind"]  # the macro's parameters are referenced by name, never as :binds
+    assert len(list(inner.tree.find_all(exp.JSONTable))) == 4 and len(list(inner.tree.find_all(exp.JSONExists))) == 2
+    src = inner.sql
+    for lossy in (src.replace(" ERROR ON ERROR", "", 1), src.replace("'$[*]?(@ == $p)'", "'$[*]'", 1),
+                  src.replace(' PASSING cp.principal AS "p"', "", 1)):
+        with pytest.raises(SqlValidationError, match="JSON_(TABLE|EXISTS)"):
+            assert_oracle_constructs_kept(src, lossy)
+
+
 # --------------------------------------------------------------------------- (e) each construct
 
 

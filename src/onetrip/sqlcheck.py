@@ -648,8 +648,8 @@ def _norm(text: str) -> str:
     return re.sub(r"\s*([(),])\s*", r"\1", text)
 
 
-def _calls(sql: str, name: str) -> list[str]:
-    """Every ``name(...)`` call with balanced parentheses (strings and comments already scrubbed)."""
+def _call_spans(sql: str, name: str) -> list[tuple[int, int]]:
+    """(start, end) of every ``name(...)`` call with balanced parentheses (strings and comments masked)."""
     out = []
     for m in re.finditer(rf"\b{name}\s*\(", sql, re.IGNORECASE):
         depth, k = 0, m.end() - 1
@@ -658,8 +658,13 @@ def _calls(sql: str, name: str) -> list[str]:
             if depth == 0:
                 break
             k += 1
-        out.append(sql[m.start() : k + 1])
+        out.append((m.start(), k + 1))
     return out
+
+
+def _calls(sql: str, name: str) -> list[str]:
+    """Every ``name(...)`` call with balanced parentheses (strings and comments already scrubbed)."""
+    return [sql[a:b] for a, b in _call_spans(sql, name)]
 
 
 _ORACLE_PATTERNS: dict[str, re.Pattern[str]] = {
@@ -681,12 +686,31 @@ _ORACLE_PATTERNS: dict[str, re.Pattern[str]] = {
 _BIND = re.compile(r"(?<![:\w]):([A-Za-z_][\w$#]*)")
 
 
+def _json_calls(sql: str, name: str) -> list[str]:
+    """Every ``name(...)`` call WITH its string literals (a JSON path is a literal that matters), comments
+    dropped: the parentheses are matched on a copy whose strings are masked to the same length."""
+
+    def keep(m: re.Match[str]) -> str:
+        return m.group(0) if m.group("qstr") or m.group("str") else " " * len(m.group(0))
+
+    def mask(m: re.Match[str]) -> str:
+        return "'" + "x" * (len(m.group(0)) - 2) + "'" if m.group("qstr") or m.group("str") else " " * len(m.group(0))
+
+    text = _LEXEMES.sub(keep, sql)
+    return [text[a:b] for a, b in _call_spans(_LEXEMES.sub(mask, sql), name)]
+
+
 def oracle_constructs(sql: str) -> dict[str, Counter[str]]:
-    """The Oracle-specific constructs in ``sql`` (outside strings and comments), normalised and counted."""
+    """The Oracle-specific constructs in ``sql`` (outside strings and comments), normalised and counted.
+
+    JSON_TABLE and JSON_EXISTS calls (the SQL macro's collection and access filters) are kept with their
+    string literals: a lost ERROR ON ERROR, PASSING clause or changed path is a changed filter."""
     text = _scrub(sql, keep_hints=True)
     found = {name: Counter(_norm(m.group(0)) for m in pat.finditer(text)) for name, pat in _ORACLE_PATTERNS.items()}
     found["hint"] = Counter(_norm(h[3:-2]) for h in _ORACLE_PATTERNS["hint"].findall(text))
     found["VECTOR_DISTANCE"] = Counter(_norm(c) for c in _calls(text, "VECTOR_DISTANCE"))
+    for fn in ("JSON_TABLE", "JSON_EXISTS"):
+        found[fn] = Counter(_norm(c) for c in _json_calls(sql, fn))
     found["bind"] = Counter({b.upper(): 1 for b in _BIND.findall(_scrub(sql))})  # the set of names
     return found
 
