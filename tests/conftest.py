@@ -5,7 +5,10 @@ PostgreSQL 18 + pgvector 0.8.2; it works as root, where plain initdb refuses)
 in a private temporary folder, with ``log_statement = all`` so statement counts
 can be read from the server's own log. ``ONETRIP_TEST_DSN`` points the tests at
 another server instead (statement-count tests are then skipped, since its log
-is not readable here).
+is not readable here, unless ``ONETRIP_TEST_LOG`` names that server's log file,
+written with ``log_statement = all`` and ``log_line_prefix = '%m [%p] '``).
+``ONETRIP_TEST_PSQL`` names the psql the SQL-edition tests run (default: the
+embedded server's).
 
 pytest-postgresql's ``postgresql_noproc`` fixture runs over that server and
 gives each test a fresh database cloned from a template with pgvector created.
@@ -38,6 +41,8 @@ if _EXTERNAL:
     PG_USER = str(_params.get("user") or "postgres")
     PG_PASSWORD = _params.get("password")
     PGDATA: Path | None = None
+    _log = os.environ.get("ONETRIP_TEST_LOG")
+    STATEMENT_LOG: Path | None = Path(_log) if _log else None
 else:
     # Short path: Unix socket paths are limited to ~107 bytes.
     PGDATA = Path(tempfile.gettempdir()) / f"onetrip-test-{os.getpid()}"
@@ -45,6 +50,7 @@ else:
     PG_PORT = 5432
     PG_USER = "postgres"
     PG_PASSWORD = None
+    STATEMENT_LOG = PGDATA / "log"
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -136,6 +142,6 @@ class StatementLog:
 
 @pytest.fixture
 def statement_log() -> StatementLog:
-    if PGDATA is None:
-        pytest.skip("statement counting needs the embedded test server's log (ONETRIP_TEST_DSN is set)")
-    return StatementLog(PGDATA / "log")
+    if STATEMENT_LOG is None:
+        pytest.skip("statement counting needs the server's log (ONETRIP_TEST_DSN is set without ONETRIP_TEST_LOG)")
+    return StatementLog(STATEMENT_LOG)

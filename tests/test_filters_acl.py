@@ -18,6 +18,7 @@ from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
 from onetrip.layout import Layout
 
 from .test_cli import onetrip
+from .test_sql_editions import psql_binary
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 LAYOUT = Layout(dim=16)
@@ -283,9 +284,7 @@ def test_concurrent_searches_during_reingest_see_one_revision(db, dsn):
 
 
 def test_row_level_security_with_two_real_roles(db, dsn, acl_corpus):
-    import pgserver._commands as c
-
-    psql = str(Path(c.POSTGRES_BIN_PATH) / "psql")
+    psql = psql_binary()
     subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(SQL_DIR / "postgres" / "rls.sql")],
                    check=True, capture_output=True)
     suffix = uuid.uuid4().hex[:8]
@@ -328,9 +327,7 @@ def test_row_level_security_with_two_real_roles(db, dsn, acl_corpus):
 
 
 def test_function_wrapper_filters_hits_and_expansions(db, dsn, acl_corpus):
-    import pgserver._commands as c
-
-    psql = str(Path(c.POSTGRES_BIN_PATH) / "psql")
+    psql = psql_binary()
     subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f",
                     str(SQL_DIR / "postgres" / "retrieve_function.sql")], check=True, capture_output=True)
     acls = _acl_table(db)
@@ -369,10 +366,8 @@ def test_rls_usage_lines_run_as_written_and_cover_lexical_search(db, dsn, acl_co
     by the application role failed with 'permission denied for table term_stats'."""
     import re
 
-    import pgserver._commands as c
-
     rls = SQL_DIR / "postgres" / "rls.sql"
-    psql = str(Path(c.POSTGRES_BIN_PATH) / "psql")
+    psql = psql_binary()
     subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(rls)], check=True,
                    capture_output=True)
     header = rls.read_text().split("-- Usage", 1)[1].split("-- ====", 1)[0]

@@ -14,6 +14,7 @@ from onetrip.store import technical_terms
 from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
+from .test_sql_editions import psql_binary
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 PAD = " This sentence is padding so that the section is not merged into its neighbour as a tiny one."
@@ -181,14 +182,12 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
     import csv
     import io
 
-    import pgserver._commands as c
-
     from onetrip.embedders import as_vector
 
     vec = as_vector(HashEmbedder().embed_query("max_connections"), 384)
     lit = "[" + ",".join(f"{x:.8f}" for x in vec) + "]"
     out = subprocess.run(
-        [str(Path(c.POSTGRES_BIN_PATH) / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
          "-v", "k=3", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
          "-v", "query_terms={max_connections}",
          *[a for name, value in HybridOptions().params(3).items() for a in ("-v", f"{name}={value}")],
@@ -205,7 +204,7 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
     # parameters, so 1 / (60 + rank) is not integer division (every score 0, ranked by distance)
     ints = {**HybridOptions(lexical_weight=1.0).params(3), "dense_weight": 1, "lexical_weight": 1}
     out = subprocess.run(
-        [str(Path(c.POSTGRES_BIN_PATH) / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
          "-v", "k=3", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
          "-v", "query_terms={max_connections}", *[a for n, v in ints.items() for a in ("-v", f"{n}={v}")],
          "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout

@@ -16,6 +16,7 @@ from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
+from .test_sql_editions import psql_binary
 
 LAYOUT = Layout(dim=32)
 
@@ -290,8 +291,6 @@ def test_psql_runs_the_hybrid_batch_edition_as_is(text_kb, dsn):
     import io
     import subprocess
 
-    import pgserver._commands as c
-
     from onetrip.store import technical_terms
 
     r = text_kb
@@ -305,7 +304,7 @@ def test_psql_runs_the_hybrid_batch_edition_as_is(text_kb, dsn):
     opts = HybridOptions().params(3, "hybrid")
     sql = Path(__file__).resolve().parents[1] / "sql" / "postgres" / "retrieve_many_hybrid.sql"
     out = subprocess.run(
-        [str(Path(c.POSTGRES_BIN_PATH) / "psql"), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
          "-v", "k=3", "-v", f"query_embeddings={arr(lits)}", "-v", f"query_texts={arr(texts)}",
          "-v", f"query_terms={arr([' '.join(technical_terms(t)) for t in texts])}",
          *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import os
 import re
 import subprocess
 from pathlib import Path
@@ -23,6 +24,9 @@ SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 
 
 def psql_binary() -> str:
+    """ONETRIP_TEST_PSQL when set (a psql matching an ONETRIP_TEST_DSN server), else the embedded server's."""
+    if os.environ.get("ONETRIP_TEST_PSQL"):
+        return os.environ["ONETRIP_TEST_PSQL"]
     import pgserver._commands as c
 
     return str(Path(c.POSTGRES_BIN_PATH) / "psql")
