@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from onetrip import (AsyncRetriever, DimensionMismatchError, Explained, Filters, Retriever, SchemaMissingError,
-                     init_schema)
+                     ServerRequirementError, init_schema)
 from onetrip.store import replace_document
 from onetrip.synthetic import generate
 from onetrip.layout import Layout
@@ -97,6 +97,10 @@ def test_generic_plan_of_every_search_mode_types_its_binds(db, statement_log):
     r = Retriever(db)
     q = np.random.default_rng(3).standard_normal(32).astype(np.float32)
     flt = Filters(collections=("default",), principals=("alice",), source_prefix="file:", metadata={"a": 1})
+    if db.info.server_version < 160000:  # EXPLAIN (GENERIC_PLAN) is PostgreSQL 16+: refused before sending
+        with pytest.raises(ServerRequirementError, match="PostgreSQL 16"):
+            r.explain(q, kind="generic")
+        pytest.skip("EXPLAIN (GENERIC_PLAN) needs PostgreSQL 16+")
     for kwargs in ({}, {"k": 7}, {"text": "alpha beta", "mode": "hybrid"}, {"text": "alpha", "mode": "lexical"},
                    {"filters": flt}, {"assemble": True, "ancestors": True, "neighbors": 2, "filters": flt}):
         with statement_log.watch(db) as w:
@@ -128,6 +132,11 @@ def test_explain_many_is_the_search_many_statement(db, statement_log):
     assert ex.params["query_embeddings"] == "<3 query embeddings: vector(32)[]>" and ex.params["k"] == 4
     assert ex.params["principals"] == ["alice"]
 
+    if db.info.server_version < 160000:  # EXPLAIN (GENERIC_PLAN) is PostgreSQL 16+: refused before sending
+        with statement_log.watch(db) as w, pytest.raises(ServerRequirementError, match="PostgreSQL 16"):
+            r.explain_many(qs, k=4, kind="generic", filters=flt)
+        assert w.statements == []
+        return
     with statement_log.watch(db) as w:
         generic = r.explain_many(qs, k=4, kind="generic", filters=flt)
     assert len(w.statements) == 1 and w.statements[0].startswith("EXPLAIN (GENERIC_PLAN) WITH")
