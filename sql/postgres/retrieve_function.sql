@@ -5,8 +5,8 @@
 --           SELECT * FROM retrieve_sections(...) to a parameterised query.
 --           Same rows as retrieve.sql and as onetrip's Python API (at the same
 --           hnsw.ef_search).
--- Requires  PostgreSQL 13+ (tested on 18), pgvector 0.8+; the tables and indexes
---           from schema.sql.
+-- Requires  PostgreSQL 13+ (tested on 18 and on 15), pgvector 0.8+; the tables
+--           and indexes from schema.sql.
 -- Params    query_embedding  vector(384)  the query embedding
 --           k                integer      number of hits (default 5)
 --           collections      text[]       only these collections (NULL: all)
@@ -23,15 +23,17 @@
 --                                   to force_generic_plan would use, reads
 --                                   LIMIT k as 10% of the table and joins the
 --                                   context by Hash Join over a Seq Scan of
---                                   sections: unpinned, 2.8-3.0 ms against
---                                   1.2-1.5 per call, k=10, on 9,341 rows;
---                                   SQL functions use the plan cache from
---                                   PostgreSQL 18: before it the pin does
---                                   nothing, and the body is planned without
---                                   its argument values, untested here: check
---                                   with auto_explain.log_nested_statements)
---           A function with a SET clause is never inlined, so the planner plans
---           the body on its own, with the bind values as parameters.
+--                                   sections: 2.8-3.0 ms against 1.2-1.5 per
+--                                   call, k=10, on 9,341 rows, PostgreSQL 18)
+-- Language  PL/pgSQL, for the plan cache: its RETURN QUERY is planned through
+--           it on every version, so the SET clause above holds. As LANGUAGE
+--           sql the body was planned without its argument values before
+--           PostgreSQL 18, whatever plan_cache_mode said: on PostgreSQL 15 it
+--           read all of sections on every call (10,000 rows, k=10: 26 ms a
+--           call against 1.6 ms as PL/pgSQL). On PostgreSQL 18 the two cost
+--           the same (manual, 9,341 rows, k=10: 1.38 ms sql, 1.31 PL/pgSQL).
+--           #variable_conflict use_column: a name that is both a column and
+--           an output column (doc_id, distance, ...) means the column.
 -- Plan      As retrieve.sql: Index Scan using sections_embedding_hnsw ... Order By
 --           (embedding <=> query_embedding) inside the hits CTE.
 -- Install   psql -f retrieve_function.sql (as the tables' owner). The body names
@@ -61,12 +63,15 @@ RETURNS TABLE (
     token_count           integer,
     revision              integer
 )
-LANGUAGE sql
+LANGUAGE plpgsql
 STABLE
 SET hnsw.ef_search = 100
 SET hnsw.iterative_scan = relaxed_order
 SET plan_cache_mode = force_custom_plan
 AS $function$
+#variable_conflict use_column
+BEGIN
+RETURN QUERY
 WITH hits AS MATERIALIZED (
     SELECT s.doc_id,
            s.section_id,
@@ -138,5 +143,6 @@ SELECT NULL,
    AND s.sequence_index = w.sequence_index
    AND (collections IS NULL OR s.collection = ANY(collections))
        AND (principals IS NULL OR s.acl IS NULL OR s.acl && principals)
-
+;
+END
 $function$;

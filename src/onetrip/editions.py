@@ -65,6 +65,15 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
 EDITION_DIALECT = {"postgres": "postgres", "oracle": "oracle", "citus": "postgres"}
 
 
+def function_query(text: str) -> str:
+    """The query a rendered PL/pgSQL function returns: what follows ``RETURN QUERY`` in its
+    ``$function$`` body, up to the statement's semicolon (the body of an SQL function as a whole)."""
+    body = text.split("$function$")[1]
+    if "RETURN QUERY" not in body:
+        return body
+    return body.split("RETURN QUERY", 1)[1].rsplit(";", 1)[0] + "\n"
+
+
 def render_edition(edition: str, layout: Layout = Layout()) -> dict[str, str]:
     """File name -> SQL text for one edition (postgres, oracle, citus)."""
     if edition not in EDITION_DIALECT:
@@ -101,9 +110,9 @@ def check_edition(edition: str, files: Mapping[str, str]) -> int:
                 if EDITION_DIALECT[edition] == "oracle":
                     checked += len(check_oracle_roundtrip(text))
                     continue
-                if "$function$" in text:  # the CREATE FUNCTION as a whole, then its body as a query
+                if "$function$" in text:  # the CREATE FUNCTION as a whole, then its body's query
                     checked += len(parse_statements(text, "postgres"))
-                    text = text.split("$function$")[1]
+                    text = function_query(text)
                 checked += len(check_roundtrip(psql_vars_to_binds(text)))
             except Exception as e:  # the checks' own errors, or sqlglot's (ParseError, TokenError)
                 why = str(e) if isinstance(e, SqlValidationError) else f"{type(e).__name__}: {e}"
