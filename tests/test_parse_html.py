@@ -197,13 +197,45 @@ def test_section_containers_deeper_than_six_keep_their_parent_and_path(tmp_path)
     assert secs[-1].heading_path == tuple(f"T{i}" for i in range(8))
 
 
-def test_html_nested_too_deeply_is_a_clear_error(tmp_path):
-    from onetrip.errors import InputDocumentError
+def test_unclosed_inline_tags_are_read_not_refused(tmp_path):
+    """lxml nests each unclosed <b>/<font> in the previous one; the recursive walk passed Python's recursion
+    limit at ~500 of them and the file was refused ("nested too deeply"), though a browser shows it fine."""
+    words_ = [f"w{i}" for i in range(1000)]
+    head = '<html><body><div class="sect1" id="s"><h2>Title</h2><p>intro</p>'
+    tail = '<h3 id="sub">Sub</h3><p>end</p></div></body></html>'
+    p = tmp_path / "fonts.html"
+    p.write_text(head + "".join(f"<font>{w} " for w in words_) + tail)
+    doc = parse_file(p, count_tokens=words, min_tokens=0, max_tokens=10_000)  # one section, not split
+    assert [s.heading_path for s in doc.sections] == [("Title",), ("Title", "Sub")]
+    assert doc.sections[0].content.split() == ["intro", *words_]
+    assert doc.sections[1].content == "end"
+    # the same page with each tag closed: the same blocks
+    closed = parse_html(head + "".join(f"<font>{w} </font>" for w in words_) + tail)[1]
+    assert parse_html(p.read_text())[1] == closed
+
+
+@pytest.mark.parametrize("n", [600, 5000])
+def test_a_deep_div_tree_is_read_not_refused(tmp_path, n):
+    """Thousands of nested <div>s, with a heading deep inside: the same sections as one <div>."""
+    def page(depth: int) -> str:
+        return ('<html><body><div class="sect1" id="s"><h2>Title</h2>' + "<div>" * depth
+                + '<p>x</p><h3 id="deep">Deep</h3><p>y</p>' + "</div>" * depth + "</div></body></html>")
 
     p = tmp_path / "divs.html"
-    p.write_text("<html><body>" + "<div>" * 2000 + "<p>x</p>" + "</div>" * 2000 + "</body></html>")
-    with pytest.raises(InputDocumentError, match="nested too deeply"):
-        parse_file(p)
+    p.write_text(page(n))
+    doc = parse_file(p, count_tokens=words, min_tokens=0)
+    assert [(s.section_id, s.parent_section_id, s.heading_path, s.content) for s in doc.sections] == [
+        ("s", None, ("Title",), "x"), ("deep", "s", ("Title", "Deep"), "y")]
+    assert parse_html(page(n))[1] == parse_html(page(1))[1]
+
+
+def test_deep_nesting_inside_a_paragraph_a_list_item_and_a_table_cell():
+    """The content-block and table-cell text walks were recursive too."""
+    n = 3000
+    html = ("<h1>H</h1><p>" + "<span>a " * n + "</p><ul><li>" + "<b>b " * n + "</ul>"
+            "<table><tr><td>" + "<i>c " * n + "</td></tr></table><pre>" + "<code>d\n" * n + "</pre>")
+    _, blocks, _ = parse_html(html)
+    assert [b.text.split() for b in blocks[1:]] == [["a"] * n, ["b"] * n, ["c"] * n, ["d"] * n]
 
 
 def test_a_free_heading_inside_a_container_is_below_its_title() -> None:

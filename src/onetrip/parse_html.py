@@ -24,13 +24,18 @@ Rules:
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
   their captions, and text inside them but outside any cell (browsers show it
   before the table), come first.
+
+Every walk below is iterative, with an explicit stack: lxml nests each unclosed
+inline tag (hundreds of `<b>` or `<font>` never closed) in the previous one, and
+a recursive walk of such a page exceeded Python's recursion limit at a few
+hundred levels, so the whole file was refused though browsers show it fine.
 """
 
 from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 
 from bs4 import BeautifulSoup, NavigableString, PageElement, Tag
 from bs4.element import PreformattedString
@@ -149,22 +154,24 @@ class _Text:
 def _flat_text(tag: Tag) -> str:
     """Text of a table cell on one line: block boundaries become spaces."""
     out: list[str] = []
-
-    def rec(node: Tag) -> None:
-        for child in node.children:
+    # open elements: (their remaining children, what to add when they end)
+    stack: list[tuple[Iterator[PageElement], str]] = [(iter(tag.contents), "")]
+    while stack:
+        children, after = stack[-1]
+        for child in children:
             if isinstance(child, Tag):
                 if _dropped(child):
                     continue
                 breaking = child.name in _BREAKING
                 if breaking:
                     out.append(" ")
-                rec(child)
-                if breaking:
-                    out.append(" ")
+                stack.append((iter(child.contents), " " if breaking else ""))
+                break  # read the child's content first
             elif _is_text(child):
                 out.append(str(child))
-
-    rec(tag)
+        else:
+            stack.pop()
+            out.append(after)
     return _collapse("".join(out))
 
 
@@ -176,19 +183,20 @@ def _fostered(table: Tag) -> str:
     """Text inside a table but outside its cells (template loops, stray words): browsers show it before the
     table; lxml keeps it where it was, which no cell reads, so it was lost."""
     out: list[str] = []
-
-    def rec(node: Tag) -> None:
-        for child in node.children:
+    stack: list[Iterator[PageElement]] = [iter(table.contents)]
+    while stack:
+        for child in stack[-1]:
             if isinstance(child, Tag):
                 # a wrapper around rows (<form>, a template's <div>): its rows are the table's; read around them
                 if child.name in _TABLE_PARTS or child.find(("tr", "td", "th")) is not None:
-                    rec(child)
+                    stack.append(iter(child.contents))
+                    break  # read the wrapper's content first
                 elif child.name not in _NOT_FOSTERED and child.name != "table" and not _dropped(child):
                     out.append(_flat_text(child))
             elif _is_text(child) and str(child).strip():
                 out.append(_collapse(str(child)))
-
-    rec(table)
+        else:
+            stack.pop()
     return " ".join(t for t in out if t)
 
 
@@ -215,8 +223,17 @@ def _table(table: Tag) -> tuple[str, int]:
     return "\n".join(lines), header
 
 
+_DONE = object()
+
+
 class _Walker:
-    """Walks the body once, emitting HeadingBlocks and ContentBlocks in order."""
+    """Walks the body once, emitting HeadingBlocks and ContentBlocks in order.
+
+    `node` handles one node; for an element whose children are walked too it returns an iterator of them (a
+    generator when there is work to do between or after them), which `walk` drives from its stack: the code
+    after a generator's `yield child` runs once that child and everything in it has been walked, as after a
+    recursive call, but nesting depth costs no Python stack.
+    """
 
     def __init__(self) -> None:
         self.blocks: list[Block] = []
@@ -236,16 +253,29 @@ class _Walker:
         self.blocks.append(HeadingBlock(min(max(level, 1), MAX_LEVEL), text, anchor))
 
     # -- dispatch
-    def node(self, node: PageElement) -> None:
+    def walk(self, nodes: Iterable[PageElement]) -> None:
+        """Walks nodes and everything inside them, in document order."""
+        stack: list[Iterator[PageElement]] = [iter(list(nodes))]
+        while stack:
+            child = next(stack[-1], _DONE)
+            if child is _DONE:
+                stack.pop()
+                continue
+            inner = self.node(child)
+            if inner is not None:
+                stack.append(inner)
+
+    def node(self, node: PageElement) -> Iterator[PageElement] | None:
+        """Handles one node; returns what `walk` should walk next, inside it."""
         if not isinstance(node, Tag):
             if _is_text(node):
                 self.loose.add(str(node))
-            return
+            return None
         if _dropped(node):
-            return
+            return None
         name = node.name
         if _is_container(node):
-            self.container(node)
+            return self.container(node)
         elif name in _HEADING_SET:
             if id(node) not in self.consumed:
                 self.free_heading(node)
@@ -267,15 +297,16 @@ class _Walker:
             if name == "hr":
                 self.flush()
         elif name in _BREAKING:  # transparent block container (div, section, ...)
-            self.flush()
-            self.children(node.children)
-            self.flush()
+            return self.block(node)
         else:  # inline element in a transparent container
-            self.children(node.children)
+            return iter(list(node.contents))
+        return None
 
-    def children(self, nodes: Iterable[PageElement]) -> None:
-        for child in list(nodes):
-            self.node(child)
+    def block(self, tag: Tag) -> Iterator[PageElement]:
+        """A transparent block container: its loose text is apart from what comes before and after it."""
+        self.flush()
+        yield from list(tag.contents)
+        self.flush()
 
     @staticmethod
     def block_div_kind(tag: Tag) -> str | None:
@@ -285,7 +316,7 @@ class _Walker:
         return None
 
     # -- sections
-    def container(self, tag: Tag) -> None:
+    def container(self, tag: Tag) -> Iterator[PageElement]:
         title = _find_title(tag)
         depth = (self.containers[-1][0] if self.containers else 0) + 1
         own_id = tag.get("id")
@@ -299,15 +330,15 @@ class _Walker:
         self.heading(depth, heading, anchor)
         self.containers.append((depth, anchor, hn))
         after_nested = False
-        for child in list(tag.children):
+        for child in list(tag.contents):
             if isinstance(child, Tag) and _is_container(child):
-                self.node(child)
+                yield child
                 after_nested = True
                 continue
             if after_nested and _has_text(child):
                 self.heading(depth, heading, anchor)  # resume the parent section
                 after_nested = False
-            self.node(child)
+            yield child
         self.flush()
         self.containers.pop()
 
@@ -348,36 +379,45 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
 
     `skip` holds headings already used as section titles (e.g. in a titlepage).
     """
-    for child in tag.children:
-        if not isinstance(child, Tag):
-            if _is_text(child):
-                buf.add(str(child), pre)
-            continue
-        if _dropped(child) or id(child) in skip:
-            continue
-        name = child.name
-        if name == "br":
-            buf.newline(1)
-        elif name == "table":  # inside a content block (a list item, a note): caption and stray text too
-            text, _ = _table(child)
-            buf.newline(2)
-            for line in [*(_flat_text(c) for c in child.find_all("caption", recursive=False)), _fostered(child)]:
-                if line:
-                    buf.add(line)
-                    buf.newline(1)
-            buf.add(text, pre=True)
-            buf.newline(2)
-        elif name == "pre":
-            buf.newline(1)
-            _inline(child, buf, True, skip)
-            buf.newline(1)
-        elif name in _BREAKING:
-            n = 2 if name in _PARAGRAPH_BREAK else 1
-            buf.newline(n)
-            _inline(child, buf, pre, skip)
-            buf.newline(n)
+    # open elements: (their remaining children, inside <pre>, line breaks to add when they end)
+    stack: list[tuple[Iterator[PageElement], bool, int]] = [(iter(tag.contents), pre, 0)]
+    while stack:
+        children, pre, after = stack[-1]
+        for child in children:
+            if not isinstance(child, Tag):
+                if _is_text(child):
+                    buf.add(str(child), pre)
+                continue
+            if _dropped(child) or id(child) in skip:
+                continue
+            name = child.name
+            if name == "br":
+                buf.newline(1)
+            elif name == "table":  # inside a content block (a list item, a note): caption and stray text too
+                text, _ = _table(child)
+                buf.newline(2)
+                for line in [*(_flat_text(c) for c in child.find_all("caption", recursive=False)), _fostered(child)]:
+                    if line:
+                        buf.add(line)
+                        buf.newline(1)
+                buf.add(text, pre=True)
+                buf.newline(2)
+            elif name == "pre":
+                buf.newline(1)
+                stack.append((iter(child.contents), True, 1))
+                break  # read the child's content first
+            elif name in _BREAKING:
+                n = 2 if name in _PARAGRAPH_BREAK else 1
+                buf.newline(n)
+                stack.append((iter(child.contents), pre, n))
+                break
+            else:
+                stack.append((iter(child.contents), pre, 0))
+                break
         else:
-            _inline(child, buf, pre, skip)
+            stack.pop()
+            if after:
+                buf.newline(after)
 
 
 def _find_title(container: Tag) -> Tag | None:
@@ -436,7 +476,7 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     metadata = _metadata(soup, title)
     root = soup.body if isinstance(soup.body, Tag) else soup
     walker = _Walker()
-    walker.children(root.children)
+    walker.walk(root.contents)
     walker.flush()
     return title, walker.blocks, metadata
 

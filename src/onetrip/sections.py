@@ -630,9 +630,10 @@ def parse_file(
     text = _read_text(path)
     try:
         return _parse_text(path, text, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens)
-    except RecursionError:  # a parser walking nested elements: a clear error for this file, not a crashed batch
-        raise InputDocumentError(str(path), "nested too deeply to parse (hundreds of nested elements or "
-                                            "front-matter brackets)") from None
+    except RecursionError:  # a parser walking nested data (YAML front matter): a clear error for this file, not a
+        # crashed batch. The HTML walk is iterative: nested elements, however deep, do not get here
+        raise InputDocumentError(str(path), "nested too deeply to parse (such as front matter nested hundreds of "
+                                            "levels deep)") from None
 
 
 def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens: int,
