@@ -35,10 +35,10 @@ from __future__ import annotations
 
 import re
 import warnings
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 from bs4 import BeautifulSoup, NavigableString, PageElement, Tag
-from bs4.element import PreformattedString
+from bs4.element import CData, PreformattedString
 
 from onetrip.parse_markdown import GithubSlugger
 from onetrip.sections import MAX_LEVEL, Block, ContentBlock, HeadingBlock
@@ -183,12 +183,20 @@ def _fostered(table: Tag) -> str:
     """Text inside a table but outside its cells (template loops, stray words): browsers show it before the
     table; lxml keeps it where it was, which no cell reads, so it was lost."""
     out: list[str] = []
+    # elements with a tr, td or th inside, found in one pass: asking each element (find) costs the depth squared
+    # when rows sit under thousands of nested wrappers
+    holds_cells: set[int] = set()
+    for cell in table.find_all(("tr", "td", "th")):
+        up = cell.parent
+        while up is not None and up is not table and id(up) not in holds_cells:
+            holds_cells.add(id(up))
+            up = up.parent
     stack: list[Iterator[PageElement]] = [iter(table.contents)]
     while stack:
         for child in stack[-1]:
             if isinstance(child, Tag):
                 # a wrapper around rows (<form>, a template's <div>): its rows are the table's; read around them
-                if child.name in _TABLE_PARTS or child.find(("tr", "td", "th")) is not None:
+                if child.name in _TABLE_PARTS or id(child) in holds_cells:
                     stack.append(iter(child.contents))
                     break  # read the wrapper's content first
                 elif child.name not in _NOT_FOSTERED and child.name != "table" and not _dropped(child):
@@ -200,9 +208,26 @@ def _fostered(table: Tag) -> str:
     return " ".join(t for t in out if t)
 
 
+def _own_rows(table: Tag) -> list[Tag]:
+    """The table's rows, in document order, not those of tables inside it (one pass; asking each row for its
+    table, find_parent, costs rows times depth)."""
+    rows: list[Tag] = []
+    stack: list[Iterator[PageElement]] = [iter(table.contents)]
+    while stack:
+        for child in stack[-1]:
+            if isinstance(child, Tag) and child.name != "table":
+                if child.name == "tr":
+                    rows.append(child)
+                stack.append(iter(child.contents))
+                break
+        else:
+            stack.pop()
+    return rows
+
+
 def _table(table: Tag) -> tuple[str, int]:
     """(text, header line count): one row per line, header rows first."""
-    rows = [tr for tr in table.find_all("tr") if tr.find_parent("table") is table]
+    rows = _own_rows(table)
 
     def rank(tr: Tag) -> int:
         parent = tr.parent.name if tr.parent is not None else ""
@@ -241,6 +266,7 @@ class _Walker:
         self.containers: list[tuple[int, str | None, int | None]] = []  # depth, anchor, title hN
         self.consumed: set[int] = set()  # id() of headings used as container titles
         self.slugger = GithubSlugger()
+        self.has_text = _TextCheck()
 
     # -- output helpers
     def flush(self) -> None:
@@ -317,7 +343,7 @@ class _Walker:
 
     # -- sections
     def container(self, tag: Tag) -> Iterator[PageElement]:
-        title = _find_title(tag)
+        title = _find_title(tag, self.has_text)
         depth = (self.containers[-1][0] if self.containers else 0) + 1
         own_id = tag.get("id")
         anchor = str(own_id) if own_id else (self.containers[-1][1] if self.containers else None)
@@ -335,7 +361,7 @@ class _Walker:
                 yield child
                 after_nested = True
                 continue
-            if after_nested and _has_text(child):
+            if after_nested and _has_text(child, self.has_text):
                 self.heading(depth, heading, anchor)  # resume the parent section
                 after_nested = False
             yield child
@@ -368,9 +394,52 @@ class _Walker:
             self.blocks.append(ContentBlock(kind, text))
 
 
-def _has_text(node: PageElement) -> bool:
+_TEXT_TYPES = frozenset({NavigableString, CData})  # the strings get_text() reads in all but a few elements
+
+
+class _TextCheck:
+    """bool(tag.get_text().strip()), remembered for each element under the one asked about: a chain of nested
+    section containers without titles asks each for the text of the next, all of the rest of the chain, which
+    unremembered costs the depth squared."""
+
+    def __init__(self) -> None:
+        self.known: dict[int, bool] = {}  # id() of element: it has text
+
+    def __call__(self, tag: Tag) -> bool:
+        if tag.interesting_string_types != _TEXT_TYPES:  # script, style, template, rt, rp read their own strings
+            return bool(tag.get_text().strip())
+        known = self.known
+        if (answer := known.get(id(tag))) is not None:
+            return answer
+        # depth first; every element on the stack has text once a string with text is found under the last
+        stack: list[tuple[Tag, Iterator[PageElement]]] = [(tag, iter(tag.contents))]
+        while stack:
+            found = False
+            for child in stack[-1][1]:
+                if isinstance(child, Tag):
+                    inner = known.get(id(child))
+                    if inner is None:  # not known yet: look into it first
+                        stack.append((child, iter(child.contents)))
+                        break
+                    if inner:
+                        found = True
+                        break
+                elif type(child) in _TEXT_TYPES and child.strip():  # get_text's own test: the exact type
+                    found = True
+                    break
+            else:
+                known[id(stack.pop()[0])] = False
+                continue
+            if found:
+                for element, _ in stack:
+                    known[id(element)] = True
+                return True
+        return known[id(tag)]
+
+
+def _has_text(node: PageElement, has_text: Callable[[Tag], bool]) -> bool:
     if isinstance(node, Tag):
-        return not _dropped(node) and bool(node.get_text().strip())
+        return not _dropped(node) and has_text(node)
     return _is_text(node) and bool(str(node).strip())
 
 
@@ -420,9 +489,9 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
                 buf.newline(after)
 
 
-def _find_title(container: Tag) -> Tag | None:
+def _find_title(container: Tag, has_text: Callable[[Tag], bool]) -> Tag | None:
     """The container's own title: in a leading titlepage/refnamediv, or a leading heading."""
-    for child in container.children:
+    for child in container.contents:
         if not isinstance(child, Tag):
             if _is_text(child) and str(child).strip():
                 return None
@@ -435,7 +504,7 @@ def _find_title(container: Tag) -> Tag | None:
             if isinstance(found, Tag):
                 return found
             continue
-        if not child.get_text().strip():
+        if not has_text(child):
             continue  # index-term anchors, Sphinx's <span id>, empty wrappers: nothing to read before the title
         return None
     return None
