@@ -343,17 +343,15 @@ def test_an_empty_untitled_container_makes_no_section(tmp_path) -> None:
     assert [s.section_id for s in parse_file(p, min_tokens=0).sections] == ["a"]  # c holds only the empty d
 
 
-def test_deep_untitled_containers_and_deeply_wrapped_rows_take_linear_time():
-    """Each untitled container asked for the text of the next (all of the rest of the chain), and each wrapper
-    around a table's rows was searched for rows: at 10,000 levels that took over a minute (0.5 s now)."""
-    import time
-
+def test_deep_untitled_containers_and_deeply_wrapped_rows_are_read():
+    """10,000 nested untitled containers, and a table's row under 10,000 wrappers. Each untitled container had
+    asked for the text of the next (all of the rest of the chain), and each wrapper was searched for rows:
+    quadratic, 60 s and 254 s at this depth, 0.6 s and 0.2 s now (measured once on this project's 2-core
+    machine; speed is not asserted in tests, so this checks what is read)."""
     n = 10_000
     chain = "".join(f'<div class="section" id="s{i}">' for i in range(n)) + "<p>x</p>" + "</div>" * n
     table = "<table>" + "<div>" * n + "<tr><td>cell</td></tr>" + "</div>" * n + "</table>"
-    start = time.perf_counter()
     _, blocks, _ = parse_html(f"<html><body>{chain}<h1>H</h1>{table}</body></html>")
-    assert time.perf_counter() - start < 10
     assert [b.text for b in blocks if isinstance(b, ContentBlock)] == ["x", "cell"]
     assert sum(isinstance(b, HeadingBlock) for b in blocks) == n + 1
 
