@@ -317,6 +317,10 @@ def test_table_text_outside_cells_and_nested_captions_are_kept() -> None:
     assert [b.text for b in blocks] == ["T", "loop", "alpha | beta"]
     _, blocks, _ = parse_html("<ul><li><table><div>x<tr><td>alpha</td></tr></div></table></li></ul>")
     assert [b.text for b in blocks] == ["x\nalpha"]
+    # a cell holding a table is its row's, not stray text: its own words were read twice
+    _, blocks, _ = parse_html("<h1>T</h1><table><tr><th>A</th><th>B</th></tr><tr><td>one</td><td>before"
+                              "<table><tr><td>inner</td></tr></table>after</td></tr></table>")
+    assert [b.text for b in blocks] == ["T", "A | B\none | before inner after"]
 
 
 def test_sphinx_sections_take_the_heading_after_their_empty_anchor_span(tmp_path) -> None:

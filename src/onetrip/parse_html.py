@@ -195,12 +195,13 @@ def _fostered(table: Tag) -> str:
     while stack:
         for child in stack[-1]:
             if isinstance(child, Tag):
+                if child.name in _NOT_FOSTERED or child.name == "table" or _dropped(child):
+                    continue  # a cell is its row's (a table inside it too), a nested table its own
                 # a wrapper around rows (<form>, a template's <div>): its rows are the table's; read around them
                 if child.name in _TABLE_PARTS or id(child) in holds_cells:
                     stack.append(iter(child.contents))
                     break  # read the wrapper's content first
-                elif child.name not in _NOT_FOSTERED and child.name != "table" and not _dropped(child):
-                    out.append(_flat_text(child))
+                out.append(_flat_text(child))
             elif _is_text(child) and str(child).strip():
                 out.append(_collapse(str(child)))
         else:
