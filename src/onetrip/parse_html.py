@@ -398,6 +398,12 @@ class _Walker:
 _TEXT_TYPES = frozenset({NavigableString, CData})  # the strings get_text() reads in all but a few elements
 
 
+def _string_types(tag: Tag) -> frozenset[type]:
+    """The string classes ``tag.get_text()`` reads: a set from beautifulsoup4 4.13, a tuple or one class before."""
+    kinds = tag.interesting_string_types
+    return frozenset(kinds) if isinstance(kinds, (set, frozenset, tuple, list)) else frozenset((kinds,))
+
+
 class _TextCheck:
     """bool(tag.get_text().strip()), remembered for each element under the one asked about: a chain of nested
     section containers without titles asks each for the text of the next, all of the rest of the chain, which
@@ -407,7 +413,7 @@ class _TextCheck:
         self.known: dict[int, bool] = {}  # id() of element: it has text
 
     def __call__(self, tag: Tag) -> bool:
-        if tag.interesting_string_types != _TEXT_TYPES:  # script, style, template, rt, rp read their own strings
+        if _string_types(tag) != _TEXT_TYPES:  # script, style, template, rt, rp read their own strings
             return bool(tag.get_text().strip())
         known = self.known
         if (answer := known.get(id(tag))) is not None:
