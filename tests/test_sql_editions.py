@@ -173,6 +173,29 @@ def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
         assert got == 3
         assert fresh.execute("SHOW hnsw.ef_search").fetchone()[0] == "40"
         assert fresh.execute("SHOW hnsw.iterative_scan").fetchone()[0] == "off"
+    # PL/pgSQL, not LANGUAGE sql: planned with its arguments on every version (see the next tests and the header)
+    assert db.execute("SELECT l.lanname FROM pg_proc p JOIN pg_language l ON l.oid = p.prolang "
+                      "WHERE p.proname = 'retrieve_sections'").fetchone()[0] == "plpgsql"
+
+
+def test_function_refuses_what_the_api_refuses_and_no_column_stands_in_for_an_argument(db, dsn, loaded):
+    """LIMIT NULL would return every row as a hit; and a column named like an argument (added to sections
+    later) would win over it under #variable_conflict use_column, switching the access check off."""
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn,
+                    "-f", str(SQL_DIR / "postgres" / "retrieve_function.sql")], check=True, capture_output=True)
+    q = vec_literal(loaded[0].embeddings[0])
+    for k in ("NULL", "0", "-1", "1001"):
+        with pytest.raises(psycopg.errors.InvalidParameterValue, match="k must be an integer from 1 to 1000"):
+            db.execute(f"SELECT * FROM retrieve_sections(%s::vector, {k})", (q,))
+    with pytest.raises(psycopg.errors.NullValueNotAllowed, match="query_embedding must not be NULL"):
+        db.execute("SELECT * FROM retrieve_sections(NULL, 5)")
+    db.execute("UPDATE sections SET acl = ARRAY['hr'] WHERE doc_id = %s", (loaded[0].record.doc_id,))
+    db.execute("ALTER TABLE sections ADD COLUMN principals text[], ADD COLUMN k integer")
+    db.execute("UPDATE sections SET principals = ARRAY['nobody'], k = 1000")
+    rows = db.execute("SELECT doc_id, hit_rank FROM retrieve_sections(%s::vector, 5, principals => ARRAY['nobody'])",
+                      (q,)).fetchall()
+    assert rows and loaded[0].record.doc_id not in {d for d, _ in rows}  # the caller's principals, not the column
+    assert sum(r is not None for _, r in rows) == 5  # the argument k, not the column
 
 
 def test_function_body_plan_uses_hnsw_when_prepared(db, loaded):
@@ -186,7 +209,7 @@ def test_function_body_plan_uses_hnsw_when_prepared(db, loaded):
     layout = Layout()
     for d in generate(3000, dim=384, seed=4, sections_per_doc=(10, 40), doc_prefix="more"):
         replace_document(db, layout, d.record, d.sections, d.embeddings)
-    body = function_query(render_edition("postgres")["retrieve_function.sql"])
+    body = function_query(render_edition("postgres")["retrieve_function.sql"]).replace("retrieve_sections.", "")
     body = (body.replace("query_embedding", "$1").replace("LIMIT k", "LIMIT $2")
             .replace("collections", "$3::text[]").replace("principals", "$4::text[]"))
     db.execute("ANALYZE sections")
@@ -353,7 +376,7 @@ def test_oracle_macro_filters_hits_and_context_rows_as_the_postgres_function():
         (join,) = [j for j in tree.find_all(exp.Join) if j.this.alias_or_name == "s"]
         return [hits.args["where"].sql(dialect=dialect), join.args["on"].sql(dialect=dialect)]
 
-    pg = places(psql_vars_to_binds(function_query(function)), PgVectorPostgres)
+    pg = places(psql_vars_to_binds(function_query(function).replace("retrieve_sections.", "")), PgVectorPostgres)
     ora = places(_macro_query(), Oracle23ai)
     for p in pg:
         assert "(collections IS NULL OR s.collection = ANY(collections))" in p
@@ -408,7 +431,7 @@ def test_oracle_filter_logic_matches_the_postgres_function_on_postgres_sql_json(
         pytest.skip("JSON_TABLE is PostgreSQL 17+ (ONETRIP_TEST_DSN names an older server)")
     import json
 
-    pg_where = function_query((SQL_DIR / "postgres" / "retrieve_function.sql").read_text())
+    pg_where = function_query((SQL_DIR / "postgres" / "retrieve_function.sql").read_text()).replace("retrieve_sections.", "")
     pg_where = pg_where.split("\n     WHERE ", 1)[1].split("\n     ORDER BY", 1)[0]
     pg_where = re.sub(r"\b(collections|principals)\b", r"%(\1)s::text[]", pg_where)
     ora_where = _oracle_predicate_on_postgres(_macro_query())

@@ -33,7 +33,11 @@
 --           call against 1.6 ms as PL/pgSQL). On PostgreSQL 18 the two cost
 --           the same (manual, 9,341 rows, k=10: 1.38 ms sql, 1.31 PL/pgSQL).
 --           #variable_conflict use_column: a name that is both a column and
---           an output column (doc_id, distance, ...) means the column.
+--           an output column (doc_id, distance, ...) means the column; the
+--           parameters are written qualified (retrieve_sections.k), so a
+--           column of their name can never stand in for them.
+-- Errors    k NULL or outside 1..1000, or a NULL query_embedding: an error
+--           (22023 / 22004), as the Python API refuses them.
 -- Plan      As retrieve.sql: Index Scan using sections_embedding_hnsw ... Order By
 --           (embedding <=> query_embedding) inside the hits CTE.
 -- Install   psql -f retrieve_function.sql (as the tables' owner). The body names
@@ -71,9 +75,70 @@ SET plan_cache_mode = force_custom_plan
 AS $function$
 #variable_conflict use_column
 BEGIN
-RETURN QUERY
-WITH hits AS MATERIALIZED (
-    SELECT s.doc_id,
+    -- what the Python API refuses too: LIMIT NULL would return every row as a hit
+    IF retrieve_sections.k IS NULL OR retrieve_sections.k NOT BETWEEN 1 AND 1000 THEN
+        RAISE EXCEPTION 'k must be an integer from 1 to 1000, got %', retrieve_sections.k
+              USING ERRCODE = 'invalid_parameter_value';
+    END IF;
+    IF retrieve_sections.query_embedding IS NULL THEN
+        RAISE EXCEPTION 'query_embedding must not be NULL' USING ERRCODE = 'null_value_not_allowed';
+    END IF;
+    RETURN QUERY
+    WITH hits AS MATERIALIZED (
+        SELECT s.doc_id,
+               s.section_id,
+               s.parent_section_id,
+               s.sequence_index,
+               s.heading_level,
+               s.heading,
+               s.heading_path,
+               s.anchor,
+               s.content,
+               s.token_count,
+               s.revision,
+               s.parent_sequence_index,
+               s.embedding <=> retrieve_sections.query_embedding AS distance
+          FROM sections s
+         WHERE (retrieve_sections.collections IS NULL OR s.collection = ANY(retrieve_sections.collections))
+           AND (retrieve_sections.principals IS NULL OR s.acl IS NULL OR s.acl && retrieve_sections.principals)
+         ORDER BY s.embedding <=> retrieve_sections.query_embedding
+         LIMIT retrieve_sections.k
+    ),
+    context_keys AS (
+        -- UNION ALL is enough: EXCEPT returns distinct rows
+        SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
+          FROM hits h
+        UNION ALL
+        SELECT h.doc_id, h.sequence_index + 1
+          FROM hits h
+        UNION ALL
+        SELECT h.doc_id, h.parent_sequence_index
+          FROM hits h
+         WHERE h.parent_sequence_index IS NOT NULL
+        EXCEPT
+        SELECT h.doc_id, h.sequence_index
+          FROM hits h
+    )
+    -- hit_rank by h.distance + 0: the real distance order (a relaxed-order HNSW scan returns rows
+    -- slightly out of it, and PostgreSQL 17+ would take the hits as sorted and skip this sort)
+    SELECT row_number() OVER (ORDER BY h.distance + 0, h.doc_id, h.sequence_index) AS hit_rank,
+           h.distance,
+           h.doc_id,
+           h.section_id,
+           h.parent_section_id,
+           h.sequence_index,
+           h.heading_level,
+           h.heading,
+           h.heading_path,
+           h.anchor,
+           h.content,
+           h.token_count,
+           h.revision
+      FROM hits h
+    UNION ALL
+    SELECT NULL,
+           NULL,
+           s.doc_id,
            s.section_id,
            s.parent_section_id,
            s.sequence_index,
@@ -83,66 +148,12 @@ WITH hits AS MATERIALIZED (
            s.anchor,
            s.content,
            s.token_count,
-           s.revision,
-           s.parent_sequence_index,
-           s.embedding <=> query_embedding AS distance
-      FROM sections s
-     WHERE (collections IS NULL OR s.collection = ANY(collections))
-       AND (principals IS NULL OR s.acl IS NULL OR s.acl && principals)
-     ORDER BY s.embedding <=> query_embedding
-     LIMIT k
-),
-context_keys AS (
-    -- UNION ALL is enough: EXCEPT returns distinct rows
-    SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
-      FROM hits h
-    UNION ALL
-    SELECT h.doc_id, h.sequence_index + 1
-      FROM hits h
-    UNION ALL
-    SELECT h.doc_id, h.parent_sequence_index
-      FROM hits h
-     WHERE h.parent_sequence_index IS NOT NULL
-    EXCEPT
-    SELECT h.doc_id, h.sequence_index
-      FROM hits h
-)
--- hit_rank by h.distance + 0: the real distance order (a relaxed-order HNSW scan returns rows
--- slightly out of it, and PostgreSQL 17+ would take the hits as sorted and skip this sort)
-SELECT row_number() OVER (ORDER BY h.distance + 0, h.doc_id, h.sequence_index) AS hit_rank,
-       h.distance,
-       h.doc_id,
-       h.section_id,
-       h.parent_section_id,
-       h.sequence_index,
-       h.heading_level,
-       h.heading,
-       h.heading_path,
-       h.anchor,
-       h.content,
-       h.token_count,
-       h.revision
-  FROM hits h
-UNION ALL
-SELECT NULL,
-       NULL,
-       s.doc_id,
-       s.section_id,
-       s.parent_section_id,
-       s.sequence_index,
-       s.heading_level,
-       s.heading,
-       s.heading_path,
-       s.anchor,
-       s.content,
-       s.token_count,
-       s.revision
-  FROM context_keys w
-  JOIN sections s
-    ON s.doc_id = w.doc_id
-   AND s.sequence_index = w.sequence_index
-   AND (collections IS NULL OR s.collection = ANY(collections))
-       AND (principals IS NULL OR s.acl IS NULL OR s.acl && principals)
-;
+           s.revision
+      FROM context_keys w
+      JOIN sections s
+        ON s.doc_id = w.doc_id
+       AND s.sequence_index = w.sequence_index
+       AND (retrieve_sections.collections IS NULL OR s.collection = ANY(retrieve_sections.collections))
+       AND (retrieve_sections.principals IS NULL OR s.acl IS NULL OR s.acl && retrieve_sections.principals);
 END
 $function$;

@@ -10,11 +10,12 @@ Every statement rendered is parsed by sqlglot (`check_edition`, with
 from __future__ import annotations
 
 import logging
+import textwrap
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .retrieve import CONTEXT_DEFAULT, assemble_template_options
+from .retrieve import CONTEXT_DEFAULT, MAX_K, assemble_template_options
 from .layout import Layout
 from .templates import Dialect, render
 
@@ -45,7 +46,7 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
     ]
     if dialect == "postgres":
         files.append(EditionFile("retrieve_function.sql", "retrieve_function",
-                                 {**FULL_EXPANSION, "ef_search": DEFAULT_EF_SEARCH, "binds": "function",
+                                 {**FULL_EXPANSION, "ef_search": DEFAULT_EF_SEARCH, "binds": "function", "max_k": MAX_K,
                                   "filters": {"collections": True, "principals": True}}))
         files.append(EditionFile("retrieve_hybrid.sql", "retrieve", {**FULL_EXPANSION, "mode": "hybrid"}))
         files.append(EditionFile("retrieve_many.sql", "retrieve_many", {**FULL_EXPANSION, "many": True}))
@@ -71,7 +72,7 @@ def function_query(text: str) -> str:
     body = text.split("$function$")[1]
     if "RETURN QUERY" not in body:
         return body
-    return body.split("RETURN QUERY", 1)[1].rsplit(";", 1)[0] + "\n"
+    return textwrap.dedent(body.split("RETURN QUERY\n", 1)[1].rsplit(";", 1)[0]) + "\n"
 
 
 def render_edition(edition: str, layout: Layout = Layout()) -> dict[str, str]:

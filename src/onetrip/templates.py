@@ -44,13 +44,18 @@ def templates_dir() -> Path:
 TEXT_CONFIG = "english"
 
 
-def _param_renderer(binds: BindStyle, dialect: Dialect, vector_type: str = "vector"):
-    """Return ``param(name, kind)``: the placeholder for one bind value."""
+def _param_renderer(binds: BindStyle, dialect: Dialect, vector_type: str = "vector", function: str = ""):
+    """Return ``param(name, kind)``: the placeholder for one bind value.
+
+    Inside a PL/pgSQL function body a parameter is qualified by the function's name: a
+    column of the same name (one added to sections later, say) can then never stand in for
+    it, as it would under ``#variable_conflict use_column``. An Oracle SQL macro's
+    parameters are substituted by their bare names."""
 
     def param(name: str, kind: str = "text") -> str:
         validate_identifier(name, "bind parameter name")
         if binds == "function":  # inside a function body: the parameter's own name
-            return name
+            return f"{function}.{name}" if dialect == "postgres" and function else name
         if binds == "psycopg":
             # an array of vectors is sent in binary (%b): psycopg's text list dumper formats
             # every float through pgvector's text dumper, ~0.7 ms per 384-d query vector
@@ -141,7 +146,7 @@ def render(
         "t": layout.tables,
         "names": layout.names,
         "header": header,
-        "param": _param_renderer(binds, dialect, layout.vector_type),
+        "param": _param_renderer(binds, dialect, layout.vector_type, layout.object_name("retrieve_sections")),
         "vector_type": layout.vector_type,
         "partition": layout.partition,
         "partitions": layout.partitions,
