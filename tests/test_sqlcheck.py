@@ -228,12 +228,14 @@ def test_oracle_macro_keeps_its_json_filters():
         "JSON_TABLE(COLLECTIONS,'$[*]' ERROR ON ERROR COLUMNS(COLLECTION VARCHAR2(512 CHAR)PATH '$'))": 2,
         "JSON_TABLE(PRINCIPALS,'$[*]' ERROR ON ERROR COLUMNS(PRINCIPAL VARCHAR2(512 CHAR)PATH '$'))": 2,
     }  # hits and context rows
-    assert found["JSON_EXISTS"] == {"JSON_EXISTS(S.ACL,'$[*]?(@ == $P)' PASSING CP.PRINCIPAL AS \"P\")": 2}
+    assert found["JSON_EXISTS"] == {"JSON_EXISTS(S.ACL,'$[*]?(@ == $p)' PASSING CP.PRINCIPAL AS \"p\")": 2}
     assert not found["bind"]  # the macro's parameters are referenced by name, never as :binds
     assert len(list(inner.tree.find_all(exp.JSONTable))) == 4 and len(list(inner.tree.find_all(exp.JSONExists))) == 2
     src = inner.sql
     for lossy in (src.replace(" ERROR ON ERROR", "", 1), src.replace("'$[*]?(@ == $p)'", "'$[*]'", 1),
-                  src.replace(' PASSING cp.principal AS "p"', "", 1)):
+                  src.replace(' PASSING cp.principal AS "p"', "", 1),
+                  # case matters inside quotes: a JSON path variable and its PASSING name are case-sensitive
+                  src.replace('AS "p"', 'AS "P"', 1), src.replace("(@ == $p)", "(@ == $P)", 1)):
         with pytest.raises(SqlValidationError, match="JSON_(TABLE|EXISTS)"):
             assert_oracle_constructs_kept(src, lossy)
 

@@ -648,6 +648,24 @@ def _norm(text: str) -> str:
     return re.sub(r"\s*([(),])\s*", r"\1", text)
 
 
+_QUOTED = re.compile(r"'(?:[^']|'')*'" r'|"[^"]*"')
+
+
+def _norm_keep_quoted(text: str) -> str:
+    """`_norm` outside string literals and quoted identifiers, which keep their case and blanks: a JSON path
+    ('$[*]?(@ == $p)') and a PASSING name ("p") are case-sensitive in Oracle."""
+
+    def bare(part: str) -> str:
+        return re.sub(r"\s*([(),])\s*", r"\1", re.sub(r"\s+", " ", part.upper()))
+
+    out, at = [], 0
+    for m in _QUOTED.finditer(text):
+        out += [bare(text[at:m.start()]), m.group(0)]
+        at = m.end()
+    out.append(bare(text[at:]))
+    return "".join(out).strip()
+
+
 def _call_spans(sql: str, name: str) -> list[tuple[int, int]]:
     """(start, end) of every ``name(...)`` call with balanced parentheses (strings and comments masked)."""
     out = []
@@ -710,7 +728,7 @@ def oracle_constructs(sql: str) -> dict[str, Counter[str]]:
     found["hint"] = Counter(_norm(h[3:-2]) for h in _ORACLE_PATTERNS["hint"].findall(text))
     found["VECTOR_DISTANCE"] = Counter(_norm(c) for c in _calls(text, "VECTOR_DISTANCE"))
     for fn in ("JSON_TABLE", "JSON_EXISTS"):
-        found[fn] = Counter(_norm(c) for c in _json_calls(sql, fn))
+        found[fn] = Counter(_norm_keep_quoted(c) for c in _json_calls(sql, fn))
     found["bind"] = Counter({b.upper(): 1 for b in _BIND.findall(_scrub(sql))})  # the set of names
     return found
 
