@@ -317,6 +317,16 @@ def test_table_text_outside_cells_and_nested_captions_are_kept() -> None:
     assert [b.text for b in blocks] == ["T", "loop", "alpha | beta"]
     _, blocks, _ = parse_html("<ul><li><table><div>x<tr><td>alpha</td></tr></div></table></li></ul>")
     assert [b.text for b in blocks] == ["x\nalpha"]
+    # a table inside a table but in no cell (its parent's </table> left out: lxml nests it) was read by nothing;
+    # cells outside any <tr> likewise. Browsers show a table of its own, and a row of such cells
+    _, blocks, _ = parse_html("<h1>T</h1><table><tr><td>a</td></tr><table><tr><td>b</td></tr></table></table>")
+    assert [b.text for b in blocks] == ["T", "a", "b"]
+    _, blocks, _ = parse_html("<ul><li>i<table><tr><td>a</td></tr><table><tr><td>b</td></tr></table></table></li></ul>")
+    assert [b.text for b in blocks] == ["i\n\na\n\nb"]
+    _, blocks, _ = parse_html("<h1>T</h1><table><th>k</th><th>v</th><tr><td>1</td><td>2</td></tr><td>x</td></table>")
+    assert [(b.text, getattr(b, "header_lines", None)) for b in blocks] == [("T", None), ("k | v\n1 | 2\nx", 1)]
+    _, blocks, _ = parse_html("<h1>T</h1><table><table>alpha<td>beta</td></table></table>")
+    assert [b.text for b in blocks] == ["T", "alpha", "beta"]
     # a cell holding a table is its row's, not stray text: its own words were read twice
     _, blocks, _ = parse_html("<h1>T</h1><table><tr><th>A</th><th>B</th></tr><tr><td>one</td><td>before"
                               "<table><tr><td>inner</td></tr></table>after</td></tr></table>")

@@ -209,40 +209,71 @@ def _fostered(table: Tag) -> str:
     return " ".join(t for t in out if t)
 
 
-def _own_rows(table: Tag) -> list[Tag]:
-    """The table's rows, in document order, not those of tables inside it (one pass; asking each row for its
-    table, find_parent, costs rows times depth)."""
-    rows: list[Tag] = []
+_CELLS = ("td", "th")
+
+
+def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
+    """The table's rows as (the element holding the row, its cells), in document order, not those of tables
+    inside it (one pass; asking each row for its table, find_parent, costs rows times depth). Cells outside
+    any <tr> (lxml keeps them where they stand; browsers make a row of them) make a row of their own, one
+    per run of such cells under one parent with no <tr> between them."""
+    rows: list[tuple[Tag, list[Tag]]] = []
+    loose: tuple[Tag, list[Tag]] | None = None  # the open row of cells outside any <tr>
     stack: list[Iterator[PageElement]] = [iter(table.contents)]
     while stack:
         for child in stack[-1]:
-            if isinstance(child, Tag) and child.name != "table":
-                if child.name == "tr":
-                    rows.append(child)
-                stack.append(iter(child.contents))
-                break
+            if not isinstance(child, Tag) or child.name == "table":
+                continue
+            if child.name == "tr":
+                rows.append((child, child.find_all(_CELLS, recursive=False)))
+                loose = None
+            elif child.name in _CELLS and child.parent is not None and child.parent.name not in ("tr", *_CELLS):
+                if loose is None or loose[0] is not child.parent:
+                    loose = (child.parent, [])
+                    rows.append(loose)
+                loose[1].append(child)
+            stack.append(iter(child.contents))
+            break
         else:
             stack.pop()
     return rows
+
+
+def _stray_tables(table: Tag) -> list[Tag]:
+    """Tables inside a table but in none of its cells (their parent's </table> left out: lxml nests them,
+    browsers show them as tables of their own), which no row reads."""
+    found: list[Tag] = []
+    stack: list[Iterator[PageElement]] = [iter(table.contents)]
+    while stack:
+        for child in stack[-1]:
+            if isinstance(child, Tag) and child.name not in _CELLS and not _dropped(child):
+                if child.name == "table":
+                    found.append(child)
+                else:
+                    stack.append(iter(child.contents))
+                    break
+        else:
+            stack.pop()
+    return found
 
 
 def _table(table: Tag) -> tuple[str, int]:
     """(text, header line count): one row per line, header rows first."""
     rows = _own_rows(table)
 
-    def rank(tr: Tag) -> int:
-        parent = tr.parent.name if tr.parent is not None else ""
-        return {"thead": 0, "tfoot": 2}.get(parent, 1)
+    def rank(row: tuple[Tag, list[Tag]]) -> int:
+        holder = row[0] if row[0].name != "tr" else row[0].parent
+        return {"thead": 0, "tfoot": 2}.get(holder.name if holder is not None else "", 1)
 
     rows.sort(key=rank)  # stable: document order within each group
     lines: list[str] = []
     header = 0
-    for tr in rows:
-        cells = tr.find_all(("td", "th"), recursive=False)
+    for row in rows:
+        cells = row[1]
         texts = [_flat_text(c) for c in cells]
         if not any(texts):
             continue
-        if rank(tr) == 0 or (not lines and cells and all(c.name == "th" for c in cells)):
+        if rank(row) == 0 or (not lines and cells and all(c.name == "th" for c in cells)):
             if len(lines) == header:
                 header += 1
         lines.append(" | ".join(texts))
@@ -315,6 +346,7 @@ class _Walker:
             text, header = _table(node)
             if text:
                 self.blocks.append(ContentBlock("table", text, header))
+            return iter(_stray_tables(node))  # each a table of its own, after this one
         elif name in _BLOCK_TAG_KINDS:
             self.content(node, _BLOCK_TAG_KINDS[name])
         elif name == "div" and (kind := self.block_div_kind(node)):
@@ -478,6 +510,9 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
                         buf.newline(1)
                 buf.add(text, pre=True)
                 buf.newline(2)
+                if strays := _stray_tables(child):  # each a table of its own, after this one
+                    stack.append((iter(strays), pre, 0))
+                    break
             elif name == "pre":
                 buf.newline(1)
                 stack.append((iter(child.contents), True, 1))
