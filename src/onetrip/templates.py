@@ -22,7 +22,7 @@ import jinja2
 
 from .context import ROLE_BITS
 from .identifiers import quote_ident, validate_identifier
-from .layout import Layout
+from .layout import DEFAULT_DIM, MAX_DIM, VECTOR_TYPES, Layout  # noqa: F401 (importable from here, as before)
 
 Dialect = Literal["postgres", "oracle"]
 BindStyle = Literal["psycopg", "psql", "oracle", "function"]
