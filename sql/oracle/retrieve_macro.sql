@@ -1,11 +1,24 @@
 -- =============================================================================
 -- onetrip: retrieve_macro.sql (Oracle Database 23ai edition)
 -- -----------------------------------------------------------------------------
--- Purpose   A table SQL macro around retrieve.sql, Oracle's natural equivalent
---           of a set-returning function: the query text is expanded into the
---           caller's statement at parse time, so the optimizer sees (and can
---           use the vector index for) the whole query. Same filters as
+-- Purpose   A table SQL macro returning retrieve.sql's rows, Oracle's natural
+--           equivalent of a set-returning function: the query text is expanded
+--           into the caller's statement at parse time, so the optimizer sees (and
+--           can use the vector index for) the whole query. Same filters as
 --           the PostgreSQL edition's retrieve_function.sql.
+-- No WITH   Unlike retrieve.sql, the query has no WITH clause: Oracle substitutes
+--           a table macro's scalar parameters as columns of an outer inline view
+--           joined laterally to the macro's text, and a WITH subquery cannot
+--           reference them (blog.sqlora.com, "SQL macros and the WITH clause",
+--           2024), so a hits CTE reading query_embedding and k would fail on
+--           every call. The parameters are read in inline views of the one main
+--           query instead: x, the approximate search (keys and distance only);
+--           h, x numbered (hit_rank); c, four constant rows (0 the hit, -1/1 the
+--           previous/next section, 2 the parent) cross joined to h; sections s
+--           joined on (doc_id, sequence_index) with the filters; and r, one row
+--           per section, the hit's when it is one (ROW_NUMBER over the key).
+--           Same rows and columns as retrieve.sql: the hits (hit_rank 1..k, with
+--           distance) first, then each context row once, by key.
 -- Requires  Oracle Database 23ai (for VECTOR), the tables and vector index from
 --           schema.sql, CREATE PROCEDURE (DB_DEVELOPER_ROLE has it).
 --           This edition is validated by parsing (sqlglot, Oracle dialect) and
@@ -37,7 +50,13 @@
 --           and one expanded cursor serves every value.
 -- Settings  Approximate search accuracy comes from the index (TARGET ACCURACY in
 --           schema.sql) or per query with FETCH APPROX ... WITH TARGET ACCURACY.
--- Plan      As retrieve.sql: VECTOR INDEX HNSW SCAN inside the materialized hits CTE.
+-- Plan      Expected, not observed: VECTOR INDEX HNSW SCAN under the FETCH
+--           APPROX of inline view x (run once: h is read once, no WITH to
+--           materialize), a WINDOW SORT of its k rows for hit_rank, a
+--           NESTED LOOPS of h's k rows x c's 4 rows probing the (doc_id,
+--           sequence_index) key of sections (at most 4k probes, the hits' own
+--           rows among them), a WINDOW SORT keeping one row per section, and the
+--           final SORT ORDER BY of at most 4k rows.
 --           With a list given, its filter is part of the approximate search
 --           (FETCH APPROX under a WHERE): the optimizer pre-filters (evaluates
 --           the filters, then searches the graph among the rows that pass) or
@@ -65,89 +84,77 @@ CREATE OR REPLACE FUNCTION retrieve_sections (
 IS
 BEGIN
     RETURN q'~
-WITH hits AS (
-    SELECT /*+ MATERIALIZE */ s.doc_id,
-           s.section_id,
-           s.parent_section_id,
-           s.sequence_index,
-           s.heading_level,
-           s.heading,
-           s.heading_path,
-           s.anchor,
-           s.content,
-           s.token_count,
-           s.revision,
-           s.parent_sequence_index,
-           VECTOR_DISTANCE(s.embedding, query_embedding, COSINE) AS distance
-      FROM sections s
-     WHERE (collections IS NULL OR s.collection IN (
-              SELECT cc.collection
-                FROM JSON_TABLE(collections, '$[*]' ERROR ON ERROR
-                                COLUMNS (collection VARCHAR2(512 CHAR) PATH '$')) cc))
-       AND (principals IS NULL OR s.acl IS NULL OR EXISTS (
-              SELECT 1
-                FROM JSON_TABLE(principals, '$[*]' ERROR ON ERROR
-                                COLUMNS (principal VARCHAR2(512 CHAR) PATH '$')) cp
-               WHERE JSON_EXISTS(s.acl, '$[*]?(@ == $p)' PASSING cp.principal AS "p")))
-     ORDER BY VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)
-     FETCH APPROX FIRST k ROWS ONLY
-),
-context_keys AS (
-    -- UNION ALL is enough: MINUS returns distinct rows
-    SELECT h.doc_id, h.sequence_index - 1 AS sequence_index
-      FROM hits h
-    UNION ALL
-    SELECT h.doc_id, h.sequence_index + 1
-      FROM hits h
-    UNION ALL
-    SELECT h.doc_id, h.parent_sequence_index
-      FROM hits h
-     WHERE h.parent_sequence_index IS NOT NULL
-    MINUS
-    SELECT h.doc_id, h.sequence_index
-      FROM hits h
-)
-SELECT row_number() OVER (ORDER BY h.distance, NLSSORT(h.doc_id, 'NLS_SORT=BINARY'), h.sequence_index) AS hit_rank,
-       h.distance,
-       h.doc_id,
-       h.section_id,
-       h.parent_section_id,
-       h.sequence_index,
-       h.heading_level,
-       h.heading,
-       h.heading_path,
-       h.anchor,
-       h.content,
-       h.token_count,
-       h.revision
-  FROM hits h
-UNION ALL
-SELECT NULL,
-       NULL,
-       s.doc_id,
-       s.section_id,
-       s.parent_section_id,
-       s.sequence_index,
-       s.heading_level,
-       s.heading,
-       s.heading_path,
-       s.anchor,
-       s.content,
-       s.token_count,
-       s.revision
-  FROM context_keys w
-  JOIN sections s
-    ON s.doc_id = w.doc_id
-   AND s.sequence_index = w.sequence_index
-   AND (collections IS NULL OR s.collection IN (
-              SELECT cc.collection
-                FROM JSON_TABLE(collections, '$[*]' ERROR ON ERROR
-                                COLUMNS (collection VARCHAR2(512 CHAR) PATH '$')) cc))
-   AND (principals IS NULL OR s.acl IS NULL OR EXISTS (
-              SELECT 1
-                FROM JSON_TABLE(principals, '$[*]' ERROR ON ERROR
-                                COLUMNS (principal VARCHAR2(512 CHAR) PATH '$')) cp
-               WHERE JSON_EXISTS(s.acl, '$[*]?(@ == $p)' PASSING cp.principal AS "p")))
+SELECT r.hit_rank,
+       r.distance,
+       r.doc_id,
+       r.section_id,
+       r.parent_section_id,
+       r.sequence_index,
+       r.heading_level,
+       r.heading,
+       r.heading_path,
+       r.anchor,
+       r.content,
+       r.token_count,
+       r.revision
+  FROM (SELECT CASE WHEN c.rel = 0 THEN h.hit_rank END AS hit_rank,
+               CASE WHEN c.rel = 0 THEN h.distance END AS distance,
+               s.doc_id,
+               s.section_id,
+               s.parent_section_id,
+               s.sequence_index,
+               s.heading_level,
+               s.heading,
+               s.heading_path,
+               s.anchor,
+               s.content,
+               s.token_count,
+               s.revision,
+               ROW_NUMBER() OVER (PARTITION BY s.doc_id, s.sequence_index
+                                  ORDER BY CASE WHEN c.rel = 0 THEN 0 ELSE 1 END) AS section_copy
+          FROM (SELECT x.doc_id,
+                       x.sequence_index,
+                       x.parent_sequence_index,
+                       x.distance,
+                       ROW_NUMBER() OVER (ORDER BY x.distance, NLSSORT(x.doc_id, 'NLS_SORT=BINARY'), x.sequence_index) AS hit_rank
+                  FROM (SELECT s.doc_id,
+                               s.sequence_index,
+                               s.parent_sequence_index,
+                               VECTOR_DISTANCE(s.embedding, query_embedding, COSINE) AS distance
+                          FROM sections s
+                         WHERE (collections IS NULL OR s.collection IN (
+                                  SELECT cc.collection
+                                    FROM JSON_TABLE(collections, '$[*]' ERROR ON ERROR
+                                                    COLUMNS (collection VARCHAR2(512 CHAR) PATH '$')) cc))
+                           AND (principals IS NULL OR s.acl IS NULL OR EXISTS (
+                                  SELECT 1
+                                    FROM JSON_TABLE(principals, '$[*]' ERROR ON ERROR
+                                                    COLUMNS (principal VARCHAR2(512 CHAR) PATH '$')) cp
+                                   WHERE JSON_EXISTS(s.acl, '$[*]?(@ == $p)' PASSING cp.principal AS "p")))
+                         ORDER BY VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)
+                         FETCH APPROX FIRST k ROWS ONLY) x) h
+         CROSS JOIN (SELECT 0 AS rel FROM dual  -- the hit itself
+                     UNION ALL
+                     SELECT -1 FROM dual  -- the previous section
+                     UNION ALL
+                     SELECT 1 FROM dual  -- the next section
+                     UNION ALL
+                     SELECT 2 FROM dual  -- the parent
+                    ) c
+          JOIN sections s
+            ON s.doc_id = h.doc_id
+           AND s.sequence_index = CASE c.rel WHEN 2 THEN h.parent_sequence_index ELSE h.sequence_index + c.rel END
+           AND (collections IS NULL OR s.collection IN (
+                      SELECT cc.collection
+                        FROM JSON_TABLE(collections, '$[*]' ERROR ON ERROR
+                                        COLUMNS (collection VARCHAR2(512 CHAR) PATH '$')) cc))
+           AND (principals IS NULL OR s.acl IS NULL OR EXISTS (
+                      SELECT 1
+                        FROM JSON_TABLE(principals, '$[*]' ERROR ON ERROR
+                                        COLUMNS (principal VARCHAR2(512 CHAR) PATH '$')) cp
+                       WHERE JSON_EXISTS(s.acl, '$[*]?(@ == $p)' PASSING cp.principal AS "p")))) r
+ WHERE r.section_copy = 1
+ ORDER BY r.hit_rank NULLS LAST, NLSSORT(r.doc_id, 'NLS_SORT=BINARY'), r.sequence_index
 
 ~';
 END;
