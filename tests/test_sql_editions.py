@@ -289,14 +289,21 @@ def test_oracle_edition_pins_each_oracle_construct():
     assert "NLSSORT(h.doc_id, 'NLS_SORT=BINARY')" in query  # ties broken the same in every session
     for q in (query, macro):
         assert "FETCH APPROX FIRST" in q and "ROWS ONLY" in q
-        assert "SELECT /*+ MATERIALIZE */" in q
         assert "AS MATERIALIZED" not in q and "LIMIT" not in q
         assert "<=>" not in q and "%(" not in q and "::" not in q
         # No AS before table aliases (Oracle rejects it); column aliases keep AS.
-        import re
         assert not re.search(r"\b(FROM|JOIN)\s+\w+\s+AS\s+\w+", q), "table alias with AS"
-        assert "MINUS" in q and "EXCEPT" not in q  # Oracle's set difference
-        assert "JOIN sections s" in q and "LEFT JOIN" not in q
+        assert not re.search(r"\)\s+AS\s+\w+\s*(\)|JOIN|CROSS|WHERE|$)", q), "inline view alias with AS"
+        assert "JOIN sections s" in q and "LEFT JOIN" not in q and "EXCEPT" not in q
+    assert "SELECT /*+ MATERIALIZE */" in query and "MINUS" in query  # the hits CTE; Oracle's set difference
+    # The macro's query has no WITH clause: a WITH subquery cannot read a table macro's scalar parameters
+    # (see its header); its one search is an inline view, the context a constant row source and one join.
+    inner = _macro_query()
+    assert not re.search(r"\bWITH\b", _code(inner)) and "MATERIALIZE" not in inner and "MINUS" not in inner
+    assert inner.count("FETCH APPROX FIRST k ROWS ONLY") == 1
+    assert "NLSSORT(x.doc_id, 'NLS_SORT=BINARY')" in inner and "NLSSORT(r.doc_id, 'NLS_SORT=BINARY')" in inner
+    assert re.search(r"JOIN sections s\s+ON s\.doc_id = h\.doc_id\s+AND s\.sequence_index = CASE c\.rel "
+                     r"WHEN 2 THEN h\.parent_sequence_index ELSE h\.sequence_index \+ c\.rel END", inner)
     assert ":query_embedding" in query and ":k" in query
     assert "SQL_MACRO(TABLE)" in macro and "RETURN q'~" in macro and macro.rstrip().endswith("/")
     # The one context join carries doc_id and reads (doc_id, sequence_index) in both editions
@@ -356,7 +363,7 @@ def test_oracle_macro_filters_hits_and_context_rows_as_the_postgres_function():
     import sqlglot
     from sqlglot import exp
 
-    from onetrip.sqlcheck import Oracle23ai, PgVectorPostgres
+    from onetrip.sqlcheck import ApproxFetch, Oracle23ai, PgVectorPostgres
 
     macro = (SQL_DIR / "oracle" / "retrieve_macro.sql").read_text()
     head, code = macro.split("-- =====", 2)[1], _code(macro)
@@ -370,9 +377,14 @@ def test_oracle_macro_filters_hits_and_context_rows_as_the_postgres_function():
         assert word in head, word
 
     def places(sql: str, dialect) -> list[str]:
-        """The filter text of the hits CTE's WHERE and of the context join's ON, as sqlglot reads them."""
+        """The filter text of the search's WHERE (the hits CTE in PostgreSQL, the inline view whose FETCH
+        APPROX is the search in Oracle) and of the context join's ON, as sqlglot reads them."""
         tree = sqlglot.parse_one(sql, read=dialect)
-        hits = next(c for c in tree.find_all(exp.CTE) if c.alias == "hits").this
+        if dialect is Oracle23ai:
+            (fetch,) = tree.find_all(ApproxFetch)
+            hits = fetch.parent
+        else:
+            hits = next(c for c in tree.find_all(exp.CTE) if c.alias == "hits").this
         (join,) = [j for j in tree.find_all(exp.Join) if j.this.alias_or_name == "s"]
         return [hits.args["where"].sql(dialect=dialect), join.args["on"].sql(dialect=dialect)]
 
@@ -387,7 +399,7 @@ def test_oracle_macro_filters_hits_and_context_rows_as_the_postgres_function():
         assert ("(principals IS NULL OR s.acl IS NULL OR EXISTS(SELECT 1 FROM JSON_TABLE(principals, '$[*]' "
                 "ERROR ON ERROR COLUMNS(principal VARCHAR2(512 CHAR) PATH '$')) cp "
                 "WHERE JSON_EXISTS(s.acl, '$[*]?(@ == $p)' PASSING cp.principal AS \"p\")))") in o
-    # nowhere else: the context keys come from the hits alone (no table access to filter)
+    # nowhere else: the context candidates come from the hits alone (c is a constant row source)
     query = _macro_query()
     assert query.count("collections IS NULL") == 2 and query.count("principals IS NULL") == 2
     # retrieve.sql stays the unfiltered statement in both editions (its filters live in the wrappers)
@@ -417,11 +429,15 @@ def _oracle_predicate_on_postgres(query: str) -> str:
     """The macro's hits WHERE as PostgreSQL 17+ SQL/JSON reads it: the same JSON_TABLE / JSON_EXISTS, with
     PostgreSQL's spelling of the two differences (ON ERROR after COLUMNS; text for VARCHAR2) and binds for
     the macro's parameters. Only a cross-check of the predicate's logic, not of Oracle itself."""
-    where = query.split("\n     WHERE ", 1)[1].split("\n     ORDER BY", 1)[0]
-    where = re.sub(r"JSON_TABLE\((\w+), '\$\[\*\]' ERROR ON ERROR\s+COLUMNS \((.*?)\)\) (\w+)",
-                   r"JSON_TABLE(\1::jsonb, '$[*]' COLUMNS (\2) ERROR ON ERROR) \3", where, flags=re.DOTALL)
-    where = where.replace("VARCHAR2(512 CHAR)", "text")
-    return re.sub(r"\b(collections|principals)\b", r"%(\1)s::text", where)
+    where = re.search(r"\n *FROM sections s\n *WHERE (.*?)\n *ORDER BY", query, re.DOTALL).group(1)
+    return _oracle_json_filters_on_postgres(where)
+
+
+def _oracle_json_filters_on_postgres(sql: str) -> str:
+    sql = re.sub(r"JSON_TABLE\((\w+), '\$\[\*\]' ERROR ON ERROR\s+COLUMNS \((.*?)\)\) (\w+)",
+                 r"JSON_TABLE(\1::jsonb, '$[*]' COLUMNS (\2) ERROR ON ERROR) \3", sql, flags=re.DOTALL)
+    sql = sql.replace("VARCHAR2(512 CHAR)", "text")
+    return re.sub(r"\b(collections|principals)\b", r"%(\1)s::text", sql)
 
 
 def test_oracle_filter_logic_matches_the_postgres_function_on_postgres_sql_json(db):
@@ -453,3 +469,102 @@ def test_oracle_filter_logic_matches_the_postgres_function_on_postgres_sql_json(
                                              "principals": None if p is None else json.dumps(p)})}
             assert got == want, (c, p)
     assert db.execute("SELECT count(*) FROM pg_s").fetchone()[0] == len(rows)
+
+
+def _macro_on_postgres(query: str) -> str:
+    """The Oracle macro's query, translated mechanically to PostgreSQL 17+ (SQL/JSON), to run its LOGIC:
+    VECTOR_DISTANCE -> <=>, FETCH APPROX FIRST k ROWS ONLY -> LIMIT k, NLSSORT(x, ...) -> x, FROM dual
+    dropped, the hit_rank sort made real as postgres__exact does (+ 0), the parameters as binds, the JSON
+    filters as in `_oracle_predicate_on_postgres` (acl, a text[] here, read through to_jsonb). Not a check
+    of Oracle itself: its shape (no WITH, one search, the row source, the dedup) on a real corpus."""
+    out = query.replace("VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)",
+                        "s.embedding <=> %(query_embedding)s::vector")
+    out = out.replace("FETCH APPROX FIRST k ROWS ONLY", "LIMIT %(k)s")
+    out = out.replace("ROW_NUMBER() OVER (ORDER BY x.distance,", "ROW_NUMBER() OVER (ORDER BY x.distance + 0,")
+    out = re.sub(r"NLSSORT\(([\w.]+), 'NLS_SORT=BINARY'\)", r"\1", out)
+    out = re.sub(r" FROM dual\b", "", out)
+    out = out.replace("JSON_EXISTS(s.acl,", "JSON_EXISTS(to_jsonb(s.acl),")
+    out = _oracle_json_filters_on_postgres(out)
+    for oracle_only in ("VECTOR_DISTANCE", "FETCH", "NLSSORT", "dual", "VARCHAR2", "WITH"):
+        assert oracle_only not in _code(out), oracle_only
+    return out
+
+
+def test_oracle_macro_query_logic_matches_the_api_on_postgres(db, loaded):
+    """The macro's query, translated to PostgreSQL (`_macro_on_postgres`), returns what `Retriever.search`
+    does, linked by key as a reader would (`_key`): each hit (hit_rank 1..k, distance) and each context row
+    once, a context row that is a hit only as the hit, hits first. Queries include a doc's first and last
+    sections and adjacent hits (a hit whose neighbour is a hit); with filters, on hits and context rows."""
+    if db.info.server_version < 170000:
+        pytest.skip("JSON_TABLE is PostgreSQL 17+ (ONETRIP_TEST_DSN names an older server)")
+    import json
+
+    from psycopg.rows import dict_row
+
+    from onetrip import Filters
+
+    sql = _macro_on_postgres(_macro_query())
+    r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    a, b = loaded[5], loaded[17]
+    queries = list(corpus_query_vectors(loaded, 4, seed=31)) + [
+        unit(a.embeddings[0] + a.embeddings[1]),  # a doc's first two sections: adjacent hits, one at index 0
+        unit(b.embeddings[-1] + b.embeddings[-2] + b.embeddings[-3]),  # a doc's last three sections
+        unit(a.embeddings[2]),
+    ]
+    seen = {"adjacent hits": 0, "first section hit": 0, "last section hit": 0, "parent row": 0}
+    last = {d.record.doc_id: len(d.sections) - 1 for d in loaded}
+
+    def run(q: np.ndarray, k: int, collections=None, principals=None) -> list[dict]:
+        with db.cursor(row_factory=dict_row) as cur:
+            return cur.execute(sql, {"query_embedding": vec_literal(q), "k": k,
+                                     "collections": None if collections is None else json.dumps(collections),
+                                     "principals": None if principals is None else json.dumps(principals)}
+                               ).fetchall()
+
+    def check(rows: list[dict], hits) -> None:
+        assert _key(rows) == _api_key(hits)
+        assert len({(x["doc_id"], x["sequence_index"]) for x in rows}) == len(rows)  # each section once
+        related = {(h.section.doc_id, x.section_id) for h in hits for x in (h.parent, h.prev, h.next) if x}
+        assert {(x["doc_id"], x["section_id"]) for x in rows if not x["hit_rank"]} <= related  # no stray row
+        for row, hit in zip(rows, hits):
+            assert row["distance"] == pytest.approx(hit.distance, abs=1e-5)
+        assert all(x["distance"] is None for x in rows[len(hits):])
+        keys = {(x["doc_id"], x["sequence_index"]) for x in rows[:len(hits)]}
+        for x in rows[:len(hits)]:
+            seen["adjacent hits"] += (x["doc_id"], x["sequence_index"] + 1) in keys
+            seen["first section hit"] += x["sequence_index"] == 0
+            seen["last section hit"] += x["sequence_index"] == last[x["doc_id"]]
+        seen["parent row"] += any(not x["hit_rank"] and any(h.parent and h.parent.section_id == x["section_id"]
+                                                            for h in hits) for x in rows)
+
+    for q in queries:
+        for k in (1, 3, 6, 10):
+            check(run(q, k), r.search(q, k=k))
+    assert all(seen.values()), seen
+
+    # the filters, on hits and context rows: collections and acl set on some sections, exact searches on
+    # both sides (no index), so the two sides' k hits are the same ones
+    db.execute("UPDATE sections SET collection = CASE WHEN sequence_index % 3 = 0 THEN 'faq' ELSE 'manual' END, "
+               "acl = CASE sequence_index % 4 WHEN 1 THEN ARRAY['hr'] WHEN 2 THEN ARRAY['eng', 'u:42'] "
+               "WHEN 3 THEN ARRAY[]::text[] END")
+    db.execute("SET enable_indexscan = off")
+    filtered = 0
+    for collections, principals in ((["manual"], None), (None, ["hr"]), (["manual", "faq"], []),
+                                    (["faq"], ["eng", "x"]), ([], None), (None, None)):
+        filters = Filters(collections=None if collections is None else tuple(collections),
+                          principals=None if principals is None else tuple(principals))
+        for q in queries[:4] + queries[-2:]:
+            rows = run(q, 6, collections, principals)
+            hits = r.search(q, k=6, filters=filters)
+            check(rows, hits)
+            filtered += len(rows)
+            for x in db.execute("SELECT s.collection, s.acl FROM sections s WHERE (s.doc_id, s.section_id) IN "
+                                "(SELECT * FROM unnest(%s::text[], %s::text[]))",
+                                ([x["doc_id"] for x in rows], [x["section_id"] for x in rows])):
+                assert collections is None or x[0] in collections
+                assert principals is None or x[1] is None or set(x[1]) & set(principals)
+    assert filtered

@@ -230,6 +230,14 @@ def test_oracle_macro_keeps_its_json_filters():
     }  # hits and context rows
     assert found["JSON_EXISTS"] == {"JSON_EXISTS(S.ACL,'$[*]?(@ == $p)' PASSING CP.PRINCIPAL AS \"p\")": 2}
     assert not found["bind"]  # the macro's parameters are referenced by name, never as :binds
+    # no WITH clause (a WITH subquery cannot read a table macro's scalar parameters): one search, in an
+    # inline view, whose FETCH APPROX sqlglot keeps; the context through a plain CROSS JOIN, no LATERAL
+    assert inner.tree.find(exp.With) is None and inner.tree.find(exp.CTE) is None
+    assert found["FETCH APPROX"] == {"FETCH APPROX FIRST K ROWS ONLY": 1}
+    assert found["VECTOR_DISTANCE"] == {"VECTOR_DISTANCE(S.EMBEDDING,QUERY_EMBEDDING,COSINE)": 2}
+    (fetch,) = inner.tree.find_all(ApproxFetch)
+    assert isinstance(fetch.parent, exp.Select) and isinstance(fetch.parent.parent, exp.Subquery)
+    assert "CROSS JOIN (SELECT 0 AS rel FROM dual" in inner.roundtrip and "LATERAL" not in inner.roundtrip
     assert len(list(inner.tree.find_all(exp.JSONTable))) == 4 and len(list(inner.tree.find_all(exp.JSONExists))) == 2
     src = inner.sql
     for lossy in (src.replace(" ERROR ON ERROR", "", 1), src.replace("'$[*]?(@ == $p)'", "'$[*]'", 1),
