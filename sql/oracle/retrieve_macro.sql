@@ -10,8 +10,8 @@
 --           a table macro's scalar parameters as columns of an outer inline view
 --           joined laterally to the macro's text, and a WITH subquery cannot
 --           reference them (blog.sqlora.com, "SQL macros and the WITH clause",
---           2024), so a hits CTE reading query_embedding and k would fail on
---           every call. The parameters are read in inline views of the one main
+--           2024), so a hits CTE reading query_embedding and k would, by that
+--           report, fail on every call (not run here). The parameters are read in inline views of the one main
 --           query instead: x, the approximate search (keys and distance only);
 --           h, x numbered (hit_rank); c, four constant rows (0 the hit, -1/1 the
 --           previous/next section, 2 the parent) cross joined to h; sections s
