@@ -53,6 +53,15 @@ else:
     STATEMENT_LOG = PGDATA / "log"
 
 
+def psql_binary() -> str:
+    """ONETRIP_TEST_PSQL when set (a psql matching an ONETRIP_TEST_DSN server), else the embedded server's."""
+    if os.environ.get("ONETRIP_TEST_PSQL"):
+        return os.environ["ONETRIP_TEST_PSQL"]
+    import pgserver._commands as c
+
+    return str(Path(c.POSTGRES_BIN_PATH) / "psql")
+
+
 @pytest.fixture(scope="session", autouse=True)
 def embedded_server() -> Iterator[object | None]:
     """Start the test server before anything connects (autouse runs first in its scope)."""

@@ -18,7 +18,7 @@ from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
 from onetrip.layout import Layout
 
 from .test_cli import onetrip
-from .test_sql_editions import psql_binary
+from .conftest import psql_binary
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 LAYOUT = Layout(dim=16)

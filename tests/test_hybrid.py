@@ -14,7 +14,7 @@ from onetrip.store import technical_terms
 from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
-from .test_sql_editions import psql_binary
+from .conftest import psql_binary
 
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 PAD = " This sentence is padding so that the section is not merged into its neighbour as a tiny one."

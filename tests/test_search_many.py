@@ -16,7 +16,7 @@ from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.layout import Layout
 
 from .embedders import HashEmbedder
-from .test_sql_editions import psql_binary
+from .conftest import psql_binary
 
 LAYOUT = Layout(dim=32)
 

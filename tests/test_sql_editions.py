@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import csv
 import io
-import os
 import re
 import subprocess
 from pathlib import Path
@@ -20,16 +19,9 @@ from onetrip.sqlcheck import check_roundtrip, parse_statements, psql_vars_to_bin
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
 
+from .conftest import psql_binary
+
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
-
-
-def psql_binary() -> str:
-    """ONETRIP_TEST_PSQL when set (a psql matching an ONETRIP_TEST_DSN server), else the embedded server's."""
-    if os.environ.get("ONETRIP_TEST_PSQL"):
-        return os.environ["ONETRIP_TEST_PSQL"]
-    import pgserver._commands as c
-
-    return str(Path(c.POSTGRES_BIN_PATH) / "psql")
 
 
 def run_psql(dsn: str, *args: str) -> list[dict[str, str]]:
