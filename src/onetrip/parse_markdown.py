@@ -124,13 +124,13 @@ def parse_front_matter(raw: str) -> dict:
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
             return _simple_front_matter(raw)
         data = yaml.safe_load(raw)
+        if data is None:
+            return {}
+        return _jsonable(data) if isinstance(data, dict) else {"front_matter": _jsonable(data)}
     except (yaml.YAMLError, ValueError):  # ValueError: a date such as 2024-02-30
         return _simple_front_matter(raw)
-    if data is None:
-        return {}
-    if not isinstance(data, dict):
-        return {"front_matter": _jsonable(data)}
-    return _jsonable(data)
+    except RecursionError:  # nested hundreds of levels deep ([[[[...): PyYAML and _jsonable recurse
+        return _simple_front_matter(raw)
 
 
 def _top_level(tokens: list[Token]) -> list[Token]:
