@@ -80,6 +80,7 @@ class Layout:
             "parent_index": self.object_name("sections_doc_parent_idx"),
             "hnsw_index": self.object_name("sections_embedding_hnsw"),
             "retrieve_function": self.qualified("retrieve_sections"),
+            "retrieve_function_name": self.object_name("retrieve_sections"),  # unqualified: its PL/pgSQL label
             "collection_index": self.object_name("sections_collection_idx"),
             "tsv_index": self.object_name("sections_tsv_gin"),
             "terms_index": self.object_name("sections_terms_gin"),

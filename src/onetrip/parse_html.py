@@ -179,10 +179,26 @@ _TABLE_PARTS = frozenset({"thead", "tbody", "tfoot", "tr"})
 _NOT_FOSTERED = frozenset({"td", "th", "caption", "colgroup", "col"})
 
 
+_DONE = object()
+
+
+def _preorder(root: Tag, descend: Callable[[Tag], bool]) -> Iterator[PageElement]:
+    """Every node under ``root`` in document order, entering an element only where ``descend`` says so;
+    iterative (an explicit stack), so nesting depth costs no Python stack."""
+    stack: list[Iterator[PageElement]] = [iter(root.contents)]
+    while stack:
+        child = next(stack[-1], _DONE)
+        if child is _DONE:
+            stack.pop()
+            continue
+        yield child
+        if isinstance(child, Tag) and descend(child):
+            stack.append(iter(child.contents))
+
+
 def _fostered(table: Tag) -> str:
     """Text inside a table but outside its cells (template loops, stray words): browsers show it before the
     table; lxml keeps it where it was, which no cell reads, so it was lost."""
-    out: list[str] = []
     # elements with a tr, td or th inside, found in one pass: asking each element (find) costs the depth squared
     # when rows sit under thousands of nested wrappers
     holds_cells: set[int] = set()
@@ -191,21 +207,20 @@ def _fostered(table: Tag) -> str:
         while up is not None and up is not table and id(up) not in holds_cells:
             holds_cells.add(id(up))
             up = up.parent
-    stack: list[Iterator[PageElement]] = [iter(table.contents)]
-    while stack:
-        for child in stack[-1]:
-            if isinstance(child, Tag):
-                if child.name in _NOT_FOSTERED or child.name == "table" or _dropped(child):
-                    continue  # a cell is its row's (a table inside it too), a nested table its own
-                # a wrapper around rows (<form>, a template's <div>): its rows are the table's; read around them
-                if child.name in _TABLE_PARTS or id(child) in holds_cells:
-                    stack.append(iter(child.contents))
-                    break  # read the wrapper's content first
+
+    def skipped(tag: Tag) -> bool:  # a cell is its row's (a table inside it too), a nested table its own
+        return tag.name in _NOT_FOSTERED or tag.name == "table" or _dropped(tag)
+
+    def wrapper(tag: Tag) -> bool:  # around rows (<form>, a template's <div>): its rows are the table's; read around them
+        return not skipped(tag) and (tag.name in _TABLE_PARTS or id(tag) in holds_cells)
+
+    out: list[str] = []
+    for child in _preorder(table, wrapper):
+        if isinstance(child, Tag):
+            if not skipped(child) and not wrapper(child):
                 out.append(_flat_text(child))
-            elif _is_text(child) and str(child).strip():
-                out.append(_collapse(str(child)))
-        else:
-            stack.pop()
+        elif _is_text(child) and str(child).strip():
+            out.append(_collapse(str(child)))
     return " ".join(t for t in out if t)
 
 
@@ -219,42 +234,28 @@ def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
     per run of such cells under one parent with no <tr> between them."""
     rows: list[tuple[Tag, list[Tag]]] = []
     loose: tuple[Tag, list[Tag]] | None = None  # the open row of cells outside any <tr>
-    stack: list[Iterator[PageElement]] = [iter(table.contents)]
-    while stack:
-        for child in stack[-1]:
-            if not isinstance(child, Tag) or child.name == "table":
-                continue
-            if child.name == "tr":
-                rows.append((child, child.find_all(_CELLS, recursive=False)))
-                loose = None
-            elif child.name in _CELLS and child.parent is not None and child.parent.name not in ("tr", *_CELLS):
-                if loose is None or loose[0] is not child.parent:
-                    loose = (child.parent, [])
-                    rows.append(loose)
-                loose[1].append(child)
-            stack.append(iter(child.contents))
-            break
-        else:
-            stack.pop()
+    for child in _preorder(table, lambda tag: tag.name != "table"):
+        if not isinstance(child, Tag) or child.name == "table":
+            continue
+        if child.name == "tr":
+            rows.append((child, child.find_all(_CELLS, recursive=False)))
+            loose = None
+        elif child.name in _CELLS and child.parent is not None and child.parent.name not in ("tr", *_CELLS):
+            if loose is None or loose[0] is not child.parent:
+                loose = (child.parent, [])
+                rows.append(loose)
+            loose[1].append(child)
     return rows
 
 
 def _stray_tables(table: Tag) -> list[Tag]:
     """Tables inside a table but in none of its cells (their parent's </table> left out: lxml nests them,
     browsers show them as tables of their own), which no row reads."""
-    found: list[Tag] = []
-    stack: list[Iterator[PageElement]] = [iter(table.contents)]
-    while stack:
-        for child in stack[-1]:
-            if isinstance(child, Tag) and child.name not in _CELLS and not _dropped(child):
-                if child.name == "table":
-                    found.append(child)
-                else:
-                    stack.append(iter(child.contents))
-                    break
-        else:
-            stack.pop()
-    return found
+    def outside_cells(tag: Tag) -> bool:
+        return tag.name not in _CELLS and not _dropped(tag)
+
+    return [child for child in _preorder(table, lambda tag: outside_cells(tag) and tag.name != "table")
+            if isinstance(child, Tag) and child.name == "table" and outside_cells(child)]
 
 
 def _table(table: Tag) -> tuple[str, int]:
@@ -279,8 +280,6 @@ def _table(table: Tag) -> tuple[str, int]:
         lines.append(" | ".join(texts))
     return "\n".join(lines), header
 
-
-_DONE = object()
 
 
 class _Walker:

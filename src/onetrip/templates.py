@@ -146,7 +146,7 @@ def render(
         "t": layout.tables,
         "names": layout.names,
         "header": header,
-        "param": _param_renderer(binds, dialect, layout.vector_type, layout.object_name("retrieve_sections")),
+        "param": _param_renderer(binds, dialect, layout.vector_type, layout.names["retrieve_function_name"]),
         "vector_type": layout.vector_type,
         "partition": layout.partition,
         "partitions": layout.partitions,
