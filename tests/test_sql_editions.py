@@ -81,6 +81,35 @@ def test_headers_tell_a_dba_what_they_need(dialect):
             assert "validated by parsing" in head and "NOT by execution" in head
 
 
+def _onetrip_note(name: str) -> str:
+    """The header's `onetrip` paragraph of a checked-in PostgreSQL file: what the Python API sends instead."""
+    head = (SQL_DIR / "postgres" / name).read_text().split("-- =====", 2)[1]
+    return " ".join(head.split("-- onetrip ", 1)[1].replace("--", " ").split())
+
+
+def test_hybrid_header_says_which_limit_the_api_buckets():
+    """retrieve_hybrid.sql's note on the statement the API sends names the LIMIT that statement buckets: the
+    dense list's HNSW scan takes the bucket of :candidates, whatever k, then LIMIT :candidates; the hits keep
+    LIMIT :k. The note once said k's bucket then LIMIT :k (retrieve.sql's form), which a DBA comparing the two
+    statements, or the plans of a k that is not a bucket, would not find."""
+    from onetrip.retrieve import k_bucket, plan_search
+
+    k, candidates = 3, 30
+    vector = np.full(384, 0.05, dtype=np.float32)
+    statement = plan_search(Layout(), vector, k, mode="hybrid", text="how do I descale",
+                            hybrid={"candidates": candidates}).statement
+    assert f"LIMIT {k_bucket(candidates)}\n" in statement and f"LIMIT {k_bucket(k)}\n" not in statement
+    assert "LIMIT %(candidates)s" in statement and "LIMIT %(k)s" in statement
+    assert "OFFSET 0" in statement
+    note = _onetrip_note("retrieve_hybrid.sql")
+    assert "at or above :candidates" in note and "then LIMIT :k" not in note, note
+    assert "cut to LIMIT :candidates" in note and "OFFSET 0" in note, note
+    # retrieve.sql's note, for the dense statement, is the one that buckets k
+    dense = plan_search(Layout(), vector, k, mode="dense").statement
+    assert f"LIMIT {k_bucket(k)}\n" in dense and "LIMIT %(k)s" in dense
+    assert "then LIMIT :k" in _onetrip_note("retrieve.sql")
+
+
 @pytest.fixture
 def loaded(db, dsn):
     # Create the schema with the checked-in file itself, through psql.

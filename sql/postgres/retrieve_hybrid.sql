@@ -62,13 +62,16 @@
 --           wide rows cost ~10 us per query, benchmarks/latency); onetrip links
 --           rows by key. As planned, the hits come first in hit_rank order. To
 --           read it in psql, append: ORDER BY hit_rank, doc_id, sequence_index
--- onetrip   The Python API sends this statement with two changes, each ~10-25 us
---           per query at 1 ms RTT: no hit_rank column (it ranks the hits,
---           the rows with a score, by the same key), and a constant
---           HNSW LIMIT (k itself when k is a bucket of retrieve.K_BUCKETS: 4, 5, 8,
---           10, 16, 20, 50, ...; else
---           the next such bucket, then LIMIT :k), so a prepared statement keeps
---           one generic plan.
+-- onetrip   The Python API sends this statement with these changes: no hit_rank
+--           column (it ranks the hits, the rows with a score, by the same key);
+--           the dense list's HNSW scan with a constant LIMIT, the bucket of
+--           retrieve.K_BUCKETS (4, 5, 8, 10, 16, 20, 50, ...) at or above
+--           :candidates (not k: the hits' LIMIT :k stays a bind), then sorted by
+--           distance + 0 and cut to LIMIT :candidates; and the query's words
+--           behind an OFFSET 0 fence and its terms in a scalar subquery (a custom
+--           plan counts them and looks cheaper than the generic one, so the
+--           prepared statement was planned on every call). So a prepared
+--           statement keeps one generic plan.
 -- =============================================================================
 WITH dense AS MATERIALIZED (
     SELECT s.doc_id,
