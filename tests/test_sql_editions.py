@@ -122,6 +122,30 @@ def loaded(db, dsn):
     return docs
 
 
+def test_schema_header_recounts_words_as_refresh_term_stats(db, dsn, loaded, tmp_path):
+    """Rows loaded outside onetrip leave term_stats empty (every word then weighs 1): schema.sql's header
+    gives a DBA the statements `onetrip refresh-term-stats` runs. Run as written there, in psql, they count
+    the same words as store.refresh_term_stats, and merge the GIN indexes' pending lists."""
+    from onetrip.store import refresh_term_stats
+
+    head = (SQL_DIR / "postgres" / "schema.sql").read_text().split("-- =====", 2)[1]
+    words = head.split("-- Words ", 1)[1].split("\n-- Re-run", 1)[0]
+    script = "\n".join(line[len("--             "):] for line in words.splitlines()
+                       if line.startswith("--             "))
+    assert "ts_stat(" in script and "gin_clean_pending_list(" in script, words
+    (tmp_path / "words.sql").write_text(script)
+    count = "SELECT count(*) FROM term_stats"
+    assert db.execute(count).fetchone()[0] == 0, "replace_document alone does not count words"
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(tmp_path / "words.sql")],
+                   check=True, capture_output=True)
+    read = "SELECT lexeme, sections, share, idf FROM term_stats ORDER BY lexeme"
+    by_psql = db.execute(read).fetchall()
+    assert by_psql
+    db.execute("DELETE FROM term_stats")
+    refresh_term_stats(db, Layout())
+    assert db.execute(read).fetchall() == by_psql
+
+
 def _key(rows: list[dict[str, str]]) -> list[tuple]:
     """psql's rows (each section once: hits, then context) linked by key, as a reader of the file would."""
     by_id = {(r["doc_id"], r["section_id"]): r for r in rows}

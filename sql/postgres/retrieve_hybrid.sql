@@ -27,7 +27,8 @@
 --           :tf_weight::float8  float  term frequency's weight in the lexical score (0:
 --                      presence only, as this hybrid edition is tuned; 2.0 for lexical alone)
 --           Word weights come from term_stats: run `onetrip refresh-term-stats`
---           (or its INSERT ... ts_stat) after loading rows outside onetrip.
+--           (or the statements in schema.sql's header, Words) after loading rows
+--           outside onetrip.
 --           psql: psql -v k=5 -v query_embedding='[...]' -v query_text='How do I ...?' \
 --                 -v query_terms='{}' -v candidates=50 -v rrf_k=60 -v dense_weight=1.0 \
 --                 -v lexical_weight=0.3 -v term_weight=10.0 -v max_term_share=0.03 \

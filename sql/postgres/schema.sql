@@ -23,6 +23,21 @@
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the
 --           document revision a section belongs to.
+-- Words     term_stats holds lexical search's word weights. After loading rows
+--           outside onetrip (COPY, INSERT), recount them and merge the GIN
+--           indexes' pending entries, as `onetrip refresh-term-stats` does (the
+--           merge needs the indexes' owner); until then a word the table does
+--           not know is searched with weight 1:
+--             BEGIN;
+--             LOCK TABLE term_stats IN SHARE ROW EXCLUSIVE MODE;
+--             DELETE FROM term_stats;
+--             INSERT INTO term_stats (lexeme, sections, share, idf)
+--             SELECT w.word, w.ndoc, w.ndoc::float8 / n.total, ln((n.total + 1.0) / w.ndoc)
+--               FROM ts_stat('SELECT tsv FROM sections') w,
+--                    (SELECT count(*) AS total FROM sections) n;
+--             COMMIT;
+--             SELECT gin_clean_pending_list('sections_tsv_gin'),
+--                    gin_clean_pending_list('sections_terms_gin');
 -- Re-run    Safe: every statement is IF NOT EXISTS. It never alters an existing
 --           table: tables from an older onetrip keep their columns (onetrip init
 --           says which are missing; `onetrip init --recreate` rebuilds them).
