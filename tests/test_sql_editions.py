@@ -185,6 +185,39 @@ def test_psql_runs_retrieve_sql_as_is_and_matches_the_api(db, dsn, loaded):
             assert float(row["distance"]) == pytest.approx(hit.distance, abs=1e-5)
 
 
+def test_headers_say_when_the_api_bucket_changes_the_hits_and_rows_agree_when_ef_search_covers_it(db, dsn, loaded,
+                                                                                                    tmp_path):
+    """The API scans k's bucket and keeps the k nearest; retrieve.sql keeps the first k the scan returns.
+    With iterative scans on and the bucket above hnsw.ef_search the hit sets can differ (18 of 100 queries
+    at k = 35 on 10,000 synthetic sections), which the headers once left out: they gave the bucket as a plan
+    device only, and the function claimed the API's rows at any k. With ef_search at least the bucket,
+    both read the same first batch and agree, as the notes now say."""
+    from onetrip.editions import DEFAULT_EF_SEARCH
+    from onetrip.retrieve import k_bucket
+
+    note = _onetrip_note("retrieve.sql")
+    assert "The bucket can change the hits" in note and "hnsw.ef_search at least the bucket" in note, note
+    function_head = " ".join((SQL_DIR / "postgres" / "retrieve_function.sql").read_text()
+                             .split("-- =====", 2)[1].replace("--", " ").split())
+    # "for k up to <ef_search>" is exact only while the pinned ef_search is itself a bucket
+    assert k_bucket(DEFAULT_EF_SEARCH) == DEFAULT_EF_SEARCH
+    assert f"Python API at hnsw.ef_search = {DEFAULT_EF_SEARCH} for k up to {DEFAULT_EF_SEARCH}" in function_head
+
+    k = 35
+    bucket = k_bucket(k)
+    assert bucket > k
+    db.execute("SET enable_seqscan = off")  # a few hundred rows: make both statements scan the HNSW index
+    r = Retriever(db, ef_search=bucket)
+    script = tmp_path / "retrieve.sql"
+    script.write_text(f"SET hnsw.ef_search = {bucket};\nSET hnsw.iterative_scan = relaxed_order;\n"
+                      "SET enable_seqscan = off;\n" + (SQL_DIR / "postgres" / "retrieve.sql").read_text())
+    for q in corpus_query_vectors(loaded, 5, seed=11):
+        rows = run_psql(dsn, "-q", "-v", f"k={k}", "-v", f"query_embedding={vec_literal(q)}", "-f", str(script))
+        hits = r.search(q, k=k, mode="dense")
+        assert sum(1 for row in rows if row["hit_rank"]) == k
+        assert _key(rows) == _api_key(hits)
+
+
 def test_psql_runs_retrieve_many_sql_as_is_and_matches_the_api(db, dsn, loaded):
     r = Retriever(db)
     queries = list(corpus_query_vectors(loaded, 3, seed=19))

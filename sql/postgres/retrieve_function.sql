@@ -3,8 +3,11 @@
 -- -----------------------------------------------------------------------------
 -- Purpose   A function wrapper around retrieve.sql for callers that prefer
 --           SELECT * FROM retrieve_sections(...) to a parameterised query.
---           Same rows as retrieve.sql and as onetrip's Python API (at the same
---           hnsw.ef_search).
+--           Same rows as retrieve.sql run with these settings, and as onetrip's
+--           Python API at hnsw.ef_search = 100 for k up to 100. Past that the
+--           API's HNSW scan reads k's bucket (200, 500, 1000) and keeps the k
+--           nearest rows, where this keeps the first k the scan returns: the
+--           hit sets can differ (see retrieve.sql, onetrip).
 -- Requires  PostgreSQL 13+ (tested on 18 and on 15), pgvector 0.8+; the tables
 --           and indexes from schema.sql.
 -- Params    query_embedding  vector(384)  the query embedding
@@ -14,7 +17,8 @@
 --                                         shares none are invisible, hits and
 --                                         expanded rows alike (NULL: no check)
 -- Settings  Pinned by the function's SET clause, for its own execution only:
---             hnsw.ef_search = 100   (the HNSW candidate list; >= k)
+--             hnsw.ef_search = 100   (the HNSW candidate list; a larger k
+--                                   is reached by the iterative scan)
 --             hnsw.iterative_scan = relaxed_order  (filtered searches still
 --                                   return k rows: the scan continues past
 --                                   ef_search until k rows pass the filters)

@@ -68,7 +68,9 @@
 --           the dense list's HNSW scan with a constant LIMIT, the bucket of
 --           retrieve.K_BUCKETS (4, 5, 8, 10, 16, 20, 50, ...) at or above
 --           :candidates (not k: the hits' LIMIT :k stays a bind), then sorted by
---           distance + 0 and cut to LIMIT :candidates; and the query's words
+--           distance + 0 and cut to LIMIT :candidates (the dense list can then
+--           differ when the bucket exceeds hnsw.ef_search: see retrieve.sql,
+--           onetrip); and the query's words
 --           behind an OFFSET 0 fence and its terms in a scalar subquery (a custom
 --           plan counts them and looks cheaper than the generic one, so the
 --           prepared statement was planned on every call). So a prepared

@@ -63,7 +63,8 @@
 --             ORDER BY query_ord, hit_rank, doc_id, sequence_index
 -- onetrip   Retriever.search_many sends this statement without hit_rank, with a
 --           constant HNSW LIMIT bucket (then LIMIT :candidates), as retrieve.sql's note
---           says, and with the arrays behind an OFFSET 0 fence: a visible array is
+--           says (a bucket above hnsw.ef_search can change the rows, as it
+--           says too), and with the arrays behind an OFFSET 0 fence: a visible array is
 --           estimated at its length, so every custom plan looked cheaper than the
 --           generic one and the prepared statement was planned on every call.
 -- =============================================================================
