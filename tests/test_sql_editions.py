@@ -256,6 +256,29 @@ def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
                       "WHERE p.proname = 'retrieve_sections'").fetchone()[0] == "plpgsql"
 
 
+def test_function_filters_return_fewer_rows_past_the_callers_max_scan_tuples_as_its_header_says(db, loaded):
+    """The function pins ef_search and iterative scans, not hnsw.max_scan_tuples: a filtered call returns k
+    rows only while they are among the rows the scan may read. Its header once said filtered searches
+    still return k rows, without that bound."""
+    head = " ".join((SQL_DIR / "postgres" / "retrieve_function.sql").read_text()
+                    .split("-- =====", 2)[1].replace("--", " ").split())
+    assert "hnsw.max_scan_tuples rows, which is NOT pinned" in head
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db.info.dsn, "-f",
+                    str(SQL_DIR / "postgres" / "retrieve_function.sql")], check=True, capture_output=True)
+    q = vec_literal(corpus_query_vectors(loaded, 1, seed=21)[0])
+    # principal 'far' may read only the 40 sections farthest from the query (acl has no index: the filter
+    # applies to the HNSW scan's rows, where a collection could be read through its btree index instead)
+    db.execute("UPDATE sections SET acl = ARRAY['other']")
+    db.execute("""UPDATE sections SET acl = ARRAY['far']
+                   WHERE (doc_id, section_id) IN (SELECT doc_id, section_id FROM sections
+                                                   ORDER BY embedding <=> %s::vector DESC LIMIT 40)""", (q,))
+    db.execute("SET enable_seqscan = off")  # a few hundred rows: scan the HNSW index
+    call = "SELECT count(hit_rank) FROM retrieve_sections(%s::vector, 10, principals => ARRAY['far'])"
+    assert db.execute(call, (q,)).fetchone()[0] == 10  # the default bound reads the whole table
+    db.execute("SET hnsw.max_scan_tuples = 50")
+    assert db.execute(call, (q,)).fetchone()[0] < 10
+
+
 def test_function_refuses_what_the_api_refuses_and_no_column_stands_in_for_an_argument(db, dsn, loaded):
     """LIMIT NULL would return every row as a hit; and a column named like an argument (added to sections
     later) would win over it under #variable_conflict use_column, switching the access check off."""

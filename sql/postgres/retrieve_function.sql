@@ -21,7 +21,12 @@
 --                                   is reached by the iterative scan)
 --             hnsw.iterative_scan = relaxed_order  (filtered searches still
 --                                   return k rows: the scan continues past
---                                   ef_search until k rows pass the filters)
+--                                   ef_search until k rows pass the filters,
+--                                   or until it has read hnsw.max_scan_tuples
+--                                   rows, which is NOT pinned: the caller's
+--                                   setting, 20000 by default, as onetrip's
+--                                   Python API sets it; a filter that few of
+--                                   the nearest rows pass returns fewer)
 --             plan_cache_mode = force_custom_plan  (the body is planned for each
 --                                   call's k: a generic plan, which a server set
 --                                   to force_generic_plan would use, reads
