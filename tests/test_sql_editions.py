@@ -218,6 +218,39 @@ def test_headers_say_when_the_api_bucket_changes_the_hits_and_rows_agree_when_ef
         assert _key(rows) == _api_key(hits)
 
 
+@pytest.mark.parametrize("name", ["retrieve.sql", "retrieve_many.sql", "retrieve_hybrid.sql",
+                                  "retrieve_many_hybrid.sql", "assemble.sql"])
+def test_every_index_a_plan_paragraph_names_is_in_the_files_plan(db, dsn, loaded, tmp_path, name):
+    """A DBA reads the header's Plan and looks for those index names in EXPLAIN. Run as the header's psql
+    line says (index scans preferred: the fixture's table is a few hundred rows), each file's plan uses
+    every index its Plan paragraph names. assemble.sql's once named sections_pkey, which only the
+    ancestors expansion reads (the checked-in file expands by parent and section subtree)."""
+    text = (SQL_DIR / "postgres" / name).read_text()
+    head = text.split("-- =====", 2)[1]
+    plan = head.split("\n-- Plan ", 1)[1]
+    plan = re.split(r"\n-- [A-Z][a-z]+ ", plan, maxsplit=1)[0]
+    indexes = {n for n in Layout().names.values() if isinstance(n, str)
+               and n.endswith(("_hnsw", "_key", "_idx", "_gin", "_pkey"))}
+    named = {n for n in indexes if re.search(rf"\b{n}\b", plan)}
+    assert named, plan
+    q = corpus_query_vectors(loaded, 2, seed=5)
+    binds = {"k": "5", "max_tokens": "2000", "query_embedding": vec_literal(q[0]),
+             "query_embeddings": "{" + ",".join(f'"{vec_literal(v)}"' for v in q) + "}",
+             "query_text": "Body of the section", "query_terms": "{}",
+             "query_texts": '{"Body of the section","topic level"}', "query_terms_many": '{"",""}',
+             "candidates": "50", "rrf_k": "60", "dense_weight": "1.0", "lexical_weight": "0.3",
+             "term_weight": "10.0", "max_term_share": "0.03", "rare_term_sections": "100", "tf_weight": "0"}
+    if "many" in name:
+        binds["query_terms"] = binds.pop("query_terms_many")
+    script = tmp_path / name
+    script.write_text("SET enable_seqscan = off;\nEXPLAIN (COSTS OFF)\n" + text.split("-- =====", 2)[2].split("\n", 1)[1])
+    args = [a for b, v in binds.items() for a in ("-v", f"{b}={v}")]
+    out = subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, *args, "-f", str(script)],
+                         check=True, capture_output=True, text=True).stdout
+    missing = {n for n in named if not re.search(rf"\b{n}\b", out)}
+    assert not missing, f"{name}: its Plan names {sorted(missing)}, EXPLAIN uses none of them:\n{out}"
+
+
 def test_psql_runs_retrieve_many_sql_as_is_and_matches_the_api(db, dsn, loaded):
     r = Retriever(db)
     queries = list(corpus_query_vectors(loaded, 3, seed=19))

@@ -22,8 +22,8 @@
 -- Plan      On tables of a few thousand sections or more (a small table is
 --           rightly read whole and sorted), the hits CTE is an Index Scan using
 --           sections_embedding_hnsw (Order By embedding <=> ...). The passage keys are computed from the hits
---           (parent_sequence_index, sequence_index +/- offsets) or by following
---           parent links (sections_pkey, sections_doc_parent_idx); each
+--           (parent_sequence_index) or by following
+--           parent links (sections_doc_parent_idx); each
 --           distinct passage is then one Index Scan using sections_doc_seq_key.
 --           The budget takes the longest prefix that fits (a running sum), then a
 --           short recursive CTE adds each next section that still fits; when
