@@ -169,3 +169,20 @@ def test_postgres_reserved_function_or_type_words_are_refused(word):
 def test_a_dimension_that_is_not_an_integer_is_named(dim):
     with pytest.raises(ValueError, match="embedding dimension must be an integer"):
         Layout(dim=dim)
+
+
+def test_quote_ident_quotes_every_word_postgresql_would_and_the_result_is_usable_sql(db):
+    """quote_ident is the last line of defence (validate_identifier refuses reserved words first): on its own it
+    still quotes every name PostgreSQL's quote_ident() quotes, and whatever it returns works as an identifier."""
+    from onetrip.identifiers import _RESERVED
+
+    words = sorted(_RESERVED) + ["tenant_42", "_x", "sections", "a1"]
+    theirs = dict(zip(words, db.execute("SELECT quote_ident(w) FROM unnest(%s::text[]) w", (words,)).fetchall()))
+    quoted_by_postgres = [w for w in words if theirs[w][0] != w]
+    assert {"select", "table", "order", "user"} <= set(quoted_by_postgres)  # the check below is not vacuous
+    for w in quoted_by_postgres:
+        assert quote_ident(w) == theirs[w][0] == f'"{w}"', w
+    for w in words:  # every name, as onetrip emits it, is a column alias PostgreSQL accepts and reads back
+        row = db.execute(f"SELECT 1 AS {quote_ident(w)}")
+        assert row.description[0].name == w and row.fetchone() == (1,), w
+    assert quote_ident("tenant_42") == "tenant_42"  # bare when safe, as hand-written SQL
