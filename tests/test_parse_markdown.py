@@ -132,6 +132,14 @@ def test_github_slugs() -> None:
     assert slug("Ünïcode 2") == "ünïcode-2"
 
 
+def test_a_repeated_heading_skips_a_suffix_another_heading_already_took() -> None:
+    """"Setup", "Setup 1", "Setup" get setup, setup-1, setup-2 (as GitHub's slugger): the third must not
+    reuse setup-1, or two sections share one anchor and a link to the second lands on the first."""
+    _, blocks, _ = parse_markdown("# Setup\n\na\n\n# Setup 1\n\nb\n\n# Setup\n\nc\n\n# Setup\n\nd\n")
+    anchors = [b.anchor for b in blocks if isinstance(b, HeadingBlock)]
+    assert anchors == ["setup", "setup-1", "setup-2", "setup-3"]
+
+
 def test_heading_text_drops_markup() -> None:
     _, blocks, _ = parse_markdown("# The `jsonb` *type* [link](http://x)\n")
     raw = "# The `jsonb` *type* [link](http://x)"
