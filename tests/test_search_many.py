@@ -103,6 +103,23 @@ def test_texts_and_embeddings_mixed_and_no_expansion(db, corpus):
     assert all(h.parent is None and h.prev is None and h.next is None for hits in got for h in hits)
 
 
+@pytest.mark.parametrize("parent, neighbors", [(False, True), (True, False)])
+def test_parent_and_neighbors_each_on_its_own(db, corpus, parent, neighbors):
+    """Only neighbors, or only the parent: each query's hits link what its own search links, and nothing else
+    (the flags are read separately when the rows are linked: prev/next by neighbors, parent by parent)."""
+    r = Retriever(db)
+    queries = list(corpus_query_vectors(corpus, 4, seed=29))
+    got = r.search_many(queries, k=5, parent=parent, neighbors=neighbors)
+    assert got == [r.search(q, k=5, parent=parent, neighbors=neighbors) for q in queries]
+    hits = [h for hs in got for h in hs]
+    if neighbors:
+        assert any(h.next is not None for h in hits) and any(h.prev is not None for h in hits)
+        assert all(h.parent is None for h in hits)
+    else:
+        assert any(h.parent is not None for h in hits)
+        assert all(h.prev is None and h.next is None for h in hits)
+
+
 def test_bad_queries_are_named_before_any_statement(db, corpus, statement_log):
     r = Retriever(db)
     good = np.ones(32, np.float32)
