@@ -301,6 +301,48 @@ def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
     assert db.execute("SELECT revision FROM documents WHERE doc_id='doc'").fetchone()[0] == 1
 
 
+def test_reingest_waits_for_the_documents_lock_and_two_writers_never_interleave(db, dsn, tmp_path):
+    """replace_document takes the per-document advisory lock before it reads the stored revision: a second
+    writer of the same document (another re-ingest, a delete) waits for the first's transaction, and then
+    reads the revision that one committed. Without the lock, two concurrent re-ingests of one document could
+    both read the same stored revision and interleave their DELETEs and COPYs."""
+    import threading
+
+    layout = Layout()
+    init_schema(db, layout)
+    emb = HashEmbedder()
+    v1, v2 = _parsed(tmp_path, DOC_V1), _parsed(tmp_path, DOC_V2)
+    replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h1"), v1.sections,
+                     emb.embed_documents([s.content for s in v1.sections]))
+    before = rows(db, "doc")
+    holder, writer = connect(dsn), connect(dsn)
+    result: list = []
+    try:
+        with holder.transaction():
+            holder.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", ("doc",))  # as a writer holds it
+            t = threading.Thread(target=lambda: result.append(replace_document(
+                writer, layout, DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,
+                emb.embed_documents([s.content for s in v2.sections]))))
+            t.start()
+            pid = writer.info.backend_pid
+            row = None
+            for _ in range(1200):  # until the writer is seen waiting on that lock, or has finished without it
+                row = db.execute("SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s",
+                                 (pid,)).fetchone()
+                if row == ("Lock", "advisory") or not t.is_alive():
+                    break
+                time.sleep(0.05)
+            assert row == ("Lock", "advisory") and t.is_alive(), (row, result)
+            assert result == [] and rows(db, "doc") == before  # nothing replaced while the lock is held
+        t.join(timeout=60)
+        assert not t.is_alive()
+        assert [(r.outcome, r.revision) for r in result] == [("changed", 2)]
+        assert rows(db, "doc") == [(s.section_id, s.content) for s in v2.sections]
+    finally:
+        holder.close()
+        writer.close()
+
+
 def test_wrong_embedding_dimension_is_refused_before_writing(db, tmp_path, statement_log):
     from onetrip import DimensionMismatchError
 
