@@ -383,6 +383,21 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
 # ---------------------------------------------------------------- token and principals
 
 
+def test_a_value_the_database_refuses_is_422_invalid_value(db, dsn, tmp_path):
+    """An embedding the library accepts (finite, of a sane length) but the column's type cannot hold (over
+    halfvec's 65504) is refused by the server with a DataError: the client's value, a 422 naming it,
+    not a 400 malformed request nor a 5xx."""
+    layout = init_schema(db, Layout(dim=384, vector_type="halfvec"))
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "cooking.md").write_text(DOCS["cooking.md"])
+    assert ingest_paths(db, [docs], layout=layout, embedder=HashEmbedder()).new == 1
+    with serving(dsn) as base:
+        assert search(base, {"embedding": [0.05] * 384, "k": 2})[0] == 200  # the layout itself serves
+        status, data = search(base, {"embedding": [1e5] + [0.0] * 383, "k": 2})
+        assert_error(status, data, 422, "invalid_value", "halfvec")
+
+
 def test_bearer_token(dsn, corpus):
     token = "s3cret-token"
     with serving(dsn, token=token) as base:
