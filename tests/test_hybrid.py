@@ -254,6 +254,17 @@ def test_words_in_most_sections_are_skipped_on_a_large_corpus(db, tmp_path):
     assert ids(kb.search("widget sprocket", k=1, mode="lexical")) == ["catalog.md#part-77"]
 
 
+def test_a_word_in_exactly_rare_term_sections_sections_is_still_searched(kb, db):
+    """rare_term_sections is inclusive: a word in exactly that many sections is rare enough to search (however
+    large its share), one more section and it is skipped; max_term_share=0 leaves the count alone to decide."""
+    n = db.execute("SELECT sections FROM term_stats WHERE lexeme = 'pad'").fetchone()[0]  # "padding": PAD's
+    assert n > 3
+    at = kb.search("padding", k=3, mode="lexical", hybrid=HybridOptions(rare_term_sections=n, max_term_share=0.0))
+    assert len(at) == 3
+    below = HybridOptions(rare_term_sections=n - 1, max_term_share=0.0)
+    assert kb.search("padding", k=3, mode="lexical", hybrid=below) == []
+
+
 def test_stale_or_missing_word_counts(kb, tmp_path):
     """Never counted: every word weighs 1 and search still works; ingest recounts; no table: a clear error."""
     kb.conn.execute("DELETE FROM term_stats")
