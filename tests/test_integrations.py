@@ -378,6 +378,31 @@ def test_llamaindex_aretrieve_uses_async_retriever_one_statement(corpus, dsn, st
     li.close()
 
 
+def test_llamaindex_refuses_a_retriever_of_the_other_kind(corpus, dsn):
+    """An AsyncRetriever given as ``retriever`` (the first, positional parameter) had been taken: every sync
+    call then failed with "'coroutine' object is not iterable" and every async one said the adapter had only a
+    sync Retriever. Each kind is refused in the other's keyword, naming the right one."""
+    api = Retriever(corpus, embedder=HashEmbedder())
+
+    async def main():
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        try:
+            with pytest.raises(TypeError, match=r"an AsyncRetriever: pass it as async_retriever="):
+                LIRetriever(ar, k=2)
+            with pytest.raises(TypeError, match=r"an AsyncRetriever: pass it as async_retriever="):
+                LIRetriever(retriever=ar, k=2)
+            return len(await LIRetriever(async_retriever=ar, k=2, mode="dense").aretrieve(VACATION))
+        finally:
+            await ar.close()
+
+    assert asyncio.run(main()) == 2
+    with pytest.raises(TypeError, match=r"a sync Retriever: pass it as retriever="):
+        LIRetriever(async_retriever=api, k=2)
+    with pytest.raises(TypeError, match="retriever must be an onetrip.Retriever, got str"):
+        LIRetriever("postgresql://nowhere/db")  # a DSN goes in dsn=
+    assert len(LIRetriever(api, k=2, mode="dense").retrieve(VACATION)) == 2
+
+
 # --------------------------------------------------------------------------- packaging and validation
 
 

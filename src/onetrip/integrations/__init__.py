@@ -235,6 +235,16 @@ class Source:
                  prefix: str = "") -> None:
         if retriever is None and async_retriever is None and dsn is None:
             raise ValueError("give a Retriever, an AsyncRetriever or a dsn")
+        # each in its own keyword: an AsyncRetriever given as `retriever` had been taken, and then every sync call
+        # failed with "'coroutine' object is not iterable" and every async one claimed it had only a sync Retriever
+        if retriever is not None and not isinstance(retriever, Retriever):
+            hint = (" (an AsyncRetriever: pass it as async_retriever=...)" if isinstance(retriever, AsyncRetriever)
+                    else "")
+            raise TypeError(f"retriever must be an onetrip.Retriever, got {type(retriever).__name__}{hint}")
+        if async_retriever is not None and not isinstance(async_retriever, AsyncRetriever):
+            hint = " (a sync Retriever: pass it as retriever=...)" if isinstance(async_retriever, Retriever) else ""
+            raise TypeError(f"async_retriever must be an onetrip.AsyncRetriever, got "
+                            f"{type(async_retriever).__name__}{hint}")
         self.retriever = retriever
         self.given_async = async_retriever
         self.dsn = dsn
