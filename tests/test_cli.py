@@ -111,6 +111,22 @@ def test_init_ingest_search_json(dsn, tmp_path):
     assert json.loads(onetrip(*q, "--principal", "hr", dsn=dsn).stdout)[0]["doc_id"] == "secret.md"
 
 
+def test_text_output_names_each_hits_section_at_80_columns(dsn):
+    """The hit's heading path was only in its panel's title, which an 80-column terminal cut to the path's
+    first words ("travel-insurance-policy.md :: Harbor"): the output did not say which section was hit."""
+    assert onetrip("ingest", str(DEMO), dsn=dsn).returncode == 0
+    res = onetrip("search", "Is tennis elbow covered?", "-k", "1", "--no-parent", "--no-neighbors", dsn=dsn,
+                  COLUMNS="80")
+    assert res.returncode == 0, res.stderr
+    assert max(len(line) for line in res.stdout.splitlines()) <= 80
+    # the panel's lines, borders off, joined: rich wraps the body at spaces
+    text = " ".join(line.strip("│╭╮╰╯─ ") for line in res.stdout.splitlines())
+    with Retriever(dsn) as api:
+        top = api.search("Is tennis elbow covered?", k=1)[0].section
+    assert len(" > ".join(top.heading_path)) > 40  # longer than what the title had room for
+    assert " > ".join(top.heading_path) in " ".join(text.split())
+
+
 def test_errors_are_one_clear_line(dsn):
     res = onetrip("search", "x", "--prefix", "bad;name", dsn=dsn)
     assert res.returncode == 2 and "table prefix 'bad;name' is not allowed" in res.stderr

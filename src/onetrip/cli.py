@@ -299,7 +299,11 @@ def _print_hits(hits: list[Any], console: Any) -> None:
             body.append("prev    ", style="dim")
             body.append(f"{' > '.join(hit.prev.heading_path) or '(preface)'}: {snippet(hit.prev.content, 120)}\n",
                         style="dim")
-        body.append(snippet(s.content) + "\n")
+        # the hit's own heading path leads its text, as prev/next do: in the panel's title alone a terminal of
+        # 80 columns cut it to its first words, and the output no longer said which section was hit
+        body.append("hit     ", style="bold")
+        body.append(" > ".join(s.heading_path) or "(preface)", style="bold")
+        body.append(": " + snippet(s.content) + "\n")
         if hit.next is not None:
             body.append("next    ", style="dim")
             body.append(f"{' > '.join(hit.next.heading_path) or '(preface)'}: {snippet(hit.next.content, 120)}",
@@ -307,7 +311,7 @@ def _print_hits(hits: list[Any], console: Any) -> None:
         # lexical hits have no distance, dense ones no score; hybrid ones both, ranked by the score
         how = ", ".join(f"{name} {v:.4g}" for name, v in (("score", hit.score), ("distance", hit.distance))
                         if v is not None)
-        title = f"#{hit.rank}  ({how})  {s.doc_id} :: {' > '.join(s.heading_path) or '(preface)'}"
+        title = f"#{hit.rank}  ({how})  {s.doc_id}"
         console.print(Panel(body, title=title, title_align="left"))
 
 
