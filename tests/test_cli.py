@@ -127,6 +127,17 @@ def test_text_output_names_each_hits_section_at_80_columns(dsn):
     assert " > ".join(top.heading_path) in " ".join(text.split())
 
 
+def test_no_hits_says_what_emptied_the_search(dsn):
+    """A search whose filters passed nothing, on a full table, had printed "is anything ingested?" alone."""
+    assert onetrip("ingest", str(DEMO), dsn=dsn).returncode == 0
+    res = onetrip("search", "tennis", "--collection", "elsewhere", dsn=dsn, COLUMNS="200")
+    assert res.returncode == 0, res.stderr
+    assert "no hits: no section passed the filters (--collection)" in res.stdout
+    assert "is anything ingested" not in res.stdout
+    res = onetrip("search", "zzzqqq", "--mode", "lexical", dsn=dsn, COLUMNS="200")
+    assert res.returncode == 0 and "no hits: no section holds a word of the query (lexical mode)" in res.stdout
+
+
 def test_errors_are_one_clear_line(dsn):
     res = onetrip("search", "x", "--prefix", "bad;name", dsn=dsn)
     assert res.returncode == 2 and "table prefix 'bad;name' is not allowed" in res.stderr

@@ -277,12 +277,25 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
     }
 
 
-def _print_hits(hits: list[Any], console: Any) -> None:
+def _no_hits_hint(filters: Any, mode: str) -> str:
+    """Why a search came back empty, as far as its options tell: "is anything ingested?" alone had been printed
+    for a search whose filters passed nothing, or whose lexical words matched nothing, on a full table."""
+    given = [f"--{name.replace('_', '-')}" for name, flag in (
+        ("collection", filters.collections), ("principal", filters.principals), ("doc_id", filters.doc_ids),
+        ("source_prefix", filters.source_prefix), ("metadata", filters.metadata)) if flag is not None]
+    if given:
+        return f"no section passed the filters ({', '.join(given)}), or nothing is ingested here"
+    if mode == "lexical":
+        return "no section holds a word of the query (lexical mode), or nothing is ingested here"
+    return "is anything ingested? try `onetrip ingest PATH`"
+
+
+def _print_hits(hits: list[Any], console: Any, hint: str = "is anything ingested? try `onetrip ingest PATH`") -> None:
     from rich.panel import Panel
     from rich.text import Text
 
     if not hits:
-        console.print("no hits (is anything ingested? try `onetrip ingest PATH`)")
+        console.print(f"no hits: {hint}", markup=False)
         return
 
     def snippet(text: str, n: int = 300) -> str:
@@ -614,7 +627,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             console = Console()
             for q, hits in zip(args.query, many):
                 console.rule(q)
-                _print_hits(hits, console)
+                _print_hits(hits, console, _no_hits_hint(flt, args.mode))
         return 0
     args.query = args.query[0]
     with Retriever(args.dsn, schema=args.schema, prefix=args.prefix, embedder=_search_embedder(args),
@@ -650,7 +663,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
     else:
-        _print_hits(hits, Console())
+        _print_hits(hits, Console(), _no_hits_hint(flt, args.mode))
     return 0
 
 
