@@ -209,6 +209,34 @@ def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, ds
                                    "hnsw.max_scan_tuples": "20000"}, {})
 
 
+def test_a_pool_without_pgvector_adapters_is_named(db, dsn):
+    """A pool made without make_pool (and without pgvector's adapters in its configure hook) had failed every
+    dense search with psycopg's "cannot adapt type 'ndarray' using placeholder '%s'"."""
+    from psycopg_pool import AsyncConnectionPool, ConnectionPool
+
+    from onetrip.psycopg_adapters import register_adapters
+
+    init_schema(db, Layout(dim=8))
+    vec = np.full(8, 0.5, dtype=np.float32)
+    named = "no pgvector adapters.*onetrip.make_pool / make_async_pool.*configure"
+    with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as own:
+        r = Retriever(own, embedder=HashEmbedder())
+        for call in (lambda: r.search(vec, k=2), lambda: r.assemble(vec, k=2), lambda: r.search_many([vec, vec])):
+            with pytest.raises(TypeError, match=named):
+                call()
+        assert r.search("anything", k=2, mode="lexical") == []  # no vector to send: works as it did
+    with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}, configure=register_adapters) as own:
+        assert Retriever(own).search(vec, k=2) == []  # the adapters in its own configure: fine
+
+    async def run() -> None:
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as own:
+            r = await AsyncRetriever.create(own, embedder=HashEmbedder())
+            with pytest.raises(TypeError, match=named):
+                await r.search(vec, k=2)
+
+    asyncio.run(run())
+
+
 def test_a_connection_of_the_other_flavour_is_named(db, dsn):
     """An async connection given to Retriever (or a sync one to AsyncRetriever) had been read as a DSN:
     "TypeError: expected string or bytes-like object, got 'AsyncConnection'"."""

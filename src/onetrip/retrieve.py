@@ -809,6 +809,21 @@ def limit_error(e: psycopg.errors.ProgramLimitExceeded) -> ValueError:
     return ValueError(f"the query is too large for PostgreSQL: {e.diag.message_primary or e}; shorten the query text")
 
 
+def adapter_error(error: psycopg.ProgrammingError) -> TypeError | None:
+    """The error for a query vector psycopg could not send: a pooled connection without pgvector's adapters.
+
+    `make_pool` / `make_async_pool` register them when the pool opens a connection, and `Retriever` on a
+    connection it is given; a pool made otherwise, without them, had failed every dense and hybrid search with
+    psycopg's "cannot adapt type 'ndarray' using placeholder '%s'", which does not say why. None for any
+    other ProgrammingError (a server error has a SQLSTATE; this one is psycopg's own).
+    """
+    if error.sqlstate is None and str(error).startswith("cannot adapt type 'ndarray'"):
+        return TypeError("this connection has no pgvector adapters, so the query vector cannot be sent: make "
+                         "the pool with onetrip.make_pool / make_async_pool, or register them in its configure "
+                         "hook (onetrip.psycopg_adapters.register_adapters / register_adapters_async)")
+    return None
+
+
 @contextmanager
 def statement_errors() -> Iterator[None]:
     """A refused query vector or a missing table as onetrip's errors (ValueError, SchemaMissingError).
@@ -823,6 +838,8 @@ def statement_errors() -> Iterator[None]:
         raise missing_table_error(e) from None
     except psycopg.errors.ProgramLimitExceeded as e:
         raise limit_error(e) from None
+    except psycopg.ProgrammingError as e:
+        raise (adapter_error(e) or e) from None
 
 
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
@@ -841,6 +858,8 @@ def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> 
             raise missing_table_error(e) from None
         except psycopg.errors.ProgramLimitExceeded as e:
             raise limit_error(e) from None
+        except psycopg.ProgrammingError as e:
+            raise (adapter_error(e) or e) from None
         return cur.fetchall(), statement_columns(statement, cur)
 
 
