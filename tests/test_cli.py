@@ -138,6 +138,21 @@ def test_no_hits_says_what_emptied_the_search(dsn):
     assert res.returncode == 0 and "no hits: no section holds a word of the query (lexical mode)" in res.stdout
 
 
+def test_serve_on_a_port_in_use_is_one_line_and_exit_1(dsn):
+    """uvicorn had loaded the model, then logged the bind failure and exited 3, which onetrip's exit codes
+    give to "some files or ids failed"."""
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        res = onetrip("serve", "--port", str(port), "--prefix", "demo_", dsn=dsn)
+    assert res.returncode == 1, res.stderr
+    assert f"onetrip: error: cannot listen on 127.0.0.1:{port}: " in res.stderr
+    assert "Traceback" not in res.stderr and "Started server process" not in res.stderr
+
+
 def test_errors_are_one_clear_line(dsn):
     res = onetrip("search", "x", "--prefix", "bad;name", dsn=dsn)
     assert res.returncode == 2 and "table prefix 'bad;name' is not allowed" in res.stderr

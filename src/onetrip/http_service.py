@@ -67,7 +67,7 @@ from starlette.routing import Route
 from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
-from .errors import ConnectionFailedError, EmbedderMismatchError, SchemaMissingError
+from .errors import ConnectionFailedError, EmbedderMismatchError, OnetripError, SchemaMissingError
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
                        Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode, session_settings)
 from .search_many import MAX_QUERIES
@@ -806,11 +806,34 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
     return app
 
 
+def check_listen(host: str, port: int) -> None:
+    """An OnetripError unless this process can listen on host:port (tried and let go, as uvicorn binds it).
+
+    uvicorn binds only after the startup (the model loaded, ~8 s), then logged the failure and exited with
+    its own code 3, which onetrip's exit codes give to "some files or ids failed".
+    """
+    import socket
+
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except socket.gaierror as e:
+        raise OnetripError(f"cannot listen on {host}:{port}: {e.strerror} (--host)") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn: a port in TIME_WAIT is free
+        try:
+            probe.bind(address)
+        except OSError as e:
+            raise OnetripError(f"cannot listen on {host}:{port}: {e.strerror or e} (another --port or --host)") \
+                from None
+
+
 def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "info",
         access_log: bool = True, embedder_factory: Callable[[], Embedder] | None = None) -> None:
     """Serve until interrupted (uvicorn: one process, one event loop)."""
     import uvicorn
 
+    check_listen(host, port)
     if cfg.token is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without a bearer token: anyone who can reach it can search", host)
     uvicorn.run(create_app(cfg, embedder_factory=embedder_factory), host=host, port=port, log_level=log_level,
