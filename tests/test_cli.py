@@ -153,6 +153,16 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_1(dsn):
     assert "Traceback" not in res.stderr and "Started server process" not in res.stderr
 
 
+def test_ingest_refuses_an_empty_collection(dsn):
+    """`--collection ""` (an unset "$TENANT", say) had been read as the default collection, moving documents
+    stored in a tenant's collection there, while the README and the Python API refuse an empty collection."""
+    res = onetrip("ingest", str(DEMO), "--collection", "", dsn=dsn)
+    assert res.returncode == 2, res.stderr
+    assert "onetrip: error: collection must be a non-empty string" in res.stderr
+    listed = onetrip("documents", "--json", dsn=dsn)
+    assert listed.returncode == 1 or json.loads(listed.stdout) == []  # nothing stored (the tables may exist)
+
+
 def test_errors_are_one_clear_line(dsn):
     res = onetrip("search", "x", "--prefix", "bad;name", dsn=dsn)
     assert res.returncode == 2 and "table prefix 'bad;name' is not allowed" in res.stderr

@@ -395,7 +395,7 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
                 progress.update(task, completed=done, sections=rep.sections, rate=rate)
 
             report = ingest_paths(conn, paths, layout=layout, embedder=embedder, force=force,
-                                  on_progress=on_progress, doc_id=doc_id, collection=getattr(args, "collection", None) or "default",
+                                  on_progress=on_progress, doc_id=doc_id, collection=getattr(args, "collection", "default"),  # "" is refused, not made "default"
                                   acl=_acl(getattr(args, "acl", None)),
                                   keep_history=getattr(args, "keep_history", False))
     return report
