@@ -319,3 +319,17 @@ def test_review_mends_nested_duplicate_long_id_cp1252_and_section_acl(db, tmp_pa
     vecs = HashEmbedder().embed_documents([s.content for s in parsed.sections])
     with pytest.raises(TypeError, match="acl must be a sequence of principals"):
         replace_document(db, Layout(), DocumentRecord("acl.md", setup.as_uri(), "T", "h"), secs, vecs)
+
+
+def test_a_symbolic_link_loop_fails_that_file_not_the_run(db, tmp_path):
+    """A loop (a.md -> b.md -> a.md) in a folder walked had stopped the whole run with a traceback
+    (pathlib's RuntimeError 'Symlink loop from ...' before Python 3.13) before any file was stored."""
+    init_schema(db)
+    (tmp_path / "good.md").write_text(_doc("good"))
+    (tmp_path / "a.md").symlink_to(tmp_path / "b.md")
+    (tmp_path / "b.md").symlink_to(tmp_path / "a.md")
+    report = ingest_paths(db, [tmp_path, tmp_path / "a.md"], layout=Layout(), embedder=HashEmbedder())
+    loop = "a symbolic link loop (following its links never reaches a file)"
+    assert dict(report.failed) == {str(tmp_path / "a.md"): loop, str(tmp_path / "b.md"): loop}
+    assert (report.documents, report.new) == (3, 1)  # a.md named twice is one file
+    assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]

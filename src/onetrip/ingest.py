@@ -10,6 +10,7 @@ aborts the batch and never leaves partial rows.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
 import time
@@ -110,6 +111,29 @@ def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
             yield p, p.parent
 
 
+def _resolve(path: Path) -> Path:
+    """``path.resolve()``, or for a symbolic link loop its folder resolved and its own name.
+
+    Python before 3.13 raises RuntimeError ("Symlink loop from ...") on a loop,
+    and a loop in a folder walked had stopped the whole run with a traceback
+    before anything was written; the loop is now reported as that file's failure.
+    """
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError):
+        return path.parent.resolve() / path.name
+
+
+def _unreadable(path: Path) -> str:
+    """Why a path that does not exist as a file cannot be read: a loop, a dangling link, or nothing there."""
+    try:
+        path.stat()
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            return "a symbolic link loop (following its links never reaches a file)"
+    return "a symbolic link to a missing file" if path.is_symlink() else "no such file or directory"
+
+
 def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) -> list[tuple[Path, Path, str]]:
     """The (file, root, doc_id) a run ingests, each file once; refuses two files that would share a doc_id.
 
@@ -123,7 +147,7 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
     files: set[Path] = set()
     planned = []
     for path, root in iter_files(paths):
-        resolved = path.resolve()
+        resolved = _resolve(path)
         if resolved in files:
             continue  # the same file given twice (a folder and a file in it): once, under its first id
         files.add(resolved)
@@ -143,7 +167,7 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
 def doc_id_for(path: Path, root: Path) -> str:
     """A stable document id: the path relative to the folder it was found in."""
     try:
-        return path.resolve().relative_to(root.resolve()).as_posix()
+        return _resolve(path).relative_to(root.resolve()).as_posix()
     except ValueError:
         return path.name
 
@@ -305,8 +329,7 @@ def ingest_paths(
             t0 = time.perf_counter()
             try:
                 if not path.exists():
-                    raise InputDocumentError(shown, "a symbolic link to a missing file" if path.is_symlink()
-                                             else "no such file or directory")
+                    raise InputDocumentError(shown, _unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
                     raise InputDocumentError(shown, "not a regular file (a FIFO, socket or device)")
                 data = path.read_bytes()
