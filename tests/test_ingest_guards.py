@@ -333,3 +333,27 @@ def test_a_symbolic_link_loop_fails_that_file_not_the_run(db, tmp_path):
     assert dict(report.failed) == {str(tmp_path / "a.md"): loop, str(tmp_path / "b.md"): loop}
     assert (report.documents, report.new) == (3, 1)  # a.md named twice is one file
     assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]
+
+
+def test_a_nul_escape_in_front_matter_is_named_before_the_write(db, tmp_path, statement_log):
+    """YAML's "\\0" (or "\\x00", "\\u0000") escape puts a NUL in the title or metadata: the file had failed with
+    psycopg's 'PostgreSQL text fields cannot contain NUL (0x00) bytes' (no field named) or PostgreSQL's
+    multi-line 'unsupported Unicode escape sequence ... unnamed portal parameter $8', mid-transaction."""
+    init_schema(db)
+    (tmp_path / "title.md").write_text('---\ntitle: "a\\0b"\n---\n' + _doc("title"))
+    (tmp_path / "meta.md").write_text('---\ntags:\n  - ok\n  - "x\\x00y"\n---\n' + _doc("meta"))
+    (tmp_path / "key.md").write_text('---\n"k\\u0000": 1\n---\n' + _doc("key"))
+    (tmp_path / "good.md").write_text(_doc("good"))
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    failed = dict(report.failed)
+    assert "the title 'a\\x00b' holds a NUL character, which PostgreSQL text cannot store" in \
+        failed[str(tmp_path / "title.md")]
+    assert "metadata value 'tags'[1] holds a NUL character" in failed[str(tmp_path / "meta.md")]
+    assert "metadata key 'k\\x00' holds a NUL character" in failed[str(tmp_path / "key.md")]
+    assert all("\n" not in why for why in failed.values())
+    assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]
+    path, parsed, vecs = _parsed(tmp_path, "direct.md", _doc("direct"))
+    with statement_log.watch(db) as w, pytest.raises(ValueError, match=r"metadata value 'a'\['b'\] holds a NUL"):
+        replace_document(db, Layout(), DocumentRecord("direct.md", path.as_uri(), "T", "h",
+                                                      metadata={"a": {"b": "\x00"}}), parsed.sections, vecs)
+    assert w.statements == []  # refused before the write

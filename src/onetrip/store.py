@@ -80,6 +80,10 @@ class DocumentRecord:
         if len(self.doc_id.encode()) > MAX_DOC_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
             raise ValueError(f"doc_id {self.doc_id[:60]!r}... is {len(self.doc_id.encode())} bytes; "
                              f"the limit is {MAX_DOC_ID_BYTES} (it is a key of the documents and sections indexes)")
+        for name in ("title", "source_uri"):  # psycopg's own refusal named no column
+            if "\x00" in (getattr(self, name) or ""):
+                raise ValueError(f"{self.doc_id}: the {name} {getattr(self, name)!r:.80} holds a NUL character, "
+                                 "which PostgreSQL text cannot store")
         check_access_values(self.collection, self.acl)
 
 
@@ -306,10 +310,32 @@ def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
 def _json_object(metadata: Mapping[str, Any]) -> Any:
     """Metadata as a jsonb object (not a JSON string), values JSON cannot hold as their str()."""
     try:
-        return Jsonb(json.loads(json.dumps(dict(metadata), default=str, allow_nan=False)))
+        data = json.loads(json.dumps(dict(metadata), default=str, allow_nan=False))
     except ValueError as e:  # NaN/infinity: PostgreSQL's jsonb says only 'Token "NaN" is invalid'
         raise ValueError(f"metadata {str(dict(metadata))[:80]} holds a value JSON cannot (NaN or "
                          f"infinity): {e}") from None
+    if (where := _nul_in(data)) is not None:  # jsonb refuses \u0000 with a multi-line 'unsupported Unicode escape'
+        raise ValueError(f"metadata {where} holds a NUL character, which PostgreSQL's jsonb cannot store "
+                         "(front matter: a \"\\0\" or \"\\x00\" escape)")
+    return Jsonb(data)
+
+
+def _nul_in(value: Any, at: str = "") -> str | None:
+    """Where a JSON value (decoded) holds a NUL character, in a key or a string: its key path, or None."""
+    stack = [(value, at)]
+    while stack:  # iterative: metadata may nest deeper than Python's recursion limit
+        v, at = stack.pop()
+        if isinstance(v, str):
+            if "\x00" in v:
+                return f"value {at or '(top level)'}"
+        elif isinstance(v, dict):
+            for k, x in v.items():
+                if "\x00" in k:
+                    return f"key {k!r:.80}"
+                stack.append((x, f"{at}[{k!r}]" if at else repr(k)))
+        elif isinstance(v, list):
+            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v))
+    return None
 
 
 _TECH_TERM = re.compile(r"(?<![\w.])[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+")
