@@ -247,3 +247,17 @@ def test_the_bundled_model_loads_once_however_many_threads_ask_first(monkeypatch
     for t in threads:
         t.join()
     assert len(loads) == 1 and len({id(m) for m in got}) == 1
+
+
+def test_a_weight_float8_cannot_sum_is_named(r, db, statement_log):
+    """tf_weight=1e308 (or term_weight=1e303) had failed the statement with PostgreSQL's 'value out of range:
+    overflow' (NumericValueOutOfRange; over HTTP a 422 naming no field, on the CLI exit 1 as a database error)."""
+    text = "section body text"
+    with statement_log.watch(db) as w:
+        for name in ("tf_weight", "term_weight", "dense_weight", "lexical_weight"):
+            with pytest.raises(ValueError, match=f"{name} must be at most 1e\\+09, got 1e\\+308"):
+                r.search(text, 3, mode="lexical" if name in ("tf_weight", "term_weight") else "hybrid",
+                         hybrid={name: 1e308})
+    assert w.statements == []
+    top = {n: 1e9 for n in ("tf_weight", "term_weight", "dense_weight", "lexical_weight")}
+    assert r.search(text, 3, mode="lexical", hybrid=top) and r.search(text, 3, mode="hybrid", hybrid=top)

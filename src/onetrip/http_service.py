@@ -68,8 +68,9 @@ from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import ConnectionFailedError, EmbedderMismatchError, OnetripError, SchemaMissingError
-from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT, Expansion,
-                       Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode, session_settings)
+from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT,
+                       Expansion, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
+                       session_settings)
 from .search_many import MAX_QUERIES
 
 log = logging.getLogger("onetrip.serve")
@@ -928,11 +929,11 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "candidates": {"type": "integer", "minimum": 1, "maximum": _candidates_cap(cfg),
                            "default": defaults.candidates},
             "rrf_k": {"type": "integer", "minimum": 1, "default": defaults.rrf_k},
-            **{name: {"type": "number", "minimum": 0, "default": getattr(defaults, name)}
+            **{name: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT, "default": getattr(defaults, name)}
                for name in ("dense_weight", "lexical_weight", "term_weight")},
             "max_term_share": {"type": "number", "minimum": 0, "maximum": 1, "default": defaults.max_term_share},
             "rare_term_sections": {"type": "integer", "minimum": 0, "default": defaults.rare_term_sections},
-            "tf_weight": _nullable({"type": "number", "minimum": 0,
+            "tf_weight": _nullable({"type": "number", "minimum": 0, "maximum": MAX_WEIGHT,
                                     "description": "null: the mode's default (2 lexical, 0 hybrid)"}),
         },
     }

@@ -239,6 +239,12 @@ def resolve_mode(mode: str, has_text: bool) -> str:
     return mode
 
 
+#: The largest weight HybridOptions takes: far past any that changes a ranking (at 1e9 one list or word
+#: outweighs every other), and far below what PostgreSQL's float8 overflows at in the lexical score
+#: (tf_weight=1e308, say, had failed the statement with 'value out of range: overflow', naming no option).
+MAX_WEIGHT = 1e9
+_WEIGHT_WHY = " (a larger one ranks no differently, and past ~1e300 PostgreSQL's float8 arithmetic overflows)"
+
 # HybridOptions.tf_weight=None per mode (benchmarks/quality/lexical_grid.py, both question sets)
 TF_WEIGHT_DEFAULT = {"lexical": 2.0, "hybrid": 0.0}
 
@@ -289,6 +295,8 @@ class HybridOptions:
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
                 raise ValueError(f"{name} must be a non-negative number, got {v!r}")
+            if v > MAX_WEIGHT:
+                raise ValueError(f"{name} must be at most {MAX_WEIGHT:g}, got {v!r}{_WEIGHT_WHY}")
         v = self.max_term_share
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
             raise ValueError(f"max_term_share must be a number from 0 to 1, got {v!r}")
@@ -298,6 +306,8 @@ class HybridOptions:
         v = self.tf_weight
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v):
             raise ValueError(f"tf_weight must be None or a non-negative number, got {v!r}")
+        if v is not None and v > MAX_WEIGHT:
+            raise ValueError(f"tf_weight must be at most {MAX_WEIGHT:g}, got {v!r}{_WEIGHT_WHY}")
 
     def params(self, k: int, mode: str = "hybrid") -> dict[str, Any]:
         tf = self.tf_weight if self.tf_weight is not None else TF_WEIGHT_DEFAULT.get(mode, 0.0)
