@@ -261,3 +261,17 @@ def test_a_weight_float8_cannot_sum_is_named(r, db, statement_log):
     assert w.statements == []
     top = {n: 1e9 for n in ("tf_weight", "term_weight", "dense_weight", "lexical_weight")}
     assert r.search(text, 3, mode="lexical", hybrid=top) and r.search(text, 3, mode="hybrid", hybrid=top)
+
+
+def test_a_backslash_u0000_in_a_metadata_filter_is_text_not_a_nul(r, db):
+    """The NUL check looked for the six characters \\u0000 in the filter's JSON: a value holding a backslash
+    before "u0000" (a Windows path, a regex) was refused as 'contains a NUL character', and could not be searched."""
+    from dataclasses import replace as with_
+
+    d = next(generate(3, dim=DIM, seed=9, sections_per_doc=(3, 3), doc_prefix="win"))
+    path = "C:\\u0000\\logs"
+    replace_document(db, Layout(dim=DIM), with_(d.record, metadata={"path": path}), d.sections, d.embeddings)
+    hits = r.search(vec(4), 3, filters={"metadata": {"path": path}})
+    assert hits and {h.section.doc_id for h in hits} == {d.record.doc_id}
+    with pytest.raises(ValueError, match=r"filter metadata value 'a'\[1\] contains a NUL character"):
+        r.search(vec(4), 3, filters={"metadata": {"a": ["ok", "x\x00"]}})

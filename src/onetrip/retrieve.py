@@ -95,8 +95,11 @@ class Filters:
                 encoded = json.dumps(self.metadata, allow_nan=False)
             except (TypeError, ValueError, RecursionError) as e:
                 raise ValueError(f"filter metadata is not a JSON object jsonb can hold: {e}") from None
-            if "\\u0000" in encoded:
-                raise ValueError("filter metadata contains a NUL character, which jsonb cannot hold")
+            if "\\u0000" in encoded:  # a NUL, or a backslash before "u0000" (a path, a regex): only the first fails
+                from .store import nul_in
+
+                if (where := nul_in(json.loads(encoded))) is not None:
+                    raise ValueError(f"filter metadata {where} contains a NUL character, which jsonb cannot hold")
 
     @property
     def shape(self) -> tuple[str, ...]:

@@ -314,13 +314,13 @@ def _json_object(metadata: Mapping[str, Any]) -> Any:
     except ValueError as e:  # NaN/infinity: PostgreSQL's jsonb says only 'Token "NaN" is invalid'
         raise ValueError(f"metadata {str(dict(metadata))[:80]} holds a value JSON cannot (NaN or "
                          f"infinity): {e}") from None
-    if (where := _nul_in(data)) is not None:  # jsonb refuses \u0000 with a multi-line 'unsupported Unicode escape'
+    if (where := nul_in(data)) is not None:  # jsonb refuses \u0000 with a multi-line 'unsupported Unicode escape'
         raise ValueError(f"metadata {where} holds a NUL character, which PostgreSQL's jsonb cannot store "
                          "(front matter: a \"\\0\" or \"\\x00\" escape)")
     return Jsonb(data)
 
 
-def _nul_in(value: Any, at: str = "") -> str | None:
+def nul_in(value: Any, at: str = "") -> str | None:
     """Where a JSON value (decoded) holds a NUL character, in a key or a string: its key path, or None."""
     stack = [(value, at)]
     while stack:  # iterative: metadata may nest deeper than Python's recursion limit
