@@ -187,6 +187,13 @@ def test_sql_render_writes_both_editions(tmp_path):
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
     assert bad.stderr.strip() == "onetrip: error: halfvec storage and hash partitioning are rendered for " \
                                  "PostgreSQL only"
+    # a folder that cannot be made (--out names a file) had been FileExistsError/NotADirectoryError's traceback
+    (tmp_path / "afile").write_text("")
+    for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):
+        bad = onetrip("sql", "render", "--out", str(out), "--dialect", "postgres")
+        assert bad.returncode == 1 and "Traceback" not in bad.stderr, bad.stderr
+        assert len(bad.stderr.strip().splitlines()) == 1 and bad.stderr.startswith("onetrip: error: [Errno ") \
+            and str(tmp_path / "afile") in bad.stderr, bad.stderr
 
 
 def test_init_layout_options_build_what_they_say(dsn):

@@ -781,7 +781,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def report_error(prog: str, e: BaseException) -> int | None:
     """Print ``<prog>: error: <why>`` for onetrip's and the database's errors and return the exit code
-    (2 for a bad value, 1 otherwise); None for any other exception, which keeps its traceback.
+    (2 for a bad value, 1 otherwise; 1 for a file or folder the command could not read or write); None for
+    any other exception, which keeps its traceback.
 
     The one mapping behind `onetrip` and the benchmark scripts (`benchmarks.args.run_cli`).
     """
@@ -794,6 +795,9 @@ def report_error(prog: str, e: BaseException) -> int | None:
         first = (str(e).strip().splitlines() or [""])[0]
         print(f"{prog}: error: PostgreSQL: {type(e).__name__}: {first} (what a command had committed "
               "before it stays stored)", file=sys.stderr)
+        return 1
+    if isinstance(e, OSError):  # a file or folder a command writes or reads: `sql render --out` a file, say
+        print(f"{prog}: error: {e}", file=sys.stderr)
         return 1
     return None
 
