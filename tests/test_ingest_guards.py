@@ -357,3 +357,25 @@ def test_a_nul_escape_in_front_matter_is_named_before_the_write(db, tmp_path, st
         replace_document(db, Layout(), DocumentRecord("direct.md", path.as_uri(), "T", "h",
                                                       metadata={"a": {"b": "\x00"}}), parsed.sections, vecs)
     assert w.statements == []  # refused before the write
+
+
+def test_a_layout_other_than_the_tables_is_named_before_any_write(db, tmp_path, statement_log):
+    """ingest_paths trusted the Layout given: Layout(dim=64) over vector(384) tables failed every file with COPY's
+    multi-line 'expected 384 dimensions, not 64 / CONTEXT: COPY sections, line 1, column embedding'; a prefix with
+    no tables named term_stats as missing from 'onetrip versions before it' instead of `onetrip init`."""
+    from onetrip import DimensionMismatchError, SchemaMissingError
+
+    init_schema(db)
+    (tmp_path / "a.md").write_text(_doc("a"))
+    with statement_log.watch(db) as w:
+        with pytest.raises(DimensionMismatchError, match=r"sections stores vector\(384\), but the layout given says "
+                                                         r"vector\(64\)"):
+            ingest_paths(db, [tmp_path], layout=Layout(dim=64), embedder=HashEmbedder(64))
+        with pytest.raises(DimensionMismatchError, match=r"stores vector\(384\), but the layout given says halfvec"):
+            ingest_paths(db, [tmp_path], layout=Layout(vector_type="halfvec"), embedder=HashEmbedder())
+        with pytest.raises(SchemaMissingError,
+                           match="table other_sections .*does not exist.*run `onetrip init` first"):
+            ingest_paths(db, [tmp_path], layout=Layout(prefix="other_"), embedder=HashEmbedder())
+    assert not [s for s in w.statements if s.split()[:1] in (["INSERT"], ["COPY"], ["DELETE"], ["BEGIN"])], \
+        w.statements
+    assert ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder()).new == 1

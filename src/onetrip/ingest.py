@@ -280,6 +280,18 @@ def ingest_paths(
             f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
             f"stores vector({layout.dim})"
         )
+    # before any write: the tables as they are, not as the caller's Layout says. A Layout(dim=768) over a
+    # vector(384) table had failed every file with COPY's multi-line 'expected 384 dimensions, not 768'; a prefix
+    # with no tables with 'relation "x_term_stats" does not exist ... versions before it did not create'
+    from .schema import read_layout
+
+    stored = read_layout(conn, schema=layout.schema, prefix=layout.prefix)  # SchemaMissingError: `onetrip init`
+    if (stored.vector_type, stored.dim) != (layout.vector_type, layout.dim):
+        raise DimensionMismatchError(
+            f"{layout.tables['sections']} stores {stored.vector_type}({stored.dim}), but the layout given says "
+            f"{layout.vector_type}({layout.dim}) (Python: Layout(dim=..., vector_type=...) as the table was made, "
+            "or read_layout(conn, ...) to get it)"
+        )
     # before any write: one table, one model (vectors of two models are not comparable, even at one dimension)
     with _one_model(conn, layout, embedder) as recorded:
         # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
