@@ -379,3 +379,24 @@ def test_a_layout_other_than_the_tables_is_named_before_any_write(db, tmp_path, 
     assert not [s for s in w.statements if s.split()[:1] in (["INSERT"], ["COPY"], ["DELETE"], ["BEGIN"])], \
         w.statements
     assert ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder()).new == 1
+
+
+def test_a_database_error_on_one_file_is_one_line_of_the_report(dsn, db, tmp_path):
+    """PostgreSQL's DETAIL/HINT/CONTEXT lines (here a DBA's trigger's) had each become a line of the summary."""
+    init_schema(db)
+    db.execute("""CREATE FUNCTION no_secrets() RETURNS trigger LANGUAGE plpgsql AS $$
+                  BEGIN IF NEW.doc_id LIKE 'secret%' THEN
+                      RAISE EXCEPTION 'secrets are not stored here' USING DETAIL = 'policy 7', HINT = 'ask the DBA';
+                  END IF; RETURN NEW; END $$""")
+    db.execute("CREATE TRIGGER no_secrets BEFORE INSERT ON documents FOR EACH ROW EXECUTE FUNCTION no_secrets()")
+    (tmp_path / "secret.md").write_text(_doc("secret"))
+    (tmp_path / "public.md").write_text(_doc("public"))
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert report.failed == [(str(tmp_path / "secret.md"), "RaiseException: secrets are not stored here")]
+    assert [d.doc_id for d in list_documents(db, Layout())] == ["public.md"]
+    (tmp_path / "public.md").unlink()
+    init_schema(db, Layout(prefix="cli_"))  # the CLI embeds with the bundled model: tables of its own
+    db.execute("CREATE TRIGGER no_secrets BEFORE INSERT ON cli_documents FOR EACH ROW EXECUTE FUNCTION no_secrets()")
+    res = onetrip("ingest", str(tmp_path), "--prefix", "cli_", dsn=dsn)
+    assert res.returncode == 3 and res.stderr.strip().splitlines()[-1].endswith(
+        "secret.md: RaiseException: secrets are not stored here"), res.stderr

@@ -178,6 +178,13 @@ def embedding_text(title: str, heading_path: Sequence[str], content: str) -> str
     return f"{crumbs}\n\n{content}" if crumbs else content
 
 
+def _why(e: BaseException) -> str:
+    """A failed file's reason, one line: PostgreSQL's DETAIL, HINT and CONTEXT lines (a trigger's, a full disk's,
+    COPY's 'line 1, column embedding') had each become a line of `onetrip ingest`'s summary."""
+    first = (str(e).strip().splitlines() or [""])[0]
+    return f"{type(e).__name__}: {first}"
+
+
 @dataclass
 class _Pending:
     record: DocumentRecord
@@ -224,7 +231,7 @@ def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: st
         res = set_document_access(conn, layout, did, digest, collection, acl, source_uri=source_uri,
                                   keep_history=keep_history)
     except (OnetripError, ValueError, psycopg.Error) as e:
-        report.failed.append((shown, f"{type(e).__name__}: {e}"))
+        report.failed.append((shown, _why(e)))
         return True
     if res is None:  # its content changed meanwhile
         return False
@@ -317,7 +324,7 @@ def ingest_paths(
                         keep_history=keep_history,
                     )
                 except (OnetripError, ValueError, psycopg.Error) as e:
-                    report.failed.append((p.path, f"{type(e).__name__}: {e}"))
+                    report.failed.append((p.path, _why(e)))
                 else:
                     if res.outcome == "new":
                         report.new += 1
@@ -369,7 +376,7 @@ def ingest_paths(
                     collection=collection, acl=acl,
                 )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
-                why = e.reason if isinstance(e, InputDocumentError) else f"{type(e).__name__}: {e}"
+                why = e.reason if isinstance(e, InputDocumentError) else _why(e)
                 report.failed.append((shown, why))
                 report.parse_seconds += time.perf_counter() - t0
                 if on_progress:  # every file is reported once, however it failed
