@@ -400,3 +400,32 @@ def test_a_database_error_on_one_file_is_one_line_of_the_report(dsn, db, tmp_pat
     res = onetrip("ingest", str(tmp_path), "--prefix", "cli_", dsn=dsn)
     assert res.returncode == 3 and res.stderr.strip().splitlines()[-1].endswith(
         "secret.md: RaiseException: secrets are not stored here"), res.stderr
+
+
+def test_delete_prune_and_list_name_a_wrong_argument(db, tmp_path, statement_log):
+    """delete_document(conn, layout, 5) had been PostgreSQL's multi-line 'function hashtextextended(smallint,
+    integer) does not exist', a None or a list doc_id a silent False ('not stored'), list_documents(collection=5)
+    'operator does not exist: text = smallint', prune_history(keep=True) 'bigint > boolean', and a NUL psycopg's
+    'PostgreSQL text fields cannot contain NUL (0x00) bytes', naming no argument."""
+    from onetrip.store import prune_history
+
+    init_schema(db)
+    (tmp_path / "kept.md").write_text(_doc("kept"))
+    ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    L = Layout()
+    with statement_log.watch(db) as w:
+        for bad in (5, None, ["kept.md"]):
+            with pytest.raises(TypeError, match="doc_id must be a string, got"):
+                delete_document(db, L, bad)
+        with pytest.raises(ValueError, match="doc_id 'a\\\\x00b' holds a NUL character"):
+            delete_document(db, L, "a\x00b")
+        with pytest.raises(ValueError, match="doc_id 'a\\\\udcffb' is not valid Unicode"):
+            delete_document(db, L, "a\udcffb")  # a non-UTF-8 name from argv (surrogateescape)
+        with pytest.raises(TypeError, match="collection must be a string, got int 5"):
+            list_documents(db, L, collection=5)
+        with pytest.raises(TypeError, match="keep must be an integer, got bool True"):
+            prune_history(db, L, keep=True)
+        with pytest.raises(TypeError, match="doc_id must be a string, got int 5"):
+            prune_history(db, L, doc_id=5)
+    assert w.statements == []  # refused before anything is sent
+    assert [d.doc_id for d in list_documents(db, L)] == ["kept.md"]

@@ -530,16 +530,38 @@ def replace_document(
                        **({} if row is None else _access_change(row[2], row[3], doc.collection, doc.acl)))
 
 
+def check_key(value: Any, name: str) -> str:
+    """A doc_id or collection given to delete/prune/list: a string PostgreSQL text can hold, or an error naming it.
+
+    An int had reached the server as PostgreSQL's multi-line 'function hashtextextended(smallint, integer) does
+    not exist', None had been 'not stored' (False), and a NUL psycopg's 'text fields cannot contain NUL'.
+    """
+    if not isinstance(value, str):
+        raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r:.80}")
+    if "\x00" in value:
+        raise ValueError(f"{name} {value!r:.80} holds a NUL character, which PostgreSQL text cannot hold")
+    try:
+        value.encode()
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{name} {value!r:.80} is not valid Unicode ({e.reason} at position {e.start})") from None
+    return value
+
+
 def has_history(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
     """Whether section_history holds any archived revision of ``doc_id``."""
+    check_key(doc_id, "doc_id")
     return conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(
         sql.SQL(layout.tables["section_history"])), (doc_id,)).fetchone()[0]
 
 
 def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:
     """Delete archived revisions, keeping the newest ``keep`` per document; returns rows removed."""
+    if isinstance(keep, bool) or not isinstance(keep, int):
+        raise TypeError(f"keep must be an integer, got {type(keep).__name__} {keep!r:.80}")
     if keep < 0:
         raise ValueError("keep must be >= 0")
+    if doc_id is not None:
+        check_key(doc_id, "doc_id")
     hist = sql.SQL(layout.tables["section_history"])
     q = sql.SQL(
         """DELETE FROM {h} x USING (
@@ -573,6 +595,8 @@ class DocumentInfo:
 
 def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None) -> list[DocumentInfo]:
     """The stored documents by doc_id, optionally of one collection: what `delete_document` takes."""
+    if collection is not None:
+        check_key(collection, "collection")
     q = sql.SQL(
         "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at, "
         "metadata ->> %(e)s, metadata -> %(w)s "
@@ -596,6 +620,7 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
     a re-ingest with keep_history does. Lexical word weights count the deleted
     sections until `refresh_term_stats` runs (``onetrip delete`` runs it).
     """
+    check_key(doc_id, "doc_id")
     documents = sql.SQL(layout.tables["documents"])
     with conn.transaction():
         try:
