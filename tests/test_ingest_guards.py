@@ -429,3 +429,18 @@ def test_delete_prune_and_list_name_a_wrong_argument(db, tmp_path, statement_log
             prune_history(db, L, doc_id=5)
     assert w.statements == []  # refused before anything is sent
     assert [d.doc_id for d in list_documents(db, L)] == ["kept.md"]
+
+
+def test_a_file_name_that_is_not_utf8_is_named(db, tmp_path):
+    """A Latin-1 file name (bytes 0xff) had failed with a bare "UnicodeEncodeError: 'utf-8' codec can't encode
+    character '\\udcff' in position 3: surrogates not allowed", saying neither doc_id nor file name."""
+    init_schema(db)
+    (tmp_path / "good.md").write_text(_doc("good"))
+    bad = os.path.join(os.fsencode(tmp_path), b"caf\xe9.md")
+    with open(bad, "w") as f:
+        f.write(_doc("latin"))
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    (path, why), = report.failed
+    assert path == os.fsdecode(bad) and why.startswith("ValueError: doc_id 'caf\\udce9.md' is not valid Unicode") \
+        and "a file name that is not UTF-8" in why, why
+    assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]

@@ -32,6 +32,7 @@ from .store import (
     StoreResult,
     embedder_lock,
     check_access_values,
+    check_doc_id,
     flush_word_indexes,
     set_document_access,
     stored_state,
@@ -351,6 +352,7 @@ def ingest_paths(
                     raise InputDocumentError(shown, _unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
                     raise InputDocumentError(shown, "not a regular file (a FIFO, socket or device)")
+                check_doc_id(did)  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
                 data = path.read_bytes()
                 digest = hashlib.sha256(data).hexdigest()
                 state = "content" if force else stored_state(conn, layout, did, digest, collection, acl)

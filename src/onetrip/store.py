@@ -75,16 +75,27 @@ class DocumentRecord:
     acl: Sequence[str] | None = None  # principals allowed to read; None = everyone
 
     def __post_init__(self) -> None:
-        if not isinstance(self.doc_id, str) or not self.doc_id or "\x00" in self.doc_id:
-            raise ValueError(f"doc_id must be a non-empty string without NUL, got {self.doc_id!r:.80}")
-        if len(self.doc_id.encode()) > MAX_DOC_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
-            raise ValueError(f"doc_id {self.doc_id[:60]!r}... is {len(self.doc_id.encode())} bytes; "
-                             f"the limit is {MAX_DOC_ID_BYTES} (it is a key of the documents and sections indexes)")
+        check_doc_id(self.doc_id)
         for name in ("title", "source_uri"):  # psycopg's own refusal named no column
             if "\x00" in (getattr(self, name) or ""):
                 raise ValueError(f"{self.doc_id}: the {name} {getattr(self, name)!r:.80} holds a NUL character, "
                                  "which PostgreSQL text cannot store")
         check_access_values(self.collection, self.acl)
+
+
+def check_doc_id(doc_id: Any) -> str:
+    """A document id PostgreSQL stores and indexes: a non-empty UTF-8 string, no NUL, at most MAX_DOC_ID_BYTES."""
+    if not isinstance(doc_id, str) or not doc_id or "\x00" in doc_id:
+        raise ValueError(f"doc_id must be a non-empty string without NUL, got {doc_id!r:.80}")
+    try:
+        doc_id.encode()
+    except UnicodeEncodeError as e:  # a file name in another encoding: os.fsdecode's surrogates
+        raise ValueError(f"doc_id {doc_id!r:.80} is not valid Unicode ({e.reason} at position {e.start}): "
+                         "a file name that is not UTF-8 (rename it, or give doc_id=)") from None
+    if len(doc_id.encode()) > MAX_DOC_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
+        raise ValueError(f"doc_id {doc_id[:60]!r}... is {len(doc_id.encode())} bytes; "
+                         f"the limit is {MAX_DOC_ID_BYTES} (it is a key of the documents and sections indexes)")
+    return doc_id
 
 
 def check_access_values(collection: Any, acl: Any) -> None:
