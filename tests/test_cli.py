@@ -297,3 +297,34 @@ def test_version_is_pyprojects():
     assert version is not None
     res = onetrip("--version")
     assert res.returncode == 0 and res.stdout == f"onetrip {version.group(1)}\n", res
+
+
+def test_a_writer_role_without_ddl_rights_can_ingest_into_existing_tables(dsn, db, tmp_path):
+    """`onetrip ingest` ran init's CREATE ... IF NOT EXISTS every time: a role with SELECT, INSERT, UPDATE and
+    DELETE on the tables an owner made, but no CREATE on the schema, was refused with 'permission denied for
+    schema public', naming a right ingest does not need. Tables it would have to make still need that right."""
+    import uuid
+
+    from psycopg import conninfo
+
+    from onetrip import init_schema
+    from onetrip.layout import Layout
+
+    init_schema(db, Layout(prefix="w_"))
+    role = f"writer_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        db.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON w_documents, w_sections, w_section_history, "
+                   f"w_term_stats TO {role}")
+        db.execute(f"REVOKE CREATE ON SCHEMA public FROM PUBLIC, {role}")
+        (tmp_path / "note.md").write_text("# Note\n\nThe writer role stores this note about zebras.\n")
+        as_writer = conninfo.make_conninfo(dsn, user=role)
+        res = onetrip("ingest", str(tmp_path), "--prefix", "w_", "--json", dsn=as_writer)
+        assert res.returncode == 0, res.stderr
+        assert json.loads(res.stdout)["new"] == 1
+        assert db.execute("SELECT doc_id FROM w_documents").fetchall() == [("note.md",)]
+        res = onetrip("ingest", str(tmp_path), "--prefix", "other_", dsn=as_writer)  # no tables: init needs CREATE
+        assert res.returncode == 1 and "permission denied for schema public" in res.stderr, res.stderr
+    finally:
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")

@@ -361,6 +361,7 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
     bundled corpus, so rebuilding them loses nothing. Anyone else's tables get the
     SchemaMissingError that names `onetrip init --recreate`.
     """
+    import psycopg
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -376,12 +377,21 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
     with connect(args.dsn) as conn:
         try:  # tables made by `onetrip init --vector-type/--partitions/--dim` are ingested into as they are
             layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
+            existed = True
         except SchemaMissingError:  # none yet (created below for the model's dimension), or an older onetrip's
             layout = _layout(args, embedder.dim)
+            existed = False
         if rebuild_outdated and missing_columns(conn, layout):
             console.print(f"{layout.tables['sections']} predates this onetrip; rebuilding the demo tables")
             drop_schema(conn, layout)
-        layout = init_schema(conn, layout)
+        try:
+            layout = init_schema(conn, layout)
+        except psycopg.errors.InsufficientPrivilege:
+            # a writer role (rows, not DDL) over tables an owner made had been refused with 'permission denied
+            # for schema public' by init's CREATE ... IF NOT EXISTS: ingest into them as they are (one
+            # transaction, rolled back: nothing was created); a role that cannot make missing tables still fails
+            if not existed:
+                raise
         with Progress(
             TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("docs"),
             TextColumn("{task.fields[sections]} sections, {task.fields[rate]:.1f}/s"),
