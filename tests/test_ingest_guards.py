@@ -444,3 +444,14 @@ def test_a_file_name_that_is_not_utf8_is_named(db, tmp_path):
     assert path == os.fsdecode(bad) and why.startswith("ValueError: doc_id 'caf\\udce9.md' is not valid Unicode") \
         and "a file name that is not UTF-8" in why, why
     assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]
+
+
+def test_a_path_with_a_nul_fails_that_path_not_the_run(db, tmp_path):
+    """ingest_paths(["a\\0b.md", folder]) had stopped before any write with a bare 'ValueError: embedded null
+    byte' (os.path.realpath's), naming no path."""
+    init_schema(db)
+    (tmp_path / "good.md").write_text(_doc("good"))
+    bad = str(tmp_path / "a\x00b.md")
+    report = ingest_paths(db, [bad, tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert report.failed == [(bad, "a path with a NUL character (no file can have one)")]
+    assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]

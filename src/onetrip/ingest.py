@@ -119,6 +119,8 @@ def _resolve(path: Path) -> Path:
     and a loop in a folder walked had stopped the whole run with a traceback
     before anything was written; the loop is now reported as that file's failure.
     """
+    if "\x00" in str(path):  # no such file can exist; os.path.realpath would raise 'embedded null byte'
+        return Path(os.path.abspath(path))
     try:
         return path.resolve()
     except (RuntimeError, OSError):
@@ -127,6 +129,8 @@ def _resolve(path: Path) -> Path:
 
 def _unreadable(path: Path) -> str:
     """Why a path that does not exist as a file cannot be read: a loop, a dangling link, or nothing there."""
+    if "\x00" in str(path):
+        return "a path with a NUL character (no file can have one)"
     try:
         path.stat()
     except OSError as e:
