@@ -455,3 +455,38 @@ def test_a_path_with_a_nul_fails_that_path_not_the_run(db, tmp_path):
     report = ingest_paths(db, [bad, tmp_path], layout=Layout(), embedder=HashEmbedder())
     assert report.failed == [(bad, "a path with a NUL character (no file can have one)")]
     assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]
+
+
+def test_a_section_field_of_the_wrong_type_is_named_before_the_write(db, tmp_path, statement_log):
+    """replace_document (sections from a caller's own parser) had stored heading_path="Setup" as one heading per
+    character (['S', 'e', 't', 'u', 'p'], path_text 'S e t u p') and token_count=-5 as it was, without a word; an
+    anchor with a NUL or a token_count past int4 failed mid-COPY (rolled back) naming no section; content=None was
+    Python's "argument of type 'NoneType' is not iterable"."""
+    from dataclasses import replace
+
+    import numpy as np
+
+    init_schema(db)
+    path, parsed, vecs = _parsed(tmp_path, "f.md", _doc("fields"))
+    record = DocumentRecord("f.md", path.as_uri(), parsed.title, "h")
+    root, leave = parsed.sections
+    with statement_log.watch(db) as w:
+        for change, why in (
+            (dict(heading_path="Setup"), "has heading_path 'Setup'; it must be a sequence of strings"),
+            (dict(token_count=-5), "has token_count -5; it must be an integer from 0 to 2147483647"),
+            (dict(token_count=2**40), "has token_count 1099511627776; it must be an integer from 0"),
+            (dict(anchor="a\x00b"), "has anchor 'a\\\\x00b'; it must be None or a string without NUL"),
+            (dict(content=None), "has content None; it must be a string"),
+            (dict(level="1"), "has level '1'; it must be an integer"),
+            (dict(metadata=None), "has metadata None; it must be a mapping"),
+            (dict(content="caf\udce9"), "holds text that is not valid Unicode"),
+        ):
+            with pytest.raises(ValueError, match=f"f.md: section 'leave' {why}"):
+                replace_document(db, Layout(), record, [root, replace(leave, **change)], vecs)
+    assert w.statements == []  # each refused before the write
+    # numpy's integers are integers
+    as_numpy = replace(leave, token_count=np.int64(leave.token_count))
+    res = replace_document(db, Layout(), record, [root, as_numpy], vecs)
+    assert res.outcome == "new"
+    assert db.execute("SELECT heading_path FROM sections WHERE section_id = 'leave'").fetchone()[0] == \
+        list(leave.heading_path)

@@ -10,6 +10,7 @@ the previous revision in place. An unchanged content hash is a no-op.
 from __future__ import annotations
 
 import json
+import numbers
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -268,6 +269,42 @@ def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, d
     return arr
 
 
+def _check_fields(doc_id: str, s: SectionLike) -> None:
+    """Each field of a section of the type its column stores, named before the write.
+
+    A heading_path given as one string had been stored as one heading per character (['T', 'i', 't', ...]), a
+    negative token_count silently; an anchor with a NUL, a token_count past int4 or a lone surrogate had failed
+    mid-COPY with PostgreSQL's or psycopg's message naming no section; a None heading or content, a str level
+    or token_count with Python's ("argument of type 'NoneType' is not iterable").
+    """
+    def bad(name: str, want: str) -> ValueError:
+        return ValueError(f"{doc_id}: section {s.section_id!r:.80} has {name} {getattr(s, name)!r:.80}; "
+                          f"it must be {want}")
+
+    for name in ("heading", "content"):
+        if not isinstance(getattr(s, name), str):
+            raise bad(name, "a string")
+    path = s.heading_path
+    if isinstance(path, (str, bytes)) or not isinstance(path, Sequence) or not all(isinstance(h, str) for h in path):
+        raise bad("heading_path", "a sequence of strings such as ['Guide', 'Setup'], not one string")
+    if s.anchor is not None and (not isinstance(s.anchor, str) or "\x00" in s.anchor):
+        raise bad("anchor", "None or a string without NUL")
+    for name, lo, hi in (("sequence_index", 0, 2**31 - 1), ("level", None, None), ("token_count", 0, 2**31 - 1)):
+        v = getattr(s, name)  # numbers.Integral: numpy's integers too
+        if isinstance(v, bool) or not isinstance(v, numbers.Integral):
+            raise bad(name, "an integer")
+        if lo is not None and not lo <= v <= hi:  # level's range: _check_tree's smallint check
+            raise bad(name, f"an integer from {lo} to {hi}")
+    if not isinstance(s.metadata, Mapping):
+        raise bad("metadata", "a mapping (a dict)")
+    for text in (s.heading, s.content, *path, s.anchor or ""):
+        try:
+            text.encode()
+        except UnicodeEncodeError as e:
+            raise ValueError(f"{doc_id}: section {s.section_id!r:.80} holds text that is not valid Unicode "
+                             f"({e.reason} at position {e.start} of {text[:40]!r})") from None
+
+
 def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
     """Refuse a section list that would store a broken tree (caught before any write)."""
     ids = [s.section_id for s in sections]
@@ -278,6 +315,7 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             raise ValueError(f"{doc_id}: section_id {s.section_id!r:.80} must be a non-empty string of at most "
                              f"{MAX_SECTION_ID_BYTES} bytes")
         check_acl(getattr(s, "acl", None))  # a section's own ACL, as the document's
+        _check_fields(doc_id, s)
         if any("\x00" in t for t in (s.section_id, s.heading, s.content, *s.heading_path)):
             raise ValueError(f"{doc_id}: section {s.section_id!r:.80} holds a NUL character, which PostgreSQL "
                              "text cannot store")
