@@ -490,3 +490,23 @@ def test_a_section_field_of_the_wrong_type_is_named_before_the_write(db, tmp_pat
     assert res.outcome == "new"
     assert db.execute("SELECT heading_path FROM sections WHERE section_id = 'leave'").fetchone()[0] == \
         list(leave.heading_path)
+
+
+def test_a_document_record_of_the_wrong_type_is_named(db, tmp_path, statement_log):
+    """source_uri=None or content_hash=None had failed mid-transaction with PostgreSQL's multi-line NotNullViolation
+    (rolled back); content_hash=5 was stored as '5'; metadata=[1] was Python's 'cannot convert dictionary update
+    sequence element #0 to a sequence'."""
+    init_schema(db)
+    path, parsed, vecs = _parsed(tmp_path, "r.md", _doc("record"))
+    for kwargs, exc, why in (
+        (dict(source_uri=None), TypeError, "r.md: source_uri must be a string, got None"),
+        (dict(content_hash=None), TypeError, "r.md: content_hash must be a string, got None"),
+        (dict(content_hash=5), TypeError, "r.md: content_hash must be a string, got 5"),
+        (dict(title=5), TypeError, "r.md: title must be a string or None, got 5"),
+        (dict(metadata=[1]), TypeError, "r.md: metadata must be a mapping"),
+    ):
+        with pytest.raises(exc, match=why):
+            DocumentRecord(**{"doc_id": "r.md", "source_uri": path.as_uri(), "title": "T", "content_hash": "h",
+                              **kwargs})
+    untitled = DocumentRecord("r.md", path.as_uri(), None, "h")  # a document without a title is one
+    assert replace_document(db, Layout(), untitled, parsed.sections, vecs).outcome == "new"

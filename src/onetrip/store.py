@@ -77,10 +77,16 @@ class DocumentRecord:
 
     def __post_init__(self) -> None:
         check_doc_id(self.doc_id)
-        for name in ("title", "source_uri"):  # psycopg's own refusal named no column
-            if "\x00" in (getattr(self, name) or ""):
-                raise ValueError(f"{self.doc_id}: the {name} {getattr(self, name)!r:.80} holds a NUL character, "
+        for name in ("title", "source_uri", "content_hash"):  # NOT NULL columns had failed mid-transaction
+            v = getattr(self, name)
+            if not isinstance(v, str) and not (v is None and name == "title"):
+                want = "a string or None" if name == "title" else "a string"
+                raise TypeError(f"{self.doc_id}: {name} must be {want}, got {v!r:.80}")
+            if "\x00" in (v or ""):  # psycopg's own refusal named no column
+                raise ValueError(f"{self.doc_id}: the {name} {v!r:.80} holds a NUL character, "
                                  "which PostgreSQL text cannot store")
+        if not isinstance(self.metadata, Mapping):
+            raise TypeError(f"{self.doc_id}: metadata must be a mapping (a dict), got {self.metadata!r:.80}")
         check_access_values(self.collection, self.acl)
 
 
