@@ -510,3 +510,27 @@ def test_a_document_record_of_the_wrong_type_is_named(db, tmp_path, statement_lo
                               **kwargs})
     untitled = DocumentRecord("r.md", path.as_uri(), None, "h")  # a document without a title is one
     assert replace_document(db, Layout(), untitled, parsed.sections, vecs).outcome == "new"
+
+
+class _DropsOne(HashEmbedder):
+    """An embedder that loses one text of a batch (a plug-in that skips what its tokenizer cannot read)."""
+
+    def embed_documents(self, texts):
+        return super().embed_documents([t for t in texts if "mystery" not in t])
+
+
+def test_an_embedder_returning_too_few_vectors_stores_none_of_its_batch(db, tmp_path):
+    """ingest sliced the batch's vectors per document and checked each slice only: with one text dropped, the
+    documents before it got their own vectors, those after it their neighbours' (stored, silently wrong) and the
+    last failed with 'expected 1 embeddings, got an array of shape (0, 384)'; None was a TypeError ending the run."""
+    init_schema(db)
+    for name, words in (("a.md", "alpha"), ("b.md", "mystery"), ("c.md", "gamma"), ("d.md", "delta")):
+        (tmp_path / name).write_text(f"# {words.title()}\n\nThe {words} section says this once.\n")
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=_DropsOne(), batch_sections=1000)
+    assert report.new == 0 and len(report.failed) == 4
+    assert {why for _, why in report.failed} == {("the embedder 'hash-test' returned 3 vectors for 4 sections (this "
+                                                  "batch of 4 files); none was stored, as a vector could not be "
+                                                  "matched to its section")}
+    assert list_documents(db, Layout()) == []
+    report = ingest_paths(db, [tmp_path / "a.md", tmp_path / "c.md"], layout=Layout(), embedder=_DropsOne())
+    assert report.new == 2 and report.failed == []

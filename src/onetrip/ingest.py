@@ -319,6 +319,21 @@ def ingest_paths(
             t0 = time.perf_counter()
             vectors = embedder.embed_documents(texts)
             report.embed_seconds += time.perf_counter() - t0
+            try:
+                n_vectors: int | None = len(vectors)
+            except TypeError:
+                n_vectors = None
+            if n_vectors != len(texts):  # each document's slice would take another's vectors: none is stored
+                got = f"{n_vectors} vectors" if n_vectors is not None else f"a {type(vectors).__name__}"
+                why = (f"the embedder {embedder.name!r} returned {got} for {len(texts)} sections (this "
+                       f"batch of {len(pending)} files); none was stored, as a vector could not be matched to its "
+                       "section")
+                for p in pending:
+                    report.failed.append((p.path, why))
+                    if on_progress:
+                        on_progress(p.path, report)
+                pending.clear()
+                return
             offset = 0
             for p in pending:
                 n = len(p.parsed.sections)
