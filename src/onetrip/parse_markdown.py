@@ -148,8 +148,9 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     lines = text.split("\n")
     tokens = _tokens(text)
     if any(t.level >= MAX_NESTING - 1 for t in tokens):
-        raise MarkdownTooDeepError(f"Markdown nested deeper than {MAX_NESTING // 2} levels (lists or quotes); "
-                         "the rest of the document would be lost")
+        # markdown-it's level: a list adds two (the list, its item), a quote one
+        raise MarkdownTooDeepError(f"Markdown nested deeper than {MAX_NESTING // 2} levels of lists "
+                                   f"({MAX_NESTING} of quotes); the rest of the document would be lost")
     top = _top_level(tokens)
     index = {id(t): i for i, t in enumerate(tokens)}
     slugger = GithubSlugger()
