@@ -431,6 +431,26 @@ def test_delete_prune_and_list_name_a_wrong_argument(db, tmp_path, statement_log
     assert [d.doc_id for d in list_documents(db, L)] == ["kept.md"]
 
 
+def test_prune_history_takes_numpy_integers_for_keep(db, tmp_path):
+    """keep=np.int64(...) (a count read from a DataFrame, say) had worked; the bool/int check refused it."""
+    import numpy as np
+
+    from onetrip.store import has_history, prune_history
+
+    init_schema(db)
+    for text in ("one", "two", "three"):
+        (tmp_path / "kept.md").write_text(_doc(text))
+        ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder(), keep_history=True)
+    revisions = "SELECT count(DISTINCT revision) FROM section_history WHERE doc_id = 'kept.md'"
+    assert db.execute(revisions).fetchone()[0] == 2
+    assert prune_history(db, Layout(), keep=np.int64(1)) > 0
+    assert db.execute(revisions).fetchone()[0] == 1
+    assert prune_history(db, Layout(), keep=np.int32(0), doc_id="kept.md") > 0
+    assert not has_history(db, Layout(), "kept.md")
+    with pytest.raises(ValueError, match="keep must be >= 0"):
+        prune_history(db, Layout(), keep=np.int64(-1))
+
+
 def test_a_file_name_that_is_not_utf8_is_named(db, tmp_path):
     """A Latin-1 file name (bytes 0xff) had failed with a bare "UnicodeEncodeError: 'utf-8' codec can't encode
     character '\\udcff' in position 3: surrogates not allowed", saying neither doc_id nor file name."""

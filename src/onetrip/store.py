@@ -611,7 +611,7 @@ def has_history(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
 
 def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:
     """Delete archived revisions, keeping the newest ``keep`` per document; returns rows removed."""
-    if isinstance(keep, bool) or not isinstance(keep, int):
+    if isinstance(keep, bool) or not isinstance(keep, numbers.Integral):  # numpy's integers too, as before
         raise TypeError(f"keep must be an integer, got {type(keep).__name__} {keep!r:.80}")
     if keep < 0:
         raise ValueError("keep must be >= 0")
