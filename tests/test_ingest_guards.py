@@ -466,6 +466,25 @@ def test_a_file_name_that_is_not_utf8_is_named(db, tmp_path):
     assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]
 
 
+def test_a_title_that_is_not_utf8_fails_that_file_not_the_run(db, tmp_path):
+    """A plain-text file's title is its file name's stem: a Latin-1 name under an id of the caller's own
+    (doc_id=) passed the doc_id check, and its title's lone surrogate ended the whole run in the embedder
+    (or failed mid-transaction) with a bare UnicodeEncodeError; DocumentRecord checked its title for NUL only."""
+    init_schema(db)
+    (tmp_path / "good.md").write_text(_doc("good"))
+    bad = os.path.join(os.fsencode(tmp_path), b"caf\xe9.txt")
+    with open(bad, "w") as f:
+        f.write("A plain text note about the cafe." + PAD)
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder(),
+                          doc_id=lambda path, root: "notes/" + path.name.encode(errors="replace").decode())
+    (path, why), = report.failed
+    assert path == os.fsdecode(bad) and why.startswith("ValueError: notes/caf?.txt: the title 'caf\\udce9' is not "
+                                                       "valid Unicode"), why
+    assert [d.doc_id for d in list_documents(db, Layout())] == ["notes/good.md"]
+    with pytest.raises(ValueError, match="r.md: the source_uri 'file:caf.*' is not valid Unicode"):
+        DocumentRecord("r.md", "file:caf\udce9", "T", "h")
+
+
 def test_a_path_with_a_nul_fails_that_path_not_the_run(db, tmp_path):
     """ingest_paths(["a\\0b.md", folder]) had stopped before any write with a bare 'ValueError: embedded null
     byte' (os.path.realpath's), naming no path."""
@@ -499,7 +518,7 @@ def test_a_section_field_of_the_wrong_type_is_named_before_the_write(db, tmp_pat
             (dict(content=None), "has content None; it must be a string"),
             (dict(level="1"), "has level '1'; it must be an integer"),
             (dict(metadata=None), "has metadata None; it must be a mapping"),
-            (dict(content="caf\udce9"), "holds text that is not valid Unicode"),
+            (dict(content="caf\udce9"), "is not valid Unicode \\(surrogates not allowed at position 3 of 'caf"),
         ):
             with pytest.raises(ValueError, match=f"f.md: section 'leave' {why}"):
                 replace_document(db, Layout(), record, [root, replace(leave, **change)], vecs)

@@ -82,9 +82,7 @@ class DocumentRecord:
             if not isinstance(v, str) and not (v is None and name == "title"):
                 want = "a string or None" if name == "title" else "a string"
                 raise TypeError(f"{self.doc_id}: {name} must be {want}, got {v!r:.80}")
-            if "\x00" in (v or ""):  # psycopg's own refusal named no column
-                raise ValueError(f"{self.doc_id}: the {name} {v!r:.80} holds a NUL character, "
-                                 "which PostgreSQL text cannot store")
+            check_text(v or "", f"{self.doc_id}: the {name} {v!r:.80}")  # psycopg's own refusal named no column
         if not isinstance(self.metadata, Mapping):
             raise TypeError(f"{self.doc_id}: metadata must be a mapping (a dict), got {self.metadata!r:.80}")
         check_access_values(self.collection, self.acl)
@@ -95,14 +93,28 @@ def check_doc_id(doc_id: Any) -> str:
     if not isinstance(doc_id, str) or not doc_id or "\x00" in doc_id:
         raise ValueError(f"doc_id must be a non-empty string without NUL, got {doc_id!r:.80}")
     try:
-        doc_id.encode()
-    except UnicodeEncodeError as e:  # a file name in another encoding: os.fsdecode's surrogates
-        raise ValueError(f"doc_id {doc_id!r:.80} is not valid Unicode ({e.reason} at position {e.start}): "
-                         "a file name that is not UTF-8 (rename it, or give doc_id=)") from None
+        check_text(doc_id, f"doc_id {doc_id!r:.80}")
+    except ValueError as e:  # a file name in another encoding: os.fsdecode's surrogates
+        raise ValueError(f"{e}: a file name that is not UTF-8 (rename it, or give doc_id=)") from None
     if len(doc_id.encode()) > MAX_DOC_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
         raise ValueError(f"doc_id {doc_id[:60]!r}... is {len(doc_id.encode())} bytes; "
                          f"the limit is {MAX_DOC_ID_BYTES} (it is a key of the documents and sections indexes)")
     return doc_id
+
+
+def check_text(text: str, what: str) -> str:
+    """``text`` if PostgreSQL text can hold it, else a ValueError naming ``what``: a NUL character, or a lone
+    surrogate (not valid Unicode: os.fsdecode's for a file name in another encoding), which psycopg had refused
+    mid-transaction with a message naming no field ('text fields cannot contain NUL', a bare UnicodeEncodeError).
+    The one check of doc ids, keys, a document's fields and a section's texts."""
+    if "\x00" in text:
+        raise ValueError(f"{what} holds a NUL character, which PostgreSQL text cannot store")
+    try:
+        text.encode()
+    except UnicodeEncodeError as e:
+        raise ValueError(f"{what} is not valid Unicode ({e.reason} at position {e.start} of {text[:40]!r})") \
+            from None
+    return text
 
 
 def check_access_values(collection: Any, acl: Any) -> None:
@@ -303,12 +315,8 @@ def _check_fields(doc_id: str, s: SectionLike) -> None:
             raise bad(name, f"an integer from {lo} to {hi}")
     if not isinstance(s.metadata, Mapping):
         raise bad("metadata", "a mapping (a dict)")
-    for text in (s.heading, s.content, *path, s.anchor or ""):
-        try:
-            text.encode()
-        except UnicodeEncodeError as e:
-            raise ValueError(f"{doc_id}: section {s.section_id!r:.80} holds text that is not valid Unicode "
-                             f"({e.reason} at position {e.start} of {text[:40]!r})") from None
+    for text in (s.section_id, s.heading, s.content, *path, s.anchor or ""):
+        check_text(text, f"{doc_id}: section {s.section_id!r:.80}")
 
 
 def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
@@ -322,9 +330,6 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
                              f"{MAX_SECTION_ID_BYTES} bytes")
         check_acl(getattr(s, "acl", None))  # a section's own ACL, as the document's
         _check_fields(doc_id, s)
-        if any("\x00" in t for t in (s.section_id, s.heading, s.content, *s.heading_path)):
-            raise ValueError(f"{doc_id}: section {s.section_id!r:.80} holds a NUL character, which PostgreSQL "
-                             "text cannot store")
     if sorted(s.sequence_index for s in sections) != list(range(len(sections))):
         raise ValueError(f"{doc_id}: sequence_index must be contiguous from 0")
     parents = {s.section_id: s.parent_section_id for s in sections}
@@ -593,13 +598,7 @@ def check_key(value: Any, name: str) -> str:
     """
     if not isinstance(value, str):
         raise TypeError(f"{name} must be a string, got {type(value).__name__} {value!r:.80}")
-    if "\x00" in value:
-        raise ValueError(f"{name} {value!r:.80} holds a NUL character, which PostgreSQL text cannot hold")
-    try:
-        value.encode()
-    except UnicodeEncodeError as e:
-        raise ValueError(f"{name} {value!r:.80} is not valid Unicode ({e.reason} at position {e.start})") from None
-    return value
+    return check_text(value, f"{name} {value!r:.80}")
 
 
 def has_history(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
