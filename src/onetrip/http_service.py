@@ -50,6 +50,7 @@ import json
 import logging
 import math
 import os
+import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
@@ -813,8 +814,6 @@ def check_listen(host: str, port: int) -> None:
     uvicorn binds only after the startup (the model loaded, ~8 s), then logged the failure and exited with
     its own code 3, which onetrip's exit codes give to "some files or ids failed".
     """
-    import socket
-
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:

@@ -42,6 +42,7 @@ from .store import (
     term_stats_empty,
 )
 from .layout import Layout
+from .schema import read_layout
 
 #: what a folder walk picks up (what `parse_file` reads by its suffix); a file named directly is read as it is
 SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | TEXT_SUFFIXES
@@ -295,8 +296,6 @@ def ingest_paths(
     # before any write: the tables as they are, not as the caller's Layout says. A Layout(dim=768) over a
     # vector(384) table had failed every file with COPY's multi-line 'expected 384 dimensions, not 768'; a prefix
     # with no tables with 'relation "x_term_stats" does not exist ... versions before it did not create'
-    from .schema import read_layout
-
     stored = read_layout(conn, schema=layout.schema, prefix=layout.prefix)  # SchemaMissingError: `onetrip init`
     if (stored.vector_type, stored.dim) != (layout.vector_type, layout.dim):
         raise DimensionMismatchError(

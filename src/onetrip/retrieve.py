@@ -31,7 +31,7 @@ from .embedders import (
 from .errors import missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
-from .store import recorded_embedders
+from .store import nul_in, recorded_embedders
 from .templates import render
 
 if TYPE_CHECKING:
@@ -95,11 +95,9 @@ class Filters:
                 encoded = json.dumps(self.metadata, allow_nan=False)
             except (TypeError, ValueError, RecursionError) as e:
                 raise ValueError(f"filter metadata is not a JSON object jsonb can hold: {e}") from None
-            if "\\u0000" in encoded:  # a NUL, or a backslash before "u0000" (a path, a regex): only the first fails
-                from .store import nul_in
-
-                if (where := nul_in(json.loads(encoded))) is not None:
-                    raise ValueError(f"filter metadata {where} contains a NUL character, which jsonb cannot hold")
+            # "\\u0000": a NUL, or a backslash before "u0000" (a path, a regex): only the first fails
+            if "\\u0000" in encoded and (where := nul_in(json.loads(encoded))) is not None:
+                raise ValueError(f"filter metadata {where} contains a NUL character, which jsonb cannot hold")
 
     @property
     def shape(self) -> tuple[str, ...]:
