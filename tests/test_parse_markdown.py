@@ -186,14 +186,21 @@ def test_nesting_past_the_limit_is_a_clear_error(tmp_path):
 
     p = tmp_path / "deep.md"
     p.write_text("".join("  " * i + "- item\n" for i in range(150)) + "\n# After\n\ntext\n")
-    with pytest.raises(InputDocumentError, match="nested deeper than 100 levels of lists"):
+    with pytest.raises(InputDocumentError, match="nested deeper than 98 levels of lists"):
         parse_file(p)
+    # the message's numbers are the limits: one more list, or one more quote, is refused
+    for many, limit in (("- " * 98, "98 levels of lists"), ("> " * 197, "197 of quotes")):
+        p.write_text(many + "deep\n")
+        assert "deep" in parse_file(p).sections[0].content
+        p.write_text(many[:2] + many + "deep\n")
+        with pytest.raises(InputDocumentError, match=limit):
+            parse_file(p)
     # a quote is one level of markdown-it's nesting, a list two: 150 quotes are read whole, 250 are not
     p.write_text("> " * 150 + "quoted\n\n# After\n\ntext\n")
     read = parse_file(p).sections
     assert [s.heading for s in read] == ["", "After"] and "quoted" in read[0].content
     p.write_text("> " * 250 + "quoted\n\n# After\n\ntext\n")
-    with pytest.raises(InputDocumentError, match=r"\(200 of quotes\)"):
+    with pytest.raises(InputDocumentError, match=r"\(197 of quotes\)"):
         parse_file(p)
 
 

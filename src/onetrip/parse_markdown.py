@@ -148,9 +148,10 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     lines = text.split("\n")
     tokens = _tokens(text)
     if any(t.level >= MAX_NESTING - 1 for t in tokens):
-        # markdown-it's level: a list adds two (the list, its item), a quote one
-        raise MarkdownTooDeepError(f"Markdown nested deeper than {MAX_NESTING // 2} levels of lists "
-                                   f"({MAX_NESTING} of quotes); the rest of the document would be lost")
+        # markdown-it's level: a list adds two (the list, its item), a quote one, and the innermost paragraph and
+        # its inline text two more: 98 lists or 197 quotes are read whole, 99 or 198 refused
+        raise MarkdownTooDeepError(f"Markdown nested deeper than {(MAX_NESTING - 3) // 2} levels of lists "
+                                   f"({MAX_NESTING - 3} of quotes); the rest of the document would be lost")
     top = _top_level(tokens)
     index = {id(t): i for i, t in enumerate(tokens)}
     slugger = GithubSlugger()
