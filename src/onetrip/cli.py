@@ -277,6 +277,9 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
     }
 
 
+NOTHING_INGESTED = "is anything ingested? try `onetrip ingest PATH`"
+
+
 def _no_hits_hint(filters: Any, mode: str) -> str:
     """Why a search came back empty, as far as its options tell: "is anything ingested?" alone had been printed
     for a search whose filters passed nothing, or whose lexical words matched nothing, on a full table."""
@@ -287,10 +290,10 @@ def _no_hits_hint(filters: Any, mode: str) -> str:
         return f"no section passed the filters ({', '.join(given)}), or nothing is ingested here"
     if mode == "lexical":
         return "no section holds a word of the query (lexical mode), or nothing is ingested here"
-    return "is anything ingested? try `onetrip ingest PATH`"
+    return NOTHING_INGESTED
 
 
-def _print_hits(hits: list[Any], console: Any, hint: str = "is anything ingested? try `onetrip ingest PATH`") -> None:
+def _print_hits(hits: list[Any], console: Any, hint: str = NOTHING_INGESTED) -> None:
     from rich.panel import Panel
     from rich.text import Text
 
