@@ -3,7 +3,8 @@
     python -m benchmarks.ingest_manual [--dsn DSN] [--manual DIR] [--prefix pg15_]
 
 Reports pages, sections, seconds spent parsing, embedding and loading, and
-sections per second; writes benchmarks/results/ingest_manual.json. The target
+sections per second; writes benchmarks/results/ingest_manual.json (--out: another .json file, or a
+folder to write ingest_manual.json into). The target
 is under 10 minutes on 2 cores. Runs into its own table prefix so it does not
 disturb other data; --fresh drops that prefix's tables first.
 """
@@ -21,6 +22,14 @@ from benchmarks.args import run_cli
 from benchmarks.pgdoc import find_manual
 
 
+def output_path(out: str) -> Path:
+    """Where --out writes: a path ending in .json is the file; anything else is a folder (every other
+    benchmark's --out is one), and the file is ingest_manual.json in it. A folder given here had been
+    written to as a file, failing with IsADirectoryError after the whole ingest."""
+    p = Path(out)
+    return p if p.suffix.lower() == ".json" and not p.is_dir() else p / "ingest_manual.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     ap = argparse.ArgumentParser(prog="python -m benchmarks.ingest_manual", description=__doc__.split("\n\n")[0])
@@ -28,8 +37,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--manual", default=None, help="folder of the manual's *.html (default: download)")
     ap.add_argument("--prefix", default="pg15_")
     ap.add_argument("--fresh", action="store_true", help="drop this prefix's tables first")
-    ap.add_argument("--out", default="benchmarks/results/ingest_manual.json")
+    ap.add_argument("--out", default="benchmarks/results/ingest_manual.json",
+                    help="the result file (*.json), or a folder to write ingest_manual.json into, as the other "
+                         "benchmarks' --out (default benchmarks/results/ingest_manual.json)")
     args = ap.parse_args(argv)
+    out = output_path(args.out)
 
     import torch
 
@@ -63,8 +75,8 @@ def main(argv: list[str] | None = None) -> int:
         "model": embedder.name, "torch_threads": torch.get_num_threads(), "cores": os.cpu_count(),
         "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
     }
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(result, indent=2))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
     print(json.dumps({k: v for k, v in result.items() if k != "failed"}, indent=2))
     for f in report.failed:
         print("failed:", f)
