@@ -138,3 +138,27 @@ def test_latency_sizes_accept_suffixes_and_the_manual():
     assert a.sizes == [10_000, 1_000, 1_500_000, "manual"] and a.rtts == [0.0, 0.5]
     help_text = " ".join(run.build_parser().format_help().split())
     assert "(default benchmarks/results)" in help_text and "default 10000)" in help_text
+
+
+def test_plot_names_achieved_rtt_and_server_statement_counts(tmp_path):
+    """The PNG carries what its Markdown table does: each level's achieved RTT and each variant's
+    statements per query counted at the server (it had the added RTT and the bare labels only)."""
+    from benchmarks.latency import report
+
+    doc = {
+        "meta": {"k": 10}, "corpus": {"corpus": "synthetic", "sections": 1000},
+        "variants": {"A": {"label": "A bare top-K"}, "D": {"label": "D naive 1+K+2K calls"},
+                     "E": {"label": "E LlamaIndex"}},
+        "statement_counts": {"variants": {"A": {"per_query": [1, 1]}, "D": {"per_query": [20, 24]},
+                                          "E": {"per_query": [70, 80]}}},
+        "levels": [{"added_rtt_ms": d, "rtt": {"median_ms": d + 0.07},
+                    "stats": {v: {"p50": 1.0 + d, "p95": 2.0 + d} for v in "ADE"}} for d in (0.0, 1.0)],
+    }
+    assert report.variant_label(doc, "A") == "A bare top-K [1 stmts/query]"
+    assert report.variant_label(doc, "D") == "D naive 1+K+2K calls [22.0 (20–24) stmts/query]"
+    assert report.variant_label(doc, "E") == "E LlamaIndex [75.0 (70–80) stmts/query]"
+    assert report.rtt_axis_label(doc).endswith("achieved (SELECT 1 p50 through it): 0.07 / 1.07 ms")
+    doc["statement_counts"] = {"unavailable": "no server log"}  # nothing counted: the bare label, no made-up count
+    assert report.variant_label(doc, "A") == "A bare top-K"
+    png = report.plot(doc, tmp_path / "p.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -159,6 +159,21 @@ def _stmt_cell(counts: dict[str, Any] | None, name: str) -> str:
     return f"{lo}" if lo == hi else f"{mean:.1f} ({lo}–{hi})"
 
 
+def variant_label(doc: dict[str, Any], v: str) -> str:
+    """A variant's label with its statements per query counted at the server (the table's column heading)."""
+    cell = _stmt_cell((doc.get("statement_counts") or {}).get("variants", {}), v)
+    return doc["variants"][v]["label"] + ("" if cell == "–" else f" [{cell} stmts/query]")
+
+
+def rtt_axis_label(doc: dict[str, Any]) -> str:
+    """The plot's x-axis label: added RTT, and each level's achieved RTT (the proxy's SELECT 1 p50)."""
+    achieved = [(lv.get("rtt") or {}).get("median_ms") for lv in doc["levels"]]
+    if any(a is None for a in achieved):
+        return "added network RTT (ms, delay proxy)"
+    return ("added network RTT (ms, delay proxy)\nachieved (SELECT 1 p50 through it): "
+            + " / ".join(f"{a:.2f}" for a in achieved) + " ms")
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The Markdown report for one corpus size."""
     meta = doc["meta"]
@@ -188,15 +203,9 @@ def markdown(doc: dict[str, Any]) -> str:
                  + ("; load avg: the machine's 1-minute load average at the end of the level (2 cores; other "
                     "processes' work shows here)." if any("loadavg_end" in lv for lv in doc["levels"]) else "."))
     lines.append("")
-    per_variant_counts = (doc.get("statement_counts") or {}).get("variants", {})
-
-    def head_label(v: str) -> str:
-        cell = _stmt_cell(per_variant_counts, v)
-        return doc["variants"][v]["label"] + ("" if cell == "–" else f" [{cell} stmts/query]")
-
     with_load = any("loadavg_end" in lv for lv in doc["levels"])
     head = ("| added RTT | achieved RTT p50 | " + ("load avg | " if with_load else "")
-            + " | ".join(head_label(v) for v in variants) + " |")
+            + " | ".join(variant_label(doc, v) for v in variants) + " |")
     lines.append(head)
     lines.append("|" + "---|" * (2 + with_load + len(variants)))
     for lv in doc["levels"]:
@@ -328,14 +337,17 @@ def diagnostics_document_markdown(doc: dict[str, Any]) -> str:
 
 
 def plot(doc: dict[str, Any], path: Path) -> Path:
-    """p50 latency vs added RTT, one line per variant (log y), p95 as a band."""
+    """p50 latency vs added RTT, one line per variant (log y), p95 as a band.
+
+    As the Markdown table: the x-axis label gives each level's achieved RTT, each legend entry the
+    variant's statements per query counted at the server."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     k = doc["meta"]["k"]
-    fig, ax = plt.subplots(figsize=(10.0, 5.0), dpi=120)
+    fig, ax = plt.subplots(figsize=(11.5, 5.0), dpi=120)
     xs = [lv["added_rtt_ms"] for lv in doc["levels"]]
     for v in VARIANT_ORDER:
         if v not in doc["variants"]:
@@ -343,10 +355,10 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
         p50 = [lv["stats"].get(v, {}).get("p50", math.nan) for lv in doc["levels"]]
         p95 = [lv["stats"].get(v, {}).get("p95", math.nan) for lv in doc["levels"]]
         color = COLORS.get(v)
-        ax.plot(xs, p50, marker="o", color=color, label=doc["variants"][v]["label"], linewidth=2 if v == "B" else 1.5)
+        ax.plot(xs, p50, marker="o", color=color, label=variant_label(doc, v), linewidth=2 if v == "B" else 1.5)
         ax.fill_between(xs, p50, p95, color=color, alpha=0.12, linewidth=0)
     ax.set_yscale("log")
-    ax.set_xlabel("added network RTT (ms, delay proxy)")
+    ax.set_xlabel(rtt_axis_label(doc))
     ax.set_ylabel("latency per query (ms, log scale)")
     ax.set_title(f"Retrieval with parent + ±1 neighbors: {corpus_title(doc)}, k={k}\nline: p50, band: p50–p95")
     ax.grid(True, which="both", alpha=0.3)
