@@ -162,3 +162,35 @@ def test_plot_names_achieved_rtt_and_server_statement_counts(tmp_path):
     assert report.variant_label(doc, "A") == "A bare top-K"
     png = report.plot(doc, tmp_path / "p.png")
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_cache_warmer_reads_h_pages_when_h_runs(dsn, statement_log):
+    """Before each timed query the warmer runs A's and B's statements and, when H is timed, H's hybrid
+    search: H's vector side reads more candidates than k and its lexical side other pages, which A and B
+    never touched, so H had paid for its own cold reads on the first RTT level."""
+    from benchmarks.latency import corpus as corpus_mod
+    from onetrip.connection import connect
+
+    docs = corpus_mod.generate_corpus(400, 3, 16)
+    layout = corpus_mod.bench_layout(400, 3, 16)
+    with connect(dsn) as conn:
+        corpus_mod.ensure_loaded(conn, docs, layout, log=lambda *_: None)
+    vec = corpus_mod.query_set(docs, 1, 3)[0]
+    sent = {}
+    for hybrid in (False, True):
+        warmer = variants.CacheWarmer(dsn, layout, 5, hybrid=hybrid)
+        try:
+            warmer.warm(vec)  # settings and prepared statements are in place after this one
+            with statement_log.watch(warmer.conn) as w:
+                warmer.warm(vec)
+            sent[hybrid] = w.statements
+        finally:
+            warmer.close()
+    with connect(dsn) as conn:  # what H sends on its own (the log holds each statement's first line)
+        h = variants.OnetripHybrid(conn, layout, 5)
+        h.run(vec)
+        with statement_log.watch(conn) as w:
+            h.run(vec)
+    assert len(w.statements) == 1 and w.statements[0] not in sent[False]
+    assert len(sent[False]) == 2 and sent[True] == sent[False] + w.statements

@@ -536,9 +536,10 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
             from . import llamaindex_peer
 
             peer_table = llamaindex_peer.peer_tables(n, seed).vector_table
-        warmer = CacheWarmer(dsn, layout, k, peer_table)
+        warmer = CacheWarmer(dsn, layout, k, peer_table, hybrid="H" in names)
         doc["hot_cache"] = ("before its timed runs each query is run once, untimed, on a direct connection by A's and "
-                            "B's statements" + (" and by a vector search on E's table" if peer_table else ""))
+                            "B's statements" + (", H's hybrid search" if "H" in names else "")
+                            + (" and by a vector search on E's table" if peer_table else ""))
         for d in args.rtts:
             proxy.set_delay_ms(d)
             gc.collect()
