@@ -76,3 +76,20 @@ def test_scale_refuses_another_k_into_an_existing_report(tmp_path):
     (out / "scale.json").write_text(RESULTS.read_text())  # rows at k=10
     line = refused("benchmarks.scale.run", "--k", "5", "--out", str(out))
     assert "k=10" in line and "another --out for k=5" in line
+
+
+def test_scale_plot_labels_carry_ratio_achieved_rtt_and_day(tmp_path):
+    """The plot's latency lines name B/A, the achieved RTT and the day measured, as the table does; they had
+    said "+1.0 ms" only, so a row from a slower machine (the ef_construction 64 one) read as the graph's cost."""
+    from benchmarks.scale.run import plot, series_note
+
+    def row(n, achieved, ratio, day):
+        return {"sections": n, "layout": "vector", "ef_construction": 200, "measured": day, "recall": {"40": {"recall": 1.0}},
+                "latency": {"1.0": {"achieved_rtt_ms": achieved, "A_p50": 1.5, "B_p50": 1.5 * ratio,
+                                    "B_over_A": ratio}}}
+
+    rows = [row(10_000, 1.061, 1.083, "2026-12-02"), row(100_000, 1.18, 1.09, "2026-12-03")]
+    assert series_note(rows, "1.0") == "B/A 1.083 / 1.090; achieved 1.06–1.18 ms; 2026-12-02 / 2026-12-03"
+    assert series_note(rows[:1], "1.0") == "B/A 1.083; achieved 1.06 ms; 2026-12-02"
+    plot(rows, {"k": 10, "ef": [40]}, tmp_path)
+    assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -232,13 +232,24 @@ def build_settings(results: list[dict[str, Any]]) -> str:
     return f"HNSW builds with {usual}" + (f" ({'; '.join(others)})" if others else "")
 
 
+def series_note(rows: list[dict[str, Any]], rtt: str) -> str:
+    """What a latency line of the plot needs beside its p50s, as the table has it: B/A per size, the
+    proxy's achieved RTT and the day each row was measured (rows of other days may be another machine)."""
+    lat = [r["latency"][rtt] for r in rows]
+    ratios = " / ".join(f"{x['B_over_A']:.3f}" for x in lat)
+    lo, hi = (f"{f(x['achieved_rtt_ms'] for x in lat):.2f}" for f in (min, max))
+    achieved = lo if lo == hi else f"{lo}–{hi}"
+    days = " / ".join(dict.fromkeys(str(r.get("measured", "?")) for r in rows))
+    return f"B/A {ratios}; achieved {achieved} ms; {days}"
+
+
 def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(12, 4.5))
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(13, 7.5))
     series = sorted({(r["layout"], r.get("ef_construction", 64)) for r in results})
     for name, efc in series:
         rs = sorted((r for r in results if (r["layout"], r.get("ef_construction", 64)) == (name, efc)),
@@ -247,8 +258,9 @@ def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None
         tag = f"{name} efc{efc}"
         for rtt, style in (("1.0", "-"), ("0.0", ":")):
             if rtt == "1.0" and all(rtt in r["latency"] for r in rs):
-                ax1.plot(xs, [r["latency"][rtt]["A_p50"] for r in rs], "o" + style, label=f"A bare, {tag}, +{rtt} ms")
-                ax1.plot(xs, [r["latency"][rtt]["B_p50"] for r in rs], "s" + style, label=f"B onetrip, {tag}, +{rtt} ms")
+                ax1.plot(xs, [r["latency"][rtt]["A_p50"] for r in rs], "o" + style, label=f"A bare, {tag}")
+                ax1.plot(xs, [r["latency"][rtt]["B_p50"] for r in rs], "s" + style,
+                         label=f"B onetrip, {tag}, {series_note(rs, rtt)}")
         style = {"vector": "-", "halfvec": "--", "partitioned": "-."}.get(name, ":")
         for i, ef in enumerate(meta["ef"]):
             pts = [(x, r["recall"][str(ef)]["recall"]) for x, r in zip(xs, rs) if str(ef) in r["recall"]]
@@ -259,9 +271,12 @@ def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None
         ax.set_xscale("log")
         ax.set_xlabel("sections")
         ax.grid(True, alpha=0.3)
-        ax.legend(fontsize=7)
+    # below the axes: the 1M points sit where a legend inside would go
+    ax1.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14))
+    ax2.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=2)
     ax1.set_ylabel("p50 latency, ms")
-    ax1.set_title(f"latency vs corpus size (k={meta['k']})")
+    ax1.set_title(f"A and B p50 at +1 ms added RTT vs corpus size (k={meta['k']})\n"
+                  "1 statement per query each; B's label: B/A, achieved RTT, day measured", fontsize=9)
     ax2.set_ylabel(f"recall@{meta['k']} vs exact")
     ax2.set_title("HNSW recall vs corpus size")
     fig.tight_layout()
