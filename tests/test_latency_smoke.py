@@ -194,3 +194,34 @@ def test_cache_warmer_reads_h_pages_when_h_runs(dsn, statement_log):
             h.run(vec)
     assert len(w.statements) == 1 and w.statements[0] not in sent[False]
     assert len(sent[False]) == 2 and sent[True] == sent[False] + w.statements
+
+
+@pytest.mark.slow
+def test_manual_queries_say_where_they_came_from(dsn, tmp_path):
+    """--sizes manual takes its first queries from --questions (default ../shared/eval/pgdocs_tuning.jsonl,
+    beside the repository) and fills up with heading questions. A missing file had silently made every
+    query a heading question, and neither the result nor its report said which queries ran."""
+    import argparse
+
+    from benchmarks import ingest_manual
+    from benchmarks.latency import report
+
+    manual = tmp_path / "manual"
+    manual.mkdir()
+    (manual / "page.html").write_text("<html><body><h1>Vacuum</h1><h2 id='a'>Freezing</h2><p>Text.</p>"
+                                      "<h2 id='b'>Statistics</h2><p>More text.</p></body></html>")
+    assert ingest_manual.main(["--dsn", dsn, "--manual", str(manual), "--out", str(tmp_path / "out")]) == 0
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question": q}) + "\n" for q in ("What does VACUUM do?", "Why freeze?")))
+
+    args = argparse.Namespace(manual_prefix="pg15_", questions=questions, seed=0)
+    docs, vecs, info = run.load_corpus(args, dsn, "manual", 5)
+    assert len(vecs) == 5 and info == {"questions_file": str(questions), "found": True, "from_file": 2,
+                                       "from_headings": 3}
+    assert "the first 2 of the 4 timed queries are the questions of" in report.queries_line(info, 4)
+
+    args.questions = tmp_path / "missing.jsonl"
+    _, vecs, info = run.load_corpus(args, dsn, "manual", 5)
+    assert len(vecs) == 5 and not info["found"] and info["from_file"] == 0 and info["from_headings"] == 5
+    assert report.queries_line(info, 4).startswith("Queries: heading questions only")
+    assert "missing.jsonl` was not found" in report.queries_line(info, 4)

@@ -174,6 +174,16 @@ def rtt_axis_label(doc: dict[str, Any]) -> str:
             + " / ".join(f"{a:.2f}" for a in achieved) + " ms")
 
 
+def queries_line(info: dict[str, Any], timed: int) -> str:
+    """Where the manual's queries came from: the --questions file first, then heading questions."""
+    if not info.get("found"):
+        return (f"Queries: heading questions only ('How do I use <heading>?'): the questions file "
+                f"`{info.get('questions_file')}` was not found.")
+    n_file = info["from_file"]
+    return (f"Queries: the first {min(n_file, timed)} of the {timed} timed queries are the questions of "
+            f"`{info['questions_file']}`, the rest heading questions ('How do I use <heading>?').")
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The Markdown report for one corpus size."""
     meta = doc["meta"]
@@ -280,6 +290,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"(maintenance_work_mem={load.get('maintenance_work_mem') or '–'}), VACUUM ANALYZE {_f(load.get('analyze_s'), 1)} s."
         + (f" Index: `{load['hnsw_indexdef']}`." if load.get("hnsw_indexdef") else "")
     )
+    if c.get("queries"):
+        lines.append(queries_line(c["queries"], doc["queries_per_level"]))
     el = doc.get("e_load")
     if el:
         reused = " (reused; times of the run that loaded them)" if el.get("reused") else ""

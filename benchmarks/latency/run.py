@@ -406,17 +406,26 @@ def corpus_label(n: int | str) -> str:
     return "the PostgreSQL 15 manual" if n == corpus_mod.MANUAL else f"{n:,} synthetic sections"
 
 
-def load_corpus(args: argparse.Namespace, dsn: str, n: int | str, count: int) -> tuple[list[Any], np.ndarray]:
-    """The corpus's documents and ``count`` query vectors (synthetic, or the ingested manual)."""
+def load_corpus(
+    args: argparse.Namespace, dsn: str, n: int | str, count: int,
+) -> tuple[list[Any], np.ndarray, dict[str, Any] | None]:
+    """The corpus's documents, ``count`` query vectors (synthetic, or the ingested manual) and, for the
+    manual, where its queries came from (the result records it: a missing --questions file changes them)."""
     if n != corpus_mod.MANUAL:
         docs = corpus_mod.generate_corpus(n, args.seed, args.dim)
-        return docs, corpus_mod.query_set(docs, count, args.seed)
+        return docs, corpus_mod.query_set(docs, count, args.seed), None
     with connect(dsn) as conn:
         docs = corpus_mod.manual_corpus(conn, args.manual_prefix)
     questions: list[str] = []
-    if args.questions and args.questions.exists():
+    found = bool(args.questions and args.questions.is_file())
+    if found:
         questions = [json.loads(line)["question"] for line in args.questions.read_text().splitlines() if line.strip()]
-    return docs, corpus_mod.manual_queries(docs, count, args.seed, questions)
+    elif args.questions:
+        log(f"  --questions {args.questions}: no such file; the manual's queries are all heading questions")
+    used = min(len(questions), count)
+    info = {"questions_file": str(args.questions) if args.questions else None, "found": found,
+            "from_file": used, "from_headings": count - used}
+    return docs, corpus_mod.manual_queries(docs, count, args.seed, questions), info
 
 
 def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, Any], e_error: str | None) -> tuple[dict[str, Any], bool]:
@@ -425,7 +434,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
     q, w, c = args.queries, args.warmup, args.count_queries
     log(f"\n=== corpus: {corpus_label(n)}, k={k} ===")
     t0 = time.perf_counter()
-    docs, vectors = load_corpus(args, dsn, n, q + w + PRIME_RUNS + c)
+    docs, vectors, queries_info = load_corpus(args, dsn, n, q + w + PRIME_RUNS + c)
     n_sections = sum(len(d.sections) for d in docs)
     log(f"  {n_sections:,} sections in {len(docs):,} documents ({time.perf_counter() - t0:.1f} s)")
     timed_vecs, warm_vecs, count_vecs = vectors[:q], vectors[q:q + w], vectors[q + w:]
@@ -455,7 +464,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
     gc.freeze()  # keep the collector from walking long-lived objects during timed runs
 
     corpus_info = {"corpus": corpus_mod.corpus_tag(n), "sections": n_sections, "documents": n_docs, "seed": seed, "dim": dim, "layout_prefix": layout.prefix,
-                   "load": load.as_dict()}
+                   "load": load.as_dict(), **({"queries": queries_info} if queries_info else {})}
     if args.only_diagnostics:
         return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs)
 
