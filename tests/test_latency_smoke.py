@@ -39,6 +39,8 @@ def test_benchmark_runs_end_to_end(dsn, statement_log, tmp_path):
     doc = json.loads(stem.with_suffix(".json").read_text())
     md = stem.with_suffix(".md").read_text()
     assert md.startswith("## Latency")
+    # the iterative scan's cost is the cost split's to say (its file), not figures written into this report
+    assert "the `hnsw.iterative_scan` column of `python -m benchmarks.latency.cost_split`" in md and " us " not in md
     header = next(line for line in md.splitlines() if line.startswith("| added RTT | achieved RTT"))
     for label in ("A bare top-K", "B onetrip single statement", "F onetrip assembled context", "Af bare filtered",
                   "G onetrip single statement, filtered", "H onetrip hybrid"):  # every variant that ran has a column

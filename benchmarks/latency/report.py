@@ -203,9 +203,9 @@ def markdown(doc: dict[str, Any]) -> str:
     lines.append("")
     lines.append("A, C, C2 and D run with the server's pgvector settings. B, F, G and H run as `Retriever` runs, "
                  "with `hnsw.iterative_scan = relaxed_order` and `hnsw.max_scan_tuples = 20000` set once per "
-                 "connection, so filtered searches still return k rows; on an unfiltered query that costs "
-                 "up to ~0.1 ms per query from 10k to 1M sections (`python -m benchmarks.latency.cost_split`, "
-                 "its `hnsw.iterative_scan` column; 0-44 us in one run, 15-109 us in another).")
+                 "connection, so filtered searches still return k rows; what that costs an unfiltered query is "
+                 "the `hnsw.iterative_scan` column of `python -m benchmarks.latency.cost_split` "
+                 "(benchmarks/results/cost_split.md).")
     if "E" in doc["variants"] and doc.get("e_queries_per_level") not in (None, doc["queries_per_level"]):
         lines.append(f"E ran on the first {doc['e_queries_per_level']} queries of each level only.")
     lines.append("")
