@@ -218,7 +218,10 @@ def test_revisions_history_and_result_revision(db, dsn, tmp_path):
     assert res.returncode == 0 and f"pruned {len(other.sections)} archived section rows" in res.stdout, res
     assert db.execute("SELECT DISTINCT doc_id FROM section_history").fetchall() == [(rec.doc_id,)]
     typo = onetrip("prune", "--doc-id", other.record.doc_id + "x", dsn=dsn)  # as delete's unknown ids: exit 3
-    assert typo.returncode == 3 and "has no archived revisions" in typo.stderr, typo
+    assert typo.returncode == 3 and "has no archived revisions and is not a stored document" in typo.stderr, typo
+    again = onetrip("prune", "--doc-id", other.record.doc_id, dsn=dsn)  # stored, its history pruned just now
+    assert again.returncode == 3 and "has no archived revisions" in again.stderr, again
+    assert "not a stored document" not in again.stderr, again
     assert prune_history(db, layout, keep=1) == n
     assert db.execute("SELECT DISTINCT revision FROM section_history").fetchall() == [(2,)]
     assert prune_history(db, layout, keep=0) == n
