@@ -256,11 +256,11 @@ def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None
                     key=lambda r: r["sections"])
         xs = [r["sections"] for r in rs]
         tag = f"{name} efc{efc}"
-        for rtt, style in (("1.0", "-"), ("0.0", ":")):
-            if rtt == "1.0" and all(rtt in r["latency"] for r in rs):
-                ax1.plot(xs, [r["latency"][rtt]["A_p50"] for r in rs], "o" + style, label=f"A bare, {tag}")
-                ax1.plot(xs, [r["latency"][rtt]["B_p50"] for r in rs], "s" + style,
-                         label=f"B onetrip, {tag}, {series_note(rs, rtt)}")
+        rtt = "1.0"  # the plot's RTT (the table has +0 ms too)
+        if all(rtt in r["latency"] for r in rs):
+            ax1.plot(xs, [r["latency"][rtt]["A_p50"] for r in rs], "o-", label=f"A bare, {tag}")
+            ax1.plot(xs, [r["latency"][rtt]["B_p50"] for r in rs], "s-",
+                     label=f"B onetrip, {tag}, {series_note(rs, rtt)}")
         style = {"vector": "-", "halfvec": "--", "partitioned": "-."}.get(name, ":")
         for i, ef in enumerate(meta["ef"]):
             pts = [(x, r["recall"][str(ef)]["recall"]) for x, r in zip(xs, rs) if str(ef) in r["recall"]]

@@ -443,18 +443,15 @@ def _acl(text: str | None) -> tuple[str, ...] | None:
 
 def cmd_prune(args: argparse.Namespace) -> int:
     """Exit 3 when --doc-id names a document with no archived revisions (a typo, as `delete`'s unknown ids)."""
-    from psycopg import sql
-
     from .connection import connect
     from .schema import read_layout
-    from .store import has_history, prune_history
+    from .store import has_history, is_stored, prune_history
 
     with connect(args.dsn) as conn:
         layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
         if args.doc_id is not None and not has_history(conn, layout, args.doc_id):
-            stored = conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(
-                sql.SQL(layout.tables["documents"])), (args.doc_id,)).fetchone()[0]
-            why = "" if stored else " and is not a stored document (`onetrip documents` lists them)"
+            why = ("" if is_stored(conn, layout, args.doc_id)
+                   else " and is not a stored document (`onetrip documents` lists them)")
             print(f"pruned nothing: {args.doc_id} has no archived revisions{why}", file=sys.stderr)
             return 3
         n = prune_history(conn, layout, keep=args.keep, doc_id=args.doc_id)

@@ -292,10 +292,13 @@ class HybridOptions:
             raise ValueError(f"candidates must be an integer from 1 to {MAX_K}, got {self.candidates!r}")
         if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, int) or self.rrf_k < 1:
             raise ValueError(f"rrf_k must be a positive integer, got {self.rrf_k!r}")
-        for name in ("dense_weight", "lexical_weight", "term_weight"):
+        for name in ("dense_weight", "lexical_weight", "term_weight", "tf_weight"):
             v = getattr(self, name)
+            if v is None and name == "tf_weight":  # the mode's default
+                continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v:
-                raise ValueError(f"{name} must be a non-negative number, got {v!r}")
+                what = "None or a non-negative number" if name == "tf_weight" else "a non-negative number"
+                raise ValueError(f"{name} must be {what}, got {v!r}")
             if v > MAX_WEIGHT:
                 raise ValueError(f"{name} must be at most {MAX_WEIGHT:g}, got {v!r}{_WEIGHT_WHY}")
         v = self.max_term_share
@@ -304,11 +307,6 @@ class HybridOptions:
         v = self.rare_term_sections
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
             raise ValueError(f"rare_term_sections must be a non-negative integer, got {v!r}")
-        v = self.tf_weight
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0 or v != v):
-            raise ValueError(f"tf_weight must be None or a non-negative number, got {v!r}")
-        if v is not None and v > MAX_WEIGHT:
-            raise ValueError(f"tf_weight must be at most {MAX_WEIGHT:g}, got {v!r}{_WEIGHT_WHY}")
 
     def params(self, k: int, mode: str = "hybrid") -> dict[str, Any]:
         tf = self.tf_weight if self.tf_weight is not None else TF_WEIGHT_DEFAULT.get(mode, 0.0)
@@ -835,22 +833,29 @@ def adapter_error(error: psycopg.ProgrammingError) -> TypeError | None:
     return None
 
 
+def statement_error(e: psycopg.Error) -> Exception:
+    """The error to raise for a failed retrieval statement: onetrip's own where it knows the cause (a refused
+    query vector, a missing table, a query past PostgreSQL's limits, a connection without pgvector's
+    adapters), else ``e`` itself. The one mapping behind `statement_errors` and `_fetch`."""
+    if isinstance(e, psycopg.errors.DataException):
+        return vector_value_error(e) or e
+    if isinstance(e, psycopg.errors.UndefinedTable):
+        return missing_table_error(e)
+    if isinstance(e, psycopg.errors.ProgramLimitExceeded):
+        return limit_error(e)
+    if isinstance(e, psycopg.ProgrammingError):
+        return adapter_error(e) or e
+    return e
+
+
 @contextmanager
 def statement_errors() -> Iterator[None]:
-    """A refused query vector or a missing table as onetrip's errors (ValueError, SchemaMissingError).
-
-    `_fetch` spells the same two clauses out inline: it is the measured hot path.
-    """
+    """A failed statement's error as `statement_error` maps it (`_fetch`, the measured hot path, calls that
+    inline rather than entering a context manager per search)."""
     try:
         yield
-    except psycopg.errors.DataException as e:
-        raise (vector_value_error(e) or e) from None
-    except psycopg.errors.UndefinedTable as e:
-        raise missing_table_error(e) from None
-    except psycopg.errors.ProgramLimitExceeded as e:
-        raise limit_error(e) from None
-    except psycopg.ProgrammingError as e:
-        raise (adapter_error(e) or e) from None
+    except psycopg.Error as e:
+        raise statement_error(e) from None
 
 
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
@@ -863,14 +868,8 @@ def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> 
     with conn.cursor() as cur:
         try:
             cur.execute(statement, params, binary=True)
-        except psycopg.errors.DataException as e:
-            raise (vector_value_error(e) or e) from None
-        except psycopg.errors.UndefinedTable as e:
-            raise missing_table_error(e) from None
-        except psycopg.errors.ProgramLimitExceeded as e:
-            raise limit_error(e) from None
-        except psycopg.ProgrammingError as e:
-            raise (adapter_error(e) or e) from None
+        except psycopg.Error as e:
+            raise statement_error(e) from None
         return cur.fetchall(), statement_columns(statement, cur)
 
 

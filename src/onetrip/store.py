@@ -601,11 +601,20 @@ def check_key(value: Any, name: str) -> str:
     return check_text(value, f"{name} {value!r:.80}")
 
 
+def _holds(conn: psycopg.Connection, table: str, doc_id: str) -> bool:
+    check_key(doc_id, "doc_id")
+    return conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(sql.SQL(table)),
+                        (doc_id,)).fetchone()[0]
+
+
 def has_history(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
     """Whether section_history holds any archived revision of ``doc_id``."""
-    check_key(doc_id, "doc_id")
-    return conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(
-        sql.SQL(layout.tables["section_history"])), (doc_id,)).fetchone()[0]
+    return _holds(conn, layout.tables["section_history"], doc_id)
+
+
+def is_stored(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
+    """Whether ``doc_id`` is a stored document (what `list_documents` lists)."""
+    return _holds(conn, layout.tables["documents"], doc_id)
 
 
 def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, doc_id: str | None = None) -> int:
