@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import psycopg
+
 from onetrip import Retriever
 
 DEMO = Path(__file__).resolve().parents[1] / "src" / "onetrip" / "demo_corpus"
@@ -328,3 +330,22 @@ def test_a_writer_role_without_ddl_rights_can_ingest_into_existing_tables(dsn, d
     finally:
         db.execute(f"DROP OWNED BY {role}")
         db.execute(f"DROP ROLE {role}")
+
+
+def test_ingest_of_only_missing_paths_is_bad_input_and_touches_nothing(dsn, tmp_path):
+    """Every path given missing (a typo): exit 2 at once, naming it, with no table made (it had loaded the model,
+    made the tables and exited 3, the code for 'some files failed, the rest went through')."""
+    res = onetrip("ingest", str(tmp_path / "nope.md"), str(tmp_path / "gone"), "--prefix", "typo_", dsn=dsn)
+    assert res.returncode == 2, res.stderr
+    assert f"{tmp_path / 'nope.md'}: no such file or directory (nor the other 1 path given); nothing was ingested" \
+        in res.stderr
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT to_regclass('typo_sections')").fetchone()[0] is None
+    (tmp_path / "a.md").write_text("# A\n\nSome text.\n")  # one path there: the run goes on, the missing one fails
+    res = onetrip("ingest", str(tmp_path / "a.md"), str(tmp_path / "nope.md"), "--prefix", "typo_", "--json",
+                  dsn=dsn)
+    assert res.returncode == 3, res.stderr
+    assert json.loads(res.stdout)["new"] == 1
+    (tmp_path / "empty").mkdir()
+    res = onetrip("ingest", str(tmp_path / "empty"), "--prefix", "typo_", dsn=dsn)
+    assert res.returncode == 0 and "note: no files to ingest in" in res.stderr and ".md" in res.stderr

@@ -369,12 +369,21 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     from .connection import connect
-    from .ingest import ingest_paths, plan_files
-    from .errors import SchemaMissingError
+    from .errors import InputDocumentError, SchemaMissingError
+    from .ingest import SUFFIXES, ingest_paths, plan_files, unreadable
     from .schema import drop_schema, init_schema, missing_columns, read_layout
 
     doc_id = _doc_id_maker(getattr(args, "doc_id_prefix", ""))
-    total = len(plan_files(paths, doc_id))  # two files for one doc_id: refused before any table is made
+    planned = plan_files(paths, doc_id)  # two files for one doc_id: refused before any table is made
+    total = len(planned)
+    missing = [p for p, _, _ in planned if not p.exists()]
+    if planned and len(missing) == total:  # a typo: say so at once (exit 2), not after loading the model
+        n = total - 1
+        more = f" (nor the other {n} path{'s' if n > 1 else ''} given)" if n else ""
+        raise InputDocumentError(str(missing[0]), f"{unreadable(missing[0])}{more}; nothing was ingested")
+    if not planned:
+        print(f"onetrip: note: no files to ingest in {', '.join(map(str, paths))} (read are "
+              f"{', '.join(sorted(SUFFIXES))}; hidden files and folders are skipped)", file=sys.stderr)
     embedder = _embedder(args)
     console = Console(stderr=True)
     with connect(args.dsn) as conn:

@@ -128,7 +128,7 @@ def _resolve(path: Path) -> Path:
         return path.parent.resolve() / path.name
 
 
-def _unreadable(path: Path) -> str:
+def unreadable(path: Path) -> str:
     """Why a path that does not exist as a file cannot be read: a loop, a dangling link, or nothing there."""
     if "\x00" in str(path):
         return "a path with a NUL character (no file can have one)"
@@ -367,7 +367,7 @@ def ingest_paths(
             t0 = time.perf_counter()
             try:
                 if not path.exists():
-                    raise InputDocumentError(shown, _unreadable(path))
+                    raise InputDocumentError(shown, unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
                     raise InputDocumentError(shown, "not a regular file (a FIFO, socket or device)")
                 check_doc_id(did)  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
