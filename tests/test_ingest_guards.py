@@ -510,18 +510,21 @@ def test_a_section_field_of_the_wrong_type_is_named_before_the_write(db, tmp_pat
     record = DocumentRecord("f.md", path.as_uri(), parsed.title, "h")
     root, leave = parsed.sections
     with statement_log.watch(db) as w:
-        for change, why in (
-            (dict(heading_path="Setup"), "has heading_path 'Setup'; it must be a sequence of strings"),
-            (dict(token_count=-5), "has token_count -5; it must be an integer from 0 to 2147483647"),
-            (dict(token_count=2**40), "has token_count 1099511627776; it must be an integer from 0"),
-            (dict(anchor="a\x00b"), "has anchor 'a\\\\x00b'; it must be None or a string without NUL"),
-            (dict(content=None), "has content None; it must be a string"),
-            (dict(level="1"), "has level '1'; it must be an integer"),
-            (dict(metadata=None), "has metadata None; it must be a mapping"),
-            (dict(content="caf\udce9"), "is not valid Unicode \\(surrogates not allowed at position 3 of 'caf"),
+        for change, exc, why in (  # the wrong type: TypeError (as DocumentRecord's); a bad value: ValueError
+            (dict(heading_path="Setup"), TypeError, "has heading_path 'Setup'; it must be a sequence of strings"),
+            (dict(token_count=-5), ValueError, "has token_count -5; it must be an integer from 0 to 2147483647"),
+            (dict(token_count=2**40), ValueError, "has token_count 1099511627776; it must be an integer from 0"),
+            (dict(anchor="a\x00b"), ValueError, "has anchor 'a\\\\x00b'; it must be None or a string without NUL"),
+            (dict(anchor=5), TypeError, "has anchor 5; it must be None or a string"),
+            (dict(content=None), TypeError, "has content None; it must be a string"),
+            (dict(level="1"), TypeError, "has level '1'; it must be an integer"),
+            (dict(metadata=None), TypeError, "has metadata None; it must be a mapping"),
+            (dict(content="caf\udce9"), ValueError,
+             "is not valid Unicode \\(surrogates not allowed at position 3 of 'caf"),
         ):
-            with pytest.raises(ValueError, match=f"f.md: section 'leave' {why}"):
+            with pytest.raises(exc, match=f"f.md: section 'leave' {why}") as info:
                 replace_document(db, Layout(), record, [root, replace(leave, **change)], vecs)
+            assert type(info.value) is exc  # not ValueError for a wrong type, as sections' errors once were
     assert w.statements == []  # each refused before the write
     # numpy's integers are integers
     as_numpy = replace(leave, token_count=np.int64(leave.token_count))

@@ -295,9 +295,9 @@ def _check_fields(doc_id: str, s: SectionLike) -> None:
     mid-COPY with PostgreSQL's or psycopg's message naming no section; a None heading or content, a str level
     or token_count with Python's ("argument of type 'NoneType' is not iterable").
     """
-    def bad(name: str, want: str) -> ValueError:
-        return ValueError(f"{doc_id}: section {s.section_id!r:.80} has {name} {getattr(s, name)!r:.80}; "
-                          f"it must be {want}")
+    def bad(name: str, want: str, error: type[Exception] = TypeError) -> Exception:
+        """TypeError for a value of the wrong type (as DocumentRecord's), ValueError for one out of range."""
+        return error(f"{doc_id}: section {s.section_id!r:.80} has {name} {getattr(s, name)!r:.80}; it must be {want}")
 
     for name in ("heading", "content"):
         if not isinstance(getattr(s, name), str):
@@ -305,14 +305,16 @@ def _check_fields(doc_id: str, s: SectionLike) -> None:
     path = s.heading_path
     if isinstance(path, (str, bytes)) or not isinstance(path, Sequence) or not all(isinstance(h, str) for h in path):
         raise bad("heading_path", "a sequence of strings such as ['Guide', 'Setup'], not one string")
-    if s.anchor is not None and (not isinstance(s.anchor, str) or "\x00" in s.anchor):
+    if s.anchor is not None and not isinstance(s.anchor, str):
         raise bad("anchor", "None or a string without NUL")
+    if s.anchor is not None and "\x00" in s.anchor:
+        raise bad("anchor", "None or a string without NUL", ValueError)
     for name, lo, hi in (("sequence_index", 0, 2**31 - 1), ("level", None, None), ("token_count", 0, 2**31 - 1)):
         v = getattr(s, name)  # numbers.Integral: numpy's integers too
         if isinstance(v, bool) or not isinstance(v, numbers.Integral):
             raise bad(name, "an integer")
         if lo is not None and not lo <= v <= hi:  # level's range: _check_tree's smallint check
-            raise bad(name, f"an integer from {lo} to {hi}")
+            raise bad(name, f"an integer from {lo} to {hi}", ValueError)
     if not isinstance(s.metadata, Mapping):
         raise bad("metadata", "a mapping (a dict)")
     for text in (s.section_id, s.heading, s.content, *path, s.anchor or ""):
