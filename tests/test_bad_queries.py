@@ -41,9 +41,9 @@ def test_values_postgres_cannot_hold_are_refused_before_sending(r, db, statement
         (ValueError, "metadata", dict(filters={"metadata": {"a": float("nan")}})),
         (ValueError, "metadata", dict(filters={"metadata": {"a": float("inf")}})),
         (ValueError, "NUL", dict(filters={"metadata": {"a": "x\x00"}})),
-        (ValueError, "doc_ids contains a NUL", dict(filters={"doc_ids": ["a\x00"]})),
-        (ValueError, "source_prefix contains a NUL", dict(filters={"source_prefix": "a\x00"})),
-        (ValueError, "query text contains a NUL", dict(mode="lexical", text="max\x00connections")),
+        (ValueError, "doc_ids holds a NUL", dict(filters={"doc_ids": ["a\x00"]})),
+        (ValueError, "source_prefix holds a NUL", dict(filters={"source_prefix": "a\x00"})),
+        (ValueError, "query text holds a NUL", dict(mode="lexical", text="max\x00connections")),
         (ValueError, "not valid Unicode", dict(mode="hybrid", text="a\ud800b")),
         (TypeError, "list of strings", dict(filters={"collections": 5})),
     ]
@@ -273,5 +273,5 @@ def test_a_backslash_u0000_in_a_metadata_filter_is_text_not_a_nul(r, db):
     replace_document(db, Layout(dim=DIM), with_(d.record, metadata={"path": path}), d.sections, d.embeddings)
     hits = r.search(vec(4), 3, filters={"metadata": {"path": path}})
     assert hits and {h.section.doc_id for h in hits} == {d.record.doc_id}
-    with pytest.raises(ValueError, match=r"filter metadata value 'a'\[1\] contains a NUL character"):
+    with pytest.raises(ValueError, match=r"filter metadata value 'a'\[1\] holds a NUL character"):
         r.search(vec(4), 3, filters={"metadata": {"a": ["ok", "x\x00"]}})

@@ -31,7 +31,7 @@ from .embedders import (
 from .errors import missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
-from .store import nul_in, recorded_embedders
+from .store import check_text, nul_in, recorded_embedders
 from .templates import render
 
 if TYPE_CHECKING:
@@ -82,12 +82,12 @@ class Filters:
             if values is None or not all(isinstance(v, str) for v in values):
                 raise TypeError(f"filter {name} must be a list of strings, got {value!r}")
             for v in values:
-                _check_text(v, f"filter {name}")
+                check_text(v, f"filter {name}")
             object.__setattr__(self, name, values)
         if self.source_prefix is not None:
             if not isinstance(self.source_prefix, str):
                 raise TypeError(f"filter source_prefix must be a string, got {self.source_prefix!r}")
-            _check_text(self.source_prefix, "filter source_prefix")
+            check_text(self.source_prefix, "filter source_prefix")
         if self.metadata is not None:
             if not isinstance(self.metadata, dict):
                 raise TypeError(f"filter metadata must be a JSON object (dict), got {type(self.metadata).__name__}")
@@ -97,7 +97,7 @@ class Filters:
                 raise ValueError(f"filter metadata is not a JSON object jsonb can hold: {e}") from None
             # "\\u0000": a NUL, or a backslash before "u0000" (a path, a regex): only the first fails
             if "\\u0000" in encoded and (where := nul_in(json.loads(encoded))) is not None:
-                raise ValueError(f"filter metadata {where} contains a NUL character, which jsonb cannot hold")
+                raise ValueError(f"filter metadata {where} holds a NUL character, which PostgreSQL's jsonb cannot store")
 
     @property
     def shape(self) -> tuple[str, ...]:
@@ -125,22 +125,11 @@ class Filters:
 NO_FILTERS = Filters()
 
 
-def _check_text(text: str, what: str) -> str:
-    """A string PostgreSQL can take as text: no NUL character, no lone surrogate."""
-    if "\x00" in text:
-        raise ValueError(f"{what} contains a NUL character, which PostgreSQL text cannot hold")
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError as e:
-        raise ValueError(f"{what} is not valid Unicode ({e.reason} at position {e.start})") from None
-    return text
-
-
 def check_query_text(text: str, what: str = "the query text") -> str:
     """A query text that can be embedded and searched, or a ValueError naming what is wrong."""
     if not text.strip():
         raise ValueError(f"{what} is empty")
-    return _check_text(text, what)
+    return check_text(text, what)
 
 
 def as_filters(filters: Filters | dict[str, Any] | None) -> Filters:
