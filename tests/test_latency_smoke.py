@@ -39,6 +39,8 @@ def test_benchmark_runs_end_to_end(dsn, statement_log, tmp_path):
     doc = json.loads(stem.with_suffix(".json").read_text())
     md = stem.with_suffix(".md").read_text()
     assert md.startswith("## Latency")
+    assert "HNSW m=16, ef_construction=64, hnsw.ef_search=" in md  # the index timed (the file name omits it)
+    assert (doc["corpus"]["hnsw_m"], doc["corpus"]["hnsw_ef_construction"]) == (16, 64)
     # the iterative scan's cost is the cost split's to say (its file), not figures written into this report
     assert "the `hnsw.iterative_scan` column of `python -m benchmarks.latency.cost_split`" in md and " us " not in md
     header = next(line for line in md.splitlines() if line.startswith("| added RTT | achieved RTT"))
@@ -227,3 +229,13 @@ def test_manual_queries_say_where_they_came_from(dsn, tmp_path):
     assert len(vecs) == 5 and not info["found"] and info["from_file"] == 0 and info["from_headings"] == 5
     assert report.queries_line(info, 4).startswith("Queries: heading questions only")
     assert "missing.jsonl` was not found" in report.queries_line(info, 4)
+
+
+def test_report_names_the_hnsw_build_of_older_results_from_their_table_prefix():
+    """Results written before the corpus recorded its HNSW build (the committed 1M run: ef_construction 200)."""
+    from benchmarks.latency.report import hnsw_index
+
+    assert hnsw_index({"layout_prefix": "bench1000000_s0_efc200_"}) == "HNSW m=16, ef_construction=200"
+    assert hnsw_index({"layout_prefix": "benchmanual_s0_"}) == "HNSW m=16, ef_construction=64"
+    assert hnsw_index({"layout_prefix": "bench10_s0_m8_efc100_", "hnsw_ef_construction": 32}) == \
+        "HNSW m=8, ef_construction=32"

@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 import sys
 from pathlib import Path
 from typing import Any
+
+from onetrip.layout import Layout
 
 VARIANT_ORDER = ("A", "B", "C", "C2", "D", "E", "F", "Af", "G", "H")  # each one that ran: table, counts, plot
 RATIOS = (("B", "A"), ("C", "B"), ("C2", "B"), ("D", "B"), ("E", "B"), ("F", "A"), ("G", "Af"), ("H", "B"))
@@ -184,6 +187,17 @@ def queries_line(info: dict[str, Any], timed: int) -> str:
             f"`{info['questions_file']}`, the rest heading questions ('How do I use <heading>?').")
 
 
+def hnsw_index(corpus: dict[str, Any]) -> str:
+    """The corpus's HNSW build parameters: the result's name does not carry them (1M was built with
+    ef_construction 200), so the table says them. Older results: read from the table prefix (``_efc200``)."""
+    prefix = corpus.get("layout_prefix") or ""
+    found = {key: re.search(rf"_{tag}(\d+)(?:_|$)", prefix)
+             for key, tag in (("hnsw_m", "m"), ("hnsw_ef_construction", "efc"))}
+    default = {"hnsw_m": Layout.hnsw_m, "hnsw_ef_construction": Layout.hnsw_ef_construction}
+    value = {k: corpus.get(k, int(found[k].group(1)) if found[k] else default[k]) for k in default}
+    return f"HNSW m={value['hnsw_m']}, ef_construction={value['hnsw_ef_construction']}"
+
+
 def markdown(doc: dict[str, Any]) -> str:
     """The Markdown report for one corpus size."""
     meta = doc["meta"]
@@ -198,7 +212,8 @@ def markdown(doc: dict[str, Any]) -> str:
         f"{doc['queries_per_level']} queries per RTT level (interleaved, random order per query), "
         f"{doc['warmup_per_level']} warm-up queries per level; psycopg prepare_threshold="
         f"{meta['prepare_threshold']} (default: every statement runs prepared after warm-up); "
-        f"hnsw.ef_search={meta['server'].get('hnsw.ef_search')}; proxy: {meta['proxy']}."
+        f"{hnsw_index(doc['corpus'])}, hnsw.ef_search={meta['server'].get('hnsw.ef_search')}; "
+        f"proxy: {meta['proxy']}."
     )
     lines.append("")
     lines.append("A, C, C2 and D run with the server's pgvector settings. B, F, G and H run as `Retriever` runs, "

@@ -12,7 +12,9 @@ its ``log_statement = all`` log, on separate connections, so logging never
 slows the timed connections.
 
 Writes, per size, to --out: ``latency_n<size>_k<k>.json`` (every raw timing +
-metadata), ``.md`` (the tables, also printed) and ``.png`` (p50 vs added RTT).
+metadata), ``.md`` (the tables, also printed) and ``.png`` (p50 vs added RTT). The name
+does not carry ``--hnsw-ef-construction`` (a run with another value replaces the file); the
+table's first paragraph and the JSON's ``corpus`` say which index was timed.
 See benchmarks/latency/variants.py for what A..E do.
 """
 
@@ -464,6 +466,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
     gc.freeze()  # keep the collector from walking long-lived objects during timed runs
 
     corpus_info = {"corpus": corpus_mod.corpus_tag(n), "sections": n_sections, "documents": n_docs, "seed": seed, "dim": dim, "layout_prefix": layout.prefix,
+                   "hnsw_m": layout.hnsw_m, "hnsw_ef_construction": layout.hnsw_ef_construction,
                    "load": load.as_dict(), **({"queries": queries_info} if queries_info else {})}
     if args.only_diagnostics:
         return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs)
