@@ -154,3 +154,22 @@ def statement_log() -> StatementLog:
     if STATEMENT_LOG is None:
         pytest.skip("statement counting needs the server's log (ONETRIP_TEST_DSN is set without ONETRIP_TEST_LOG)")
     return StatementLog(STATEMENT_LOG)
+
+
+@pytest.fixture
+def terminate(db: psycopg.Connection):
+    """``terminate(pid=...)`` or ``terminate(application_name=...)``: pg_terminate_backend on those backends (as a
+    server restart or a DBA would), returning how many, once they are gone from pg_stat_activity."""
+    import time
+
+    def kill(*, pid: int | None = None, application_name: str | None = None) -> int:
+        where, value = ("pid", pid) if pid is not None else ("application_name", application_name)
+        query = f"FROM pg_stat_activity WHERE {where} = %s AND pid <> pg_backend_pid()"
+        n = db.execute(f"SELECT count(pg_terminate_backend(pid)) {query}", (value,)).fetchone()[0]
+        deadline = time.monotonic() + 60  # a guard against hanging, not a timing assertion
+        while db.execute(f"SELECT count(*) {query}", (value,)).fetchone()[0]:
+            assert time.monotonic() < deadline, "the terminated backends did not exit"
+            time.sleep(0.02)
+        return n
+
+    return kill

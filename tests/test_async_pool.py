@@ -172,6 +172,47 @@ def test_async_pool_under_concurrency_never_exceeds_its_size(dsn, corpus):
     assert [_sig(x) for x in results[:5]] == [_sig(sync.assemble(q, k=5, max_tokens=600)) for q in queries[:5]]
 
 
+def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_serves(db, dsn, corpus, terminate):
+    """A server restart (or pg_terminate_backend) kills every pooled connection. Each idle one had then failed a
+    call with psycopg's AdminShutdown before the pool replaced it: a pool of 3 failed 3 calls in a row, one of
+    10 ten. The call that finds one lost now raises ConnectionLostError and the pool checks the others, so the
+    next call is served; sync and async alike."""
+    from onetrip import ConnectionLostError
+
+    q = corpus_query_vectors(corpus, 1, seed=86)[0]
+    lost = r"lost \(terminating connection due to administrator command\).*the pool drops it"
+    name = "onetrip_lost_under_pool"
+    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=3, max_size=3)
+    try:
+        pool.wait()
+        r = Retriever(pool, embedder=HashEmbedder())
+        want = _sig(r.search(q, k=5))
+        assert terminate(application_name=name) == 3
+        with pytest.raises(ConnectionLostError, match=lost):
+            r.search(q, k=5)
+        assert _sig(r.search(q, k=5)) == want
+        assert [_sig(hits) for hits in r.search_many([q, q], k=5)] == [want, want]
+        assert pool.get_stats()["pool_size"] == 3
+    finally:
+        pool.close()
+
+    async def main() -> tuple[list, list, dict]:
+        pool = make_async_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=3, max_size=3)
+        await pool.open(wait=True)
+        try:
+            r = await AsyncRetriever.create(pool, embedder=HashEmbedder())
+            want = _sig(await r.assemble(q, k=4))
+            assert terminate(application_name=name) == 3
+            with pytest.raises(ConnectionLostError, match=lost):
+                await r.assemble(q, k=4)
+            return want, _sig(await r.assemble(q, k=4)), pool.get_stats()
+        finally:
+            await pool.close()
+
+    want, got, stats = asyncio.run(main())
+    assert got == want and stats["pool_size"] == 3
+
+
 def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, dsn):
     """Settings given to a retriever over a pool had been dropped silently while `settings` reported them."""
     from psycopg_pool import AsyncConnectionPool, ConnectionPool

@@ -341,6 +341,46 @@ def test_a_retriever_ends_the_transaction_it_opened_on_a_callers_connection(db, 
     assert asyncio.run(on_async_connection()) == (psycopg.pq.TransactionStatus.IDLE, ("321",))
 
 
+def test_a_lost_connection_is_named_on_that_call_and_after(db, dsn, corpus, terminate):
+    """A backend killed under a retriever (a restart, pg_terminate_backend) had surfaced as psycopg's
+    AdminShutdown, whose second line pointed at 'LINE 5: FROM sections s' as if the statement were wrong, then
+    as 'the connection is closed'; both calls now raise ConnectionLostError, the first naming the server's cause.
+    A connection its owner closed keeps psycopg's own error: nothing was lost."""
+    from onetrip import AsyncRetriever, ConnectionLostError
+
+    q = corpus_query_vectors(corpus, 1, seed=9)[0]
+    r = Retriever(dsn)
+    assert r.search(q, k=3)
+    assert terminate(pid=r.conn.info.backend_pid) == 1
+    with pytest.raises(ConnectionLostError, match=r"lost \(terminating connection due to administrator command\)"
+                                                  r".*make a new Retriever") as lost:
+        r.search(q, k=3)
+    assert lost.value.cause == "terminating connection due to administrator command"
+    with pytest.raises(ConnectionLostError, match="lost before this call"):
+        r.assemble(q, k=3)
+    r.close()
+    closed = Retriever(dsn)
+    closed.conn.close()
+    with pytest.raises(psycopg.OperationalError, match="the connection is closed") as by_owner:
+        closed.search(q, k=3)
+    assert not isinstance(by_owner.value, ConnectionLostError)
+
+    async def on_async_connection() -> list[str]:
+        r = await AsyncRetriever.create(dsn)
+        assert await r.search(q, k=3)
+        assert terminate(pid=r.conn.info.backend_pid) == 1
+        seen = []
+        for _ in range(2):
+            with pytest.raises(ConnectionLostError) as e:
+                await r.search_many([q, q], k=3)
+            seen.append(str(e.value))
+        await r.close()
+        return seen
+
+    first, second = asyncio.run(on_async_connection())
+    assert "administrator command" in first and "lost before this call" in second
+
+
 def test_schema_and_prefix_layouts_are_isolated(db):
     a = Layout(dim=8, schema="tenant_a", prefix="kb_")
     init_schema(db, a)

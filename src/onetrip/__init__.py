@@ -6,6 +6,7 @@ from .pool import make_async_pool, make_pool
 from .embedders import Embedder, PrecomputedEmbedder, SentenceTransformerEmbedder
 from .errors import (
     ConnectionFailedError,
+    ConnectionLostError,
     DimensionMismatchError,
     EmbedderMismatchError,
     InputDocumentError,
@@ -28,6 +29,7 @@ __all__ = [
     "make_async_pool",
     "make_pool",
     "ConnectionFailedError",
+    "ConnectionLostError",
     "Context",
     "CONTEXT_DEFAULT",
     "Expansion",

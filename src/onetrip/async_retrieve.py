@@ -21,6 +21,7 @@ from psycopg import pq
 from .connection import connect_async
 from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder
+from .errors import ConnectionLostError
 from .retrieve import (
     Hit,
     Plan,
@@ -29,6 +30,7 @@ from .retrieve import (
     check_connection_kind,
     check_distance_range,
     check_query_text,
+    connection_lost,
     statement_errors,
     plan_assemble,
     plan_search,
@@ -139,7 +141,12 @@ class AsyncRetriever:
         if conn is None:
             async with self._connection() as c:
                 return await self.refresh_embedder_record(c)
-        self.recorded_embedders = await _recorded_embedder(conn, self.layout)
+        try:
+            self.recorded_embedders = await _recorded_embedder(conn, self.layout)
+        except psycopg.OperationalError as e:
+            if conn.broken:  # the HTTP service's /health: the pool's idle connections are checked too
+                raise await self._lost(e) from None
+            raise
         self._embedder_checked = False
         return self.recorded_embedders
 
@@ -169,12 +176,24 @@ class AsyncRetriever:
     async def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
         """Send the plan's ONE statement with these binds; map its rows."""
         async with self._connection() as c:
-            async with c.cursor() as cur:
-                with statement_errors():
-                    await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
-                rows = await cur.fetchall()
-                names = statement_columns(plan.statement, cur)
+            try:
+                async with c.cursor() as cur:
+                    with statement_errors():
+                        await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
+                    rows = await cur.fetchall()
+                    names = statement_columns(plan.statement, cur)
+            except psycopg.OperationalError as e:
+                if c.broken:
+                    raise await self._lost(e) from None
+                raise
         return check_distance_range(plan, params, result_of(plan, names, rows))
+
+    async def _lost(self, e: psycopg.Error) -> ConnectionLostError:
+        """The error for a statement whose connection closed under it; over a pool, its idle connections are
+        checked first (as `Retriever` does), shielded: a check cancelled halfway would lose the ones it held."""
+        if self.pool is not None:
+            await asyncio.shield(self.pool.check())
+        return connection_lost(e, pooled=self.pool is not None)
 
     async def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Same as `Retriever.search`."""

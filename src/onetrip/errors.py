@@ -27,6 +27,15 @@ class ConnectionFailedError(OnetripError, ConnectionError):
     """The database could not be reached (DSN wrong, server down, timeout)."""
 
 
+class ConnectionLostError(ConnectionFailedError):
+    """A connection broke under a statement: the server ended the session (a restart, pg_terminate_backend,
+    an idle timeout) or the network dropped it. ``cause``: the server's or libpq's one-line reason."""
+
+    def __init__(self, message: str, cause: str = "") -> None:
+        super().__init__(message)
+        self.cause = cause
+
+
 class InvalidDsnError(ConnectionFailedError, ValueError):
     """The DSN is not a connection string libpq can read (bad input: CLI exit 2); its password is not shown."""
 

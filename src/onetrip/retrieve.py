@@ -28,7 +28,7 @@ from .embedders import (
     check_length,
     nan_distance_error,
 )
-from .errors import missing_table_error
+from .errors import ConnectionLostError, missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
 from .store import check_text, nul_in, recorded_embedders
@@ -837,6 +837,30 @@ def statement_error(e: psycopg.Error) -> Exception:
     return e
 
 
+def connection_lost(e: psycopg.Error, *, pooled: bool) -> ConnectionLostError:
+    """A statement's error on a connection now closed, as ConnectionLostError naming the cause.
+
+    psycopg's own said "terminating connection due to administrator command"
+    with a `LINE 5: FROM sections s` pointer under it, as if the statement were
+    at fault, and on the next call "the connection is closed". Only called on
+    the error path, once the connection is known broken (closed, but not by
+    close(): that one keeps psycopg's "the connection is closed").
+    """
+    cause = (str(e).strip().splitlines() or [""])[0]
+    when = f"({cause})"
+    if e.sqlstate is None and cause == "the connection is closed":  # psycopg's, sending nothing: lost before
+        when = "before this call (the call that found it out said why)"
+    if pooled:
+        advice = ("the pool drops it and checks its idle connections, so the next call gets a working one once "
+                  "the server answers")
+    else:
+        advice = ("this retriever's connection stays closed: make a new Retriever (one over a pool, "
+                  "onetrip.make_pool, replaces lost connections by itself)")
+    return ConnectionLostError(f"the connection to PostgreSQL was lost {when}: the server ended the session (a "
+                               f"restart, pg_terminate_backend, an idle timeout) or the network dropped it; {advice}",
+                               cause)
+
+
 @contextmanager
 def statement_errors() -> Iterator[None]:
     """A failed statement's error as `statement_error` maps it (`_fetch`, the measured hot path, calls that
@@ -1016,10 +1040,21 @@ class Retriever:
         # time on the hot path (benchmarks/latency), and only a pool needs one
         if self.pool is None:
             assert self.conn is not None
-            rows, names = _fetch(self.conn, plan.statement, params)
+            try:
+                rows, names = _fetch(self.conn, plan.statement, params)
+            except psycopg.OperationalError as e:
+                if self.conn.broken:
+                    raise connection_lost(e, pooled=False) from None
+                raise
         else:
             with self.pool.connection() as c:
-                rows, names = _fetch(c, plan.statement, params)
+                try:
+                    rows, names = _fetch(c, plan.statement, params)
+                except psycopg.OperationalError as e:
+                    if c.broken:  # the others idle in the pool died with it, as a whole pool does in a restart:
+                        self.pool.check()  # without this, each one failed a call before the pool replaced it
+                        raise connection_lost(e, pooled=True) from None
+                    raise
         return check_distance_range(plan, params, result_of(plan, names, rows))
 
     def _cached_plan(self, kind: str, query: Any, k: Any, options: dict[str, Any]) -> Plan | None:
