@@ -648,3 +648,34 @@ def test_aclose_leaves_another_running_loops_connection_alone(corpus, dsn):
     t.join(60)
     assert seen == [2, True, 2]
     lc.close()
+
+
+def test_an_adapter_from_a_dsn_opens_a_new_connection_after_losing_one(corpus, dsn, terminate):
+    """An adapter made from a DSN kept its connection after the server ended it (a restart, a DBA's
+    pg_terminate_backend, an idle timeout): every later call, of it and of adapters made again from the same
+    DSN, failed with 'the connection is closed' until the process restarted. The call that finds it lost says
+    so; the next one opens another. Sync (LlamaIndex, sharing LangChain's) and async."""
+    from onetrip import ConnectionLostError
+
+    lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=2, mode="dense")
+    want = _doc_sig(lc.invoke(VACATION))
+    lost = lc.source.sync()
+    assert terminate(pid=lost.conn.info.backend_pid) == 1
+    with pytest.raises(ConnectionLostError, match="administrator command"):
+        lc.invoke(VACATION)
+    assert lost.conn.closed
+    li = LIRetriever(dsn=dsn, embedder=lc.source.options["embedder"], k=2, mode="dense")
+    assert li.source is lc.source and len(li.retrieve(VACATION)) == 2
+    assert _doc_sig(lc.invoke(VACATION)) == want
+
+    async def main() -> list:
+        first = _doc_sig(await lc.ainvoke(VACATION))
+        assert terminate(pid=lc.source.async_retriever.conn.info.backend_pid) == 1
+        with pytest.raises(ConnectionLostError, match="administrator command"):
+            await lc.ainvoke(VACATION)
+        again = _doc_sig(await lc.ainvoke(VACATION))
+        await lc.aclose()
+        return [first, again]
+
+    assert asyncio.run(main()) == [want, want]
+    lc.close()
