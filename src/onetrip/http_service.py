@@ -59,6 +59,7 @@ from typing import Any, TypeVar
 
 import numpy as np
 import psycopg
+from psycopg_pool import PoolTimeout
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
@@ -68,7 +69,8 @@ from starlette.routing import Route
 from .async_retrieve import AsyncRetriever
 from .cli import context_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
-from .errors import ConnectionFailedError, EmbedderMismatchError, OnetripError, SchemaMissingError
+from .errors import (ConnectionFailedError, ConnectionLostError, EmbedderMismatchError, OnetripError,
+                     SchemaMissingError)
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT,
                        Expansion, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
                        session_settings)
@@ -459,6 +461,12 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
 # ---------------------------------------------------------------- the service
 
 
+#: /search's and /search_many's 503s, by their codes
+SEARCH_503 = ("database unavailable, every pooled connection busy (pool_exhausted), the connection lost under the "
+            "request, schema missing, or the statement timed out or was cancelled (statement_timeout, lock_timeout, "
+            "statement_cancelled)")
+
+
 def _unavailable(e: BaseException) -> ApiError:
     log.warning("database unavailable: %s", e)
     return ApiError(503, "database_unavailable",
@@ -466,27 +474,33 @@ def _unavailable(e: BaseException) -> ApiError:
 
 
 def _db_unavailable_errors() -> tuple[type[BaseException], ...]:
-    from psycopg_pool import PoolTimeout
-
     return (PoolTimeout, psycopg.OperationalError, ConnectionFailedError, OSError)
 
 
-@contextmanager
-def _statement_errors() -> Iterator[None]:
-    """A request's statement errors as API errors: 503 for the database, 422 for a refused value."""
-    try:
-        yield
-    except psycopg.errors.QueryCanceled as e:  # statement_timeout (a lock held elsewhere, an overloaded server)
-        log.warning("statement cancelled: %s", e)
-        raise ApiError(503, "statement_timeout", "the database did not answer within the service's statement "
-                       "timeout; try again later") from None
-    except _db_unavailable_errors() as e:
-        raise _unavailable(e) from None
-    except psycopg.DataError as e:
-        raise ApiError(422, "invalid_value",
-                       f"the database refused a value of this request: {e.diag.message_primary or e}") from None
-    except (ValueError, TypeError) as e:  # the library's own validation (plan_search / plan_assemble)
-        raise ApiError(422, "invalid_field", str(e)) from None
+def _lost(e: ConnectionLostError) -> ApiError:
+    """A pooled connection that broke under this request's statement; the pool has checked the others."""
+    log.warning("database connection lost: %s", e.cause)
+    return ApiError(503, "connection_lost", f"the connection to the database was lost during this request "
+                    f"({e.cause}); try again")
+
+
+def _cancelled(e: psycopg.errors.QueryCanceled) -> ApiError:
+    """statement_timeout's cancel, or another one (pg_cancel_backend: 'due to user request'), named as such."""
+    why = e.diag.message_primary or str(e).splitlines()[0]
+    log.warning("statement cancelled: %s", why)
+    if "statement timeout" in why:  # a lock held elsewhere, an overloaded server
+        return ApiError(503, "statement_timeout", "the database did not answer within the service's statement "
+                        "timeout; try again later")
+    return ApiError(503, "statement_cancelled", f"the database cancelled this request's statement ({why}); "
+                    "try again later")
+
+
+def _lock_timeout(e: psycopg.errors.LockNotAvailable) -> ApiError:
+    """lock_timeout (a role's or database's setting) passed: psycopg files it under OperationalError, which
+    had made it 503 'the database is not answering (LockNotAvailable)'."""
+    log.warning("lock timeout: %s", e.diag.message_primary or e)
+    return ApiError(503, "lock_timeout", "the statement waited for a lock held elsewhere longer than the database's "
+                    "lock_timeout; try again later")
 
 
 class Service:
@@ -500,6 +514,7 @@ class Service:
         self._retriever: AsyncRetriever | None = None
         self._lock = asyncio.Lock()
         self.statuses: Counter[int] = Counter()
+        self._connect_errors = 0  # the pool's failed connection attempts when last looked at (`_pool_timeout`)
 
     async def start(self) -> None:
         """Load the embedder (so the first request is not slow) and open the pool without waiting for it."""
@@ -521,6 +536,46 @@ class Service:
         if self.pool is not None:
             await self.pool.close()
 
+    @contextmanager
+    def _statement_errors(self) -> Iterator[None]:
+        """A request's statement errors as API errors: 503 naming what the database did, 422 for a refused value."""
+        try:
+            yield
+        except psycopg.errors.QueryCanceled as e:
+            raise _cancelled(e) from None
+        except psycopg.errors.LockNotAvailable as e:
+            raise _lock_timeout(e) from None
+        except ConnectionLostError as e:
+            raise _lost(e) from None
+        except PoolTimeout as e:
+            raise self._pool_timeout(e) from None
+        except _db_unavailable_errors() as e:
+            raise _unavailable(e) from None
+        except psycopg.DataError as e:
+            raise ApiError(422, "invalid_value",
+                           f"the database refused a value of this request: {e.diag.message_primary or e}") from None
+        except (ValueError, TypeError) as e:  # the library's own validation (plan_search / plan_assemble)
+            raise ApiError(422, "invalid_field", str(e)) from None
+
+    def _pool_timeout(self, e: PoolTimeout) -> ApiError:
+        """No pooled connection within --db-timeout: every one busy (pool_exhausted), or none could be opened.
+
+        psycopg_pool raises the same PoolTimeout for both, and the service had answered
+        'the database is not answering' to a burst of more requests than --pool-size
+        while the database answered every statement. Busy: the pool holds all its
+        connections and no attempt to open one has failed since this was last
+        looked at (here, or a /health that passed); else the database is not answering.
+        """
+        stats = self.pool.get_stats()
+        errors = stats.get("connections_errors", 0)
+        failing, self._connect_errors = errors > self._connect_errors, errors
+        if failing or stats.get("pool_size", 0) < self.cfg.pool_size:
+            return _unavailable(e)
+        log.warning("pool exhausted: all %d connections busy for %g s", self.cfg.pool_size, self.cfg.db_timeout)
+        return ApiError(503, "pool_exhausted", f"all {self.cfg.pool_size} database connections of the service "
+                        f"(--pool-size) stayed busy for {self.cfg.db_timeout:g} s (--db-timeout): more requests at "
+                        "once than the pool serves, or statements held up (a lock, a slow server); try again later")
+
     async def retriever(self) -> AsyncRetriever:
         """The retriever, created on first use; a failure is retried by the next request."""
         if self._retriever is not None:
@@ -532,6 +587,8 @@ class Service:
                         self.pool, schema=self.cfg.schema, prefix=self.cfg.prefix, embedder=self.embedder)
                 except SchemaMissingError as e:
                     raise ApiError(503, "schema_missing", str(e)) from None
+                except PoolTimeout as e:
+                    raise self._pool_timeout(e) from None
                 except _db_unavailable_errors() as e:
                     raise _unavailable(e) from None
         return self._retriever
@@ -545,12 +602,11 @@ class Service:
 
     async def health(self) -> None:
         r = await self.retriever()
-        try:
+        with self._statement_errors():
             async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
-        except _db_unavailable_errors() as e:
-            raise _unavailable(e) from None
+        self._connect_errors = self.pool.get_stats().get("connections_errors", 0)  # it answers now
 
     async def search(self, req: SearchRequest) -> dict[str, Any]:
         """Embed once, then one statement per result shape asked for."""
@@ -573,7 +629,7 @@ class Service:
         common = {"filters": req.filters, "mode": req.mode, "text": text,
                   **({} if req.hybrid is None else {"hybrid": req.hybrid})}
         out: dict[str, Any] = {}
-        with _statement_errors():
+        with self._statement_errors():
             if req.hits:
                 hits = await r.search(query, DEFAULT_K if req.k is None else req.k, parent=req.hit_expand.parent,
                                       neighbors=req.hit_expand.neighbors > 0, **common)
@@ -607,7 +663,7 @@ class Service:
                 raise ApiError(500, "embedder_mismatch",
                                f"the service's embedder makes {vectors[0].shape[-1]}-d vectors but the table "
                                f"stores {dim}")
-        with _statement_errors():
+        with self._statement_errors():
             results = await r.search_many(vectors, req.k, parent=req.parent, neighbors=req.neighbors,
                                           filters=req.filters, mode=req.mode, hybrid=req.hybrid,
                                           texts=list(req.queries) if req.mode == "hybrid" and req.queries else None)
@@ -1033,7 +1089,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
                                "dimension, unknown filter key"),
-                    "503": err("database unavailable, schema missing, or the statement timeout passed"),
+                    "503": err(SEARCH_503),
                 },
             }},
             "/search_many": {"post": {
@@ -1050,13 +1106,14 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "422": err("invalid request: unknown field, neither queries nor embeddings, not one embedding "
                                f"per query, more than {MAX_QUERIES} queries, k out of range, wrong embedding "
                                "dimension, a mode the given fields cannot run"),
-                    "503": err("database unavailable, schema missing, or the statement timeout passed"),
+                    "503": err(SEARCH_503),
                 },
             }},
             "/health": {"get": {
                 "summary": "Is the database answering? (no token needed)", "security": [],
                 "responses": {"200": ok({"type": "object", "properties": {"status": {"const": "ok"}}}),
-                              "503": err("database unavailable or schema missing")},
+                              "503": err("database unavailable, every pooled connection busy, connection lost, "
+                                         "or schema missing")},
             }},
             "/stats": {"get": {
                 "summary": "Pool statistics (psycopg_pool get_stats) and response counts by status",
