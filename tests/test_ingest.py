@@ -301,6 +301,56 @@ def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
     assert db.execute("SELECT revision FROM documents WHERE doc_id='doc'").fetchone()[0] == 1
 
 
+def test_a_connection_lost_mid_run_stops_it_naming_the_cause_and_what_was_stored(db, dsn, tmp_path, terminate):
+    """The server ends ingest's connection while it rewrites a document (after that transaction's DELETE). The
+    run had gone on, failing every file left in its batch with 'the connection is closed', then ended with that
+    psycopg error, its report (what was stored) lost. Now it stops at once with IngestInterruptedError naming the
+    cause and the count, its report attached; the document being written keeps its previous revision whole."""
+    import threading
+
+    from onetrip import IngestInterruptedError
+
+    init_schema(db)
+    for name in ("a.md", "b.md"):
+        (tmp_path / name).write_text(DOC_V1)
+    assert ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder()).new == 2
+    before = rows(db, "b.md")
+    for name in ("a.md", "b.md", "c.md", "d.md"):  # a and b changed, c and d new: one embedding batch
+        (tmp_path / name).write_text(DOC_V2)
+    conn, holder = connect(dsn), connect(dsn)
+    outcome: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            ingest_paths(conn, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+        except BaseException as e:  # noqa: BLE001 - checked below
+            outcome.append(e)
+
+    try:
+        with holder.transaction():  # b.md's documents row locked: its rewrite waits there, its DELETE done
+            holder.execute("SELECT 1 FROM documents WHERE doc_id = 'b.md' FOR UPDATE")
+            t = threading.Thread(target=run)
+            t.start()
+            deadline = time.monotonic() + 60  # a guard against hanging, not a timing assertion
+            while (state := db.execute("SELECT wait_event_type, query FROM pg_stat_activity WHERE pid = %s",
+                                       (conn.info.backend_pid,)).fetchone())[0] != "Lock":
+                assert time.monotonic() < deadline and t.is_alive(), (state, outcome)
+                time.sleep(0.05)
+            assert "INSERT INTO" in state[1], state
+            assert terminate(pid=conn.info.backend_pid) == 1
+            t.join(60)
+    finally:
+        holder.close()
+        conn.close()
+    [error] = outcome
+    assert isinstance(error, IngestInterruptedError), repr(error)
+    assert "lost during ingest (terminating connection due to administrator command) after 1 of 4 files" in str(error)
+    assert error.report.changed == 1 and error.report.failed == []
+    assert rows(db, "a.md") != rows(db, "b.md") == before  # b.md's rewrite rolled back: revision 1 whole
+    assert db.execute("SELECT doc_id, revision FROM documents ORDER BY doc_id").fetchall() == [("a.md", 2),
+                                                                                               ("b.md", 1)]
+
+
 def test_reingest_waits_for_the_documents_lock_and_two_writers_never_interleave(db, dsn, tmp_path):
     """replace_document takes the per-document advisory lock before it reads the stored revision: a second
     writer of the same document (another re-ingest, a delete) waits for the first's transaction, and then

@@ -36,6 +36,17 @@ class ConnectionLostError(ConnectionFailedError):
         self.cause = cause
 
 
+class IngestInterruptedError(ConnectionLostError):
+    """`ingest_paths` stopped because its connection was lost; ``report`` counts what was done before.
+
+    Each document stored before is committed whole; the one being written and the rest were not written.
+    """
+
+    def __init__(self, message: str, cause: str = "", report: object = None) -> None:
+        super().__init__(message, cause)
+        self.report = report
+
+
 class InvalidDsnError(ConnectionFailedError, ValueError):
     """The DSN is not a connection string libpq can read (bad input: CLI exit 2); its password is not shown."""
 

@@ -22,7 +22,7 @@ from pathlib import Path
 import psycopg
 
 from .embedders import Embedder, check_embedder
-from .errors import DimensionMismatchError, InputDocumentError, OnetripError
+from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumentError, OnetripError
 from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, TEXT_SUFFIXES, ParsedDocument, parse_file
 from .store import (
     EMBEDDER_KEY,
@@ -229,6 +229,33 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> 
         release()
 
 
+@contextmanager
+def _stop_when_lost(conn: psycopg.Connection, report: IngestReport, total: int) -> Iterator[None]:
+    """A lost connection ends the run with IngestInterruptedError, naming the cause and what was done.
+
+    The run had gone on: every file left in the embedding batch failed with "the
+    connection is closed", then psycopg's error ended it, and the report (which
+    files were stored) never reached the caller.
+    """
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        if not conn.broken:
+            raise
+        cause = (str(e).strip().splitlines() or [""])[0]
+        done, failed = report.new + report.changed + report.unchanged, len(report.failed)
+        if done + failed == total:  # lost while recounting the word statistics
+            what = (f"after every file was stored, found unchanged or failed ({done} and {failed}); the lexical "
+                    "word statistics were not brought up to date: run `onetrip refresh-term-stats` "
+                    "(refresh_term_stats in Python)")
+        else:
+            what = (f"after {done} of {total} files were stored or found unchanged, each committed whole"
+                    f"{f' ({failed} failed before)' if failed else ''}; the others were not written: run the same "
+                    "ingest again (unchanged files are skipped)")
+        raise IngestInterruptedError(f"the connection to PostgreSQL was lost during ingest ({cause}) {what}",
+                                     cause, report) from None
+
+
 def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: str, collection: str,
                   acl: Sequence[str] | None, keep_history: bool, source_uri: str, shown: str,
                   report: IngestReport) -> bool:
@@ -237,6 +264,8 @@ def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: st
         res = set_document_access(conn, layout, did, digest, collection, acl, source_uri=source_uri,
                                   keep_history=keep_history)
     except (OnetripError, ValueError, psycopg.Error) as e:
+        if conn.broken:  # not this file's fault: the run stops (_stop_when_lost)
+            raise
         report.failed.append((shown, _why(e)))
         return True
     if res is None:  # its content changed meanwhile
@@ -284,6 +313,9 @@ def ingest_paths(
     ``onetrip_embedder``). Before any write, a table whose documents name another
     embedder is refused (EmbedderMismatchError), as is one of another dimension
     (DimensionMismatchError); retrievers make the same check before embedding a text.
+
+    A connection lost during the run ends it with IngestInterruptedError (its
+    ``report``: what was done before); a document being written then is not stored.
     """
     report = IngestReport()
     check_access_values(collection, acl)
@@ -304,7 +336,7 @@ def ingest_paths(
             "or read_layout(conn, ...) to get it)"
         )
     # before any write: one table, one model (vectors of two models are not comparable, even at one dimension)
-    with _one_model(conn, layout, embedder) as recorded:
+    with _stop_when_lost(conn, report, len(planned)), _one_model(conn, layout, embedder) as recorded:
         # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
         uncounted = term_stats_empty(conn, layout)
         pending: list[_Pending] = []
@@ -343,6 +375,8 @@ def ingest_paths(
                         keep_history=keep_history,
                     )
                 except (OnetripError, ValueError, psycopg.Error) as e:
+                    if conn.broken:  # not this file's fault: the run stops (_stop_when_lost)
+                        raise
                     report.failed.append((p.path, _why(e)))
                 else:
                     if res.outcome == "new":
