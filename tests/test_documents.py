@@ -58,6 +58,15 @@ def test_list_then_delete_one_document_leaves_the_others_untouched(db, tmp_path)
         assert d.token_count == stored
     assert [d.doc_id for d in list_documents(db, layout, collection="private")] == ["a.md", "c.md"]
     assert list_documents(db, layout, collection="nowhere") == []
+    # principals as a search reads with them: None every document, [] public only, else those sharing one
+    assert [d.doc_id for d in list_documents(db, layout, principals=())] == ["b.md"]
+    assert [d.doc_id for d in list_documents(db, layout, principals=["eng"])] == ["b.md"]
+    assert list_documents(db, layout, principals=["eng", "hr"]) == docs
+    assert [d.doc_id for d in list_documents(db, layout, collection="default", principals=["hr"])] == ["b.md"]
+    with pytest.raises(TypeError, match=r"principals must be a list of strings such as \['hr'\]"):
+        list_documents(db, layout, principals="hr")  # not the principals h and r
+    with pytest.raises(ValueError, match="principal .* holds a NUL"):
+        list_documents(db, layout, principals=["a\x00"])
 
     before_b, before_c = section_rows(db, "b.md"), section_rows(db, "c.md")
     deleted_rows = section_rows(db, "a.md")
@@ -123,6 +132,13 @@ def test_cli_documents_and_delete(dsn, tmp_path):
     assert [d["doc_id"] for d in listed] == ["drop.md", "keep.md"]
     assert all(d["revision"] == 1 and d["section_count"] >= 1 and d["acl"] is None for d in listed)
     assert "keep.md\trevision 1" in onetrip("documents", dsn=dsn).stdout
+    with connect(dsn) as conn:  # drop.md readable by hr only, as `ingest --acl hr` stores it
+        for table in ("documents", "sections"):
+            conn.execute(f"UPDATE {table} SET acl = ARRAY['hr'] WHERE doc_id = 'drop.md'")
+    for principals, want in (([], ["drop.md", "keep.md"]), (["--principal", "eng"], ["keep.md"]),
+                             (["--principal", "eng", "--principal", "hr"], ["drop.md", "keep.md"])):
+        res = onetrip("documents", "--json", *principals, dsn=dsn)
+        assert [d["doc_id"] for d in json.loads(res.stdout)] == want, (principals, res.stderr)
 
     with connect(dsn) as conn:
         word = "zymurgyxq"

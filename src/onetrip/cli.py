@@ -175,6 +175,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("documents", help="list the stored documents (revision, sections, tokens)")
     _common(p)
     p.add_argument("--collection", default=None, help="only this collection")
+    p.add_argument("--principal", action="append",
+                   help="only documents this principal/group may read, as search's --principal (repeatable; "
+                        "without it: every document)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = sub.add_parser("delete", help="delete documents and their sections (by doc_id, as `documents` lists them)")
@@ -469,6 +472,12 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
+def document_to_json(d: Any) -> dict[str, Any]:
+    """The JSON shape of a `DocumentInfo`."""
+    return {**d.__dict__, "acl": None if d.acl is None else list(d.acl), "parse_warnings": list(d.parse_warnings),
+            "ingested_at": d.ingested_at.isoformat()}
+
+
 def cmd_documents(args: argparse.Namespace) -> int:
     from .connection import connect
     from .schema import read_layout
@@ -476,11 +485,9 @@ def cmd_documents(args: argparse.Namespace) -> int:
 
     with connect(args.dsn) as conn:
         docs = list_documents(conn, read_layout(conn, schema=args.schema, prefix=args.prefix),
-                              collection=args.collection)
+                              collection=args.collection, principals=args.principal)
     if args.json:
-        print(json.dumps([{**d.__dict__, "acl": None if d.acl is None else list(d.acl),
-                           "parse_warnings": list(d.parse_warnings),
-                           "ingested_at": d.ingested_at.isoformat()} for d in docs], indent=2))
+        print(json.dumps([document_to_json(d) for d in docs], indent=2))
         return 0
     for d in docs:
         acl = "everyone" if d.acl is None else ",".join(d.acl)

@@ -658,22 +658,57 @@ class DocumentInfo:
     parse_warnings: tuple[str, ...] = ()
 
 
-def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None) -> list[DocumentInfo]:
-    """The stored documents by doc_id, optionally of one collection: what `delete_document` takes."""
+def _reader_principals(principals: Any) -> list[str] | None:
+    """Principals as `Filters.principals` takes them: None (no ACL check) or a list of strings (empty: public only).
+
+    One string is refused, not read as its characters ("hr" would have read as the principals h and r).
+    """
+    if principals is None:
+        return None
+    if isinstance(principals, (str, bytes)) or not isinstance(principals, Iterable):
+        raise TypeError(f"principals must be a list of strings such as [{principals!r:.40}], not "
+                        f"{type(principals).__name__}")
+    return [check_key(p, "principal") for p in principals]
+
+
+def list_documents_query(layout: Layout, *, collection: str | None = None,
+                         principals: Sequence[str] | None = None) -> tuple[sql.Composed, dict[str, Any]]:
+    """`list_documents`' one statement and binds (the HTTP service runs the same on an async connection).
+
+    The ACL test is the one searches apply to every row (``acl IS NULL OR acl && principals``), on the
+    documents row, whose acl onetrip keeps equal to its sections' (`set_document_access` sets both).
+    """
     if collection is not None:
         check_key(collection, "collection")
     q = sql.SQL(
         "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at, "
         "metadata ->> %(e)s, metadata -> %(w)s "
-        "FROM {} WHERE %(c)s::text IS NULL OR collection = %(c)s ORDER BY doc_id"
+        "FROM {} WHERE (%(c)s::text IS NULL OR collection = %(c)s) "
+        "AND (%(p)s::text[] IS NULL OR acl IS NULL OR acl && %(p)s::text[]) ORDER BY doc_id"
     ).format(sql.SQL(layout.tables["documents"]))
+    return q, {"c": collection, "p": _reader_principals(principals), "e": EMBEDDER_KEY, "w": PARSE_WARNINGS_KEY}
+
+
+def document_info(row: Sequence[Any]) -> DocumentInfo:
+    """A `list_documents_query` row as a DocumentInfo."""
+    d, t, u, c, a, r, n, tok, at, e, w = row
+    return DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at, e,
+                        tuple(str(x) for x in w) if isinstance(w, list) else ())
+
+
+def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None,
+                   principals: Sequence[str] | None = None) -> list[DocumentInfo]:
+    """The stored documents by doc_id, optionally of one collection: what `delete_document` takes.
+
+    ``principals`` as in `Filters`: None lists every document (a trusted caller), a list only those
+    whose acl is NULL or shares one of them (an empty list: public documents only), as a search reads.
+    """
+    q, params = list_documents_query(layout, collection=collection, principals=principals)
     try:
-        rows = conn.execute(q, {"c": collection, "e": EMBEDDER_KEY, "w": PARSE_WARNINGS_KEY}).fetchall()
+        rows = conn.execute(q, params).fetchall()
     except psycopg.errors.UndefinedTable as e:
         raise missing_table_error(e) from None
-    return [DocumentInfo(d, t, u, c, None if a is None else tuple(a), r, n, tok, at, e,
-                         tuple(str(x) for x in w) if isinstance(w, list) else ())
-            for d, t, u, c, a, r, n, tok, at, e, w in rows]
+    return [document_info(row) for row in rows]
 
 
 def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, keep_history: bool = False) -> bool:
