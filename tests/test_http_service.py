@@ -237,7 +237,7 @@ def test_health_stats_and_openapi(dsn, corpus):
                                           "max_tokens", "hits", "context", "hybrid"}
         assert set(schemas["Hybrid"]["properties"]) == set(HybridOptions.__dataclass_fields__)
         assert req["properties"]["k"]["maximum"] == 20 and req["properties"]["max_tokens"]["maximum"] == 3000
-        assert {"/health", "/stats", "/openapi.json"} <= set(spec["paths"])
+        assert {"/health", "/stats", "/openapi.json", "/documents"} <= set(spec["paths"])
         try:
             from openapi_spec_validator import validate
         except ImportError:
@@ -255,6 +255,10 @@ def test_health_stats_and_openapi(dsn, corpus):
             validator("SearchResponse").validate(data)
         status, data = search(base, {"query": "x", "k": 0})
         validator("Error").validate(data)
+        status, data = documents(base)
+        assert status == 200, data
+        validator("DocumentList").validate(data)
+        assert set(data["documents"][0]) == set(schemas["Document"]["properties"])
 
         status, stats, _ = call(base, "GET", "/stats")
         assert status == 200 and stats["pool_max"] == 10
@@ -404,7 +408,7 @@ def test_bearer_token(dsn, corpus):
     with serving(dsn, token=token) as base:
         assert call(base, "GET", "/health")[:2] == (200, {"status": "ok"})  # /health needs no token
         for path, method, body in (("/search", "POST", {"query": "pasta"}), ("/stats", "GET", None),
-                                   ("/openapi.json", "GET", None)):
+                                   ("/openapi.json", "GET", None), ("/documents", "GET", None)):
             status, data, headers = call(base, method, path, body)
             assert_error(status, data, 401, "unauthorized", "missing")
             assert headers["www-authenticate"] == "Bearer"
@@ -646,10 +650,12 @@ def test_missing_schema_is_503_then_recovers(db, dsn):
         status, data, _ = call(base, "GET", "/health")
         assert_error(status, data, 503, "schema_missing", "onetrip init")
         assert_error(*search(base, {"query": "pasta"}), 503, "schema_missing")
+        assert_error(*documents(base), 503, "schema_missing")
         init_schema(db, Layout(dim=384))
         assert call(base, "GET", "/health")[:2] == (200, {"status": "ok"})
         status, data = search(base, {"query": "pasta"})
         assert status == 200 and data["hits"] == []
+        assert documents(base) == (200, {"documents": []})
 
 
 # ---------------------------------------------------------------- the CLI
@@ -834,3 +840,64 @@ def test_the_budget_cap_is_inclusive_and_bounds_the_default(dsn, corpus):
         assert status == 200 and data["context"]["max_tokens"] == 1000, data
         status, data = search(base, {"query": "pasta", "hits": False, "max_tokens": 1001})
         assert status == 422 and data["error"]["code"] == "budget_too_large", data
+
+
+# ---------------------------------------------------------------- GET /documents
+
+
+def documents(base: str, query: str = "", **kw: Any) -> tuple[int, Any]:
+    status, data, _ = call(base, "GET", "/documents" + (f"?{query}" if query else ""), **kw)
+    return status, data
+
+
+def _listed(data: dict[str, Any]) -> list[str]:
+    return [d["doc_id"] for d in data["documents"]]
+
+
+def test_documents_lists_what_the_principals_may_read(db, dsn, corpus):
+    """GET /documents is `onetrip documents --json` for the principals a search would read with: the
+    secret document is listed only to a caller that may read it (and 'private' holds nothing else)."""
+    from onetrip import list_documents
+    from onetrip.cli import document_to_json
+
+    public = ["connections.md", "cooking.md"]
+    with serving(dsn) as base:  # default: public documents only
+        status, data = documents(base)
+        assert status == 200, data
+        assert data == {"documents": [document_to_json(d) for d in list_documents(db, corpus, principals=())]}
+        assert _listed(data) == public
+        assert _listed(documents(base, "collection=private")[1]) == []
+        assert_error(*documents(base, "principals=hr"), 403, "principals_not_allowed")
+    with serving(dsn, principals=("hr",)) as base:
+        assert _listed(documents(base)[1]) == public + ["salaries.md"]
+        (doc,) = documents(base, "collection=private")[1]["documents"]
+        assert (doc["doc_id"], doc["collection"], doc["acl"], doc["revision"]) == ("salaries.md", "private", ["hr"], 1)
+        assert doc == document_to_json(list_documents(db, corpus, collection="private")[0])
+    with serving(dsn, trust_request_principals=True) as base:
+        assert _listed(documents(base, "principals=hr")[1]) == public + ["salaries.md"]
+        assert _listed(documents(base, "principals=eng&principals=hr&collection=private")[1]) == ["salaries.md"]
+        assert _listed(documents(base, "principals=eng&principals=sales")[1]) == public
+        assert _listed(documents(base)[1]) == public  # no principals: the operator's (public only)
+    with serving(dsn, principals=None) as base:  # --no-acl
+        assert _listed(documents(base)[1]) == public + ["salaries.md"]
+
+
+def test_documents_bad_input_is_a_clear_4xx(db, dsn, corpus):
+    with serving(dsn, trust_request_principals=True) as base:
+        assert_error(*documents(base, "colection=private"), 422, "unknown_field", "colection", "collection")
+        assert_error(*documents(base, "collection=a&collection=b"), 422, "invalid_field", "collection", "once")
+        assert_error(*documents(base, "collection=a%00b"), 422, "invalid_field", "collection", "NUL")
+        assert_error(*documents(base, "principals=a%00b"), 422, "invalid_field", "principals[0]", "NUL")
+        status, data, _ = call(base, "GET", "/documents", {"collection": "private"})
+        assert_error(status, data, 400, "bad_request", "takes no body", "query parameters")
+        assert_error(*call(base, "POST", "/documents", {})[:2], 405, "method_not_allowed")
+        assert _listed(documents(base, "collection=")[1]) == []  # a collection named "": none
+
+
+def test_tables_dropped_under_the_service_are_503_schema_missing(db, dsn, corpus):
+    """/search had answered 500 internal_error once the tables it had read were dropped."""
+    with serving(dsn) as base:
+        assert search(base, {"query": "pasta"})[0] == 200
+        db.execute("DROP TABLE documents, sections CASCADE")
+        assert_error(*search(base, {"query": "pasta"}), 503, "schema_missing", "onetrip init")
+        assert_error(*documents(base), 503, "schema_missing", "onetrip init")

@@ -208,8 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         if action.dest == "prefix":
             action.help = "table name prefix (default: demo_)"
 
-    p = sub.add_parser("serve", help="serve search over HTTP (POST /search, /search_many; GET /health, /stats, "
-                                     "/openapi.json)",
+    p = sub.add_parser("serve", help="serve search over HTTP (POST /search, /search_many; GET /documents, /health, "
+                                     "/stats, /openapi.json)",
                        description=SERVE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -473,7 +473,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 
 def document_to_json(d: Any) -> dict[str, Any]:
-    """The JSON shape of a `DocumentInfo`."""
+    """The JSON shape of a `DocumentInfo` (also used by the HTTP service's GET /documents)."""
     return {**d.__dict__, "acl": None if d.acl is None else list(d.acl), "parse_warnings": list(d.parse_warnings),
             "ingested_at": d.ingested_at.isoformat()}
 
@@ -744,6 +744,8 @@ SERVE_DESCRIPTION = """Serve search over HTTP (Starlette under uvicorn), one Asy
                       -> {"hits": [...], "context": {...}}; one SQL statement per shape asked for
   POST /search_many   {queries | embeddings | both, k, mode, expand, filters, principals, hybrid}
                       -> {"results": [{"query", "hits"}, ...]}; one SQL statement for all the queries
+  GET  /documents     ?collection=C&principals=P...: {"documents": [...]} as `documents --json`, only those
+                      the request's principals may read (the ones a search would use)
   GET  /health        200 {"status": "ok"} or 503 (no token needed)
   GET  /stats         pool statistics;  GET /openapi.json  the API's schemas
 

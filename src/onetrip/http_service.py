@@ -3,6 +3,7 @@
 Endpoints
     POST /search        top-K hits and/or the assembled, budgeted context for a query
     POST /search_many   several queries' top-K hits, in ONE statement
+    GET  /documents     the stored documents the request's principals may read (`onetrip documents --json`)
     GET  /health        200 {"status": "ok"} when a pooled connection answers; else 503 (no token needed)
     GET  /stats         pool statistics and request counts (to check the pool stays within its size)
     GET  /openapi.json  this API: request and response schemas of every endpoint
@@ -31,6 +32,9 @@ Principals (whose ACL rows a request may read), in this order:
     --principal P (repeatable)   these principals, for every request
     --no-acl                     no ACL check at all (explicit opt-in only)
     none of the above            public rows only (rows whose acl is NULL)
+
+GET /documents lists the documents rows a search with the same principals may
+read (the same ACL test, on the documents row).
 
 Security. Binds 127.0.0.1 unless told otherwise. With a token (--token or
 $ONETRIP_TOKEN) every endpoint but /health needs ``Authorization: Bearer
@@ -67,14 +71,15 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .async_retrieve import AsyncRetriever
-from .cli import context_to_json, hit_to_json
+from .cli import context_to_json, document_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import (ConnectionFailedError, ConnectionLostError, EmbedderMismatchError, OnetripError,
                      SchemaMissingError)
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT,
                        Expansion, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
-                       session_settings)
+                       session_settings, statement_errors)
 from .search_many import MAX_QUERIES
+from .store import document_info, list_documents_query
 
 log = logging.getLogger("onetrip.serve")
 
@@ -97,6 +102,7 @@ REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "princ
 EXPAND_FIELDS = tuple(Expansion.__dataclass_fields__)
 FILTER_FIELDS = ("collections", "doc_ids", "source_prefix", "metadata")
 SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "mode", "expand", "filters", "principals", "hybrid")
+DOCUMENTS_PARAMS = ("collection", "principals")
 HYBRID_FIELDS = tuple(HybridOptions.__dataclass_fields__)
 SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
 
@@ -211,6 +217,14 @@ class SearchManyRequest:
     hybrid: HybridOptions | None = None
 
 
+@dataclass(frozen=True)
+class DocumentsRequest:
+    """A validated GET /documents query: `list_documents`' arguments."""
+
+    collection: str | None
+    principals: tuple[str, ...] | None
+
+
 def _invalid(field_name: str, message: str, code: str = "invalid_field") -> ApiError:
     return ApiError(422, code, f"{field_name}: {message}", field=field_name)
 
@@ -311,6 +325,17 @@ def _embedding(value: Any, name: str = "embedding") -> np.ndarray:
     return arr.astype(np.float32)
 
 
+def _principals(body: dict[str, Any], cfg: ServiceConfig) -> tuple[str, ...] | None:
+    """The principals a request reads with: its own when the operator trusts them (else 403), or the operator's."""
+    if "principals" not in body:
+        return cfg.principals
+    if not cfg.trust_request_principals:
+        raise ApiError(403, "principals_not_allowed",
+                       "this service does not take principals from requests (the operator sets them; "
+                       "see --trust-request-principals)", field="principals")
+    return _strings(body["principals"], "principals")
+
+
 def _request_filters(body: dict[str, Any], cfg: ServiceConfig) -> Filters:
     """The body's filters and the principals it may read with (the operator's unless trusted)."""
     raw_flt = _object(body.get("filters", {}), "filters", FILTER_FIELDS, "unknown_filter_key")
@@ -324,16 +349,8 @@ def _request_filters(body: dict[str, Any], cfg: ServiceConfig) -> Filters:
         if not isinstance(raw_flt["metadata"], dict):
             raise _invalid("filters.metadata", f"must be a JSON object, got {_json_type(raw_flt['metadata'])}")
         flt["metadata"] = _json_value(raw_flt["metadata"], "filters.metadata")
-    if "principals" in body:
-        if not cfg.trust_request_principals:
-            raise ApiError(403, "principals_not_allowed",
-                           "this service does not take principals from requests (the operator sets them; "
-                           "see --trust-request-principals)", field="principals")
-        principals: tuple[str, ...] | None = _strings(body["principals"], "principals")
-    else:
-        principals = cfg.principals
     try:
-        return Filters(principals=principals, **flt)
+        return Filters(principals=_principals(body, cfg), **flt)
     except (TypeError, ValueError) as e:  # the library's own checks, after the ones above
         raise _invalid("filters", str(e)) from None
 
@@ -458,6 +475,21 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
                              _hybrid(body, mode, cfg))
 
 
+def parse_documents(params: list[tuple[str, str]], cfg: ServiceConfig) -> DocumentsRequest:
+    """Validate a GET /documents query string (``collection`` once, ``principals`` repeatable, as the CLI's
+    --collection and --principal); the principals as /search takes them."""
+    unknown = sorted({name for name, _ in params} - set(DOCUMENTS_PARAMS))
+    if unknown:
+        raise ApiError(422, "unknown_field", f"unknown query parameter(s) {', '.join(unknown)}; known: "
+                       f"{', '.join(DOCUMENTS_PARAMS)}", field=unknown[0])
+    collections = [_text(v, "collection") for name, v in params if name == "collection"]
+    if len(collections) > 1:
+        raise _invalid("collection", f"give it once, got {len(collections)} (the listing takes one collection)")
+    principals = [v for name, v in params if name == "principals"]
+    return DocumentsRequest(collections[0] if collections else None,
+                            _principals({"principals": principals} if principals else {}, cfg))
+
+
 # ---------------------------------------------------------------- the service
 
 
@@ -551,6 +583,8 @@ class Service:
             raise self._pool_timeout(e) from None
         except _db_unavailable_errors() as e:
             raise _unavailable(e) from None
+        except SchemaMissingError as e:  # the tables were dropped after the service read them
+            raise ApiError(503, "schema_missing", str(e)) from None
         except psycopg.DataError as e:
             raise ApiError(422, "invalid_value",
                            f"the database refused a value of this request: {e.diag.message_primary or e}") from None
@@ -670,6 +704,17 @@ class Service:
         texts = req.queries or (None,) * len(vectors)
         return {"results": [{"query": q, "hits": [hit_to_json(h) for h in hits]} for q, hits in zip(texts, results)]}
 
+    async def documents(self, req: DocumentsRequest) -> dict[str, Any]:
+        """`list_documents` for the request's principals: ONE statement on a pooled connection."""
+        r = await self.retriever()  # the layout (and a 503 schema_missing before there are tables)
+        with self._statement_errors():
+            q, params = list_documents_query(r.layout, collection=req.collection, principals=req.principals)
+            async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
+                with statement_errors():
+                    cur = await conn.execute(q, params)
+                    rows = await cur.fetchall()
+        return {"documents": [document_to_json(document_info(row)) for row in rows]}
+
     def stats(self) -> dict[str, Any]:
         pool = self.pool.get_stats() if self.pool is not None else {}
         return {"pool": pool, "pool_max": self.cfg.pool_size,
@@ -788,6 +833,14 @@ async def _read_json(request: Request, cap: int) -> Any:
         raise ApiError(400, "malformed_json", f"the body is not valid JSON: {e}") from None
 
 
+async def _no_body(request: Request) -> None:
+    """Read a GET's body, which must be empty: its options are query parameters."""
+    async for chunk in request.stream():
+        if chunk:
+            raise ApiError(400, "bad_request", f"{request.method} {request.url.path} takes no body; give its "
+                           "options as query parameters")
+
+
 Handler = Callable[[Request], Awaitable[Response]]
 
 
@@ -826,6 +879,11 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
         req = parse_search_many(await _read_json(request, cfg.max_body), cfg)
         return JSONResponse(await _while_connected(request, service.search_many(req)))
 
+    async def documents(request: Request) -> Response:
+        req = parse_documents(request.query_params.multi_items(), cfg)
+        await _no_body(request)  # read, so that _while_connected's next message is the client leaving
+        return JSONResponse(await _while_connected(request, service.documents(req)))
+
     async def health(request: Request) -> Response:
         await service.health()
         return JSONResponse({"status": "ok"})
@@ -853,6 +911,7 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
         routes=[
             Route("/search", endpoint(search), methods=["POST"]),
             Route("/search_many", endpoint(search_many), methods=["POST"]),
+            Route("/documents", endpoint(documents), methods=["GET"]),
             Route("/health", endpoint(health, public=True), methods=["GET"]),
             Route("/stats", endpoint(stats), methods=["GET"]),
             Route("/openapi.json", endpoint(openapi), methods=["GET"]),
@@ -992,6 +1051,23 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                                     "description": "null: the mode's default (2 lexical, 0 hybrid)"}),
         },
     }
+    document = {
+        "type": "object", "additionalProperties": False,
+        "required": ["doc_id", "title", "source_uri", "collection", "acl", "revision", "section_count",
+                     "token_count", "ingested_at", "embedder", "parse_warnings"],
+        "description": "onetrip.DocumentInfo, as `onetrip documents --json` prints it",
+        "properties": {
+            "doc_id": {"type": "string"}, "title": _nullable({"type": "string"}), "source_uri": {"type": "string"},
+            "collection": {"type": "string"},
+            "acl": _nullable({**strings, "description": "principals that may read it; null: everyone"}),
+            "revision": {"type": "integer"}, "section_count": {"type": "integer"},
+            "token_count": {"type": "integer"}, "ingested_at": {"type": "string", "format": "date-time"},
+            "embedder": _nullable({"type": "string"}), "parse_warnings": strings,
+        },
+    }
+    documents = {"type": "object", "additionalProperties": False, "required": ["documents"],
+                 "properties": {"documents": {"type": "array", "items": _ref("Document"),
+                                              "description": "by doc_id"}}}
     principals_doc = ("the caller's principals; accepted only when the operator runs with "
                       "--trust-request-principals (else 403)" if cfg.trust_request_principals else
                       "refused (403): this service takes principals from its operator, not from requests")
@@ -1109,6 +1185,23 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "503": err(SEARCH_503),
                 },
             }},
+            "/documents": {"get": {
+                "summary": "The stored documents the request's principals may read, by doc_id (onetrip documents)",
+                "security": secured,
+                "parameters": [
+                    {"name": "collection", "in": "query", "required": False, "schema": {"type": "string"},
+                     "description": "only this collection"},
+                    {"name": "principals", "in": "query", "required": False, "style": "form", "explode": True,
+                     "schema": strings, "description": principals_doc + " (repeat the parameter for several)"},
+                ],
+                "responses": {
+                    "200": ok(_ref("DocumentList")),
+                    "400": err("a body (the options are query parameters)"), **auth,
+                    "403": err("principals given but not allowed"),
+                    "422": err("unknown query parameter, collection given twice, a NUL in a value"),
+                    "503": err("database unavailable, schema missing, or the statement timeout passed"),
+                },
+            }},
             "/health": {"get": {
                 "summary": "Is the database answering? (no token needed)", "security": [],
                 "responses": {"200": ok({"type": "object", "properties": {"status": {"const": "ok"}}}),
@@ -1131,6 +1224,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "SearchResponse": response,
             "SearchManyRequest": many_request, "SearchManyResponse": many_response,
             "Hit": hit, "RelatedSection": related, "Context": context, "Passage": passage, "Error": error,
+            "Document": document, "DocumentList": documents,
         }},
     }
     if cfg.token:
@@ -1144,5 +1238,5 @@ def _version() -> str:
     return __version__
 
 
-__all__ = ["ApiError", "ServiceConfig", "create_app", "openapi_document", "operator_principals", "parse_search",
-           "parse_search_many", "run", "token_from_env"]
+__all__ = ["ApiError", "ServiceConfig", "create_app", "openapi_document", "operator_principals", "parse_documents",
+           "parse_search", "parse_search_many", "run", "token_from_env"]
