@@ -234,7 +234,8 @@ def test_health_stats_and_openapi(dsn, corpus):
         schemas = spec["components"]["schemas"]
         req = schemas["SearchRequest"]
         assert set(req["properties"]) == {"query", "embedding", "k", "mode", "expand", "filters", "principals",
-                                          "max_tokens", "hits", "context", "hybrid"}
+                                          "max_tokens", "hits", "context", "hybrid", "explain"}
+        assert "explain" in schemas["SearchManyRequest"]["properties"]
         assert set(schemas["Hybrid"]["properties"]) == set(HybridOptions.__dataclass_fields__)
         assert req["properties"]["k"]["maximum"] == 20 and req["properties"]["max_tokens"]["maximum"] == 3000
         assert {"/health", "/stats", "/openapi.json", "/documents"} <= set(spec["paths"])
@@ -901,3 +902,97 @@ def test_tables_dropped_under_the_service_are_503_schema_missing(db, dsn, corpus
         db.execute("DROP TABLE documents, sections CASCADE")
         assert_error(*search(base, {"query": "pasta"}), 503, "schema_missing", "onetrip init")
         assert_error(*documents(base), 503, "schema_missing", "onetrip init")
+
+
+# ---------------------------------------------------------------- "explain"
+
+
+def test_explain_is_the_plan_of_each_statement_the_request_sends(db, dsn, corpus, statement_log):
+    """"explain" answers with `onetrip search --explain --json`'s object for each shape's statement, in ONE
+    EXPLAIN statement each, with the request's filters and principals bound; results need no extra statement."""
+    from onetrip.cli import explained_to_json
+
+    r = Retriever(db, embedder=HashEmbedder())
+    app_name = f"onetrip-explain-{os.getpid()}"
+    with serving(dsn, pool_size=1, application_name=app_name, trust_request_principals=True) as base:
+        assert call(base, "GET", "/health")[0] == 200
+        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (app_name,)).fetchone()
+        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+        flt = {"collections": ["private"], "metadata": {"a": 1}}
+        body = {"query": "salary bands", "k": 3, "filters": flt, "principals": ["eng"]}
+        with statement_log.watch(backend) as w:
+            status, data = search(base, {**body, "explain": "plan"})
+        assert status == 200, data
+        assert len(w.statements) == 2 and all(s.startswith("EXPLAIN WITH") for s in w.statements)
+        want = Filters(principals=("eng",), collections=("private",), metadata={"a": 1})
+        q = HashEmbedder().embed_query("salary bands")
+        assert data == {"explain": {
+            "hits": explained_to_json(r.explain(q, 3, kind="plan", filters=want, text="salary bands")),
+            "context": explained_to_json(r.explain(q, 3, assemble=True, kind="plan", filters=want,
+                                                   text="salary bands", expand=context_expansion(),
+                                                   max_tokens=2000))}}
+        for ex in data["explain"].values():  # the ACL and the filters are in the statement explained
+            assert ex["params"]["principals"] == ["eng"] and ex["params"]["collections"] == ["private"]
+            assert ex["params"]["metadata"] == {"a": 1}
+            assert "acl && " in ex["statement"]
+        status, data = search(base, {"query": "pasta", "k": 2, "hits": False, "explain": True})  # true: analyze
+        assert status == 200 and set(data) == {"explain"} and set(data["explain"]) == {"context"}
+        ex = data["explain"]["context"]
+        assert ex["kind"] == "analyze" and "actual time" in ex["plan"] and ex["params"]["principals"] == []
+        with statement_log.watch(backend) as w:  # explain off: the results, one statement per shape as before
+            status, data = search(base, {"query": "pasta", "k": 2, "explain": False})
+        assert status == 200 and set(data) == {"hits", "context"} and len(w.statements) == 2
+        assert not any(s.startswith("EXPLAIN") for s in w.statements)
+
+        many = {"queries": ["pasta", "bread"], "k": 2, "explain": "plan", "principals": ["hr"]}
+        with statement_log.watch(backend) as w:
+            status, data, _ = call(base, "POST", "/search_many", many)
+        assert status == 200, data
+        assert len(w.statements) == 1 and w.statements[0].startswith("EXPLAIN WITH queries AS")
+        assert data == {"explain": explained_to_json(r.explain_many(["pasta", "bread"], 2, kind="plan",
+                                                                    filters=Filters(principals=("hr",))))}
+        jsonschema = pytest.importorskip("jsonschema")
+        spec = call(base, "GET", "/openapi.json")[1]
+        assert "Taken" in spec["components"]["schemas"]["SearchRequest"]["properties"]["explain"]["description"]
+
+        def validate(name: str, value: Any) -> None:
+            jsonschema.Draft202012Validator({"components": spec["components"],
+                                             "$ref": f"#/components/schemas/{name}"}).validate(value)
+
+        validate("SearchManyRequest", many)
+        validate("SearchManyResponse", data)
+        validate("SearchRequest", {**body, "explain": "plan"})
+        validate("SearchResponse", search(base, {**body, "explain": "generic"})[1])
+
+
+def test_explain_is_refused_where_the_acl_limits_the_caller(db, dsn, corpus):
+    """A plan counts the rows the ACL removed: for a public-only caller the GIN scan of "salary" found the
+    secret document's sections (0 hits, 'Rows Removed by Filter: 2'). Only callers the ACL does not bind
+    (--no-acl, trusted request principals) may ask for one."""
+    db.execute("SET enable_seqscan = off")  # index scans, as on a table of more than these few rows
+    public = Retriever(db, embedder=HashEmbedder())
+    for word, hidden in (("salary", 2), ("zebra", 0)):
+        assert public.search(word, 3, mode="lexical", filters=Filters(principals=())) == []
+        plan = public.explain(word, 3, mode="lexical", filters=Filters(principals=())).plan
+        assert re.search(rf"Bitmap Index Scan on sections_tsv_gin .*actual .* rows={hidden}(?:\.00)? loops", plan), plan
+    assert "Rows Removed by Filter: 2" in public.explain("salary", 3, mode="lexical",
+                                                         filters=Filters(principals=())).plan
+    body = {"query": "salary", "mode": "lexical", "k": 3, "explain": "analyze"}
+    many = {"queries": ["salary"], "mode": "lexical", "explain": True}
+    for options in ({}, {"principals": ("hr",)}):
+        with serving(dsn, **options) as base:
+            assert_error(*search(base, body), 403, "explain_not_allowed", "ACL")
+            assert_error(*call(base, "POST", "/search_many", many)[:2], 403, "explain_not_allowed")
+            assert search(base, {**body, "explain": False})[0] == 200
+            spec = call(base, "GET", "/openapi.json")[1]
+            assert "Refused" in spec["components"]["schemas"]["SearchRequest"]["properties"]["explain"]["description"]
+    with serving(dsn, principals=None) as base:
+        status, data = search(base, body)
+        assert status == 200 and "principals" not in data["explain"]["hits"]["params"]  # no ACL check at all
+        assert call(base, "POST", "/search_many", many)[0] == 200
+        for bad in ("verbose", 1, "ANALYZE", ["plan"]):
+            assert_error(*search(base, {**body, "explain": bad}), 422, "invalid_field", "explain", "generic")
+            assert_error(*call(base, "POST", "/search_many", {**many, "explain": bad})[:2], 422, "invalid_field",
+                         "explain")
+        assert_error(*search(base, {**body, "k": 51}), 422, "k_out_of_range")  # the same caps as a search

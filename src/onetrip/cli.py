@@ -208,8 +208,8 @@ def build_parser() -> argparse.ArgumentParser:
         if action.dest == "prefix":
             action.help = "table name prefix (default: demo_)"
 
-    p = sub.add_parser("serve", help="serve search over HTTP (POST /search, /search_many; GET /documents, /health, "
-                                     "/stats, /openapi.json)",
+    p = sub.add_parser("serve", help="serve search over HTTP (POST /search, /search_many, each with \"explain\"; "
+                                     "GET /documents, /health, /stats, /openapi.json)",
                        description=SERVE_DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
     _common(p)
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
@@ -610,10 +610,25 @@ def context_to_json(ctx: Any) -> dict[str, Any]:
     }
 
 
+def explained_to_json(ex: Explained) -> dict[str, Any]:
+    """The JSON shape of an `Explained` (also used by the HTTP service's "explain"); a metadata filter's
+    bind (psycopg's Jsonb) shows as its JSON object."""
+    from psycopg.types.json import Jsonb
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Jsonb):
+            return value.obj
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value if value is None or isinstance(value, (str, int, float, bool, dict)) else repr(value)
+
+    return {"statement": ex.statement, "params": {k: plain(v) for k, v in ex.params.items()}, "plan": ex.plan,
+            "kind": ex.kind, "vector_index_scans": ex.vector_index_scans}
+
+
 def _print_explained(ex: Explained, as_json: bool) -> None:
     if as_json:
-        print(json.dumps({"statement": ex.statement, "params": ex.params, "plan": ex.plan,
-                          "kind": ex.kind, "vector_index_scans": ex.vector_index_scans}, indent=2, default=repr))
+        print(json.dumps(explained_to_json(ex), indent=2))
     else:
         print(ex.render())
 
@@ -740,10 +755,14 @@ def cmd_demo(args: argparse.Namespace) -> int:
 SERVE_DESCRIPTION = """Serve search over HTTP (Starlette under uvicorn), one AsyncRetriever over a connection pool.
 
   POST /search        {query | embedding, k, mode, expand, filters, principals, max_tokens, hits, context,
-                       hybrid}
+                       hybrid, explain}
                       -> {"hits": [...], "context": {...}}; one SQL statement per shape asked for
-  POST /search_many   {queries | embeddings | both, k, mode, expand, filters, principals, hybrid}
+  POST /search_many   {queries | embeddings | both, k, mode, expand, filters, principals, hybrid, explain}
                       -> {"results": [{"query", "hits"}, ...]}; one SQL statement for all the queries
+                      "explain": "analyze" | "plan" | "generic" (true: analyze), as `search --explain --json`:
+                      -> {"explain": {"hits": {...}, "context": {...}}} (/search_many: {"explain": {...}}), each
+                      the plan of the statement the request would send instead of its results; only with
+                      --no-acl or --trust-request-principals (else 403: plans count rows the ACL hides)
   GET  /documents     ?collection=C&principals=P...: {"documents": [...]} as `documents --json`, only those
                       the request's principals may read (the ones a search would use)
   GET  /health        200 {"status": "ok"} or 503 (no token needed)

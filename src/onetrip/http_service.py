@@ -3,6 +3,7 @@
 Endpoints
     POST /search        top-K hits and/or the assembled, budgeted context for a query
     POST /search_many   several queries' top-K hits, in ONE statement
+                        (both take "explain": the plan of the statement(s) they would send, not the results)
     GET  /documents     the stored documents the request's principals may read (`onetrip documents --json`)
     GET  /health        200 {"status": "ok"} when a pooled connection answers; else 503 (no token needed)
     GET  /stats         pool statistics and request counts (to check the pool stays within its size)
@@ -33,8 +34,20 @@ Principals (whose ACL rows a request may read), in this order:
     --no-acl                     no ACL check at all (explicit opt-in only)
     none of the above            public rows only (rows whose acl is NULL)
 
-GET /documents lists the documents rows a search with the same principals may
-read (the same ACL test, on the documents row).
+Explain. ``"explain": "analyze" | "plan" | "generic"`` (``true``: "analyze", as
+``onetrip search --explain``) in a /search or /search_many body answers with
+`Retriever.explain` / `explain_many`'s result as ``onetrip search --explain
+--json`` prints it, for the statement each shape asked for would send: the same
+parsing, caps, filters and principals, one EXPLAIN statement in its place. A
+plan counts the rows each node read, ACL-hidden ones included ("Rows Removed by
+Filter", an index scan's rows): on the tests' corpus, index scans preferred (as
+on a large table), a public-only caller's lexical search for "salary" had 0
+hits and its plan showed the word index finding 2 sections (the HR-only
+document's) and then 'Rows Removed by Filter: 2', where "zebra" found 0: plans
+tell who may not read a section whether it holds a word. Explain is therefore refused (403 explain_not_allowed) unless the ACL
+does not bind the caller: --no-acl, or --trust-request-principals (the caller
+may name any principals anyway). GET /documents needs no such rule: it lists
+the documents rows a search with the same principals may read (same ACL test).
 
 Security. Binds 127.0.0.1 unless told otherwise. With a token (--token or
 $ONETRIP_TOKEN) every endpoint but /health needs ``Authorization: Bearer
@@ -71,10 +84,11 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from .async_retrieve import AsyncRetriever
-from .cli import context_to_json, document_to_json, hit_to_json
+from .cli import context_to_json, document_to_json, explained_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import (ConnectionFailedError, ConnectionLostError, EmbedderMismatchError, OnetripError,
-                     SchemaMissingError)
+                     SchemaMissingError, ServerRequirementError)
+from .explain import KINDS as EXPLAIN_KINDS
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT,
                        Expansion, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
                        session_settings, statement_errors)
@@ -98,10 +112,10 @@ DEFAULT_STATEMENT_TIMEOUT = 10.0
 APPLICATION_NAME = "onetrip-serve"
 
 REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "principals", "max_tokens",
-                  "hits", "context", "hybrid")
+                  "hits", "context", "hybrid", "explain")
 EXPAND_FIELDS = tuple(Expansion.__dataclass_fields__)
 FILTER_FIELDS = ("collections", "doc_ids", "source_prefix", "metadata")
-SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "mode", "expand", "filters", "principals", "hybrid")
+SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "mode", "expand", "filters", "principals", "hybrid", "explain")
 DOCUMENTS_PARAMS = ("collection", "principals")
 HYBRID_FIELDS = tuple(HybridOptions.__dataclass_fields__)
 SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
@@ -198,6 +212,7 @@ class SearchRequest:
     context: bool
     hit_expand: Expansion = Expansion()  # the hits' parent/neighbors
     hybrid: HybridOptions | None = None   # the lexical side's and the fusion's options; None: the defaults
+    explain: str | None = None            # an EXPLAIN kind: the plans of the statements, not their results
 
 
 @dataclass(frozen=True)
@@ -215,6 +230,7 @@ class SearchManyRequest:
     neighbors: bool
     filters: Filters
     hybrid: HybridOptions | None = None
+    explain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -336,6 +352,28 @@ def _principals(body: dict[str, Any], cfg: ServiceConfig) -> tuple[str, ...] | N
     return _strings(body["principals"], "principals")
 
 
+def _explain(body: dict[str, Any], cfg: ServiceConfig) -> str | None:
+    """The body's "explain" as an EXPLAIN kind (None: search), refused where the ACL binds the caller.
+
+    A plan counts the rows each node read before the ACL test removed them, so it
+    would tell a caller limited by the ACL whether sections it may not read hold
+    its query's words; with --no-acl or trusted request principals nothing is hidden from it.
+    """
+    value = body.get("explain", False)
+    if value is True:
+        value = "analyze"  # as `onetrip search --explain` with no kind
+    if value is False:
+        return None
+    if not isinstance(value, str) or value not in EXPLAIN_KINDS:
+        raise _invalid("explain", f"must be true, false or one of {', '.join(EXPLAIN_KINDS)}, got {value!r:.40}")
+    if cfg.principals is not None and not cfg.trust_request_principals:
+        raise ApiError(403, "explain_not_allowed",
+                       "explain is refused where the ACL limits what a request reads: a plan counts the rows it "
+                       "read, hidden ones included (the operator may use `onetrip search --explain`, or serve "
+                       "with --no-acl or --trust-request-principals)", field="explain")
+    return value
+
+
 def _request_filters(body: dict[str, Any], cfg: ServiceConfig) -> Filters:
     """The body's filters and the principals it may read with (the operator's unless trusted)."""
     raw_flt = _object(body.get("filters", {}), "filters", FILTER_FIELDS, "unknown_filter_key")
@@ -379,6 +417,7 @@ def _hybrid(body: dict[str, Any], mode: str, cfg: ServiceConfig) -> HybridOption
 def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     """Validate a /search body against the operator's caps; every problem is a 4xx naming the field."""
     body = _object(body, "body", REQUEST_FIELDS)
+    explain = _explain(body, cfg)
     query = _text(body["query"], "query") if body.get("query") is not None else None
     if query is not None and not query.strip():
         raise _invalid("query", "is empty")
@@ -428,12 +467,13 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
     # neighbors) and context; absent: hits carry parent + previous/next, the context the tuned CONTEXT_DEFAULT
     expansion = Expansion(**exp)
     return SearchRequest(query, embedding, k, mode, expansion if "expand" in body else context_expansion(), filters,
-                         max_tokens, want_hits, want_context, expansion, _hybrid(body, mode, cfg))
+                         max_tokens, want_hits, want_context, expansion, _hybrid(body, mode, cfg), explain)
 
 
 def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
     """Validate a /search_many body: queries (texts), embeddings, or both (hybrid), each named by its index when wrong."""
     body = _object(body, "body", SEARCH_MANY_FIELDS)
+    explain = _explain(body, cfg)
     has_q, has_e = body.get("queries") is not None, body.get("embeddings") is not None
     if not (has_q or has_e):
         raise ApiError(422, "missing_query", "give queries (texts), embeddings (lists of floats), or both (hybrid)",
@@ -472,7 +512,7 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
     parent = _bool(raw_exp.get("parent", True), "expand.parent")
     neighbors = _int(raw_exp.get("neighbors", 1), "expand.neighbors", 0, 1) > 0
     return SearchManyRequest(queries, embeddings, k, mode, parent, neighbors, _request_filters(body, cfg),
-                             _hybrid(body, mode, cfg))
+                             _hybrid(body, mode, cfg), explain)
 
 
 def parse_documents(params: list[tuple[str, str]], cfg: ServiceConfig) -> DocumentsRequest:
@@ -585,6 +625,8 @@ class Service:
             raise _unavailable(e) from None
         except SchemaMissingError as e:  # the tables were dropped after the service read them
             raise ApiError(503, "schema_missing", str(e)) from None
+        except ServerRequirementError as e:  # "explain": "generic" on PostgreSQL before 16
+            raise ApiError(422, "invalid_field", f"explain: {e}", field="explain") from None
         except psycopg.DataError as e:
             raise ApiError(422, "invalid_value",
                            f"the database refused a value of this request: {e.diag.message_primary or e}") from None
@@ -662,15 +704,23 @@ class Service:
         text = req.query if vector is not None and req.mode == "hybrid" else None
         common = {"filters": req.filters, "mode": req.mode, "text": text,
                   **({} if req.hybrid is None else {"hybrid": req.hybrid})}
+        hit_options = {"parent": req.hit_expand.parent, "neighbors": req.hit_expand.neighbors > 0, **common}
+        context_options = {"expand": req.expand, "max_tokens": req.max_tokens, **common}
+        hit_k = DEFAULT_K if req.k is None else req.k
         out: dict[str, Any] = {}
         with self._statement_errors():
+            if req.explain is not None:  # each shape's statement explained in its place: one EXPLAIN per shape
+                plans: dict[str, Any] = {}
+                if req.hits:
+                    plans["hits"] = explained_to_json(await r.explain(query, hit_k, kind=req.explain, **hit_options))
+                if req.context:
+                    plans["context"] = explained_to_json(await r.explain(query, req.k, assemble=True,
+                                                                         kind=req.explain, **context_options))
+                return {"explain": plans}
             if req.hits:
-                hits = await r.search(query, DEFAULT_K if req.k is None else req.k, parent=req.hit_expand.parent,
-                                      neighbors=req.hit_expand.neighbors > 0, **common)
-                out["hits"] = [hit_to_json(h) for h in hits]
+                out["hits"] = [hit_to_json(h) for h in await r.search(query, hit_k, **hit_options)]
             if req.context:
-                ctx = await r.assemble(query, req.k, expand=req.expand, max_tokens=req.max_tokens, **common)
-                out["context"] = context_to_json(ctx)
+                out["context"] = context_to_json(await r.assemble(query, req.k, **context_options))
         return out
 
     async def search_many(self, req: SearchManyRequest) -> dict[str, Any]:
@@ -697,10 +747,13 @@ class Service:
                 raise ApiError(500, "embedder_mismatch",
                                f"the service's embedder makes {vectors[0].shape[-1]}-d vectors but the table "
                                f"stores {dim}")
+        options = {"parent": req.parent, "neighbors": req.neighbors, "filters": req.filters, "mode": req.mode,
+                   "hybrid": req.hybrid, "texts": list(req.queries) if req.mode == "hybrid" and req.queries else None}
         with self._statement_errors():
-            results = await r.search_many(vectors, req.k, parent=req.parent, neighbors=req.neighbors,
-                                          filters=req.filters, mode=req.mode, hybrid=req.hybrid,
-                                          texts=list(req.queries) if req.mode == "hybrid" and req.queries else None)
+            if req.explain is not None:
+                return {"explain": explained_to_json(await r.explain_many(vectors, req.k, kind=req.explain,
+                                                                          **options))}
+            results = await r.search_many(vectors, req.k, **options)
         texts = req.queries or (None,) * len(vectors)
         return {"results": [{"query": q, "hits": [hit_to_json(h) for h in hits]} for q, hits in zip(texts, results)]}
 
@@ -1051,6 +1104,26 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                                     "description": "null: the mode's default (2 lexical, 0 hybrid)"}),
         },
     }
+    explain_doc = {"anyOf": [{"type": "boolean"}, {"enum": list(EXPLAIN_KINDS)}], "default": False,
+                   "description": "the plan of the statement(s) this request would send instead of their results, "
+                                  "as `onetrip search --explain KIND --json` (true: analyze, which runs them; plan; "
+                                  "generic: the plan for any values, PostgreSQL 16+). "
+                                  + ("Taken: this service's ACL does not limit its callers." if
+                                     cfg.principals is None or cfg.trust_request_principals else
+                                     "Refused (403 explain_not_allowed) by this service: its ACL limits what a "
+                                     "request reads, and a plan counts the rows it read, hidden ones included.")}
+    explained = {
+        "type": "object", "additionalProperties": False,
+        "required": ["statement", "params", "plan", "kind", "vector_index_scans"],
+        "description": "onetrip.Explained, as `onetrip search --explain --json` prints it",
+        "properties": {
+            "statement": {"type": "string", "description": "the statement as psycopg sends it (%(name)s binds)"},
+            "params": {"type": "object", "description": "its binds; query embeddings as a placeholder"},
+            "plan": {"type": "string", "description": "the server's EXPLAIN output (text format)"},
+            "kind": {"enum": list(EXPLAIN_KINDS)},
+            "vector_index_scans": {**strings, "description": "indexes whose scan orders by vector distance"},
+        },
+    }
     document = {
         "type": "object", "additionalProperties": False,
         "required": ["doc_id", "title", "source_uri", "collection", "acl", "revision", "section_count",
@@ -1094,6 +1167,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "context": {"type": "boolean", "default": True,
                         "description": "return the assembled context (one statement)"},
             "hybrid": _ref("Hybrid"),
+            "explain": explain_doc,
         },
     }
     many_request = {
@@ -1118,11 +1192,14 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "filters": _ref("Filters"),
             "principals": {**strings, "description": principals_doc},
             "hybrid": _ref("Hybrid"),
+            "explain": explain_doc,
         },
     }
     many_response = {
-        "type": "object", "additionalProperties": False, "required": ["results"],
-        "properties": {"results": {"type": "array", "description": "one per query, in the order given",
+        "type": "object", "additionalProperties": False,
+        "oneOf": [{"required": ["results"]}, {"required": ["explain"]}],
+        "properties": {"explain": _ref("Explained"),
+                       "results": {"type": "array", "description": "one per query, in the order given",
                                    "items": {"type": "object", "additionalProperties": False,
                                              "required": ["query", "hits"],
                                              "properties": {"query": _nullable({"type": "string"}),
@@ -1130,8 +1207,10 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
     }
     response = {
         "type": "object", "additionalProperties": False,
-        "description": "hits and/or context, as asked for",
-        "properties": {"hits": {"type": "array", "items": _ref("Hit")}, "context": _ref("Context")},
+        "description": "hits and/or context, as asked for; with explain, only explain: each shape's plan",
+        "properties": {"hits": {"type": "array", "items": _ref("Hit")}, "context": _ref("Context"),
+                       "explain": {"type": "object", "additionalProperties": False,
+                                   "properties": {"hits": _ref("Explained"), "context": _ref("Explained")}}},
     }
     error = {
         "type": "object", "required": ["error"],
@@ -1160,7 +1239,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "responses": {
                     "200": ok(_ref("SearchResponse")),
                     "400": err("malformed JSON (also: a key twice in one object)"), **auth,
-                    "403": err("principals given but not allowed"),
+                    "403": err("principals given but not allowed; explain where the ACL limits the caller"),
                     "413": err(f"body over {cfg.max_body} bytes"),
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
@@ -1176,7 +1255,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "responses": {
                     "200": ok(_ref("SearchManyResponse")),
                     "400": err("malformed JSON (also: a key twice in one object)"), **auth,
-                    "403": err("principals given but not allowed"),
+                    "403": err("principals given but not allowed; explain where the ACL limits the caller"),
                     "413": err(f"body over {cfg.max_body} bytes"),
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, neither queries nor embeddings, not one embedding "
@@ -1224,7 +1303,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "SearchResponse": response,
             "SearchManyRequest": many_request, "SearchManyResponse": many_response,
             "Hit": hit, "RelatedSection": related, "Context": context, "Passage": passage, "Error": error,
-            "Document": document, "DocumentList": documents,
+            "Explained": explained, "Document": document, "DocumentList": documents,
         }},
     }
     if cfg.token:
