@@ -229,6 +229,38 @@ def test_a_deep_div_tree_is_read_not_refused(tmp_path, n):
     assert parse_html(page(n))[1] == parse_html(page(1))[1]
 
 
+@pytest.mark.parametrize("between", ["", "<b>", "<font size=2>", "<div>", "<br>", "<span><i>"])
+def test_each_unclosed_heading_is_a_section_of_its_own(between):
+    """lxml nests a heading left open in the one before (not when a <p> follows it, which closes it): the
+    first heading's text took in the whole page, one section where a browser shows 600 headings."""
+    n = 600
+    broken = "".join(f'<h3><a name="a{i}"></a>Title {i} {between}text {i} ' for i in range(n))
+    closed = "".join(f'<h3><a name="a{i}"></a>Title {i} {between}text {i} </h3>' for i in range(n))
+    assert parse_html(broken)[1] == parse_html(closed)[1]
+    secs = build_sections(parse_html(f"<html><body>{broken}</body></html>")[1], count_tokens=words, min_tokens=0)
+    assert [(s.section_id, s.parent_section_id, s.heading_path) for s in secs] == [
+        (f"a{i}", None, (f"Title {i} text {i}",)) for i in range(n)]
+
+
+def test_a_heading_or_section_nested_in_a_heading_starts_where_it_is():
+    """What follows a nested heading inside the outer one is the inner one's; an outer heading with no text
+    of its own before it makes no section; a section container's own unclosed title ends the same way."""
+    _, blocks, _ = parse_html('<h2 id="o">Outer <b>bold<h3 id="i">Inner</h3>after</b> tail</h2><p>p</p>')
+    assert blocks == [HeadingBlock(2, "Outer bold", "o"), HeadingBlock(3, "Inner", "i"),
+                      ContentBlock("other", "after tail"), ContentBlock("paragraph", "p")]
+    assert parse_html("<h2><span><h3>Inner</h3></span></h2><p>p</p>")[1] == [
+        HeadingBlock(3, "Inner", "inner"), ContentBlock("paragraph", "p")]
+    # an <a id> of the nested heading is its anchor, not the outer one's
+    assert parse_html('<h2>Outer<h3><a id="x"></a>Inner</h3></h2>')[1] == [
+        HeadingBlock(2, "Outer", "outer"), HeadingBlock(3, "Inner", "x")]
+    html = ('<div class="sect1" id="s"><h2>Title<b>x<h3>Sub one<b>y<h3>Sub two<div class="sect2" id="t">'
+            '<h3>Deep</h3><p>in t</p></div></div>')
+    secs = build_sections(parse_html(html)[1], count_tokens=words, min_tokens=0)
+    assert [(s.section_id, s.parent_section_id, s.heading_path, s.content) for s in secs] == [
+        ("s", None, ("Titlex",), ""), ("sub-oney", "s", ("Titlex", "Sub oney"), ""),
+        ("sub-two", "s", ("Titlex", "Sub two"), ""), ("t", "s", ("Titlex", "Deep"), "in t")]
+
+
 def test_deep_nesting_inside_a_paragraph_a_list_item_and_a_table_cell():
     """The content-block and table-cell text walks were recursive too."""
     n = 3000

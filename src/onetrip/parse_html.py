@@ -17,6 +17,11 @@ Rules:
   anchor = own id, else an `<a id|name>` inside, else a GitHub-style slug.
 * Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
   are content, as are `p.title` captions of tables/examples/figures.
+* A heading's text ends where a heading or section container nested in it
+  starts (lxml nests a heading left open in the one before it, as in
+  `<h3>A<b>x<h3>B`); that one and all after it are read as if the outer
+  heading had been closed there. A heading with no text of its own before it
+  makes no section.
 * Content that follows a nested container inside its parent (DocBook
   footnotes) gets a repeated heading of the parent, so it is not attributed to
   the last subsection.
@@ -33,6 +38,7 @@ hundred levels, so the whole file was refused though browsers show it fine.
 
 from __future__ import annotations
 
+import itertools
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
@@ -106,6 +112,11 @@ def _is_container(tag: Tag) -> bool:
     return tag.name == "div" and not SECTION_CLASSES.isdisjoint(_classes(tag))
 
 
+def _sectioning(tag: Tag) -> bool:
+    """A heading or section container: what starts a section of its own wherever it is met."""
+    return tag.name in _HEADING_SET or _is_container(tag)
+
+
 def _is_text(node: PageElement) -> bool:
     return isinstance(node, NavigableString) and not isinstance(node, PreformattedString)
 
@@ -153,6 +164,12 @@ class _Text:
 
 def _flat_text(tag: Tag) -> str:
     """Text of a table cell on one line: block boundaries become spaces."""
+    return _flat_text_until(tag, None)[0]
+
+
+def _flat_text_until(tag: Tag, stop: Callable[[Tag], bool] | None) -> tuple[str, Tag | None, Iterator[PageElement]]:
+    """`_flat_text` of ``tag`` up to its first descendant that ``stop`` accepts; that descendant (None when there
+    is none), and it with every node after it inside ``tag``, in document order."""
     out: list[str] = []
     # open elements: (their remaining children, what to add when they end)
     stack: list[tuple[Iterator[PageElement], str]] = [(iter(tag.contents), "")]
@@ -162,6 +179,8 @@ def _flat_text(tag: Tag) -> str:
             if isinstance(child, Tag):
                 if _dropped(child):
                     continue
+                if stop is not None and stop(child):  # the rest: it, its following siblings, then each open element's
+                    return _collapse("".join(out)), child, itertools.chain((child,), *(it for it, _ in reversed(stack)))
                 breaking = child.name in _BREAKING
                 if breaking:
                     out.append(" ")
@@ -172,7 +191,7 @@ def _flat_text(tag: Tag) -> str:
         else:
             stack.pop()
             out.append(after)
-    return _collapse("".join(out))
+    return _collapse("".join(out)), None, iter(())
 
 
 _TABLE_PARTS = frozenset({"thead", "tbody", "tfoot", "tr"})
@@ -335,7 +354,7 @@ class _Walker:
             return self.container(node)
         elif name in _HEADING_SET:
             if id(node) not in self.consumed:
-                self.free_heading(node)
+                return self.free_heading(node)
         elif name == "table":
             self.flush()
             for cap in node.find_all("caption", recursive=False):
@@ -379,16 +398,24 @@ class _Walker:
         depth = (self.containers[-1][0] if self.containers else 0) + 1
         own_id = tag.get("id")
         anchor = str(own_id) if own_id else (self.containers[-1][1] if self.containers else None)
-        heading = _flat_text(title) if title is not None else ""
+        heading = ""
+        children: Iterable[PageElement] = list(tag.contents)
         if title is not None:
             self.consumed.add(id(title))
+            if title.parent is tag:  # its text ends at a heading or section nested in it (see free_heading)
+                heading, nested, rest = _flat_text_until(title, _sectioning)
+                if nested is not None:  # which, and all after it in the title, are the container's after the title
+                    at = next(i for i, child in enumerate(children) if child is title) + 1
+                    children = itertools.chain(children[:at], rest, children[at:])
+            else:  # in a titlepage, one content block that skips its title: the title keeps all its text
+                heading = _flat_text(title)
         if anchor is None and heading:
             anchor = self.slugger(heading) or None
         hn = int(title.name[1]) if title is not None else None
         self.heading(depth, heading, anchor)
         self.containers.append((depth, anchor, hn))
         after_nested = False
-        for child in list(tag.contents):
+        for child in children:
             if isinstance(child, Tag) and _is_container(child):
                 yield child
                 after_nested = True
@@ -400,20 +427,31 @@ class _Walker:
         self.flush()
         self.containers.pop()
 
-    def free_heading(self, tag: Tag) -> None:
+    def free_heading(self, tag: Tag) -> Iterator[PageElement] | None:
+        """A heading's section; returns a heading or section nested in it, and all after that inside it, to walk.
+
+        lxml nests a heading left open in the one before (``<h3>A<b>x<h3>B`` or ``<h3>A x<h3>B``, not
+        ``<h3>A<p>x<h3>B``): read as one text, the first heading of a page of unclosed ones took in the rest of
+        the page and was its only section, its text all heading. A browser shows each as a heading block of
+        its own (HTML5 parsing closes an open heading at the next one's start tag, or nests it when an inline
+        element is open, still a block of its own), so each is a section of its own here.
+        """
         n = int(tag.name[1])
         if self.containers:
             depth, _, title_hn = self.containers[-1]
             level = depth + max(1, n - (title_hn if title_hn is not None else n - 1))
         else:
             level = n
-        text = _flat_text(tag)
+        text, nested, rest = _flat_text_until(tag, _sectioning)
+        if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
+            return rest
         anchor = tag.get("id")
         if not anchor:
-            inner = tag.find("a", attrs={"id": True}) or tag.find("a", attrs={"name": True})
+            inner = _anchor_link(tag, nested)
             if inner is not None:
                 anchor = inner.get("id") or inner.get("name")
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
+        return rest if nested is not None else None
 
     # -- content blocks
     def content(self, tag: Tag, kind: str) -> None:
@@ -473,6 +511,21 @@ class _TextCheck:
                     known[id(element)] = True
                 return True
         return known[id(tag)]
+
+
+def _anchor_link(heading: Tag, end: Tag | None) -> Tag | None:
+    """The heading's first ``<a id>``, else its first ``<a name>``, before ``end`` (a heading inside it, whose own
+    they are; searching all of a page of nested headings for each costs the page's length squared)."""
+    with_name = None
+    for el in _preorder(heading, lambda tag: True):  # lazy: bs4's descendants first finds the subtree's end
+        if el is end:
+            break
+        if isinstance(el, Tag) and el.name == "a":
+            if el.get("id") is not None:
+                return el
+            if with_name is None and el.get("name") is not None:
+                with_name = el
+    return with_name
 
 
 def _has_text(node: PageElement, has_text: Callable[[Tag], bool]) -> bool:
