@@ -179,6 +179,29 @@ def test_a_list_ten_deep_keeps_the_headings_after_it():
     assert [b.text for b in blocks if isinstance(b, HeadingBlock)] == ["Guide", "Install", "Usage"]
 
 
+def test_a_run_of_open_brackets_costs_few_steps_a_character(monkeypatch):
+    """markdown-it shares one nesting limit between blocks and inline text, and each '[' of a run with no ']'
+    looks that many levels deep for one: with the block limit (200) that was 200 validation steps a
+    character (60 KB of '[' took ~8 s). Inline text is parsed with markdown-it's own 20. Steps are counted,
+    not timed; the lists of the test above still nest past 10 deep."""
+    from markdown_it.parser_inline import ParserInline
+
+    steps = 0
+    skip = ParserInline.skipToken
+
+    def counted(self, state):
+        nonlocal steps
+        steps += 1
+        return skip(self, state)
+
+    monkeypatch.setattr(ParserInline, "skipToken", counted)
+    n = 2000
+    _, blocks, _ = parse_markdown(f"# Title [[\n\n{'[' * n}\n\n## Next [a](b)\n\n[x]: /u\n")
+    assert steps <= 25 * n
+    assert blocks == [HeadingBlock(1, "Title [[", "title-", "# Title [["), ContentBlock("paragraph", "[" * n),
+                      HeadingBlock(2, "Next a", "next-a", "## Next [a](b)"), ContentBlock("other", "[x]: /u")]
+
+
 def test_nesting_past_the_limit_is_a_clear_error(tmp_path):
     import pytest
 

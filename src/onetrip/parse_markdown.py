@@ -15,6 +15,8 @@ from functools import lru_cache
 from typing import Any
 
 from markdown_it import MarkdownIt
+from markdown_it.rules_core import inline as _inline_rule
+from markdown_it.rules_core.state_core import StateCore
 from markdown_it.token import Token
 from mdit_py_plugins.front_matter import front_matter_plugin
 
@@ -38,12 +40,32 @@ _SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
 MAX_NESTING = 200
 
 
+#: the nesting limit while inline text is parsed (markdown-it's commonmark default): markdown-it shares one
+#: limit between blocks and inlines, and every '[' of a run with no ']' looks that many levels deep for
+#: one, so MAX_NESTING there made a run of '[' cost 200 validation steps a character (60 KB of '[': 8-16 s)
+#: where 20 costs 20. Inline levels are nested links and images only, which no real text nests 20 deep.
+INLINE_MAX_NESTING = 20
+
+
 class MarkdownTooDeepError(ValueError):
     """The document nests lists or quotes past MAX_NESTING: markdown-it would drop the rest."""
 
 
+def _inline_shallow(state: StateCore) -> None:
+    """markdown-it's inline core rule, run with INLINE_MAX_NESTING as the limit."""
+    options = state.md.options
+    block_limit = options["maxNesting"]
+    options["maxNesting"] = min(block_limit, INLINE_MAX_NESTING)
+    try:
+        _inline_rule(state)
+    finally:
+        options["maxNesting"] = block_limit
+
+
 def _parser() -> MarkdownIt:
-    return MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table").use(front_matter_plugin)
+    md = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table").use(front_matter_plugin)
+    md.core.ruler.at("inline", _inline_shallow)
+    return md
 
 
 @lru_cache(maxsize=1)
