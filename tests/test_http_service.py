@@ -546,6 +546,106 @@ def test_more_requests_than_the_pool_wait_then_get_pool_exhausted_and_lost_conne
         assert stats["responses"] == {"200": 4, "503": 3}, stats
 
 
+def allow_connections_to(db: psycopg.Connection, dsn: str, allow: bool) -> None:
+    """ALTER DATABASE (the test's) ALLOW_CONNECTIONS: new sessions refused, as by a server that is down; run from
+    another database, as a session may not refuse its own."""
+    from psycopg import conninfo
+
+    with psycopg.connect(conninfo.make_conninfo(dsn, dbname="postgres"), autocommit=True) as admin:
+        admin.execute(sql.SQL("ALTER DATABASE {} ALLOW_CONNECTIONS {}").format(
+            sql.Identifier(db.info.dbname), sql.SQL("true" if allow else "false")))
+
+
+@contextmanager
+def every_pooled_connection_busy(db: psycopg.Connection, dsn: str, base: str, app_name: str,
+                                 pool_size: int) -> Iterator[list[int]]:
+    """``pool_size`` searches held on a lock of the sections table, each on a pooled connection, until the block
+    ends; then their statuses (the pool has grown to its size by then)."""
+    held: list[int] = []
+    with psycopg.connect(dsn) as locker:  # a transaction of its own: the lock stays until rollback
+        locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+        threads = [threading.Thread(target=lambda: held.append(search(base, {"query": "pasta",
+                                                                             "context": False})[0]))
+                   for _ in range(pool_size)]
+        for t in threads:
+            t.start()
+        deadline = time.monotonic() + 30  # a guard against hanging, not a timing assertion
+        while db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s "
+                         "AND wait_event_type = 'Lock'", (app_name,)).fetchone()[0] < pool_size:
+            assert time.monotonic() < deadline, "the requests' statements never reached the lock"
+            time.sleep(0.05)
+        try:
+            yield held
+        finally:
+            locker.rollback()
+            for t in threads:
+                t.join(60)
+
+
+def test_while_the_database_refuses_connections_every_timed_out_request_says_so(db, dsn, corpus, terminate):
+    """Whether the pool's connections were busy or could not be opened was read from the pool's failed attempts
+    since the last look, which the first request to look used up: of requests timing out together in an outage
+    one said database_unavailable and the others pool_exhausted ("raise --pool-size"), as did any that came
+    between the pool's reconnect attempts. Now the service says database_unavailable until a connection opens
+    again or /health passes; then a pool held by a lock is pool_exhausted again."""
+    app_name = f"onetrip-outage-{os.getpid()}"
+
+    def allow_connections(allow: bool) -> None:
+        allow_connections_to(db, dsn, allow)
+
+    def stats() -> dict[str, Any]:
+        return call(base, "GET", "/stats")[1]["pool"]
+
+    with serving(dsn, pool_size=2, db_timeout=1.0, statement_timeout=120.0, application_name=app_name) as base:
+        with every_pooled_connection_busy(db, dsn, base, app_name, 2) as held:
+            pass
+        assert held == [200, 200] and stats()["pool_size"] == 2
+        allow_connections(False)  # as a server that is down
+        try:
+            assert terminate(application_name=app_name) == 2
+            assert_error(*search(base, {"query": "pasta", "context": False}), 503, "connection_lost")
+            together: list[tuple[int, Any]] = []
+            threads = [threading.Thread(target=lambda: together.append(search(base, {"query": "pasta"})))
+                       for _ in range(3)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            together.append(search(base, {"query": "pasta"}))
+            assert [data["error"]["code"] for _, data in together] == ["database_unavailable"] * 4, together
+            assert stats()["pool_size"] == 2  # the pool counts the two it keeps trying to open
+        finally:
+            allow_connections(True)
+        deadline = time.monotonic() + 60  # the pool's next attempts (1, 2, 4 ... s apart); a guard, not a timing
+        while call(base, "GET", "/health")[0] != 200 or stats()["pool_available"] < 2:  # both reopened
+            assert time.monotonic() < deadline, stats()
+            time.sleep(0.1)
+        with every_pooled_connection_busy(db, dsn, base, app_name, 2) as held:
+            assert_error(*search(base, {"query": "pasta"}), 503, "pool_exhausted", "all 2 database connections")
+        assert held == [200, 200]
+
+
+def test_a_service_started_while_the_database_refused_connections_tells_busy_from_down_once_it_answers(
+        db, dsn, corpus):
+    """The connection attempts that failed before the database answered made a full pool of one say
+    database_unavailable when it was only busy, as long as no new connection opened (none does in a full
+    pool) and no /health passed."""
+    app_name = f"onetrip-late-{os.getpid()}"
+    allow_connections_to(db, dsn, False)
+    try:
+        with serving(dsn, pool_size=1, db_timeout=1.0, statement_timeout=120.0, application_name=app_name) as base:
+            assert_error(*search(base, {"query": "pasta"}), 503, "database_unavailable")
+            allow_connections_to(db, dsn, True)
+            deadline = time.monotonic() + 60  # the pool's next attempt (1, 2, 4 ... s on); a guard, not a timing
+            while search(base, {"query": "pasta"})[0] != 200:
+                assert time.monotonic() < deadline
+            with every_pooled_connection_busy(db, dsn, base, app_name, 1) as held:
+                assert_error(*search(base, {"query": "pasta"}), 503, "pool_exhausted")
+            assert held == [200]
+    finally:
+        allow_connections_to(db, dsn, True)
+
+
 def test_a_lock_timeout_or_a_cancelled_statement_is_named(db, dsn, corpus):
     """lock_timeout (a role's or database's setting) had been 503 'the database is not answering
     (LockNotAvailable)', and a statement cancelled by pg_cancel_backend 503 statement_timeout."""

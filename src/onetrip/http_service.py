@@ -575,6 +575,12 @@ def _lock_timeout(e: psycopg.errors.LockNotAvailable) -> ApiError:
                     "lock_timeout; try again later")
 
 
+def _connect_counts(stats: dict[str, int]) -> tuple[int, int]:
+    """The pool's connection attempts so far (psycopg_pool's get_stats): (failed, succeeded)."""
+    errors = stats.get("connections_errors", 0)
+    return errors, stats.get("connections_num", 0) - errors
+
+
 class Service:
     """The pool, the retriever (made on first use) and the embedder, for one app."""
 
@@ -586,7 +592,10 @@ class Service:
         self._retriever: AsyncRetriever | None = None
         self._lock = asyncio.Lock()
         self.statuses: Counter[int] = Counter()
-        self._connect_errors = 0  # the pool's failed connection attempts when last looked at (`_pool_timeout`)
+        # the pool's failed and successful connection attempts when last looked at, and whether the database
+        # was then refusing connections (`_pool_timeout`)
+        self._connects = (0, 0)
+        self._connect_failing = False
 
     async def start(self) -> None:
         """Load the embedder (so the first request is not slow) and open the pool without waiting for it."""
@@ -639,13 +648,25 @@ class Service:
         psycopg_pool raises the same PoolTimeout for both, and the service had answered
         'the database is not answering' to a burst of more requests than --pool-size
         while the database answered every statement. Busy: the pool holds all its
-        connections and no attempt to open one has failed since this was last
-        looked at (here, or a /health that passed); else the database is not answering.
+        connections and the database is not refusing new ones; else it is not answering.
+
+        Refusing: an attempt to open one failed since this was last looked at, or that
+        was so then and only successful attempts (or a passing /health) came since. Only
+        "failed since last looked at" had counted, and the first request to look used it
+        up: of requests timing out together in an outage one said database_unavailable
+        and the others pool_exhausted, as did each that came between the pool's reconnect
+        attempts (1, 2, 4 ... s apart; the pool counts the connections it is replacing in
+        its size). Counters do not tell which came last when both changed: then the
+        failure counts, and the next connection opened or /health passed clears it.
         """
         stats = self.pool.get_stats()
-        errors = stats.get("connections_errors", 0)
-        failing, self._connect_errors = errors > self._connect_errors, errors
-        if failing or stats.get("pool_size", 0) < self.cfg.pool_size:
+        errors, opened = connects = _connect_counts(stats)
+        if errors > self._connects[0]:
+            self._connect_failing = True
+        elif opened > self._connects[1]:  # only successes since: the database takes connections again
+            self._connect_failing = False
+        self._connects = connects
+        if self._connect_failing or stats.get("pool_size", 0) < self.cfg.pool_size:
             return _unavailable(e)
         log.warning("pool exhausted: all %d connections busy for %g s", self.cfg.pool_size, self.cfg.db_timeout)
         return ApiError(503, "pool_exhausted", f"all {self.cfg.pool_size} database connections of the service "
@@ -661,6 +682,8 @@ class Service:
                 try:
                     self._retriever = await AsyncRetriever.create(
                         self.pool, schema=self.cfg.schema, prefix=self.cfg.prefix, embedder=self.embedder)
+                    # the database answered: failed connection attempts before do not count
+                    self._connects, self._connect_failing = _connect_counts(self.pool.get_stats()), False
                 except SchemaMissingError as e:
                     raise ApiError(503, "schema_missing", str(e)) from None
                 except PoolTimeout as e:
@@ -682,7 +705,7 @@ class Service:
             async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
-        self._connect_errors = self.pool.get_stats().get("connections_errors", 0)  # it answers now
+        self._connects, self._connect_failing = _connect_counts(self.pool.get_stats()), False  # it answers now
 
     async def search(self, req: SearchRequest) -> dict[str, Any]:
         """Embed once, then one statement per result shape asked for."""
