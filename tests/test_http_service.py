@@ -239,6 +239,8 @@ def test_health_stats_and_openapi(dsn, corpus):
         assert set(schemas["Hybrid"]["properties"]) == set(HybridOptions.__dataclass_fields__)
         assert req["properties"]["k"]["maximum"] == 20 and req["properties"]["max_tokens"]["maximum"] == 3000
         assert {"/health", "/stats", "/openapi.json", "/documents"} <= set(spec["paths"])
+        for path, method in (("/search", "post"), ("/search_many", "post"), ("/documents", "get")):
+            assert "pool_exhausted" in spec["paths"][path][method]["responses"]["503"]["description"], path
         try:
             from openapi_spec_validator import validate
         except ImportError:
@@ -504,6 +506,10 @@ def test_lost_connection_is_503_then_recovers(db, dsn, corpus, terminate):
         assert terminate(application_name=app_name) == 1
         assert_error(*search(base, {"query": "pasta"}), 503, "connection_lost", "administrator command")
         assert search(base, {"query": "pasta"})[0] == 200
+        # GET /documents alike (it had said database_unavailable, leaving the pool's idle connections unchecked)
+        assert terminate(application_name=app_name) == 1
+        assert_error(*documents(base), 503, "connection_lost", "administrator command")
+        assert documents(base)[0] == 200
 
 
 def test_more_requests_than_the_pool_wait_then_get_pool_exhausted_and_lost_connections_are_replaced(

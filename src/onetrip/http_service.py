@@ -533,10 +533,10 @@ def parse_documents(params: list[tuple[str, str]], cfg: ServiceConfig) -> Docume
 # ---------------------------------------------------------------- the service
 
 
-#: /search's and /search_many's 503s, by their codes
-SEARCH_503 = ("database unavailable, every pooled connection busy (pool_exhausted), the connection lost under the "
-            "request, schema missing, or the statement timed out or was cancelled (statement_timeout, lock_timeout, "
-            "statement_cancelled)")
+#: the 503s of an endpoint that sends statements (/search, /search_many, /documents), by their codes
+DATABASE_503 = ("database unavailable, every pooled connection busy (pool_exhausted), the connection lost under "
+                "the request, schema missing, or the statement timed out or was cancelled (statement_timeout, "
+                "lock_timeout, statement_cancelled)")
 
 
 def _unavailable(e: BaseException) -> ApiError:
@@ -786,9 +786,14 @@ class Service:
         with self._statement_errors():
             q, params = list_documents_query(r.layout, collection=req.collection, principals=req.principals)
             async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
-                with statement_errors():
-                    cur = await conn.execute(q, params)
-                    rows = await cur.fetchall()
+                try:
+                    with statement_errors():
+                        cur = await conn.execute(q, params)
+                        rows = await cur.fetchall()
+                except psycopg.OperationalError as e:
+                    if conn.broken:  # as under a search: connection_lost, and the pool checks its idle ones
+                        raise await r._lost(e) from None
+                    raise
         return {"documents": [document_to_json(document_info(row)) for row in rows]}
 
     def stats(self) -> dict[str, Any]:
@@ -1267,7 +1272,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
                                "dimension, unknown filter key"),
-                    "503": err(SEARCH_503),
+                    "503": err(DATABASE_503),
                 },
             }},
             "/search_many": {"post": {
@@ -1284,7 +1289,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "422": err("invalid request: unknown field, neither queries nor embeddings, not one embedding "
                                f"per query, more than {MAX_QUERIES} queries, k out of range, wrong embedding "
                                "dimension, a mode the given fields cannot run"),
-                    "503": err(SEARCH_503),
+                    "503": err(DATABASE_503),
                 },
             }},
             "/documents": {"get": {
@@ -1301,7 +1306,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                     "400": err("a body (the options are query parameters)"), **auth,
                     "403": err("principals given but not allowed"),
                     "422": err("unknown query parameter, collection given twice, a NUL in a value"),
-                    "503": err("database unavailable, schema missing, or the statement timeout passed"),
+                    "503": err(DATABASE_503),
                 },
             }},
             "/health": {"get": {
