@@ -676,7 +676,9 @@ def list_documents_query(layout: Layout, *, collection: str | None = None,
     """`list_documents`' one statement and binds (the HTTP service runs the same on an async connection).
 
     The ACL test is the one searches apply to every row (``acl IS NULL OR acl && principals``), on the
-    documents row, whose acl onetrip keeps equal to its sections' (`set_document_access` sets both).
+    documents row's acl (the row holds the title, source and metadata; rls.sql's policy on the documents
+    table is the same test). Ingest and `set_document_access` give the sections that acl; a section stored
+    with an ``acl`` of its own (`replace_document`) does not change whether its document is listed.
     """
     if collection is not None:
         check_key(collection, "collection")
