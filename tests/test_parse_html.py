@@ -261,6 +261,19 @@ def test_a_heading_or_section_nested_in_a_heading_starts_where_it_is():
         ("sub-two", "s", ("Titlex", "Sub two"), ""), ("t", "s", ("Titlex", "Deep"), "in t")]
 
 
+@pytest.mark.parametrize("block", ['<ul><li>x<h3>In a list</h3>y</li><li>z</li></ul>',
+                                   '<div class="note"><h3>Note</h3><p>n</p></div>',
+                                   '<pre>code\n<h3>In code</h3>more</pre>',
+                                   '<blockquote>q<h4>Quoted</h4></blockquote>'])
+def test_a_heading_inside_a_content_block_inside_a_heading_stays_content(block):
+    """A list, admonition, pre or quote inside an unclosed heading, holding a heading: that heading had been made
+    a section of its own and the block's kind lost (the rest of a list read as paragraphs). The outer heading now
+    ends where the block starts, which reads as anywhere else: one block, its headings content."""
+    closed = parse_html(f"<h2>Title<b>x</b></h2>{block}<p>p</p>")[1]
+    assert [type(b) for b in closed] == [HeadingBlock, ContentBlock, ContentBlock]
+    assert parse_html(f"<h2>Title<b>x{block}</b></h2><p>p</p>")[1] == closed
+
+
 def test_deep_nesting_inside_a_paragraph_a_list_item_and_a_table_cell():
     """The content-block and table-cell text walks were recursive too."""
     n = 3000

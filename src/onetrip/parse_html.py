@@ -19,9 +19,11 @@ Rules:
   are content, as are `p.title` captions of tables/examples/figures.
 * A heading's text ends where a heading or section container nested in it
   starts (lxml nests a heading left open in the one before it, as in
-  `<h3>A<b>x<h3>B`); that one and all after it are read as if the outer
-  heading had been closed there. A heading with no text of its own before it
-  makes no section.
+  `<h3>A<b>x<h3>B`), or where the content block holding that one starts (a
+  list, table, admonition, pre, ...: it stays one block, its headings content,
+  as anywhere else); that and all after it are read as if the outer heading
+  had been closed there. A heading with no text of its own before it makes no
+  section.
 * Content that follows a nested container inside its parent (DocBook
   footnotes) gets a repeated heading of the parent, so it is not attributed to
   the last subsection.
@@ -115,6 +117,30 @@ def _is_container(tag: Tag) -> bool:
 def _sectioning(tag: Tag) -> bool:
     """A heading or section container: what starts a section of its own wherever it is met."""
     return tag.name in _HEADING_SET or _is_container(tag)
+
+
+def _content_block(tag: Tag) -> bool:
+    """What `_Walker.node` reads as one content block, headings inside it included."""
+    if _is_container(tag):
+        return False
+    return (tag.name == "table" or tag.name in _BLOCK_TAG_KINDS
+            or (tag.name == "div" and _Walker.block_div_kind(tag) is not None))
+
+
+def _heading_text(tag: Tag) -> tuple[str, Tag | None, Iterator[PageElement]]:
+    """A heading's own text, up to the first heading or section container nested in it, or to the outermost
+    content block inside it that holds that one (whose headings are content, as anywhere else); that element
+    (None: none), and it with all after it inside the heading (`_flat_text_until`)."""
+    text, nested, rest = _flat_text_until(tag, _sectioning)
+    block = None
+    up = nested.parent if nested is not None else None
+    while up is not None and up is not tag:
+        if _content_block(up):
+            block = up
+        up = up.parent
+    if block is None:
+        return text, nested, rest
+    return _flat_text_until(tag, lambda t: t is block)
 
 
 def _is_text(node: PageElement) -> bool:
@@ -403,7 +429,7 @@ class _Walker:
         if title is not None:
             self.consumed.add(id(title))
             if title.parent is tag:  # its text ends at a heading or section nested in it (see free_heading)
-                heading, nested, rest = _flat_text_until(title, _sectioning)
+                heading, nested, rest = _heading_text(title)
                 if nested is not None:  # which, and all after it in the title, are the container's after the title
                     at = next(i for i, child in enumerate(children) if child is title) + 1
                     children = itertools.chain(children[:at], rest, children[at:])
@@ -442,7 +468,7 @@ class _Walker:
             level = depth + max(1, n - (title_hn if title_hn is not None else n - 1))
         else:
             level = n
-        text, nested, rest = _flat_text_until(tag, _sectioning)
+        text, nested, rest = _heading_text(tag)
         if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
             return rest
         anchor = tag.get("id")
