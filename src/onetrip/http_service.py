@@ -44,9 +44,10 @@ Filter", an index scan's rows): on the tests' corpus, index scans preferred (as
 on a large table), a public-only caller's lexical search for "salary" had 0
 hits and its plan showed the word index finding 2 sections (the HR-only
 document's) and then 'Rows Removed by Filter: 2', where "zebra" found 0: plans
-tell who may not read a section whether it holds a word. Explain is therefore refused (403 explain_not_allowed) unless the ACL
-does not bind the caller: --no-acl, or --trust-request-principals (the caller
-may name any principals anyway). GET /documents needs no such rule: it lists
+tell who may not read a section whether it holds a word. Explain is therefore
+refused (403 explain_not_allowed) unless the ACL does not bind the caller:
+--no-acl, or --trust-request-principals (the caller may name any principals
+anyway). GET /documents needs no such rule: it lists
 the documents rows a search with the same principals may read (same ACL test).
 
 Security. Binds 127.0.0.1 unless told otherwise. With a token (--token or
