@@ -381,6 +381,45 @@ def test_a_lost_connection_is_named_on_that_call_and_after(db, dsn, corpus, term
     assert "administrator command" in first and "lost before this call" in second
 
 
+def test_explain_on_a_lost_connection_is_named_as_a_search_is(db, dsn, corpus, terminate):
+    """explain (the HTTP service's "explain" too) had kept psycopg's AdminShutdown after a backend was killed,
+    where search said ConnectionLostError; over a pool, the idle connections are checked, so the next call
+    works. Sync and async."""
+    from onetrip import AsyncRetriever, ConnectionLostError, make_async_pool, make_pool
+
+    q = corpus_query_vectors(corpus, 1, seed=11)[0]
+    r = Retriever(dsn)
+    assert terminate(pid=r.conn.info.backend_pid) == 1
+    with pytest.raises(ConnectionLostError, match="administrator command"):
+        r.explain(q, k=3, kind="plan")
+    r.close()
+    name = "onetrip_lost_explain"
+    pool = make_pool(psycopg.conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
+    try:
+        pool.wait()
+        r = Retriever(pool)
+        assert terminate(application_name=name) == 2
+        with pytest.raises(ConnectionLostError, match="the pool drops it"):
+            r.explain_many([q, q], k=3, kind="plan")
+        assert "Index Scan" in r.explain(q, k=3, kind="plan").plan
+    finally:
+        pool.close()
+
+    async def on_async() -> str:
+        pool = make_async_pool(psycopg.conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
+        await pool.open(wait=True)
+        try:
+            r = await AsyncRetriever.create(pool)
+            assert terminate(application_name=name) == 2
+            with pytest.raises(ConnectionLostError, match="administrator command"):
+                await r.explain(q, k=3, kind="plan")
+            return (await r.explain(q, k=3, kind="plan")).plan
+        finally:
+            await pool.close()
+
+    assert "Index Scan" in asyncio.run(on_async())
+
+
 def test_schema_and_prefix_layouts_are_isolated(db):
     a = Layout(dim=8, schema="tenant_a", prefix="kb_")
     init_schema(db, a)

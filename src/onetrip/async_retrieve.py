@@ -130,11 +130,22 @@ class AsyncRetriever:
 
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
+        """As `Retriever._connection`: a connection lost under the block is ConnectionLostError (`_lost`)."""
         if self.pool is not None:
             async with self.pool.connection() as c:
-                yield c
+                try:
+                    yield c
+                except psycopg.OperationalError as e:
+                    if c.broken:
+                        raise await self._lost(e) from None
+                    raise
         else:
-            yield self.conn
+            try:
+                yield self.conn
+            except psycopg.OperationalError as e:
+                if self.conn.broken:
+                    raise await self._lost(e) from None
+                raise
 
     async def refresh_embedder_record(self, conn: psycopg.AsyncConnection | None = None) -> list[str]:
         """Same as `Retriever.refresh_embedder_record`."""
@@ -175,17 +186,12 @@ class AsyncRetriever:
 
     async def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
         """Send the plan's ONE statement with these binds; map its rows."""
-        async with self._connection() as c:
-            try:
-                async with c.cursor() as cur:
-                    with statement_errors():
-                        await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
-                    rows = await cur.fetchall()
-                    names = statement_columns(plan.statement, cur)
-            except psycopg.OperationalError as e:
-                if c.broken:
-                    raise await self._lost(e) from None
-                raise
+        async with self._connection() as c:  # a lost connection: ConnectionLostError (`_connection`)
+            async with c.cursor() as cur:
+                with statement_errors():
+                    await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
+                rows = await cur.fetchall()
+                names = statement_columns(plan.statement, cur)
         return check_distance_range(plan, params, result_of(plan, names, rows))
 
     async def _lost(self, e: psycopg.Error) -> ConnectionLostError:

@@ -862,6 +862,20 @@ def connection_lost(e: psycopg.Error, *, pooled: bool) -> ConnectionLostError:
 
 
 @contextmanager
+def lost_connection_errors(conn: psycopg.Connection, pool: Any) -> Iterator[None]:
+    """psycopg's error on a connection that broke under the block as ConnectionLostError; over a pool, its idle
+    connections are checked first (a restart kills them all). The search path does the same inline."""
+    try:
+        yield
+    except psycopg.OperationalError as e:
+        if not conn.broken:
+            raise
+        if pool is not None:
+            pool.check()
+        raise connection_lost(e, pooled=pool is not None) from None
+
+
+@contextmanager
 def statement_errors() -> Iterator[None]:
     """A failed statement's error as `statement_error` maps it (`_fetch`, the measured hot path, calls that
     inline rather than entering a context manager per search)."""
@@ -990,12 +1004,16 @@ class Retriever:
 
     @contextmanager
     def _connection(self) -> Iterator[psycopg.Connection]:
+        """The connection for a call off the hot path (explain, the embedder record); one lost under it is
+        ConnectionLostError, the pool's idle ones checked, as `_execute` does inline for searches."""
         if self.pool is not None:
             with self.pool.connection() as c:
-                yield c
+                with lost_connection_errors(c, self.pool):
+                    yield c
         else:
             assert self.conn is not None
-            yield self.conn
+            with lost_connection_errors(self.conn, None):
+                yield self.conn
 
     def refresh_embedder_record(self, conn: psycopg.Connection | None = None) -> list[str]:
         """Read again which model the stored documents were ingested with (read once when the retriever was made).
