@@ -1001,6 +1001,22 @@ def test_documents_bad_input_is_a_clear_4xx(db, dsn, corpus):
         assert _listed(documents(base, "collection=")[1]) == []  # a collection named "": none
 
 
+def test_a_search_only_role_lists_no_documents_with_a_403_naming_the_table(db, dsn, corpus):
+    """A service whose database role may read sections and term_stats only (a search-only role, as the README's
+    least-privilege setup grants) searched fine but answered GET /documents with 500 internal_error."""
+    role = "onetrip_http_searcher"
+    db.execute(f"DROP ROLE IF EXISTS {role}")
+    db.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        db.execute(f"GRANT SELECT ON sections, term_stats TO {role}")
+        with serving(psycopg.conninfo.make_conninfo(dsn, user=role)) as base:
+            assert search(base, {"query": "pasta"})[0] == 200
+            assert_error(*documents(base), 403, "permission_denied", "permission denied for table documents")
+    finally:
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")
+
+
 def test_tables_dropped_under_the_service_are_503_schema_missing(db, dsn, corpus):
     """/search had answered 500 internal_error once the tables it had read were dropped."""
     with serving(dsn) as base:

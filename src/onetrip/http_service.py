@@ -635,6 +635,10 @@ class Service:
             raise _unavailable(e) from None
         except SchemaMissingError as e:  # the tables were dropped after the service read them
             raise ApiError(503, "schema_missing", str(e)) from None
+        except psycopg.errors.InsufficientPrivilege as e:  # a search-only role (no SELECT on documents): had been 500
+            raise ApiError(403, "permission_denied", f"the service's database role may not do this "
+                           f"({e.diag.message_primary or e}); the operator grants it, or serves with a role that "
+                           "has it") from None
         except ServerRequirementError as e:  # "explain": "generic" on PostgreSQL before 16
             raise ApiError(422, "invalid_field", f"explain: {e}", field="explain") from None
         except psycopg.DataError as e:
@@ -1268,7 +1272,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "responses": {
                     "200": ok(_ref("SearchResponse")),
                     "400": err("malformed JSON (also: a key twice in one object)"), **auth,
-                    "403": err("principals given but not allowed; explain where the ACL limits the caller"),
+                    "403": err("principals given but not allowed; explain where the ACL limits the caller; "
+                               "the service's database role may not read a table (permission_denied)"),
                     "413": err(f"body over {cfg.max_body} bytes"),
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
@@ -1284,7 +1289,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "responses": {
                     "200": ok(_ref("SearchManyResponse")),
                     "400": err("malformed JSON (also: a key twice in one object)"), **auth,
-                    "403": err("principals given but not allowed; explain where the ACL limits the caller"),
+                    "403": err("principals given but not allowed; explain where the ACL limits the caller; "
+                               "the service's database role may not read a table (permission_denied)"),
                     "413": err(f"body over {cfg.max_body} bytes"),
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, neither queries nor embeddings, not one embedding "
@@ -1305,7 +1311,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "responses": {
                     "200": ok(_ref("DocumentList")),
                     "400": err("a body (the options are query parameters)"), **auth,
-                    "403": err("principals given but not allowed"),
+                    "403": err("principals given but not allowed; the service's database role may not read "
+                               "the documents table (permission_denied: a search-only role)"),
                     "422": err("unknown query parameter, collection given twice, a NUL in a value"),
                     "503": err(DATABASE_503),
                 },
