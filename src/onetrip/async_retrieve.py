@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, nullcontext
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -131,33 +131,27 @@ class AsyncRetriever:
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
         """As `Retriever._connection`: a connection lost under the block is ConnectionLostError (`_lost`)."""
-        if self.pool is not None:
-            async with self.pool.connection() as c:
-                try:
-                    yield c
-                except psycopg.OperationalError as e:
-                    if c.broken:
-                        raise await self._lost(e) from None
-                    raise
-        else:
-            try:
-                yield self.conn
-            except psycopg.OperationalError as e:
-                if self.conn.broken:
-                    raise await self._lost(e) from None
+        async with self.pool.connection() if self.pool is not None else nullcontext(self.conn) as c:
+            async with self._lost_errors(c):
+                yield c
+
+    @asynccontextmanager
+    async def _lost_errors(self, conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
+        """psycopg's error on ``conn`` broken under the block as ConnectionLostError (`_lost`: the pool checked)."""
+        try:
+            yield
+        except psycopg.OperationalError as e:
+            if not conn.broken:
                 raise
+            raise await self._lost(e) from None
 
     async def refresh_embedder_record(self, conn: psycopg.AsyncConnection | None = None) -> list[str]:
         """Same as `Retriever.refresh_embedder_record`."""
         if conn is None:
             async with self._connection() as c:
                 return await self.refresh_embedder_record(c)
-        try:
+        async with self._lost_errors(conn):  # the HTTP service's /health: the pool's idle connections checked too
             self.recorded_embedders = await _recorded_embedder(conn, self.layout)
-        except psycopg.OperationalError as e:
-            if conn.broken:  # the HTTP service's /health: the pool's idle connections are checked too
-                raise await self._lost(e) from None
-            raise
         self._embedder_checked = False
         return self.recorded_embedders
 

@@ -534,6 +534,9 @@ def parse_documents(params: list[tuple[str, str]], cfg: ServiceConfig) -> Docume
 # ---------------------------------------------------------------- the service
 
 
+#: /search's and /search_many's 403s
+SEARCH_403 = ("principals given but not allowed; explain where the ACL limits the caller; the service's database "
+              "role may not read a table (permission_denied)")
 #: the 503s of an endpoint that sends statements (/search, /search_many, /documents), by their codes
 DATABASE_503 = ("database unavailable, every pooled connection busy (pool_exhausted), the connection lost under "
                 "the request, schema missing, or the statement timed out or was cancelled (statement_timeout, "
@@ -647,6 +650,10 @@ class Service:
         except (ValueError, TypeError) as e:  # the library's own validation (plan_search / plan_assemble)
             raise ApiError(422, "invalid_field", str(e)) from None
 
+    def _database_answered(self) -> None:
+        """The database took a statement: connection attempts that failed before no longer mean it refuses."""
+        self._connects, self._connect_failing = _connect_counts(self.pool.get_stats()), False
+
     def _pool_timeout(self, e: PoolTimeout) -> ApiError:
         """No pooled connection within --db-timeout: every one busy (pool_exhausted), or none could be opened.
 
@@ -687,8 +694,7 @@ class Service:
                 try:
                     self._retriever = await AsyncRetriever.create(
                         self.pool, schema=self.cfg.schema, prefix=self.cfg.prefix, embedder=self.embedder)
-                    # the database answered: failed connection attempts before do not count
-                    self._connects, self._connect_failing = _connect_counts(self.pool.get_stats()), False
+                    self._database_answered()  # failed connection attempts before do not count
                 except SchemaMissingError as e:
                     raise ApiError(503, "schema_missing", str(e)) from None
                 except PoolTimeout as e:
@@ -710,7 +716,7 @@ class Service:
             async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
-        self._connects, self._connect_failing = _connect_counts(self.pool.get_stats()), False  # it answers now
+        self._database_answered()
 
     async def search(self, req: SearchRequest) -> dict[str, Any]:
         """Embed once, then one statement per result shape asked for."""
@@ -790,15 +796,10 @@ class Service:
         r = await self.retriever()  # the layout (and a 503 schema_missing before there are tables)
         with self._statement_errors():
             q, params = list_documents_query(r.layout, collection=req.collection, principals=req.principals)
-            async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
-                try:
-                    with statement_errors():
-                        cur = await conn.execute(q, params)
-                        rows = await cur.fetchall()
-                except psycopg.OperationalError as e:
-                    if conn.broken:  # as under a search: connection_lost, and the pool checks its idle ones
-                        raise await r._lost(e) from None
-                    raise
+            async with r._connection() as conn:  # lost under it: connection_lost, the pool checked, as a search
+                with statement_errors():
+                    cur = await conn.execute(q, params)
+                    rows = await cur.fetchall()
         return {"documents": [document_to_json(document_info(row)) for row in rows]}
 
     def stats(self) -> dict[str, Any]:
@@ -1272,8 +1273,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "responses": {
                     "200": ok(_ref("SearchResponse")),
                     "400": err("malformed JSON (also: a key twice in one object)"), **auth,
-                    "403": err("principals given but not allowed; explain where the ACL limits the caller; "
-                               "the service's database role may not read a table (permission_denied)"),
+                    "403": err(SEARCH_403),
                     "413": err(f"body over {cfg.max_body} bytes"),
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, k or budget out of range, wrong embedding "
@@ -1289,8 +1289,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "responses": {
                     "200": ok(_ref("SearchManyResponse")),
                     "400": err("malformed JSON (also: a key twice in one object)"), **auth,
-                    "403": err("principals given but not allowed; explain where the ACL limits the caller; "
-                               "the service's database role may not read a table (permission_denied)"),
+                    "403": err(SEARCH_403),
                     "413": err(f"body over {cfg.max_body} bytes"),
                     "415": err("a Content-Type other than JSON"),
                     "422": err("invalid request: unknown field, neither queries nor embeddings, not one embedding "
