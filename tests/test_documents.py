@@ -154,3 +154,114 @@ def test_cli_documents_and_delete(dsn, tmp_path):
     assert [d["doc_id"] for d in json.loads(onetrip("documents", "--json", dsn=dsn).stdout)] == ["keep.md"]
     res = onetrip("delete", "keep.md", "--prefix", "bad;name", dsn=dsn)
     assert res.returncode == 2 and "not allowed" in res.stderr
+
+
+@pytest.fixture
+def five_docs(db, tmp_path) -> Layout:
+    """a, b, d public; c and e readable by "hr" only (so a public page skips them)."""
+    layout = init_schema(db)
+    pub, sec = tmp_path / "pub", tmp_path / "sec"
+    pub.mkdir()
+    sec.mkdir()
+    for name in ("a", "b", "d"):
+        write_docs(pub, **{f"{name}.md": f"# {name.upper()}\n\nPublic {name}.{PAD}\n"})
+    for name in ("c", "e"):
+        write_docs(sec, **{f"{name}.md": f"# {name.upper()}\n\nSecret {name}.{PAD}\n"})
+    assert ingest_paths(db, [pub], layout=layout, embedder=HashEmbedder()).new == 3
+    assert ingest_paths(db, [sec], layout=layout, embedder=HashEmbedder(), acl=("hr",)).new == 2
+    return layout
+
+
+def pages(db, layout, limit: int, **kw) -> list[list[str]]:
+    """Every page of list_documents, each next one after the previous page's last doc_id."""
+    out: list[list[str]] = []
+    after = None
+    while True:
+        page = [d.doc_id for d in list_documents(db, layout, limit=limit, after=after, **kw)]
+        out.append(page)
+        if len(page) < limit:
+            return out
+        after = page[-1]
+
+
+def test_list_documents_pages_by_doc_id_in_one_statement_each(db, five_docs, statement_log):
+    layout = five_docs
+    everything = list_documents(db, layout)
+    assert [d.doc_id for d in everything] == ["a.md", "b.md", "c.md", "d.md", "e.md"]
+    assert pages(db, layout, 2) == [["a.md", "b.md"], ["c.md", "d.md"], ["e.md"]]
+    assert pages(db, layout, 1) == [["a.md"], ["b.md"], ["c.md"], ["d.md"], ["e.md"], []]
+    assert list_documents(db, layout, limit=2, after="b.md") == everything[2:4]  # the same DocumentInfo rows
+    assert list_documents(db, layout, after="c.md") == everything[3:]  # after alone: the rest
+    assert list_documents(db, layout, limit=100) == everything
+    assert list_documents(db, layout, limit=2, after="e.md") == []  # past the end
+    assert list_documents(db, layout, after="zzz") == []
+    assert [d.doc_id for d in list_documents(db, layout, limit=2, after="b")] == ["b.md", "c.md"]  # not stored
+    for limit in (1, 2, 3):
+        with statement_log.watch(db) as w:
+            list_documents(db, layout, limit=limit, after="a.md")
+        assert len(w.statements) == 1, w.statements
+        assert "LIMIT" in w.statements[0] and "doc_id >" in w.statements[0]
+
+
+def test_a_late_page_reads_from_its_cursor_under_a_generic_plan(db, five_docs):
+    """The cursor is an index condition even in a generic plan (a prepared statement PostgreSQL plans once for
+    any values, or plan_cache_mode = force_generic_plan): '(after IS NULL OR doc_id > after)' had been a filter
+    there, and the page after the 98,000th of 100k documents read every earlier row (25 ms against 4 ms)."""
+    from psycopg import sql
+
+    from onetrip.store import list_documents_query
+
+    q, params = list_documents_query(five_docs, principals=(), limit=2, after="b.md")
+    names = ["c", "p", "a", "n", "e", "w"]
+    text = q.as_string(db)
+    for i, name in enumerate(names, 1):
+        text = text.replace(f"%({name})s", f"${i}")
+    assert "%(" not in text
+    try:
+        # the simple query protocol: psycopg's execute would send the $n as its own (missing) parameters
+        res = db.pgconn.exec_(f"PREPARE page(text, text[], text, bigint, text, text) AS {text}".encode())
+        assert res.error_message == b"", res.error_message
+        db.execute("SET plan_cache_mode = force_generic_plan")
+        db.execute("SET enable_seqscan = off")  # five rows: a sequential scan would do, as it would not for 100k
+        values = sql.SQL(", ").join(sql.Literal(params[n]) for n in names)  # EXECUTE takes no bound parameters
+        plan = "\n".join(r[0] for r in db.execute(sql.SQL("EXPLAIN EXECUTE page({})").format(values)).fetchall())
+        assert "Index Cond: (doc_id > $3)" in plan, plan
+        assert [r[0] for r in db.execute(sql.SQL("EXECUTE page({})").format(values)).fetchall()] == ["d.md"]
+    finally:
+        db.execute("RESET plan_cache_mode")
+        db.execute("RESET enable_seqscan")
+        db.execute("DEALLOCATE ALL")
+
+
+def test_list_documents_pages_count_only_what_the_principals_may_read(db, five_docs):
+    """A page holds `limit` readable documents (hidden ones neither returned nor counted), and a hidden
+    doc_id given as ``after`` answers as any other string would: whether it is stored does not show."""
+    layout = five_docs
+    assert pages(db, layout, 2, principals=()) == [["a.md", "b.md"], ["d.md"]]
+    assert pages(db, layout, 2, principals=["hr"]) == [["a.md", "b.md"], ["c.md", "d.md"], ["e.md"]]
+    assert pages(db, layout, 1, principals=["eng"], collection="default") == [["a.md"], ["b.md"], ["d.md"], []]
+    hidden_after = [d.doc_id for d in list_documents(db, layout, principals=(), limit=2, after="c.md")]
+    assert hidden_after == ["d.md"]
+    delete_document(db, layout, "c.md")
+    assert [d.doc_id for d in list_documents(db, layout, principals=(), limit=2, after="c.md")] == hidden_after
+
+
+def test_list_documents_refuses_a_bad_limit_or_after(db, five_docs):
+    layout = five_docs
+    for bad in (True, False, 2.0, "2"):
+        with pytest.raises(TypeError, match="limit must be an integer"):
+            list_documents(db, layout, limit=bad)
+    for bad in (0, -1, 2**63):
+        with pytest.raises(ValueError, match=r"limit must be an integer from 1 to \d+, got"):
+            list_documents(db, layout, limit=bad)
+    for bad in (5, b"a.md", ["a.md"]):
+        with pytest.raises(TypeError, match="after must be a string"):
+            list_documents(db, layout, after=bad)
+    with pytest.raises(ValueError, match="after 'a\\\\x00' holds a NUL"):
+        list_documents(db, layout, after="a\x00")
+    with pytest.raises(ValueError, match="after .* is not valid Unicode"):
+        list_documents(db, layout, after="a\udcff")
+    import numpy as np
+
+    assert [d.doc_id for d in list_documents(db, layout, limit=np.int64(1))] == ["a.md"]  # numpy's ints, as keep=
+

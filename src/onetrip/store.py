@@ -671,24 +671,52 @@ def _reader_principals(principals: Any) -> list[str] | None:
     return [check_key(p, "principal") for p in principals]
 
 
-def list_documents_query(layout: Layout, *, collection: str | None = None,
-                         principals: Sequence[str] | None = None) -> tuple[sql.Composed, dict[str, Any]]:
+#: the largest ``limit`` `list_documents` takes: PostgreSQL's LIMIT is a bigint, and a caller may ask for one
+#: row more than its page to learn whether another page follows (`onetrip documents`, GET /documents)
+MAX_LIST_LIMIT = 2**63 - 2
+
+
+def check_page(limit: Any, after: Any) -> tuple[int | None, str | None]:
+    """`list_documents`' ``limit`` (None, or a positive integer; a bool refused) and ``after`` (None or a string
+    PostgreSQL text can hold), or the error naming which is wrong."""
+    if limit is not None:
+        if isinstance(limit, bool) or not isinstance(limit, numbers.Integral):  # numpy's integers too
+            raise TypeError(f"limit must be an integer, got {type(limit).__name__} {limit!r:.80}")
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise ValueError(f"limit must be an integer from 1 to {MAX_LIST_LIMIT}, got {limit!r}")
+        limit = int(limit)
+    if after is not None:
+        check_key(after, "after")
+    return limit, after
+
+
+def list_documents_query(layout: Layout, *, collection: str | None = None, principals: Sequence[str] | None = None,
+                         limit: int | None = None, after: str | None = None) -> tuple[sql.Composed, dict[str, Any]]:
     """`list_documents`' one statement and binds (the HTTP service runs the same on an async connection).
 
     The ACL test is the one searches apply to every row (``acl IS NULL OR acl && principals``), on the
     documents row's acl (the row holds the title, source and metadata; rls.sql's policy on the documents
     table is the same test). Ingest and `set_document_access` give the sections that acl; a section stored
     with an ``acl`` of its own (`replace_document`) does not change whether its document is listed.
+    A page is keyset, on the primary key: ``doc_id > after ... ORDER BY doc_id LIMIT limit`` (LIMIT NULL is
+    no limit), so page n costs what page 1 does, where an OFFSET reads and drops every earlier row.
     """
     if collection is not None:
         check_key(collection, "collection")
+    limit, after = check_page(limit, after)
     q = sql.SQL(
         "SELECT doc_id, title, source_uri, collection, acl, revision, section_count, token_count, ingested_at, "
         "metadata ->> %(e)s, metadata -> %(w)s "
         "FROM {} WHERE (%(c)s::text IS NULL OR collection = %(c)s) "
-        "AND (%(p)s::text[] IS NULL OR acl IS NULL OR acl && %(p)s::text[]) ORDER BY doc_id"
+        "AND (%(p)s::text[] IS NULL OR acl IS NULL OR acl && %(p)s::text[]) "
+        "AND doc_id > %(a)s ORDER BY doc_id LIMIT %(n)s::bigint"
     ).format(sql.SQL(layout.tables["documents"]))
-    return q, {"c": collection, "p": _reader_principals(principals), "e": EMBEDDER_KEY, "w": PARSE_WARNINGS_KEY}
+    # no after: '' (every doc_id is non-empty, so it sorts after ''). Not '(%(a)s IS NULL OR doc_id > %(a)s)':
+    # a generic plan (plan_cache_mode, or PostgreSQL's own choice for a prepared statement) keeps that as a
+    # filter, not an index condition, and read every earlier row: with 100k documents the page after the
+    # 98,000th took 25 ms against 4 ms for the first page; as an index condition both take 4 ms.
+    return q, {"c": collection, "p": _reader_principals(principals), "a": "" if after is None else after, "n": limit,
+               "e": EMBEDDER_KEY, "w": PARSE_WARNINGS_KEY}
 
 
 def document_info(row: Sequence[Any]) -> DocumentInfo:
@@ -699,13 +727,19 @@ def document_info(row: Sequence[Any]) -> DocumentInfo:
 
 
 def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str | None = None,
-                   principals: Sequence[str] | None = None) -> list[DocumentInfo]:
+                   principals: Sequence[str] | None = None, limit: int | None = None,
+                   after: str | None = None) -> list[DocumentInfo]:
     """The stored documents by doc_id, optionally of one collection: what `delete_document` takes.
 
     ``principals`` as in `Filters`: None lists every document (a trusted caller), a list only those
     whose acl is NULL or shares one of them (an empty list: public documents only), as a search reads.
+    ``limit`` and ``after`` page through them (one statement a page, keyset on doc_id): at most ``limit``
+    documents whose doc_id sorts after ``after``, the last doc_id of the previous page. A page shorter than
+    ``limit`` is the last; the next page of a full one starts ``after=page[-1].doc_id``. Only documents
+    the principals may read are counted or returned, and ``after`` need not be a stored doc_id.
     """
-    q, params = list_documents_query(layout, collection=collection, principals=principals)
+    q, params = list_documents_query(layout, collection=collection, principals=principals, limit=limit,
+                                     after=after)
     try:
         rows = conn.execute(q, params).fetchall()
     except psycopg.errors.UndefinedTable as e:
