@@ -265,3 +265,42 @@ def test_list_documents_refuses_a_bad_limit_or_after(db, five_docs):
 
     assert [d.doc_id for d in list_documents(db, layout, limit=np.int64(1))] == ["a.md"]  # numpy's ints, as keep=
 
+
+def test_cli_documents_pages_with_limit_and_after(dsn, tmp_path):
+    """stdout keeps its shape (the JSON list); the next page's --after is said on stderr, and only when more
+    documents follow (asked as one row more in the same statement)."""
+    for name in ("a", "b", "c", "d", "-e"):
+        write_docs(tmp_path, **{f"{name}.md": f"# {name}\n\nText {name}.{PAD}\n"})
+    assert onetrip("init", dsn=dsn).returncode == 0
+    assert onetrip("ingest", str(tmp_path), dsn=dsn).returncode == 0
+    everything = json.loads(onetrip("documents", "--json", dsn=dsn).stdout)
+    ids = [d["doc_id"] for d in everything]
+    assert sorted(ids) == ["-e.md", "a.md", "b.md", "c.md", "d.md"]
+    seen: list[str] = []
+    after: list[str] = []
+    for _ in range(10):
+        res = onetrip("documents", "--json", "--limit", "2", *after, dsn=dsn)
+        assert res.returncode == 0, res.stderr
+        page = json.loads(res.stdout)
+        assert isinstance(page, list) and len(page) <= 2
+        seen += [d["doc_id"] for d in page]
+        nxt = [line for line in res.stderr.splitlines() if line.startswith("next page: ")]
+        if not nxt:
+            break
+        assert nxt == [f"next page: --after={page[-1]['doc_id']}"]
+        after = [nxt[0].removeprefix("next page: ")]  # '--after=-e.md' too: argparse takes it with the '='
+    assert seen == ids  # each once, in order
+    assert json.loads(onetrip("documents", "--json", "--limit", "5", dsn=dsn).stdout) == everything
+    res = onetrip("documents", "--json", "--limit", "5", dsn=dsn)
+    assert "next page" not in res.stderr  # exactly the last page: nothing follows
+    res = onetrip("documents", "--limit", "1", f"--after={ids[0]}", dsn=dsn)  # the table
+    assert res.stdout.startswith(f"{ids[1]}\trevision 1") and len(res.stdout.splitlines()) == 1
+    assert "1 document(s)" in res.stderr and f"next page: --after={ids[1]}" in res.stderr
+    res = onetrip("documents", "--json", "--after", "zzz", dsn=dsn)
+    assert (res.returncode, json.loads(res.stdout), res.stderr) == (0, [], "")
+    for bad, why in ((["--limit", "0"], "limit must be an integer from 1"),
+                     (["--limit", "-3"], "limit must be an integer from 1"),
+                     (["--limit", "two"], "invalid int value"),
+                     (["--after", "a\x01b\udcff"], "not valid Unicode")):
+        res = onetrip("documents", *bad, dsn=dsn)
+        assert res.returncode == 2 and why in res.stderr and res.stdout == "", (bad, res.stderr)

@@ -178,6 +178,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--principal", action="append",
                    help="only documents this principal/group may read, as search's --principal (repeatable; "
                         "without it: every document)")
+    p.add_argument("--limit", type=int, default=None, metavar="N",
+                   help="at most N documents (a page; default: all); when more follow, stderr says "
+                        "'next page: --after=DOC_ID'")
+    p.add_argument("--after", default=None, metavar="DOC_ID",
+                   help="only documents whose doc_id sorts after this one (the previous page's last)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
     p = sub.add_parser("delete", help="delete documents and their sections (by doc_id, as `documents` lists them)")
@@ -479,23 +484,34 @@ def document_to_json(d: Any) -> dict[str, Any]:
 
 
 def cmd_documents(args: argparse.Namespace) -> int:
+    """stdout is the listing alone (with --json the same JSON list with or without --limit); whether another
+    page follows goes to stderr, as the count does: 'next page: --after=DOC_ID'."""
+    import shlex
+
     from .connection import connect
     from .schema import read_layout
-    from .store import list_documents
+    from .store import MAX_LIST_LIMIT, check_page, list_documents
 
+    limit, after = check_page(args.limit, args.after)  # before connecting, and before the +1 below
     with connect(args.dsn) as conn:
+        # one row more than the page: whether a next page follows, in the same statement
         docs = list_documents(conn, read_layout(conn, schema=args.schema, prefix=args.prefix),
-                              collection=args.collection, principals=args.principal)
+                              collection=args.collection, principals=args.principal,
+                              limit=None if limit is None else min(limit + 1, MAX_LIST_LIMIT), after=after)
+    more = limit is not None and len(docs) > limit
+    docs = docs[:limit]
     if args.json:
         print(json.dumps([document_to_json(d) for d in docs], indent=2))
-        return 0
-    for d in docs:
-        acl = "everyone" if d.acl is None else ",".join(d.acl)
-        warned = f"\twarning: {d.parse_warnings[0]}" if d.parse_warnings else ""  # a file cut short, say
-        print(f"{d.doc_id}\trevision {d.revision}\t{d.section_count} sections\t{d.token_count} tokens\t"
-              f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\tembedder {d.embedder or '-'}"
-              f"{warned}")
-    print(f"{len(docs)} document(s)", file=sys.stderr)
+    else:
+        for d in docs:
+            acl = "everyone" if d.acl is None else ",".join(d.acl)
+            warned = f"\twarning: {d.parse_warnings[0]}" if d.parse_warnings else ""  # a file cut short, say
+            print(f"{d.doc_id}\trevision {d.revision}\t{d.section_count} sections\t{d.token_count} tokens\t"
+                  f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\t"
+                  f"embedder {d.embedder or '-'}{warned}")
+        print(f"{len(docs)} document(s)", file=sys.stderr)
+    if more:
+        print(f"next page: --after={shlex.quote(docs[-1].doc_id)}", file=sys.stderr)  # '=': an id may start with -
     return 0
 
 
