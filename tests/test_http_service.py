@@ -262,6 +262,12 @@ def test_health_stats_and_openapi(dsn, corpus):
         assert status == 200, data
         validator("DocumentList").validate(data)
         assert set(data["documents"][0]) == set(schemas["Document"]["properties"])
+        status, data = documents(base, "limit=1")
+        assert status == 200 and data["next_after"] == data["documents"][0]["doc_id"], data
+        validator("DocumentList").validate(data)
+        params = {q["name"]: q for q in spec["paths"]["/documents"]["get"]["parameters"]}
+        assert set(params) == {"collection", "principals", "limit", "after"}
+        assert (params["limit"]["schema"]["default"], params["limit"]["schema"]["maximum"]) == (1000, 10000)
 
         status, stats, _ = call(base, "GET", "/stats")
         assert status == 200 and stats["pool_max"] == 10
@@ -762,7 +768,7 @@ def test_missing_schema_is_503_then_recovers(db, dsn):
         assert call(base, "GET", "/health")[:2] == (200, {"status": "ok"})
         status, data = search(base, {"query": "pasta"})
         assert status == 200 and data["hits"] == []
-        assert documents(base) == (200, {"documents": []})
+        assert documents(base) == (200, {"documents": [], "next_after": None})
 
 
 # ---------------------------------------------------------------- the CLI
@@ -971,7 +977,8 @@ def test_documents_lists_what_the_principals_may_read(db, dsn, corpus):
     with serving(dsn) as base:  # default: public documents only
         status, data = documents(base)
         assert status == 200, data
-        assert data == {"documents": [document_to_json(d) for d in list_documents(db, corpus, principals=())]}
+        assert data == {"documents": [document_to_json(d) for d in list_documents(db, corpus, principals=())],
+                        "next_after": None}
         assert _listed(data) == public
         assert _listed(documents(base, "collection=private")[1]) == []
         assert_error(*documents(base, "principals=hr"), 403, "principals_not_allowed")
@@ -999,6 +1006,78 @@ def test_documents_bad_input_is_a_clear_4xx(db, dsn, corpus):
         assert_error(status, data, 400, "bad_request", "takes no body", "query parameters")
         assert_error(*call(base, "POST", "/documents", {})[:2], 405, "method_not_allowed")
         assert _listed(documents(base, "collection=")[1]) == []  # a collection named "": none
+
+
+def all_pages(base: str, limit: int, query: str = "") -> tuple[list[list[str]], list[Any]]:
+    """Every page of GET /documents, each asked after the previous one's next_after: (doc_ids, next_afters)."""
+    from urllib.parse import quote
+
+    ids: list[list[str]] = []
+    cursors: list[Any] = []
+    after = ""
+    for _ in range(20):
+        status, data = documents(base, f"limit={limit}{after}{query}")
+        assert status == 200 and set(data) == {"documents", "next_after"}, data
+        ids.append(_listed(data))
+        cursors.append(data["next_after"])
+        if data["next_after"] is None:
+            return ids, cursors
+        assert data["next_after"] == ids[-1][-1]
+        after = f"&after={quote(data['next_after'])}"
+    raise AssertionError(f"no last page: {ids}")
+
+
+def test_documents_pages_by_doc_id_with_next_after(db, dsn, corpus, tmp_path):
+    """?limit=N&after=ID pages through every readable document once, in doc_id order; next_after is null
+    exactly on the last page (one row more was read), and only ever a document the caller was shown."""
+    for name in ("a b.md", "zeta.md"):
+        (tmp_path / name).write_text(f"# {name}\n\nMore text about {name}.{PAD}\n")
+    assert ingest_paths(db, [tmp_path / "a b.md", tmp_path / "zeta.md"], layout=corpus,
+                        embedder=HashEmbedder()).new == 2
+    public = ["a b.md", "connections.md", "cooking.md", "zeta.md"]
+    everyone = ["a b.md", "connections.md", "cooking.md", "salaries.md", "zeta.md"]
+    with serving(dsn) as base:  # public only
+        assert _listed(documents(base)[1]) == public  # the default page (1000) holds them all
+        assert all_pages(base, 2) == ([public[:2], public[2:]], [public[1], None])
+        assert all_pages(base, 1) == ([[d] for d in public], public[:3] + [None])
+        assert all_pages(base, 3, "&collection=default")[0] == [public[:3], public[3:]]
+        assert documents(base, "limit=2&after=zeta.md")[1] == {"documents": [], "next_after": None}
+        # after a hidden doc_id: as after any string that sorts there; salaries.md never a cursor nor listed
+        assert _listed(documents(base, "limit=1&after=salaries.md")[1]) == ["zeta.md"]
+        assert _listed(documents(base, "after=cooking.md")[1]) == ["zeta.md"]
+    with serving(dsn, principals=("hr",)) as base:
+        pages, cursors = all_pages(base, 2)
+        assert pages == [everyone[:2], everyone[2:4], everyone[4:]] and cursors == [everyone[1], everyone[3], None]
+        assert all_pages(base, 2, "&collection=private") == ([["salaries.md"]], [None])
+    with serving(dsn, trust_request_principals=True) as base:
+        assert all_pages(base, 4, "&principals=hr")[0] == [everyone[:4], everyone[4:]]
+        assert all_pages(base, 4, "&principals=eng")[0] == [public]
+
+
+def test_documents_page_is_one_statement(db, dsn, corpus, statement_log):
+    app_name = f"onetrip-test-docs-{os.getpid()}"
+    with serving(dsn, pool_size=1, application_name=app_name) as base:
+        assert call(base, "GET", "/health")[0] == 200  # creates the retriever (reads the layout)
+        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                            (app_name,)).fetchone()
+        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+        for query in ("limit=1", "limit=1&after=connections.md", "limit=5&after=cooking.md"):
+            with statement_log.watch(backend) as w:
+                assert documents(base, query)[0] == 200
+            assert len(w.statements) == 1 and "LIMIT" in w.statements[0], (query, w.statements)
+
+
+def test_documents_bad_limit_or_after_is_a_422_naming_it(db, dsn, corpus):
+    with serving(dsn) as base:
+        for bad in ("0", "-1", "10001", "two", "1.5", "+5", "%205", "1_000", "%D9%A5", ""):
+            assert_error(*documents(base, f"limit={bad}"), 422, "invalid_field", "limit", "from 1 to 10000")
+        assert_error(*documents(base, "limit=1&limit=2"), 422, "invalid_field", "limit", "once")
+        assert_error(*documents(base, "after=a&after=b"), 422, "invalid_field", "after", "once")
+        assert_error(*documents(base, "after=a%00b"), 422, "invalid_field", "after", "NUL")
+        assert_error(*documents(base, "limt=2"), 422, "unknown_field", "limt", "limit", "after")
+        status, data = documents(base, "limit=0")
+        assert data["error"]["field"] == "limit"
+        assert _listed(documents(base, "limit=10000")[1]) == ["connections.md", "cooking.md"]
 
 
 def test_a_search_only_role_lists_no_documents_with_a_403_naming_the_table(db, dsn, corpus):

@@ -779,8 +779,10 @@ SERVE_DESCRIPTION = """Serve search over HTTP (Starlette under uvicorn), one Asy
                       -> {"explain": {"hits": {...}, "context": {...}}} (/search_many: {"explain": {...}}), each
                       the plan of the statement the request would send instead of its results; only with
                       --no-acl or --trust-request-principals (else 403: plans count rows the ACL hides)
-  GET  /documents     ?collection=C&principals=P...: {"documents": [...]} as `documents --json`, only those
-                      the request's principals may read (the ones a search would use)
+  GET  /documents     ?collection=C&principals=P...&limit=N&after=ID: {"documents": [...], "next_after"}, a
+                      page (limit: default 1000, at most 10000) of `documents --json`, only those the
+                      request's principals may read (the ones a search would use); next_after: the id to
+                      ask after= for the next page, null on the last
   GET  /health        200 {"status": "ok"} or 503 (no token needed)
   GET  /stats         pool statistics;  GET /openapi.json  the API's schemas
 

@@ -4,7 +4,8 @@ Endpoints
     POST /search        top-K hits and/or the assembled, budgeted context for a query
     POST /search_many   several queries' top-K hits, in ONE statement
                         (both take "explain": the plan of the statement(s) they would send, not the results)
-    GET  /documents     the stored documents the request's principals may read (`onetrip documents --json`)
+    GET  /documents     the stored documents the request's principals may read (`onetrip documents --json`),
+                        a page at a time (?limit=, default 1000; ?after= the previous page's next_after)
     GET  /health        200 {"status": "ok"} when a pooled connection answers; else 503 (no token needed)
     GET  /stats         pool statistics and request counts (to check the pool stays within its size)
     GET  /openapi.json  this API: request and response schemas of every endpoint
@@ -117,7 +118,12 @@ REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "princ
 EXPAND_FIELDS = tuple(Expansion.__dataclass_fields__)
 FILTER_FIELDS = ("collections", "doc_ids", "source_prefix", "metadata")
 SEARCH_MANY_FIELDS = ("queries", "embeddings", "k", "mode", "expand", "filters", "principals", "hybrid", "explain")
-DOCUMENTS_PARAMS = ("collection", "principals")
+DOCUMENTS_PARAMS = ("collection", "principals", "limit", "after")
+#: GET /documents' page size without ?limit=, and the largest it takes: a document is 253 bytes of JSON with
+#: one-letter titles and no embedder (more with real ones), so 100k documents had been one 25 MB response;
+#: a page of 1000 is a few hundred kB, of 10000 a few MB
+DEFAULT_DOCUMENTS_LIMIT = 1000
+MAX_DOCUMENTS_LIMIT = 10000
 HYBRID_FIELDS = tuple(HybridOptions.__dataclass_fields__)
 SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
 
@@ -240,6 +246,8 @@ class DocumentsRequest:
 
     collection: str | None
     principals: tuple[str, ...] | None
+    limit: int = DEFAULT_DOCUMENTS_LIMIT
+    after: str | None = None  # the previous page's next_after
 
 
 def _invalid(field_name: str, message: str, code: str = "invalid_field") -> ApiError:
@@ -518,17 +526,30 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
 
 def parse_documents(params: list[tuple[str, str]], cfg: ServiceConfig) -> DocumentsRequest:
     """Validate a GET /documents query string (``collection`` once, ``principals`` repeatable, as the CLI's
-    --collection and --principal); the principals as /search takes them."""
+    --collection and --principal; ``limit`` and ``after`` once, as its --limit and --after); the principals
+    as /search takes them."""
     unknown = sorted({name for name, _ in params} - set(DOCUMENTS_PARAMS))
     if unknown:
         raise ApiError(422, "unknown_field", f"unknown query parameter(s) {', '.join(unknown)}; known: "
                        f"{', '.join(DOCUMENTS_PARAMS)}", field=unknown[0])
-    collections = [_text(v, "collection") for name, v in params if name == "collection"]
-    if len(collections) > 1:
-        raise _invalid("collection", f"give it once, got {len(collections)} (the listing takes one collection)")
+
+    def once(name: str, what: str) -> str | None:
+        values = [_text(v, name) for n, v in params if n == name]
+        if len(values) > 1:
+            raise _invalid(name, f"give it once, got {len(values)} ({what})")
+        return values[0] if values else None
+
+    collection = once("collection", "the listing takes one collection")
+    raw_limit = once("limit", "one page size")
+    after = once("after", "the previous page's next_after")
+    limit = DEFAULT_DOCUMENTS_LIMIT
+    if raw_limit is not None:  # digits only: int() had also taken ' 5', '+5', '1_000' and '٥'
+        if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= MAX_DOCUMENTS_LIMIT:
+            raise _invalid("limit", f"must be an integer from 1 to {MAX_DOCUMENTS_LIMIT}, got {raw_limit!r:.40}")
+        limit = int(raw_limit)
     principals = [v for name, v in params if name == "principals"]
-    return DocumentsRequest(collections[0] if collections else None,
-                            _principals({"principals": principals} if principals else {}, cfg))
+    return DocumentsRequest(collection, _principals({"principals": principals} if principals else {}, cfg),
+                            limit, after)
 
 
 # ---------------------------------------------------------------- the service
@@ -792,15 +813,22 @@ class Service:
         return {"results": [{"query": q, "hits": [hit_to_json(h) for h in hits]} for q, hits in zip(texts, results)]}
 
     async def documents(self, req: DocumentsRequest) -> dict[str, Any]:
-        """`list_documents` for the request's principals: ONE statement on a pooled connection."""
+        """A page of `list_documents` for the request's principals: ONE statement on a pooled connection.
+
+        It reads one row more than the page, so ``next_after`` (the page's last doc_id) is null exactly when
+        nothing follows: a last page is never an extra empty request. next_after is a listed document's id, so
+        a cursor tells a caller nothing it was not shown.
+        """
         r = await self.retriever()  # the layout (and a 503 schema_missing before there are tables)
         with self._statement_errors():
-            q, params = list_documents_query(r.layout, collection=req.collection, principals=req.principals)
+            q, params = list_documents_query(r.layout, collection=req.collection, principals=req.principals,
+                                             limit=req.limit + 1, after=req.after)
             async with r._connection() as conn:  # lost under it: connection_lost, the pool checked, as a search
                 with statement_errors():
                     cur = await conn.execute(q, params)
                     rows = await cur.fetchall()
-        return {"documents": [document_to_json(document_info(row)) for row in rows]}
+        docs = [document_to_json(document_info(row)) for row in rows[:req.limit]]
+        return {"documents": docs, "next_after": docs[-1]["doc_id"] if len(rows) > req.limit else None}
 
     def stats(self) -> dict[str, Any]:
         pool = self.pool.get_stats() if self.pool is not None else {}
@@ -1172,9 +1200,12 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "embedder": _nullable({"type": "string"}), "parse_warnings": strings,
         },
     }
-    documents = {"type": "object", "additionalProperties": False, "required": ["documents"],
+    documents = {"type": "object", "additionalProperties": False, "required": ["documents", "next_after"],
                  "properties": {"documents": {"type": "array", "items": _ref("Document"),
-                                              "description": "by doc_id"}}}
+                                              "description": "a page, by doc_id"},
+                                "next_after": _nullable({"type": "string", "description": (
+                                    "the page's last doc_id when more documents follow: ask again with "
+                                    "after=<this>; null on the last page")})}}
     principals_doc = ("the caller's principals; accepted only when the operator runs with "
                       "--trust-request-principals (else 403)" if cfg.trust_request_principals else
                       "refused (403): this service takes principals from its operator, not from requests")
@@ -1299,20 +1330,28 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 },
             }},
             "/documents": {"get": {
-                "summary": "The stored documents the request's principals may read, by doc_id (onetrip documents)",
+                "summary": "The stored documents the request's principals may read, by doc_id, a page at a time "
+                           "(onetrip documents --limit/--after)",
                 "security": secured,
                 "parameters": [
                     {"name": "collection", "in": "query", "required": False, "schema": {"type": "string"},
                      "description": "only this collection"},
                     {"name": "principals", "in": "query", "required": False, "style": "form", "explode": True,
                      "schema": strings, "description": principals_doc + " (repeat the parameter for several)"},
+                    {"name": "limit", "in": "query", "required": False,
+                     "schema": {"type": "integer", "minimum": 1, "maximum": MAX_DOCUMENTS_LIMIT,
+                                "default": DEFAULT_DOCUMENTS_LIMIT},
+                     "description": "documents per page"},
+                    {"name": "after", "in": "query", "required": False, "schema": {"type": "string"},
+                     "description": "the previous page's next_after: documents whose doc_id sorts after it"},
                 ],
                 "responses": {
                     "200": ok(_ref("DocumentList")),
                     "400": err("a body (the options are query parameters)"), **auth,
                     "403": err("principals given but not allowed; the service's database role may not read "
                                "the documents table (permission_denied: a search-only role)"),
-                    "422": err("unknown query parameter, collection given twice, a NUL in a value"),
+                    "422": err("unknown query parameter, collection, limit or after given twice, limit not an "
+                               f"integer from 1 to {MAX_DOCUMENTS_LIMIT}, a NUL in a value"),
                     "503": err(DATABASE_503),
                 },
             }},
