@@ -373,6 +373,11 @@ def test_a_layout_other_than_the_tables_is_named_before_any_write(db, tmp_path, 
             ingest_paths(db, [tmp_path], layout=Layout(dim=64), embedder=HashEmbedder(64))
         with pytest.raises(DimensionMismatchError, match=r"stores vector\(384\), but the layout given says halfvec"):
             ingest_paths(db, [tmp_path], layout=Layout(vector_type="halfvec"), embedder=HashEmbedder())
+        # the model agrees with the table and the Layout does not: the Layout is named, not the model (this had
+        # said 'embedder hash-test makes 384-d vectors but the sections table stores vector(64)', untrue)
+        with pytest.raises(DimensionMismatchError, match=r"stores vector\(384\), but the layout given says "
+                                                         r"vector\(64\)"):
+            ingest_paths(db, [tmp_path], layout=Layout(dim=64), embedder=HashEmbedder())
         with pytest.raises(SchemaMissingError,
                            match="table other_sections .*does not exist.*run `onetrip init` first"):
             ingest_paths(db, [tmp_path], layout=Layout(prefix="other_"), embedder=HashEmbedder())

@@ -320,20 +320,22 @@ def ingest_paths(
     report = IngestReport()
     check_access_values(collection, acl)
     planned = plan_files(paths, doc_id)  # before any write: two files for one doc_id are refused
-    if embedder.dim != layout.dim:
-        raise DimensionMismatchError(
-            f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
-            f"stores vector({layout.dim})"
-        )
     # before any write: the tables as they are, not as the caller's Layout says. A Layout(dim=768) over a
     # vector(384) table had failed every file with COPY's multi-line 'expected 384 dimensions, not 768'; a prefix
-    # with no tables with 'relation "x_term_stats" does not exist ... versions before it did not create'
+    # with no tables with 'relation "x_term_stats" does not exist ... versions before it did not create'.
+    # Read first, so the embedder is compared with the table, not with a Layout that misstates it (a 384-d model
+    # with Layout(dim=768) over vector(384) tables was told 'the sections table stores vector(768)')
     stored = read_layout(conn, schema=layout.schema, prefix=layout.prefix)  # SchemaMissingError: `onetrip init`
     if (stored.vector_type, stored.dim) != (layout.vector_type, layout.dim):
         raise DimensionMismatchError(
             f"{layout.tables['sections']} stores {stored.vector_type}({stored.dim}), but the layout given says "
             f"{layout.vector_type}({layout.dim}) (Python: Layout(dim=..., vector_type=...) as the table was made, "
             "or read_layout(conn, ...) to get it)"
+        )
+    if embedder.dim != stored.dim:
+        raise DimensionMismatchError(
+            f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
+            f"stores {stored.vector_type}({stored.dim})"
         )
     # before any write: one table, one model (vectors of two models are not comparable, even at one dimension)
     with _stop_when_lost(conn, report, len(planned)), _one_model(conn, layout, embedder) as recorded:
