@@ -18,7 +18,7 @@ Every command takes --schema and --prefix, and all but `sql render` --dsn (defau
 embedded server); ingest, search and serve take --model
 (default $ONETRIP_MODEL, else the bundled all-MiniLM-L6-v2). Errors are printed as one line naming
 the cause, with exit status 2 (bad input), 3 (ingest: a file failed; delete: an
-id was not stored) or 1 (anything else).
+id was not stored; prune --doc-id: no archived revisions) or 1 (anything else).
 """
 
 from __future__ import annotations
