@@ -659,11 +659,11 @@ def test_an_adapter_from_a_dsn_opens_a_new_connection_after_losing_one(corpus, d
 
     lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=2, mode="dense")
     want = _doc_sig(lc.invoke(VACATION))
-    lost = lc.source.sync()
-    assert terminate(pid=lost.conn.info.backend_pid) == 1
+    lost = lc.source.sync().conn
+    assert terminate(pid=lost.info.backend_pid) == 1
     with pytest.raises(ConnectionLostError, match="administrator command"):
         lc.invoke(VACATION)
-    assert lost.conn.closed
+    assert lost.closed
     li = LIRetriever(dsn=dsn, embedder=lc.source.options["embedder"], k=2, mode="dense")
     assert li.source is lc.source and len(li.retrieve(VACATION)) == 2
     assert _doc_sig(lc.invoke(VACATION)) == want

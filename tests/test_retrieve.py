@@ -345,19 +345,24 @@ def test_a_lost_connection_is_named_on_that_call_and_after(db, dsn, corpus, term
     """A backend killed under a retriever (a restart, pg_terminate_backend) had surfaced as psycopg's
     AdminShutdown, whose second line pointed at 'LINE 5: FROM sections s' as if the statement were wrong, then
     as 'the connection is closed'; both calls now raise ConnectionLostError, the first naming the server's cause.
-    A connection its owner closed keeps psycopg's own error: nothing was lost."""
-    from onetrip import AsyncRetriever, ConnectionLostError
+    A connection the caller gave stays the caller's: never replaced, every later call says it is lost. A
+    connection its owner closed keeps psycopg's own error: nothing was lost."""
+    from onetrip import AsyncRetriever, ConnectionLostError, connect
 
     q = corpus_query_vectors(corpus, 1, seed=9)[0]
-    r = Retriever(dsn)
+    given = connect(dsn)
+    r = Retriever(given)
     assert r.search(q, k=3)
-    assert terminate(pid=r.conn.info.backend_pid) == 1
+    assert terminate(pid=given.info.backend_pid) == 1
     with pytest.raises(ConnectionLostError, match=r"lost \(terminating connection due to administrator command\)"
-                                                  r".*make a new Retriever") as lost:
+                                                  r".*given to this retriever, which keeps it") as lost:
         r.search(q, k=3)
     assert lost.value.cause == "terminating connection due to administrator command"
     with pytest.raises(ConnectionLostError, match="lost before this call"):
         r.assemble(q, k=3)
+    with pytest.raises(ConnectionLostError, match="lost before this call"):
+        r.explain(q, k=3, kind="plan")
+    assert r.conn is given
     r.close()
     closed = Retriever(dsn)
     closed.conn.close()
@@ -366,19 +371,137 @@ def test_a_lost_connection_is_named_on_that_call_and_after(db, dsn, corpus, term
     assert not isinstance(by_owner.value, ConnectionLostError)
 
     async def on_async_connection() -> list[str]:
-        r = await AsyncRetriever.create(dsn)
-        assert await r.search(q, k=3)
-        assert terminate(pid=r.conn.info.backend_pid) == 1
-        seen = []
-        for _ in range(2):
-            with pytest.raises(ConnectionLostError) as e:
-                await r.search_many([q, q], k=3)
-            seen.append(str(e.value))
-        await r.close()
-        return seen
+        async with await psycopg.AsyncConnection.connect(dsn, autocommit=True) as given:
+            r = await AsyncRetriever.create(given)
+            assert await r.search(q, k=3)
+            assert terminate(pid=given.info.backend_pid) == 1
+            seen = []
+            for _ in range(2):
+                with pytest.raises(ConnectionLostError) as e:
+                    await r.search_many([q, q], k=3)
+                seen.append(str(e.value))
+            assert r.conn is given
+            return seen
 
     first, second = asyncio.run(on_async_connection())
-    assert "administrator command" in first and "lost before this call" in second
+    assert "administrator command" in first and "given to this retriever" in first
+    assert "lost before this call" in second
+
+
+def test_a_retriever_from_a_dsn_reopens_its_lost_connection_on_the_next_call(db, dsn, corpus, terminate):
+    """A Retriever made from a DSN kept its connection after the server ended it (a restart, pg_terminate_backend,
+    an idle timeout): every later call failed until the process made a new Retriever. The call that finds it
+    lost still raises ConnectionLostError (its statement is not retried); the next one, whatever entry it is,
+    opens a new connection set up as the first (autocommit, pgvector's adapters, the retriever's settings) and
+    answers as before. A retriever closed meanwhile stays closed."""
+    from onetrip import ConnectionLostError
+
+    q, q2 = corpus_query_vectors(corpus, 2, seed=9)
+    r = Retriever(dsn, ef_search=77, iterative_scan="strict_order")
+    calls = {
+        "search": lambda: r.search(q, k=3),
+        "assemble": lambda: r.assemble(q, k=3, max_tokens=600),
+        "search_many": lambda: r.search_many([q, q2], k=3),
+        "explain": lambda: (lambda ex: (ex.statement, ex.vector_index_scans))(r.explain(q, k=3, kind="plan")),
+        "explain_many": lambda: (lambda ex: (ex.statement, ex.vector_index_scans))(
+            r.explain_many([q, q2], k=3, kind="plan")),
+        "refresh_embedder_record": r.refresh_embedder_record,
+    }
+    want = {name: call() for name, call in calls.items()}
+    assert want["search"] and want["assemble"].passages and all(want["search_many"])
+    for name, call in calls.items():
+        pid = r.conn.info.backend_pid
+        assert terminate(pid=pid) == 1
+        with pytest.raises(ConnectionLostError, match=r"administrator command.*opens a new connection on its next"):
+            call()
+        assert r.conn is None, name
+        assert call() == want[name], name
+        assert r.conn.info.backend_pid != pid and r.conn.autocommit, name
+        settings = r.conn.execute("SELECT current_setting('hnsw.ef_search'), current_setting('hnsw.iterative_scan'), "
+                                  "current_setting('hnsw.max_scan_tuples')").fetchone()
+        assert settings == ("77", "strict_order", "20000"), name
+    assert terminate(pid=r.conn.info.backend_pid) == 1
+    with pytest.raises(ConnectionLostError):
+        r.search(q, k=3)
+    r.close()
+    with pytest.raises(psycopg.OperationalError, match=r"closed \(Retriever.close\(\) was called\)"):
+        r.search(q, k=3)
+    assert r.conn is None
+
+
+def test_a_retriever_that_cannot_reopen_its_connection_says_why_and_tries_again_on_the_next_call(
+        db, dsn, corpus, terminate):
+    """The new connection is opened as `connect` opens one: a server that refuses it is a ConnectionFailedError
+    naming the server and its reason (not 'lost' again), and the call after that tries again."""
+    from onetrip import ConnectionFailedError, ConnectionLostError
+
+    q = corpus_query_vectors(corpus, 1, seed=12)[0]
+    role = "onetrip_reopen_role"
+    db.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        db.execute(f"GRANT SELECT ON ALL TABLES IN SCHEMA public TO {role}")
+        r = Retriever(psycopg.conninfo.make_conninfo(dsn, user=role))
+        want = r.search(q, k=3)
+        db.execute(f"ALTER ROLE {role} NOLOGIN")
+        assert terminate(pid=r.conn.info.backend_pid) == 1
+        with pytest.raises(ConnectionLostError):
+            r.search(q, k=3)
+        for _ in range(2):
+            with pytest.raises(ConnectionFailedError, match=rf"could not connect to PostgreSQL at .*{role}.*not "
+                                                            "permitted to log in") as refused:
+                r.search(q, k=3)
+            assert type(refused.value) is ConnectionFailedError and r.conn is None
+        db.execute(f"ALTER ROLE {role} LOGIN")
+        assert r.search(q, k=3) == want
+        r.close()
+    finally:
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")
+
+
+def test_an_async_retriever_from_a_dsn_reopens_its_lost_connection_on_the_next_call(db, dsn, corpus, terminate):
+    """As the sync test: each entry of an AsyncRetriever made from a DSN raises ConnectionLostError on the call
+    that finds its connection lost, and the next call opens a new one with the retriever's settings."""
+    from onetrip import AsyncRetriever, ConnectionLostError
+
+    q, q2 = corpus_query_vectors(corpus, 2, seed=10)
+
+    async def main() -> None:
+        r = await AsyncRetriever.create(dsn, ef_search=77, iterative_scan="strict_order")
+
+        async def plan_of(ex: object) -> tuple:
+            ex = await ex
+            return ex.statement, ex.vector_index_scans
+
+        calls = {
+            "search": lambda: r.search(q, k=3),
+            "assemble": lambda: r.assemble(q, k=3, max_tokens=600),
+            "search_many": lambda: r.search_many([q, q2], k=3),
+            "explain": lambda: plan_of(r.explain(q, k=3, kind="plan")),
+            "explain_many": lambda: plan_of(r.explain_many([q, q2], k=3, kind="plan")),
+            "refresh_embedder_record": r.refresh_embedder_record,
+        }
+        want = {name: await call() for name, call in calls.items()}
+        assert want["search"] and want["assemble"].passages and all(want["search_many"])
+        for name, call in calls.items():
+            pid = r.conn.info.backend_pid
+            assert terminate(pid=pid) == 1
+            with pytest.raises(ConnectionLostError, match=r"administrator command.*opens a new connection on its"):
+                await call()
+            assert r.conn is None, name
+            assert await call() == want[name], name
+            assert r.conn.info.backend_pid != pid and r.conn.autocommit, name
+            cur = await r.conn.execute("SELECT current_setting('hnsw.ef_search'), "
+                                       "current_setting('hnsw.iterative_scan'), current_setting('hnsw.max_scan_tuples')")
+            assert await cur.fetchone() == ("77", "strict_order", "20000"), name
+        assert terminate(pid=r.conn.info.backend_pid) == 1
+        with pytest.raises(ConnectionLostError):
+            await r.search(q, k=3)
+        await r.close()
+        with pytest.raises(psycopg.OperationalError, match=r"AsyncRetriever.close\(\) was called"):
+            await r.search(q, k=3)
+
+    asyncio.run(main())
 
 
 def test_explain_on_a_lost_connection_is_named_as_a_search_is(db, dsn, corpus, terminate):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, nullcontext
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -73,7 +73,9 @@ class AsyncRetriever:
     """Async twin of `Retriever`. Create it with ``await AsyncRetriever.create(...)``.
 
     ``conn`` is a psycopg AsyncConnection, a ``psycopg_pool.AsyncConnectionPool``
-    (see `onetrip.pool.make_async_pool`), a DSN, or None.
+    (see `onetrip.pool.make_async_pool`), a DSN, or None. A lost connection is
+    handled as `Retriever` does: that call raises ConnectionLostError; one made
+    from a DSN is reopened on the next call, a given one stays the caller's.
     """
 
     def __init__(self) -> None:
@@ -104,6 +106,9 @@ class AsyncRetriever:
         elif not isinstance(conn, psycopg.AsyncConnection):
             check_connection_kind(conn, asynchronous=True)
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.AsyncConnection)
+        self._dsn = conn if self._owns_conn else None  # what a lost connection is reopened from (`_reopen`)
+        self._closed = False
+        self._reopening = asyncio.Lock()  # one new connection, however many tasks found the old one lost
         self.conn = None
         opened = False  # as in Retriever: a transaction this opened on the caller's connection is ended here
         if self.pool is None:
@@ -119,7 +124,8 @@ class AsyncRetriever:
                 self.recorded_embedders = await _recorded_embedder(c, self.layout)
         except BaseException:
             if self._owns_conn:
-                await self.conn.close()
+                if self.conn is not None:  # None: lost under the layout read (`_lost` closed it)
+                    await self.conn.close()
             elif opened:
                 await self.conn.rollback()
             raise
@@ -131,9 +137,30 @@ class AsyncRetriever:
     @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
         """As `Retriever._connection`: a connection lost under the block is ConnectionLostError (`_lost`)."""
-        async with self.pool.connection() if self.pool is not None else nullcontext(self.conn) as c:
+        if self.pool is not None:
+            async with self.pool.connection() as c:
+                async with self._lost_errors(c):
+                    yield c
+        else:
+            c = self.conn if self.conn is not None else await self._reopen()
             async with self._lost_errors(c):
                 yield c
+
+    async def _reopen(self) -> psycopg.AsyncConnection:
+        """As `Retriever._reopen`: a new connection of this retriever's own, for the one `_lost` dropped, with
+        the first one's setup (`connect_async`: autocommit, pgvector's adapters; then this retriever's settings)."""
+        async with self._reopening:
+            if self.conn is None:
+                if self._closed:
+                    raise psycopg.OperationalError("the connection is closed (AsyncRetriever.close() was called)")
+                conn = await connect_async(self._dsn)
+                try:
+                    await apply_settings_async(conn, self.settings)
+                except BaseException:
+                    await conn.close()
+                    raise
+                self.conn = conn
+            return self.conn
 
     @asynccontextmanager
     async def _lost_errors(self, conn: psycopg.AsyncConnection) -> AsyncIterator[None]:
@@ -143,7 +170,7 @@ class AsyncRetriever:
         except psycopg.OperationalError as e:
             if not conn.broken:
                 raise
-            raise await self._lost(e) from None
+            raise await self._lost(e, conn) from None
 
     async def refresh_embedder_record(self, conn: psycopg.AsyncConnection | None = None) -> list[str]:
         """Same as `Retriever.refresh_embedder_record`."""
@@ -188,12 +215,17 @@ class AsyncRetriever:
                 names = statement_columns(plan.statement, cur)
         return check_distance_range(plan, params, result_of(plan, names, rows))
 
-    async def _lost(self, e: psycopg.Error) -> ConnectionLostError:
+    async def _lost(self, e: psycopg.Error, conn: psycopg.AsyncConnection) -> ConnectionLostError:
         """The error for a statement whose connection closed under it; over a pool, its idle connections are
-        checked first (as `Retriever` does), shielded: a check cancelled halfway would lose the ones it held."""
+        checked first (as `Retriever` does), shielded: a check cancelled halfway would lose the ones it held.
+        This retriever's own connection is dropped, so the next call opens another (as `Retriever._forget`)."""
         if self.pool is not None:
             await asyncio.shield(self.pool.check())
-        return connection_lost(e, pooled=self.pool is not None)
+        elif self._owns_conn:
+            if self.conn is conn:  # not one another task has opened since, nor one given to refresh_embedder_record
+                self.conn = None
+                await conn.close()
+        return connection_lost(e, pooled=self.pool is not None, reopens=self._owns_conn)
 
     async def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
         """Same as `Retriever.search`."""
@@ -266,8 +298,11 @@ class AsyncRetriever:
         return self
 
     async def close(self) -> None:
-        if self._owns_conn and self.conn is not None:
-            await self.conn.close()
+        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise."""
+        if self._owns_conn:
+            self._closed = True
+            if self.conn is not None:
+                await self.conn.close()
 
     async def __aenter__(self) -> AsyncRetriever:
         return self

@@ -8,7 +8,8 @@ options change the SQL text (cached per shape), never the number of statements.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
@@ -837,14 +838,16 @@ def statement_error(e: psycopg.Error) -> Exception:
     return e
 
 
-def connection_lost(e: psycopg.Error, *, pooled: bool) -> ConnectionLostError:
+def connection_lost(e: psycopg.Error, *, pooled: bool, reopens: bool = False) -> ConnectionLostError:
     """A statement's error on a connection now closed, as ConnectionLostError naming the cause.
 
     psycopg's own said "terminating connection due to administrator command"
     with a `LINE 5: FROM sections s` pointer under it, as if the statement were
     at fault, and on the next call "the connection is closed". Only called on
     the error path, once the connection is known broken (closed, but not by
-    close(): that one keeps psycopg's "the connection is closed").
+    close(): that one keeps psycopg's "the connection is closed"). ``reopens``:
+    the connection was the retriever's own (made from a DSN), which its next
+    call replaces; else (not pooled) it was the caller's, which it keeps.
     """
     cause = (str(e).strip().splitlines() or [""])[0]
     when = f"({cause})"
@@ -853,18 +856,23 @@ def connection_lost(e: psycopg.Error, *, pooled: bool) -> ConnectionLostError:
     if pooled:
         advice = ("the pool drops it and checks its idle connections, so the next call gets a working one once "
                   "the server answers")
+    elif reopens:
+        advice = "this retriever opens a new connection on its next call (this call's statement was not retried)"
     else:
-        advice = ("this retriever's connection stays closed: make a new Retriever (one over a pool, "
-                  "onetrip.make_pool, replaces lost connections by itself)")
+        advice = ("the connection was given to this retriever, which keeps it: open a new one and make a new "
+                  "retriever over it (one made from a DSN, or over a pool, onetrip.make_pool, replaces lost "
+                  "connections by itself)")
     return ConnectionLostError(f"the connection to PostgreSQL was lost {when}: the server ended the session (a "
                                f"restart, pg_terminate_backend, an idle timeout) or the network dropped it; {advice}",
                                cause)
 
 
 @contextmanager
-def lost_connection_errors(conn: psycopg.Connection, pool: Any) -> Iterator[None]:
+def lost_connection_errors(conn: psycopg.Connection, pool: Any,
+                           forget: Callable[[psycopg.Connection], None] | None = None) -> Iterator[None]:
     """psycopg's error on a connection that broke under the block as ConnectionLostError; over a pool, its idle
-    connections are checked first (a restart kills them all). The search path does the same inline."""
+    connections are checked first (a restart kills them all). ``forget``: drops a connection of the retriever's
+    own, so that its next call opens another (`Retriever._forget`). The search path does the same inline."""
     try:
         yield
     except psycopg.OperationalError as e:
@@ -872,7 +880,9 @@ def lost_connection_errors(conn: psycopg.Connection, pool: Any) -> Iterator[None
             raise
         if pool is not None:
             pool.check()
-        raise connection_lost(e, pooled=pool is not None) from None
+        elif forget is not None:
+            forget(conn)
+        raise connection_lost(e, pooled=pool is not None, reopens=forget is not None) from None
 
 
 @contextmanager
@@ -952,6 +962,13 @@ class Retriever:
     `onetrip.pool.make_pool`, whose connections get the settings once), a DSN,
     or None for ``$ONETRIP_DSN`` / the embedded server. pgvector settings
     (ef_search, iterative scans) are set once per connection, never per query.
+
+    A connection lost under a call (a server restart, pg_terminate_backend)
+    makes that call raise ConnectionLostError; the statement is not retried.
+    One the retriever opened (from a DSN or None) is then replaced on the next
+    call by a new one with the same settings (``conn`` is None in between); a
+    pool replaces its own; a psycopg connection you gave stays yours, and every
+    later call raises until you make a retriever over a new one.
     """
 
     def __init__(
@@ -975,6 +992,9 @@ class Retriever:
         elif not isinstance(conn, psycopg.Connection):
             check_connection_kind(conn, asynchronous=False)
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.Connection)
+        self._dsn: str | None = conn if self._owns_conn else None  # what a lost connection is reopened from
+        self._closed = False
+        self._lock = threading.Lock()  # one reopened connection, whichever threads found it lost
         self.conn: psycopg.Connection | None = None
         opened = False  # a transaction this constructor opened on the caller's (non-autocommit) connection
         if self.pool is None:
@@ -992,7 +1012,8 @@ class Retriever:
                 self.recorded_embedders = recorded_embedders(c, self.layout, first_only=True)
         except BaseException:
             if self._owns_conn:
-                self.conn.close()
+                if self.conn is not None:  # None: lost under the layout read (`_forget` closed it)
+                    self.conn.close()
             elif opened:
                 self.conn.rollback()
             raise
@@ -1011,9 +1032,37 @@ class Retriever:
                 with lost_connection_errors(c, self.pool):
                     yield c
         else:
-            assert self.conn is not None
-            with lost_connection_errors(self.conn, None):
-                yield self.conn
+            conn = self.conn if self.conn is not None else self._reopen()
+            with lost_connection_errors(conn, None, self._forget if self._owns_conn else None):
+                yield conn
+
+    def _forget(self, conn: psycopg.Connection) -> None:
+        """Drop this retriever's own connection, found lost: its next call opens another (`_reopen`).
+
+        Kept, it had failed every later call until the process made a new
+        Retriever. A connection the caller gave is never replaced.
+        """
+        with self._lock:
+            if self.conn is not conn:  # another thread found it lost first (and may have opened another since)
+                return
+            self.conn = None
+        conn.close()
+
+    def _reopen(self) -> psycopg.Connection:
+        """A new connection for the one `_forget` dropped, set up as the first: `connect` (autocommit, pgvector's
+        adapters; its errors name the server, e.g. ConnectionFailedError) and this retriever's settings."""
+        with self._lock:
+            if self.conn is None:
+                if self._closed:
+                    raise psycopg.OperationalError("the connection is closed (Retriever.close() was called)")
+                conn = connect(self._dsn)
+                try:
+                    apply_settings(conn, self.settings)
+                except BaseException:
+                    conn.close()
+                    raise
+                self.conn = conn
+            return self.conn
 
     def refresh_embedder_record(self, conn: psycopg.Connection | None = None) -> list[str]:
         """Read again which model the stored documents were ingested with (read once when the retriever was made).
@@ -1057,12 +1106,16 @@ class Retriever:
         # a plain connection is used directly: the _connection() context manager costs measurable
         # time on the hot path (benchmarks/latency), and only a pool needs one
         if self.pool is None:
-            assert self.conn is not None
+            conn = self.conn
+            if conn is None:  # lost by an earlier call (`_forget`): the one check a search pays for reopening
+                conn = self._reopen()
             try:
-                rows, names = _fetch(self.conn, plan.statement, params)
+                rows, names = _fetch(conn, plan.statement, params)
             except psycopg.OperationalError as e:
-                if self.conn.broken:
-                    raise connection_lost(e, pooled=False) from None
+                if conn.broken:
+                    if self._owns_conn:
+                        self._forget(conn)
+                    raise connection_lost(e, pooled=False, reopens=self._owns_conn) from None
                 raise
         else:
             with self.pool.connection() as c:
@@ -1209,8 +1262,12 @@ class Retriever:
         return self
 
     def close(self) -> None:
-        if self._owns_conn and self.conn is not None:
-            self.conn.close()
+        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise."""
+        if self._owns_conn:
+            with self._lock:
+                self._closed = True
+                if self.conn is not None:
+                    self.conn.close()
 
     def __enter__(self) -> Retriever:
         return self
