@@ -504,17 +504,69 @@ def test_unreachable_database_is_503_not_a_crash():
         assert call(base, "GET", "/stats")[0] == 200
 
 
+class Stats:
+    """GET /stats, counting its own requests: the service counts them among its 200s."""
+
+    def __init__(self, base: str) -> None:
+        self.base, self.calls = base, 0
+
+    def __call__(self) -> dict[str, Any]:
+        self.calls += 1
+        return call(self.base, "GET", "/stats")[1]
+
+    def wait_for_pool(self, ready: Any, what: str) -> None:
+        """Poll until ``ready(the pool's stats)``: where a step needs the pool to have opened a connection, which a
+        request waits --db-timeout for at most (1 s in these tests), and a loaded machine may take longer to
+        open. The deadline is a guard against hanging, not a timing assertion."""
+        deadline = time.monotonic() + 120
+        while not ready(pool := self()["pool"]):
+            assert time.monotonic() < deadline, f"{what}: {pool}"
+            time.sleep(0.05)
+
+
+def fill_pool(dsn: str, base: str, size: int, stats: Stats) -> None:
+    """Have the service's pool hold ``size`` open connections before a step that needs them all at once.
+
+    The pool opens one when the service starts and more only while a request
+    waits for one, up to --db-timeout: a request held on a lock while the pool
+    opened the next connection had to get it within that second, or the step
+    failed for timing alone. Here requests held on a lock make the pool grow,
+    whatever they answer, until it holds ``size`` connections.
+    """
+    deadline = time.monotonic() + 120  # a guard against hanging, not a timing assertion
+    while stats()["pool"]["pool_available"] < size:
+        assert time.monotonic() < deadline, stats()
+        with psycopg.connect(dsn) as locker:  # a transaction of its own: the lock stays until rollback
+            locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+            threads = [threading.Thread(target=search, args=(base, {"query": "pasta", "context": False}))
+                       for _ in range(size)]
+            for t in threads:
+                t.start()
+            # the pool counts a connection it is opening: wait till it opens all, or the requests gave up
+            while stats()["pool"]["pool_size"] < size and any(t.is_alive() for t in threads):
+                time.sleep(0.05)
+            locker.rollback()
+        for t in threads:
+            t.join(60)
+        stats.wait_for_pool(lambda pool: pool["pool_available"] >= size or pool["pool_size"] < size,
+                            "the pool's connections never opened")
+
+
 def test_lost_connection_is_503_then_recovers(db, dsn, corpus, terminate):
     """A pooled connection killed under the service: that request says 503 connection_lost, the next one works."""
     app_name = f"onetrip-kill-{os.getpid()}"
     with serving(dsn, pool_size=1, application_name=app_name) as base:
+        stats = Stats(base)
         assert search(base, {"query": "pasta"})[0] == 200
         assert terminate(application_name=app_name) == 1
         assert_error(*search(base, {"query": "pasta"}), 503, "connection_lost", "administrator command")
+        # the pool's replacement opened (the next request would wait --db-timeout, 5 s, for it)
+        stats.wait_for_pool(lambda pool: pool["pool_available"] >= 1, "the replacement never opened")
         assert search(base, {"query": "pasta"})[0] == 200
         # GET /documents alike (it had said database_unavailable, leaving the pool's idle connections unchecked)
         assert terminate(application_name=app_name) == 1
         assert_error(*documents(base), 503, "connection_lost", "administrator command")
+        stats.wait_for_pool(lambda pool: pool["pool_available"] >= 1, "the replacement never opened")
         assert documents(base)[0] == 200
 
 
@@ -531,6 +583,9 @@ def test_more_requests_than_the_pool_wait_then_get_pool_exhausted_and_lost_conne
                           "AND wait_event_type = 'Lock'", (app_name,)).fetchone()[0]
 
     with serving(dsn, pool_size=2, db_timeout=1.0, statement_timeout=120.0, application_name=app_name) as base:
+        stats = Stats(base)
+        fill_pool(dsn, base, 2, stats)  # both held requests below get a connection at once
+        before, counted_from = stats()["responses"], stats.calls
         assert search(base, {"query": "pasta"})[0] == 200
         held: list[int] = []
         with psycopg.connect(dsn) as locker:  # a transaction of its own: the lock stays until rollback
@@ -553,9 +608,15 @@ def test_more_requests_than_the_pool_wait_then_get_pool_exhausted_and_lost_conne
         assert held == [200, 200]  # the waiting requests were served once the lock went
         assert terminate(application_name=app_name) == 2  # both idle pooled connections, as in a restart
         assert_error(*search(base, {"query": "pasta", "context": False}), 503, "connection_lost")
+        # the pool checked the other idle one (dropped: without the check it would still be counted available)
+        # and opens a replacement, which the next request would otherwise have to get within --db-timeout
+        stats.wait_for_pool(lambda pool: pool["pool_available"] >= 1, "the replacement never opened")
         assert search(base, {"query": "pasta"})[0] == 200  # two statements, each on a working connection
-        stats = call(base, "GET", "/stats")[1]
-        assert stats["responses"] == {"200": 4, "503": 3}, stats
+        after = stats()["responses"]
+        since = {k: after.get(k, 0) - before.get(k, 0) for k in after if after.get(k, 0) != before.get(k, 0)}
+        # 200s too: the /stats requests from the one that read `before` to the one before this (each is counted
+        # after it answers)
+        assert since == {"200": 4 + stats.calls - counted_from, "503": 3}, (since, stats.calls)
 
 
 def allow_connections_to(db: psycopg.Connection, dsn: str, allow: bool) -> None:
@@ -606,16 +667,21 @@ def test_while_the_database_refuses_connections_every_timed_out_request_says_so(
         allow_connections_to(db, dsn, allow)
 
     def stats() -> dict[str, Any]:
-        return call(base, "GET", "/stats")[1]["pool"]
+        return polled()["pool"]
 
     with serving(dsn, pool_size=2, db_timeout=1.0, statement_timeout=120.0, application_name=app_name) as base:
-        with every_pooled_connection_busy(db, dsn, base, app_name, 2) as held:
-            pass
-        assert held == [200, 200] and stats()["pool_size"] == 2
+        polled = Stats(base)
+        fill_pool(dsn, base, 2, polled)
+        assert stats()["pool_size"] == 2
         allow_connections(False)  # as a server that is down
         try:
+            refused_before = stats().get("connections_errors", 0)
             assert terminate(application_name=app_name) == 2
             assert_error(*search(base, {"query": "pasta", "context": False}), 503, "connection_lost")
+            # the pool's first attempt to replace them has been refused: else a request timing out before it
+            # was (a slow machine) saw a full pool and no failed attempt, busy by every sign the service has
+            polled.wait_for_pool(lambda pool: pool.get("connections_errors", 0) > refused_before,
+                                 "the pool never tried to reopen a connection")
             together: list[tuple[int, Any]] = []
             threads = [threading.Thread(target=lambda: together.append(search(base, {"query": "pasta"})))
                        for _ in range(3)]
@@ -646,6 +712,10 @@ def test_a_service_started_while_the_database_refused_connections_tells_busy_fro
     allow_connections_to(db, dsn, False)
     try:
         with serving(dsn, pool_size=1, db_timeout=1.0, statement_timeout=120.0, application_name=app_name) as base:
+            # a refused attempt counted first: a request timing out before the pool's first attempt was refused
+            # (a slow machine) saw a pool of its full size and no failure, busy by every sign the service has
+            Stats(base).wait_for_pool(lambda pool: pool.get("connections_errors", 0) >= 1,
+                                      "the pool never tried to open a connection")
             assert_error(*search(base, {"query": "pasta"}), 503, "database_unavailable")
             allow_connections_to(db, dsn, True)
             deadline = time.monotonic() + 60  # the pool's next attempt (1, 2, 4 ... s on); a guard, not a timing
