@@ -728,6 +728,93 @@ def test_a_service_started_while_the_database_refused_connections_tells_busy_fro
         allow_connections_to(db, dsn, True)
 
 
+class Gate:
+    """A TCP front for the test's server whose new connections are forwarded, refused (closed at once) or held
+    unanswered (``mode``): a database that answers, refuses, or does not answer, switched at will."""
+
+    def __init__(self, dsn: str) -> None:
+        from psycopg import conninfo
+
+        params = conninfo.conninfo_to_dict(dsn)
+        host, port = str(params.get("host") or "localhost"), int(params.get("port") or 5432)
+        self.target: Any = f"{host}/.s.PGSQL.{port}" if host.startswith("/") else (host, port)
+        self.mode = "forward"
+        self.held: list[socket.socket] = []
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.dsn = conninfo.make_conninfo(dsn, host="127.0.0.1", port=self.listener.getsockname()[1])
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:  # closed
+                return
+            if self.mode == "refuse":
+                client.close()
+            elif self.mode == "hold":
+                self.held.append(client)
+            else:
+                server = socket.socket(socket.AF_UNIX if isinstance(self.target, str) else socket.AF_INET)
+                server.connect(self.target)
+                for a, b in ((client, server), (server, client)):
+                    threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for s in (a, b):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self.listener.close()
+        for c in self.held:
+            c.close()
+
+
+def test_a_connection_attempt_under_way_is_not_taken_for_the_database_answering_again(db, dsn, corpus, terminate):
+    """psycopg_pool counts a connection attempt when it starts (connections_num) and its failure when it ends
+    (connections_errors), and the service took attempts minus failures for the connections opened: an attempt
+    under way looked like one opened, the database answering again, so a request that timed out then, while the
+    database refused or did not answer, said pool_exhausted ('raise --pool-size') instead of database_unavailable.
+    Seen as a flaky outage test: the pool's retry a second after a refusal was under way as requests timed out.
+    Here an attempt is held unanswered to be under way for sure."""
+    app_name = f"onetrip-attempt-{os.getpid()}"
+    gate = Gate(dsn)
+    try:
+        with serving(gate.dsn, pool_size=1, db_timeout=1.0, statement_timeout=120.0,
+                     application_name=app_name) as base:
+            stats = Stats(base)
+            stats.wait_for_pool(lambda pool: pool["pool_available"] >= 1, "the pool's connection never opened")
+            assert search(base, {"query": "pasta"})[0] == 200
+            gate.mode = "refuse"
+            assert terminate(application_name=app_name) == 1
+            assert_error(*search(base, {"query": "pasta", "context": False}), 503, "connection_lost")
+            stats.wait_for_pool(lambda pool: pool.get("connections_errors", 0) >= 1, "no attempt was refused")
+            assert_error(*search(base, {"query": "pasta"}), 503, "database_unavailable")
+            gate.mode = "hold"  # the pool's next attempt (1, 2, 4 ... s on) waits for an answer (5 s connect_timeout)
+            stats.wait_for_pool(lambda pool: gate.held, "the pool made no new attempt")
+            assert_error(*search(base, {"query": "pasta"}), 503, "database_unavailable")
+            gate.mode = "forward"
+            for c in gate.held:
+                c.close()
+            deadline = time.monotonic() + 120  # a guard against hanging, not a timing
+            while call(base, "GET", "/health")[0] != 200:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+            assert search(base, {"query": "pasta"})[0] == 200
+    finally:
+        gate.close()
+
+
 def test_a_lock_timeout_or_a_cancelled_statement_is_named(db, dsn, corpus):
     """lock_timeout (a role's or database's setting) had been 503 'the database is not answering
     (LockNotAvailable)', and a statement cancelled by pg_cancel_backend 503 statement_timeout."""

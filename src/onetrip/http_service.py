@@ -600,10 +600,18 @@ def _lock_timeout(e: psycopg.errors.LockNotAvailable) -> ApiError:
                     "lock_timeout; try again later")
 
 
-def _connect_counts(stats: dict[str, int]) -> tuple[int, int]:
-    """The pool's connection attempts so far (psycopg_pool's get_stats): (failed, succeeded)."""
-    errors = stats.get("connections_errors", 0)
-    return errors, stats.get("connections_num", 0) - errors
+def _connect_counts(pool: Any, stats: dict[str, int]) -> tuple[int, int]:
+    """The pool's connection attempts so far: (failed, succeeded).
+
+    Failed from psycopg_pool's get_stats; succeeded from `make_async_pool`'s own
+    count of the connections it opened (`onetrip.pool.Opened`). Attempts minus
+    failures had taken an attempt under way for a connection opened: a request
+    timing out then, while the database refused connections or did not answer,
+    read it as the database answering again and said pool_exhausted.
+    """
+    from .pool import POOL_OPENED
+
+    return stats.get("connections_errors", 0), getattr(pool, POOL_OPENED).count
 
 
 class Service:
@@ -673,7 +681,7 @@ class Service:
 
     def _database_answered(self) -> None:
         """The database took a statement: connection attempts that failed before no longer mean it refuses."""
-        self._connects, self._connect_failing = _connect_counts(self.pool.get_stats()), False
+        self._connects, self._connect_failing = _connect_counts(self.pool, self.pool.get_stats()), False
 
     def _pool_timeout(self, e: PoolTimeout) -> ApiError:
         """No pooled connection within --db-timeout: every one busy (pool_exhausted), or none could be opened.
@@ -693,7 +701,7 @@ class Service:
         failure counts, and the next connection opened or /health passed clears it.
         """
         stats = self.pool.get_stats()
-        errors, opened = connects = _connect_counts(stats)
+        errors, opened = connects = _connect_counts(self.pool, stats)
         if errors > self._connects[0]:
             self._connect_failing = True
         elif opened > self._connects[1]:  # only successes since: the database takes connections again

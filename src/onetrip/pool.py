@@ -8,12 +8,29 @@ iterative scans) applied. Queries then pay no extra round trip for them.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import psycopg
 
 from .connection import DEFAULT_CONNECT_TIMEOUT, resolve_dsn
 from .retrieve import POOL_SETTINGS, apply_settings, session_settings
+
+
+#: The attribute `make_async_pool` keeps its `Opened` count under (the HTTP service tells down from busy by it).
+POOL_OPENED = "onetrip_opened"
+
+
+@dataclass
+class Opened:
+    """The connections a pool has opened, each counted once configured.
+
+    psycopg_pool's get_stats counts an attempt when it starts (connections_num)
+    and its failure when it ends (connections_errors): attempts minus failures
+    take one under way for one opened.
+    """
+
+    count: int = 0
 
 
 def statement_timeout_setting(seconds: float | None) -> dict[str, str]:
@@ -85,14 +102,18 @@ def make_async_pool(
 
     from .async_retrieve import apply_settings_async
 
+    opened = Opened()
+
     async def configure(conn: psycopg.AsyncConnection) -> None:
         await conn.set_autocommit(True)
         await register_adapters_async(conn)
         await apply_settings_async(conn, settings)
+        opened.count += 1
 
     pool = AsyncConnectionPool(
         resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=False,
         configure=configure, kwargs={"connect_timeout": DEFAULT_CONNECT_TIMEOUT, **kwargs},
     )
     setattr(pool, POOL_SETTINGS, settings)
+    setattr(pool, POOL_OPENED, opened)
     return pool
