@@ -168,6 +168,32 @@ def test_plot_names_achieved_rtt_and_server_statement_counts(tmp_path):
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_plot_title_stays_inside_the_figure():
+    """The title is centred over the axes, which the legend beside them leaves narrow: on one line the
+    manual's ("... PostgreSQL 15 manual (9,341 sections), k=10") ran off the PNG's left edge."""
+    from benchmarks.latency import report
+
+    doc = {
+        "meta": {"k": 10}, "corpus": {"corpus": "manual", "sections": 9341},
+        "variants": {v: {"label": label} for v, label in (
+            ("A", "A bare top-K (floor; LIMIT k written in the SQL, so its plan is cached)"),
+            ("F", "F onetrip assembled context (parent + ±1 + dedup + 2000-token budget)"))},
+        "statement_counts": {"variants": {v: {"per_query": [1, 1]} for v in "AF"}},  # as wide as the committed legend
+        "levels": [{"added_rtt_ms": d, "rtt": {"median_ms": d + 0.07},
+                    "stats": {v: {"p50": 1.0 + d, "p95": 2.0 + d} for v in "AF"}} for d in (0.0, 1.0, 5.0)],
+    }
+    fig = report.figure(doc)
+    try:
+        title = fig.axes[0].title
+        box = title.get_window_extent(fig.canvas.get_renderer())
+        assert "PostgreSQL 15 manual (9,341 sections), k=10" in title.get_text()
+        assert 0 <= box.x0 and box.x1 <= fig.bbox.width, (box.x0, box.x1, fig.bbox.width)
+    finally:
+        import matplotlib.pyplot as plt
+
+        plt.close(fig)
+
+
 @pytest.mark.slow
 def test_cache_warmer_reads_h_pages_when_h_runs(dsn, statement_log):
     """Before each timed query the warmer runs A's and B's statements and, when H is timed, H's hybrid
