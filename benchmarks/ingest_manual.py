@@ -20,6 +20,7 @@ from pathlib import Path
 
 from benchmarks.args import run_cli
 from benchmarks.pgdoc import find_manual
+from benchmarks.versions import server_versions
 
 
 def output_path(out: str) -> Path:
@@ -68,12 +69,13 @@ def main(argv: list[str] | None = None) -> int:
         report = ingest_paths(conn, [html], layout=layout, embedder=embedder, force=args.fresh)
         wall = time.perf_counter() - t0
         n_sections = conn.execute(f"SELECT count(*) FROM {layout.tables['sections']}").fetchone()[0]
+        server = server_versions(conn)
     result = {
         "pages": len(pages), "wall_seconds": round(wall, 1), "sections_written": report.sections,
         "sections_stored": n_sections, **report.as_dict(),
         "sections_per_second": round(report.sections / wall, 1) if wall else None,
         "model": embedder.name, "torch_threads": torch.get_num_threads(), "cores": os.cpu_count(),
-        "python": platform.python_version(), "date": time.strftime("%Y-%m-%d"),
+        "python": platform.python_version(), "server": server, "date": time.strftime("%Y-%m-%d"),
     }
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2))

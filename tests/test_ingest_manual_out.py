@@ -32,3 +32,5 @@ def test_ingest_into_an_existing_out_folder(dsn, tmp_path):
     assert ingest_manual.main(["--dsn", dsn, "--manual", str(manual), "--prefix", "outdir_", "--out", str(out)]) == 0
     result = json.loads((out / "ingest_manual.json").read_text())
     assert result["pages"] == 1 and result["sections_stored"] >= 1
+    # the timings are the server's too: the result names it, as every other benchmark's does
+    assert set(result["server"]) == {"postgresql", "pgvector"} and all(result["server"].values())

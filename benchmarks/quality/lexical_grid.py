@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.args import run_cli
+from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import covered_pairs, load_question_files, mean, section_recall
 from benchmarks.quality.run import load_rows, score_context
 
@@ -101,7 +102,9 @@ def main(argv: list[str] | None = None) -> int:
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    doc = {"mode": args.mode, "k": args.k, "budgets": budgets, "prefix": args.prefix, "ef_search": args.ef_search,
+    sections = conn.execute(f"SELECT count(*) FROM {r.layout.tables['sections']}").fetchone()[0]
+    doc = {"mode": args.mode, "k": args.k, "budgets": budgets, "prefix": args.prefix, "sections": sections,
+           "ef_search": args.ef_search, "date": time.strftime("%Y-%m-%d %H:%M"), "server": server_versions(conn),
            "base_options": asdict(HybridOptions()), "results": results}
     (out / f"lexical_grid_{args.mode}.json").write_text(json.dumps(doc, indent=1))
     lines = [f"## Lexical options grid ({args.mode}; section recall@{args.k} of the hits; evidence coverage of "

@@ -41,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.args import run_cli
+from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import (
     Question,
     covered_pairs,
@@ -1045,7 +1046,7 @@ def main(argv: list[str] | None = None) -> int:
             "held_out": args.held_out, "ingest": ingest, "windows": windows_stats, "model": embedder.name,
             "torch_threads": torch.get_num_threads(), "cores": os.cpu_count(),
             "python": platform.python_version(), "date": time.strftime("%Y-%m-%d %H:%M"),
-            "onetrip": library_version(),
+            "server": server_versions(conn), "onetrip": library_version(),
             "modes": [{**asdict(m), "ks": list(m.ks)} for m in modes],
         },
         "tuned": tuned,

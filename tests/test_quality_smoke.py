@@ -1,0 +1,52 @@
+"""The evidence-coverage benchmark and the lexical grid run end to end on a one-page manual.
+
+No figure is asserted (one question); what is asserted is that each result file
+records what its figures were measured on: the corpus size, k, the date and the
+PostgreSQL and pgvector versions (the latency, scale, cost-split and
+several-queries results did; these two named neither version).
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from benchmarks.quality import lexical_grid, run
+
+PAGE = ("<html><body><h1>Vacuum</h1><p>Routine maintenance.</p>"
+        "<h2 id='freeze'>Freezing</h2><p>VACUUM freezes old row versions so that they survive wraparound.</p>"
+        "<h2 id='stats'>Statistics</h2><p>ANALYZE collects statistics for the planner.</p></body></html>")
+
+
+@pytest.fixture()
+def manual_and_questions(tmp_path):
+    manual = tmp_path / "manual"
+    manual.mkdir()
+    (manual / "maintenance.html").write_text(PAGE)
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"id": "q1", "question": "Why does VACUUM freeze rows?", "needs": "parent",
+                                     "evidence": [{"page": "maintenance.html", "section_id": "freeze",
+                                                   "quote": "freezes old row versions"}]}) + "\n")
+    return manual, questions
+
+
+def _server(conn_versions):
+    return {"postgresql", "pgvector"} == set(conn_versions) and all(conn_versions.values())
+
+
+@pytest.mark.slow
+def test_quality_and_lexical_grid_results_name_the_server_they_ran_on(dsn, tmp_path, manual_and_questions):
+    manual, questions = manual_and_questions
+    out = tmp_path / "out"
+    assert run.main(["--dsn", dsn, "--questions", str(questions), "--manual", str(manual), "--prefix", "qsmoke_",
+                     "--modes", "topk,parent_n1", "--ks", "3", "--budgets", "1000,2000", "--out", str(out)]) == 0
+    settings = json.loads((out / "quality.json").read_text())["settings"]
+    assert settings["ingest"]["sections_stored"] >= 2 and settings["ks"] == [3] and settings["date"]
+    assert _server(settings["server"]), settings.get("server")
+
+    assert lexical_grid.main(["--dsn", dsn, "--questions", str(questions), "--prefix", "qsmoke_", "--mode", "lexical",
+                              "--grid", "tf_weight=0", "--budgets", "1000", "--out", str(out)]) == 0
+    doc = json.loads((out / "lexical_grid_lexical.json").read_text())
+    assert doc["sections"] == settings["ingest"]["sections_stored"] and doc["k"] == 10 and doc["date"]
+    assert _server(doc["server"]), doc.get("server")
