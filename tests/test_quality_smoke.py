@@ -50,3 +50,15 @@ def test_quality_and_lexical_grid_results_name_the_server_they_ran_on(dsn, tmp_p
     doc = json.loads((out / "lexical_grid_lexical.json").read_text())
     assert doc["sections"] == settings["ingest"]["sections_stored"] and doc["k"] == 10 and doc["date"]
     assert _server(doc["server"]), doc.get("server")
+
+
+def test_quality_refuses_budgets_without_the_tuning_budget(tmp_path, manual_and_questions):
+    """The tuned rows are chosen at 2,000 tokens: --budgets 1000 had run every mode, then failed with
+    'ValueError: max() arg is an empty sequence' before writing anything."""
+    from .benchmark_cli import refused
+
+    manual, questions = manual_and_questions
+    line = refused("benchmarks.quality.run", "--questions", str(questions), "--manual", str(manual),
+                   "--budgets", "1000", "--out", str(tmp_path / "out"))
+    assert line.endswith("error: --budgets 1000: must include 2000, the budget the tuned configuration is chosen at")
+    assert not (tmp_path / "out").exists()

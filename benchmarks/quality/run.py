@@ -791,7 +791,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="benchmarks/results", help="folder for quality.json and quality.md")
     ap.add_argument("--prefix", default="pg15_", help="table prefix of the ingested manual")
     ap.add_argument("--window-prefix", default="pg15win_", help="table prefix of the window baseline")
-    ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)))
+    ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
+                    help=f"comma-separated token budgets, {TUNE_BUDGET} among them (the tuning budget; default "
+                         + ",".join(map(str, BUDGETS)) + ")")
     ap.add_argument("--ef-search", type=int, default=200, help="hnsw.ef_search for every query (>= baseline k)")
     ap.add_argument("--modes", default=None, help="comma-separated mode names (default: all)")
     ap.add_argument("--ks", default=None, help="comma-separated k values for the onetrip modes (default: "
@@ -821,6 +823,9 @@ def main(argv: list[str] | None = None) -> int:
     from onetrip.retrieve import Retriever
 
     budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    if TUNE_BUDGET not in budgets:  # the report's tuned rows are chosen at it; without it the run failed at the end
+        ap.error(f"--budgets {args.budgets}: must include {TUNE_BUDGET}, the budget the tuned configuration is "
+                 "chosen at")
     questions = load_question_files(args.questions)
     answerable = {q.id for q in questions if q.answerable}
     none_qs = [q.id for q in questions if not q.answerable]
