@@ -23,6 +23,26 @@ def test_many_queries_runs_checks_equality_and_writes_results(dsn, tmp_path):
     assert "| 3 | 0.5 ms |" in (tmp_path / "many_queries.md").read_text()
 
 
+@pytest.mark.slow
+def test_manual_run_records_the_manuals_own_hnsw_build(dsn, tmp_path):
+    """--ef-construction (default 200) builds the synthetic corpus only; the manual's index is ingest's
+    (pgvector's 64). many_queries_manual_hybrid.json had recorded "ef_construction": 200 all the same."""
+    from benchmarks import ingest_manual
+
+    manual = tmp_path / "manual"
+    manual.mkdir()
+    (manual / "page.html").write_text("<html><body><h1>Vacuum</h1><h2 id='a'>Freezing</h2><p>Text.</p>"
+                                      "<h2 id='b'>Statistics</h2><p>More text.</p></body></html>")
+    assert ingest_manual.main(["--dsn", dsn, "--manual", str(manual), "--out", str(tmp_path / "ingest")]) == 0
+    questions = tmp_path / "q.jsonl"
+    questions.write_text(json.dumps({"question": "What does VACUUM freeze?"}) + "\n")
+    argv = ["--dsn", dsn, "--out", str(tmp_path), "--manual", "--questions", str(questions), "--n", "1",
+            "--rtt-ms", "0", "--sets", "2", "--warmup", "0"]
+    assert many_queries.main(argv) == 0
+    meta = json.loads((tmp_path / "many_queries_manual_hybrid.json").read_text())["meta"]
+    assert meta["corpus"] == "manual" and (meta["hnsw_m"], meta["ef_construction"]) == (16, 64)
+
+
 # -- bad flags: refused by argparse before anything connects, loads or embeds -----------------------------------------
 
 from .benchmark_cli import refused  # noqa: E402

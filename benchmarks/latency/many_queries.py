@@ -49,6 +49,7 @@ from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import CacheWarmer
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K, Retriever
+from onetrip.schema import hnsw_build_options
 from onetrip.search_many import MAX_QUERIES
 from onetrip.synthetic import corpus_query_vectors, generate
 from onetrip.layout import Layout
@@ -167,7 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="comma list of added RTTs in ms (>= 0) through the delay proxy")
     ap.add_argument("--seed", type=int, default=0, help="corpus, query and set seed")
     ap.add_argument("--ef-construction", type=ef_construction, default=200,
-                    help="HNSW ef_construction of the synthetic corpus")
+                    help="HNSW ef_construction of the synthetic corpus (the manual's index is ingest's)")
     ap.add_argument("--out", default="benchmarks/results", help="output folder for many_queries*.json, .md and .png")
     ap.add_argument("--manual", action="store_true",
                     help="the ingested PostgreSQL manual (prefix pg15_) with real questions, hybrid search")
@@ -213,6 +214,9 @@ def main(argv: list[str] | None = None) -> int:
         else:
             docs = list(generate(args.size, dim=384, seed=args.seed))
             ensure_loaded(conn, docs, layout, log=print)
+        # the index as built: the manual's is ingest's (--ef-construction builds only the synthetic corpus)
+        built = hnsw_build_options(conn, layout)
+        hnsw_m, hnsw_efc = built[0][1:] if built else (None, None)
     results = []
     for added in args.rtt_ms:
         with DelayProxyProcess.from_dsn(dsn, added) as proxy:
@@ -242,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"meta": {"sections": args.size, "corpus": "manual" if args.manual else "synthetic",
                     "mode": "hybrid" if args.manual else "dense", "k": args.k, "sets": args.sets,
                     "warmup": args.warmup,
-                    "ef_construction": args.ef_construction, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                    "hnsw_m": hnsw_m, "ef_construction": hnsw_efc, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                     "cores": os.cpu_count(), "server": f"PostgreSQL {server[0]}, pgvector {server[1]}"},
            "results": results}
     out = Path(args.out)
