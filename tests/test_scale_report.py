@@ -1,4 +1,4 @@
-"""The growth curve's report renders every row with its day and achieved RTT (no database)."""
+"""The growth curve's report renders every row with its day and achieved RTT (no database), and each row names its server."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from benchmarks.scale import run
 from benchmarks.scale.run import build_parser, write_report
 
 RESULTS = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "scale.json"
@@ -93,3 +94,15 @@ def test_scale_plot_labels_carry_ratio_achieved_rtt_and_day(tmp_path):
     assert series_note(rows[:1], "1.0") == "B/A 1.083; achieved 1.06 ms; 2026-12-02"
     plot(rows, {"k": 10, "ef": [40]}, tmp_path)
     assert (tmp_path / "scale.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.slow
+def test_each_row_names_the_server_it_was_measured_on(dsn, tmp_path):
+    """scale.json keeps rows of earlier runs (the README's came from two machines) under one meta, the last
+    run's: each row now records its own PostgreSQL and pgvector versions and cores beside its day."""
+    argv = ["--dsn", dsn, "--sizes", "300", "--layouts", "vector", "--ef", "40", "--rtts", "1", "--queries", "3",
+            "--warmup", "0", "--recall-queries", "5", "--out", str(tmp_path)]
+    assert run.main(argv) == 0
+    (row,) = json.loads((tmp_path / "scale.json").read_text())["results"]
+    assert row["sections"] == 300 and row["measured"] and row["cores"] >= 1
+    assert set(row["server"]) == {"postgresql", "pgvector"} and all(row["server"].values())

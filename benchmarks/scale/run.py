@@ -38,6 +38,7 @@ from benchmarks.args import (
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripSingle
+from benchmarks.versions import server_versions
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K
 from onetrip.synthetic import corpus_query_vectors, generate
@@ -98,6 +99,8 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
     emb = np.concatenate([d.embeddings for d in docs]).astype(np.float32)
     result: dict[str, Any] = {"sections": n, "layout": name, "k": args.k, "ef_construction": args.ef_construction,
                               "b_query": B_QUERY, "measured": time.strftime("%Y-%m-%d"),
+                              # rows of several runs (and machines) share one file whose meta is the last run's
+                              "server": server_versions(conn), "cores": os.cpu_count(),
                               "documents": len(docs), "generate_s": round(gen_s, 1)}
     mwm = args.maintenance_work_mem
     workers = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
