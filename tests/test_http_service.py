@@ -116,6 +116,17 @@ def serving(dsn: str, embedder_factory: Any = HashEmbedder, **options: Any) -> I
         assert not thread.is_alive(), "the server did not shut down"
 
 
+@contextmanager
+def serving_one_backend(db: psycopg.Connection, dsn: str, name: str, **options: Any) -> Iterator[tuple[str, Any]]:
+    """`serving` with a pool of one connection, and that connection's backend as `statement_log.watch` takes it:
+    what a request sends is counted at the server. The /health call makes the retriever (reads the layout)."""
+    app_name = f"onetrip-{name}-{os.getpid()}"
+    with serving(dsn, pool_size=1, application_name=app_name, **options) as base:
+        assert call(base, "GET", "/health")[0] == 200
+        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (app_name,)).fetchone()
+        yield base, SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+
+
 def call(base: str, method: str, path: str, body: Any = None, *, token: str | None = None,
          raw: bytes | None = None, headers: dict[str, str] | None = None) -> tuple[int, Any, dict[str, str]]:
     """One HTTP request on a fresh connection: (status, decoded JSON body, headers)."""
@@ -208,12 +219,7 @@ def test_results_equal_the_python_api(db, dsn, corpus):
 
 def test_each_shape_is_one_statement(db, dsn, corpus, statement_log):
     """Hits: one statement; context: one; both: two (one per shape), on one pooled connection."""
-    app_name = f"onetrip-test-{os.getpid()}"
-    with serving(dsn, pool_size=1, application_name=app_name) as base:
-        assert call(base, "GET", "/health")[0] == 200  # creates the retriever (reads the layout)
-        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                            (app_name,)).fetchone()
-        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+    with serving_one_backend(db, dsn, "test") as (base, backend):
         counts = []
         for shape in ({"hits": True, "context": False}, {"hits": False, "context": True}, {}):
             with statement_log.watch(backend) as w:
@@ -1018,13 +1024,8 @@ MANY_REQUESTS = [
 def test_search_many_equals_the_python_api_in_one_statement(db, dsn, corpus, statement_log):
     jsonschema = pytest.importorskip("jsonschema")
     r = Retriever(db, embedder=HashEmbedder())
-    app_name = f"onetrip-many-{os.getpid()}"
-    with serving(dsn, pool_size=1, application_name=app_name) as base:
+    with serving_one_backend(db, dsn, "many") as (base, backend):
         spec = call(base, "GET", "/openapi.json")[1]
-        assert call(base, "GET", "/health")[0] == 200  # creates the retriever (reads the layout)
-        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                            (app_name,)).fetchone()
-        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
 
         def validator(name: str) -> Any:
             return jsonschema.Draft202012Validator({"components": spec["components"],
@@ -1212,12 +1213,7 @@ def test_documents_pages_by_doc_id_with_next_after(db, dsn, corpus, tmp_path):
 
 
 def test_documents_page_is_one_statement(db, dsn, corpus, statement_log):
-    app_name = f"onetrip-test-docs-{os.getpid()}"
-    with serving(dsn, pool_size=1, application_name=app_name) as base:
-        assert call(base, "GET", "/health")[0] == 200  # creates the retriever (reads the layout)
-        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                            (app_name,)).fetchone()
-        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+    with serving_one_backend(db, dsn, "docs") as (base, backend):
         for query in ("limit=1", "limit=1&after=connections.md", "limit=5&after=cooking.md"):
             with statement_log.watch(backend) as w:
                 assert documents(base, query)[0] == 200
@@ -1271,12 +1267,7 @@ def test_explain_is_the_plan_of_each_statement_the_request_sends(db, dsn, corpus
     from onetrip.cli import explained_to_json
 
     r = Retriever(db, embedder=HashEmbedder())
-    app_name = f"onetrip-explain-{os.getpid()}"
-    with serving(dsn, pool_size=1, application_name=app_name, trust_request_principals=True) as base:
-        assert call(base, "GET", "/health")[0] == 200
-        (pid,) = db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                            (app_name,)).fetchone()
-        backend = SimpleNamespace(info=SimpleNamespace(backend_pid=pid))
+    with serving_one_backend(db, dsn, "explain", trust_request_principals=True) as (base, backend):
         flt = {"collections": ["private"], "metadata": {"a": 1}}
         body = {"query": "salary bands", "k": 3, "filters": flt, "principals": ["eng"]}
         with statement_log.watch(backend) as w:
