@@ -499,9 +499,7 @@ def _closed_port() -> int:
 
 def test_unreachable_database_is_503_not_a_crash():
     dsn = f"host=127.0.0.1 port={_closed_port()} dbname=nothing user=nobody connect_timeout=1"
-    t0 = time.monotonic()
-    with serving(dsn, db_timeout=1.0) as base:
-        assert time.monotonic() - t0 < 20  # started without the database
+    with serving(dsn, db_timeout=1.0) as base:  # it starts without the database (waiting, it had failed to)
         status, data, _ = call(base, "GET", "/health")
         assert_error(status, data, 503, "database_unavailable", "not answering")
         assert_error(*search(base, {"query": "pasta"}), 503, "database_unavailable")
@@ -861,9 +859,8 @@ def test_a_blocked_statement_is_cancelled_and_gives_its_connection_back(db, dsn,
         assert search(base, {"query": "pasta"})[0] == 200
         with psycopg.connect(dsn) as locker:  # a transaction of its own: the lock stays until rollback
             locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
-            t0 = time.monotonic()
+            # the statement's timeout, not the 30 s pool wait (that would be pool_exhausted)
             assert_error(*search(base, {"query": "pasta"}), 503, "statement_timeout", "statement timeout")
-            assert time.monotonic() - t0 < 20  # the timeout, not the 30 s pool wait
             assert_error(*search(base, {"query": "pasta"}), 503, "statement_timeout")  # the connection came back
             locker.rollback()
         assert search(base, {"query": "pasta"})[0] == 200

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 import pytest
@@ -389,7 +388,9 @@ def test_parse_file_strips_utf8_bom(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
-def test_parse_file_5mb_single_paragraph_is_fast_and_within_budget(tmp_path: Path) -> None:
+def test_parse_file_5mb_single_paragraph_is_split_within_budget(tmp_path: Path) -> None:
+    """One 5 MB paragraph is split into parts within the token budget. How long it takes is not asserted
+    (tests never time; a quadratic split would show as this test running for hours, not as a failure)."""
     sentences = [
         "PostgreSQL provides a rich set of tools for developers to manage data.",
         "Each transaction sees a snapshot of data as it was some time ago!",
@@ -401,11 +402,7 @@ def test_parse_file_5mb_single_paragraph_is_fast_and_within_budget(tmp_path: Pat
     assert len(text) >= 5_000_000
     p = tmp_path / "big.txt"
     p.write_text(text)
-    count_tokens("warm up")  # tokenizer load is not what we time
-    start = time.perf_counter()
     doc = parse_file(p)
-    elapsed = time.perf_counter() - start
-    assert elapsed < 30, f"5 MB took {elapsed:.1f}s"  # ~4 s here; generous for loaded CI
     secs = doc.sections
     assert len(secs) > 1000
     assert all(s.token_count <= DEFAULT_MAX_TOKENS for s in secs)
