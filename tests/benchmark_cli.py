@@ -11,6 +11,17 @@ ROOT = Path(__file__).resolve().parents[1]
 UNREACHABLE = "host=/nonexistent/onetrip-no-server dbname=none"  # a run that got past its flags fails to connect
 
 
+def ingest_one_page_manual(dsn: str, tmp_path: Path) -> None:
+    """A one-page stand-in for the PostgreSQL manual, ingested as `benchmarks.ingest_manual` does (tables pg15_)."""
+    from benchmarks import ingest_manual
+
+    manual = tmp_path / "manual"
+    manual.mkdir()
+    (manual / "page.html").write_text("<html><body><h1>Vacuum</h1><h2 id='a'>Freezing</h2><p>Text.</p>"
+                                      "<h2 id='b'>Statistics</h2><p>More text.</p></body></html>")
+    assert ingest_manual.main(["--dsn", dsn, "--manual", str(manual), "--out", str(tmp_path / "ingest")]) == 0
+
+
 def refused(module: str, *flags: str, dsn: str = UNREACHABLE) -> str:
     """Run ``python -m module`` with bad flags: exit 2, argparse's usage and one error line, no traceback
     (a run that got past its flags would fail to connect to UNREACHABLE: exit 1).

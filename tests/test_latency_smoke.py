@@ -233,14 +233,11 @@ def test_manual_queries_say_where_they_came_from(dsn, tmp_path):
     query a heading question, and neither the result nor its report said which queries ran."""
     import argparse
 
-    from benchmarks import ingest_manual
     from benchmarks.latency import report
 
-    manual = tmp_path / "manual"
-    manual.mkdir()
-    (manual / "page.html").write_text("<html><body><h1>Vacuum</h1><h2 id='a'>Freezing</h2><p>Text.</p>"
-                                      "<h2 id='b'>Statistics</h2><p>More text.</p></body></html>")
-    assert ingest_manual.main(["--dsn", dsn, "--manual", str(manual), "--out", str(tmp_path / "out")]) == 0
+    from .benchmark_cli import ingest_one_page_manual
+
+    ingest_one_page_manual(dsn, tmp_path)
     questions = tmp_path / "q.jsonl"
     questions.write_text("".join(json.dumps({"question": q}) + "\n" for q in ("What does VACUUM do?", "Why freeze?")))
 

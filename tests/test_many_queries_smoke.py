@@ -27,13 +27,9 @@ def test_many_queries_runs_checks_equality_and_writes_results(dsn, tmp_path):
 def test_manual_run_records_the_manuals_own_hnsw_build(dsn, tmp_path):
     """--ef-construction (default 200) builds the synthetic corpus only; the manual's index is ingest's
     (pgvector's 64). many_queries_manual_hybrid.json had recorded "ef_construction": 200 all the same."""
-    from benchmarks import ingest_manual
+    from .benchmark_cli import ingest_one_page_manual
 
-    manual = tmp_path / "manual"
-    manual.mkdir()
-    (manual / "page.html").write_text("<html><body><h1>Vacuum</h1><h2 id='a'>Freezing</h2><p>Text.</p>"
-                                      "<h2 id='b'>Statistics</h2><p>More text.</p></body></html>")
-    assert ingest_manual.main(["--dsn", dsn, "--manual", str(manual), "--out", str(tmp_path / "ingest")]) == 0
+    ingest_one_page_manual(dsn, tmp_path)
     questions = tmp_path / "q.jsonl"
     questions.write_text(json.dumps({"question": "What does VACUUM freeze?"}) + "\n")
     argv = ["--dsn", dsn, "--out", str(tmp_path), "--manual", "--questions", str(questions), "--n", "1",
