@@ -18,7 +18,8 @@ Every command takes --schema and --prefix, and all but `sql render` --dsn (defau
 embedded server); ingest, search and serve take --model
 (default $ONETRIP_MODEL, else the bundled all-MiniLM-L6-v2). Errors are printed as one line naming
 the cause, with exit status 2 (bad input), 3 (ingest: a file failed; delete: an
-id was not stored; prune --doc-id: no archived revisions) or 1 (anything else).
+id was not stored; prune --doc-id: no archived revisions) or 1 (anything else). Ctrl-C exits 130 and SIGTERM
+143 (`serve`: 0, stopped as asked), both after unwinding, so the embedded server is stopped (`sigterm_unwinds`).
 """
 
 from __future__ import annotations
@@ -26,7 +27,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -814,8 +819,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         **_settings_of(args),
     )
     embedder = _embedder(args)
-    http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
-                     access_log=not args.no_access_log, embedder_factory=lambda: embedder)
+    try:
+        http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
+                         access_log=not args.no_access_log, embedder_factory=lambda: embedder)
+    except Terminated:  # stopped as asked, after uvicorn's graceful shutdown: 0, as after Ctrl-C (which uvicorn
+        return 0        # swallows); a service manager (systemd) takes a stop that exits 143 for a failure
     return 0
 
 
@@ -824,17 +832,56 @@ COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql":
             "documents": cmd_documents, "delete": cmd_delete}
 
 
+class Terminated(SystemExit):
+    """SIGTERM, raised where the command was (as Ctrl-C raises KeyboardInterrupt); exit status 143 = 128 + 15."""
+
+    def __init__(self) -> None:
+        super().__init__(128 + signal.SIGTERM)
+
+
+def _raise_terminated(signum: int, frame: Any) -> None:
+    raise Terminated()
+
+
+@contextmanager
+def sigterm_unwinds() -> Iterator[None]:
+    """Within it, SIGTERM (`kill`, systemd, `docker stop`) raises Terminated instead of killing the process.
+
+    Python's default for SIGTERM ends the process at once: no `finally`, no atexit, so pgserver never removed
+    the process from the embedded server's pgdata/.handle_pids.json and no later onetrip process stopped that
+    server. Unwinding rolls back a document being written (one transaction each) and lets pgserver stop the
+    server at exit. uvicorn (`serve`) catches SIGTERM itself, shuts down gracefully, then raises it again with
+    the handler it found: this one. A SIGTERM the parent set to be ignored stays ignored.
+    """
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
+    with sigterm_unwinds():
+        return _run(args)
+
+
+def _run(args: argparse.Namespace) -> int:
     try:
         code = COMMANDS[args.command](args)
         sys.stdout.flush()  # here, not at exit: a closed pipe must reach the handler below, not "Exception ignored"
         return code
     except KeyboardInterrupt:
         return 130
+    except Terminated:
+        return 128 + signal.SIGTERM
     except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as cat does, not with a traceback
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's flush of stdout at exit would raise again

@@ -1,0 +1,98 @@
+"""The embedded PostgreSQL around CLI processes: it stops when the last onetrip process using it ends, however
+that process was asked to end.
+
+Each test runs the CLI with a fresh ONETRIP_HOME (no ONETRIP_DSN), so it starts and stops a server of its own
+(a few seconds), never the tests' server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from .test_http_service import _free_port, call
+
+
+def embedded_env(home: Path) -> dict[str, str]:
+    """The environment of a user with no DSN of their own: onetrip's embedded server in ``home``."""
+    env = {k: v for k, v in os.environ.items() if k != "ONETRIP_DSN"}
+    return {**env, "ONETRIP_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+
+
+def server_running(pgdata: Path) -> bool:
+    """A postmaster runs for ``pgdata`` (its postmaster.pid names a live process), as pgserver itself tells."""
+    from pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(pgdata)
+    return info is not None and info.is_running()
+
+
+def stops(pgdata: Path, seconds: float = 60) -> bool:
+    """Whether the server for ``pgdata`` is stopped within ``seconds`` (a generous deadline, not a timing check)."""
+    deadline = time.monotonic() + seconds
+    while server_running(pgdata):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)
+    return True
+
+
+@contextmanager
+def stopped_afterwards(pgdata: Path) -> Iterator[None]:
+    """Stop a server the test leaves running (when what it tests is broken), so it does not outlive the tests."""
+    try:
+        yield
+    finally:
+        from pgserver.utils import PostmasterInfo
+
+        info = PostmasterInfo.read_from_pgdata(pgdata)
+        if info is not None and info.is_running() and info.pid is not None:
+            os.kill(info.pid, signal.SIGINT)  # PostgreSQL's fast shutdown
+
+
+@pytest.mark.slow
+def test_serve_stopped_by_sigterm_stops_the_embedded_server(tmp_path):
+    """`kill`, systemd and `docker stop` send SIGTERM. uvicorn shut down, then raised SIGTERM again with Python's
+    default action, which ends the process without atexit: pgserver never took the process out of
+    pgdata/.handle_pids.json, so that server ran on and no later onetrip process stopped it. Now `serve` exits 0,
+    as after Ctrl-C, and the server is stopped."""
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    env = embedded_env(home)
+    with stopped_afterwards(pgdata):
+        init = subprocess.run([sys.executable, "-m", "onetrip.cli", "init"], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert init.returncode == 0, init.stderr
+        assert stops(pgdata), "a command that ended normally left the embedded server running"
+        port = _free_port()
+        proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", "serve", "--port", str(port),
+                                 "--no-access-log", "--log-level", "warning"],
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            deadline = time.monotonic() + 180
+            while True:
+                assert proc.poll() is None, proc.communicate()[1]
+                try:
+                    if call(f"127.0.0.1:{port}", "GET", "/health")[0] == 200:
+                        break
+                except OSError:
+                    pass
+                assert time.monotonic() < deadline, "onetrip serve did not become healthy"
+                time.sleep(0.3)
+            assert server_running(pgdata)
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=120)
+        assert stops(pgdata), f"onetrip serve stopped by SIGTERM left the embedded server running ({err})"
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err, err
+        assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
