@@ -96,3 +96,55 @@ def test_serve_stopped_by_sigterm_stops_the_embedded_server(tmp_path):
         assert proc.returncode == 0, err
         assert "Traceback" not in err, err
         assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
+
+
+@pytest.mark.slow
+def test_embedded_runs_the_server_for_psql_until_sigterm(tmp_path):
+    """sql/README.md says to run the SQL editions with psql, but with the embedded default nothing printed the
+    DSN and every command stopped the server as it exited. `onetrip embedded` keeps it running, prints its DSN
+    and a psql line that work, shares it with other commands meanwhile, and stops it on SIGTERM (exit 0)."""
+    import shlex
+
+    import psycopg
+
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    env = embedded_env(home)
+    with stopped_afterwards(pgdata):
+        proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", "embedded"], env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        try:
+            assert proc.stdout is not None
+            said: dict[str, str] = {}
+            for line in proc.stdout:  # ends at EOF if the command fails
+                key, _, value = line.rstrip("\n").partition(": ")
+                said[key] = value.strip()
+                if key == "psql":
+                    break
+            assert {"DSN", "psql"} <= set(said), (said, proc.poll())
+            with psycopg.connect(said["DSN"]) as conn:
+                assert conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()
+            # another command uses the same server and leaves it running as it exits
+            init = subprocess.run([sys.executable, "-m", "onetrip.cli", "init"], env=env, capture_output=True,
+                                  text=True, timeout=300)
+            assert init.returncode == 0, init.stderr
+            assert server_running(pgdata)
+            res = subprocess.run([*shlex.split(said["psql"]), "-XAt", "-c", "SELECT to_regclass('sections')"],
+                                 capture_output=True, text=True, timeout=60)
+            assert (res.returncode, res.stdout) == (0, "sections\n"), res.stderr
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            out, err = proc.communicate(timeout=120)
+        assert stops(pgdata), f"onetrip embedded stopped by SIGTERM left the server running ({err})"
+        assert proc.returncode == 0, err
+        assert err == "", err
+
+
+def test_embedded_has_nothing_to_run_with_a_dsn(tmp_path):
+    """With $ONETRIP_DSN the user has a server: exit 2 naming it, and no embedded server is started."""
+    env = {**embedded_env(tmp_path / "home"), "ONETRIP_DSN": "postgresql://someone@db.example/app"}
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "embedded"], env=env, capture_output=True,
+                         text=True, timeout=120)
+    assert res.returncode == 2, res.stderr
+    assert "$ONETRIP_DSN is set" in res.stderr and "Traceback" not in res.stderr
+    assert not (tmp_path / "home").exists()

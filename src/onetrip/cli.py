@@ -13,9 +13,10 @@
     onetrip sql render           write the PostgreSQL / Oracle / Citus SQL editions
     onetrip demo                 the README's main job, on the embedded server
     onetrip serve                the HTTP service                                http_service.create_app
+    onetrip embedded             run the embedded PostgreSQL, print its DSN and a psql line, until stopped
 
-Every command takes --schema and --prefix, and all but `sql render` --dsn (default $ONETRIP_DSN, else the
-embedded server); ingest, search and serve take --model
+Every command but `embedded` takes --schema and --prefix, and all but `sql render` and `embedded` --dsn
+(default $ONETRIP_DSN, else the embedded server); ingest, search and serve take --model
 (default $ONETRIP_MODEL, else the bundled all-MiniLM-L6-v2). Errors are printed as one line naming
 the cause, with exit status 2 (bad input), 3 (ingest: a file failed; delete: an
 id was not stored; prune --doc-id: no archived revisions) or 1 (anything else). Ctrl-C exits 130 and SIGTERM
@@ -249,6 +250,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="application_name of the pool's connections, as pg_stat_activity shows it")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--no-access-log", action="store_true", help="do not log each request")
+
+    sub.add_parser("embedded", help="run the embedded PostgreSQL in the foreground and print how to connect "
+                                    "(its DSN, a psql command line) until Ctrl-C or SIGTERM",
+                   description=EMBEDDED_DESCRIPTION)
     return parser
 
 
@@ -827,9 +832,46 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+EMBEDDED_DESCRIPTION = """Run onetrip's embedded PostgreSQL ($ONETRIP_HOME/pgdata) in the foreground and print how to
+connect to it: its DSN (database onetrip, the one every onetrip command uses) and a psql command line
+(pgserver's own psql), e.g. to run the SQL editions (sql/README.md). Other onetrip commands share the server
+meanwhile. Ctrl-C or SIGTERM stops it (unless another onetrip process still uses it) and exits 0. Nothing to run
+when $ONETRIP_DSN names your own server (exit 2)."""
+
+
+def cmd_embedded(args: argparse.Namespace) -> int:
+    """The embedded server in the foreground: every other command stops it when it exits, so psql had none."""
+    import shlex
+    import time
+
+    from .connection import ENV_DSN, connect, embedded_data_dir, embedded_dsn, embedded_psql, embedded_running
+
+    if os.environ.get(ENV_DSN):
+        raise ValueError(f"${ENV_DSN} is set, so onetrip uses that server and runs no embedded one: connect to "
+                         f"it directly (unset {ENV_DSN} to run the embedded server)")
+    dsn = embedded_dsn()
+    pgdata = embedded_data_dir()
+    with connect(dsn) as conn:  # creates the vector extension, as the first onetrip command would
+        row = conn.execute("SELECT current_setting('server_version'), extversion FROM pg_extension "
+                           "WHERE extname = 'vector'").fetchone()
+    version, vector = row if row else ("?", "?")
+    print(f"onetrip's embedded PostgreSQL {version} (pgvector {vector}) is running on {pgdata}; Ctrl-C or "
+          "SIGTERM stops it")
+    print(f"DSN:  {dsn}")
+    print(f"psql: {shlex.quote(str(embedded_psql()))} {shlex.quote(dsn)}", flush=True)
+    try:
+        while embedded_running(pgdata):
+            time.sleep(1)
+    except (KeyboardInterrupt, Terminated):
+        return 0
+    print(f"onetrip: error: the embedded PostgreSQL stopped (stopped by someone else, or failed: its log is "
+          f"{pgdata / 'log'})", file=sys.stderr)
+    return 1
+
+
 COMMANDS = {"init": cmd_init, "ingest": cmd_ingest, "search": cmd_search, "sql": cmd_sql, "demo": cmd_demo,
             "prune": cmd_prune, "refresh-term-stats": cmd_refresh_term_stats, "serve": cmd_serve,
-            "documents": cmd_documents, "delete": cmd_delete}
+            "documents": cmd_documents, "delete": cmd_delete, "embedded": cmd_embedded}
 
 
 class Terminated(SystemExit):

@@ -120,6 +120,28 @@ def _import_pgserver() -> Any:
     return pgserver
 
 
+def embedded_data_dir() -> Path:
+    """The embedded server's data folder: ``$ONETRIP_HOME/pgdata``."""
+    return home_dir() / "pgdata"
+
+
+def embedded_psql() -> Path:
+    """The psql that comes with the embedded server (pgserver's own install), for `onetrip embedded` to name."""
+    _import_pgserver()
+    from pgserver._commands import POSTGRES_BIN_PATH
+
+    return Path(POSTGRES_BIN_PATH) / "psql"
+
+
+def embedded_running(data_dir: Path) -> bool:
+    """Whether a server runs for ``data_dir``: its postmaster.pid names a live process (pgserver's own test)."""
+    _import_pgserver()
+    from pgserver.utils import PostmasterInfo
+
+    info = PostmasterInfo.read_from_pgdata(Path(data_dir).expanduser().resolve())
+    return info is not None and info.is_running()
+
+
 @lru_cache(maxsize=None)
 def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> str:
     """Start (or reuse) the embedded server and return a DSN for ``dbname``.
@@ -128,7 +150,7 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     private to this machine. It keeps running while this process lives and is
     stopped at exit by pgserver when no other process uses it.
     """
-    pgdata = Path(data_dir) if data_dir else home_dir() / "pgdata"
+    pgdata = Path(data_dir) if data_dir else embedded_data_dir()
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     pgserver = _import_pgserver()
     try:
