@@ -148,3 +148,28 @@ def test_embedded_has_nothing_to_run_with_a_dsn(tmp_path):
     assert res.returncode == 2, res.stderr
     assert "$ONETRIP_DSN is set" in res.stderr and "Traceback" not in res.stderr
     assert not (tmp_path / "home").exists()
+
+
+@pytest.mark.slow
+def test_a_process_gone_without_its_atexit_no_longer_keeps_the_server_running(tmp_path):
+    """pgserver stops the server when the last process on pgdata/.handle_pids.json leaves; one killed without
+    its atexit (SIGKILL, a crash) stayed listed, and the server then outlived every later onetrip process. The
+    next process to start the server takes such pids off the list."""
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    env = embedded_env(home)
+
+    def init() -> None:
+        res = subprocess.run([sys.executable, "-m", "onetrip.cli", "init"], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+
+    with stopped_afterwards(pgdata):
+        init()  # makes the data folder
+        assert stops(pgdata)
+        gone = subprocess.Popen([sys.executable, "-c", "pass"])
+        gone.wait()
+        (pgdata / ".handle_pids.json").write_text(json.dumps([gone.pid]))  # as a killed process leaves it
+        init()
+        assert stops(pgdata), "a pid of a process long gone kept the embedded server running"
+        assert json.loads((pgdata / ".handle_pids.json").read_text()) == []

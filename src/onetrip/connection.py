@@ -12,6 +12,7 @@ once for pgvector >= 0.8 (iterative index scans arrived in 0.8.0).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import warnings
@@ -142,6 +143,29 @@ def embedded_running(data_dir: Path) -> bool:
     return info is not None and info.is_running()
 
 
+def _forget_gone_handles(pgserver: Any, pgdata: Path) -> None:
+    """Take processes that no longer exist off pgserver's list of the server's users (pgdata/.handle_pids.json).
+
+    pgserver stops the server when the process leaving it is the last one listed. A process that ended without
+    its atexit (SIGKILL, the OOM killer, a crash, a SIGTERM before onetrip turned it into an exit) stayed listed
+    for good, and the server then outlived every later onetrip process. Under pgserver's own lock, as it edits
+    the list; a pid taken again by another process stays listed, as before.
+    """
+    import psutil
+
+    path = pgdata.expanduser().resolve() / ".handle_pids.json"
+    with pgserver.PostgresServer._lock:
+        try:
+            pids = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return  # no list yet (a new data folder), or one pgserver will report itself
+        if not isinstance(pids, list):
+            return
+        alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
+        if alive != pids:
+            path.write_text(json.dumps(alive))
+
+
 @lru_cache(maxsize=None)
 def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> str:
     """Start (or reuse) the embedded server and return a DSN for ``dbname``.
@@ -154,6 +178,7 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     pgdata.parent.mkdir(parents=True, exist_ok=True)
     pgserver = _import_pgserver()
     try:
+        _forget_gone_handles(pgserver, pgdata)
         server = pgserver.get_server(pgdata, cleanup_mode="stop")
     except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
         raise ConnectionFailedError(
