@@ -702,3 +702,170 @@ def test_oracle_macro_query_logic_matches_the_api_on_postgres(db, loaded):
                 assert collections is None or x[0] in collections
                 assert principals is None or x[1] is None or set(x[1]) & set(principals)
     assert filtered
+
+
+# --------------------------------------------------------------------------- the Oracle assemble.sql
+
+def _oracle_assemble_on_postgres(text: str) -> str:
+    """An Oracle rendering of assemble.sql, translated mechanically to PostgreSQL to run its LOGIC: WITH ->
+    WITH RECURSIVE, the MATERIALIZE hints dropped, VECTOR_DISTANCE(..., TO_VECTOR(:query_embedding, ...),
+    COSINE) -> <=>, FETCH APPROX FIRST :k ROWS ONLY -> LIMIT, NLSSORT(x, ...) -> x, JSON_EQUAL(a, b) -> a = b
+    (heading_path is text[] here), BIT_OR_AGG -> bit_or, the hit_rank sort made real as postgres__exact does
+    (+ 0), :binds as psycopg's. Not a check of Oracle itself: of its shape (the recursive subtree, the CASE
+    aggregate, the budget's step-by-step recursion) on a real corpus. Every Oracle-only construct must be gone."""
+    out = text.split("-- =====", 2)[2].split("\n", 1)[1] if text.startswith("-- =====") else text
+    out = _code(out).rstrip()
+    assert out.startswith("WITH hits AS (") and out.endswith(";"), out[:80]
+    out = "WITH RECURSIVE " + out[len("WITH "):-1]
+    out = out.replace("/*+ MATERIALIZE */ ", "")
+    out = out.replace("VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)",
+                      "s.embedding <=> %(query_embedding)s::vector")
+    out = out.replace("FETCH APPROX FIRST :k ROWS ONLY", "LIMIT %(k)s")
+    out = out.replace("row_number() OVER (ORDER BY h.distance,", "row_number() OVER (ORDER BY h.distance + 0,")
+    out = re.sub(r"NLSSORT\(([\w.]+), 'NLS_SORT=BINARY'\)", r"\1", out)
+    out = re.sub(r"JSON_EQUAL\(([\w.]+), ([\w.]+)\)", r"\1 = \2", out)
+    out = out.replace("BIT_OR_AGG(", "bit_or(")
+    out = re.sub(r"(?<![:\w]):(max_tokens|document_max_tokens)\b", r"%(\1)s", out)
+    for oracle_only in ("VECTOR_DISTANCE", "TO_VECTOR", "FETCH", "NLSSORT", "JSON_EQUAL", "BIT_OR_AGG", "/*+",
+                        "MATERIALIZE", ";"):
+        assert oracle_only not in out, oracle_only
+    assert not re.search(r"(?<![:\w]):\w", out), "an Oracle bind is left"
+    # the translation keeps Oracle's forms that PostgreSQL also reads: no PostgreSQL-only construct crept in
+    for pg_only in ("LATERAL", "LIMIT 1", "FILTER (WHERE", "AS MATERIALIZED", "generate_series", "::"):
+        assert pg_only not in out.replace("%(query_embedding)s::vector", ""), pg_only
+    return out
+
+
+def test_oracle_assemble_is_written_in_oracle_sql():
+    """The Oracle assemble.sql: recursive WITH without RECURSIVE and with column lists, no LATERAL / LIMIT /
+    FILTER / bit_or / array equality (PostgreSQL's spellings), a statement SQL*Plus runs at its last ';'."""
+    text = (SQL_DIR / "oracle" / "assemble.sql").read_text()
+    code = _code(text)
+    assert code.lstrip().startswith("WITH hits AS (\n    SELECT /*+ MATERIALIZE */ s.doc_id,")
+    assert "RECURSIVE" not in code and "LATERAL" not in code and "LIMIT" not in code and "FILTER" not in code
+    assert "subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (" in code
+    assert "packed (step, pick_order, used) AS (" in code
+    assert "AND JSON_EQUAL(x.heading_path, r.heading_path)))" in code
+    assert "BIT_OR_AGG(c.role_bit) AS role_bits" in code and "bit_or(" not in code
+    assert "coalesce(min(CASE WHEN c.priority = 0 THEN c.hit_rank END), min(c.hit_rank)) AS pick_rank" in code
+    assert "VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)" in code
+    assert "FETCH APPROX FIRST :k ROWS ONLY" in code and ":max_tokens" in code
+    assert "<=>" not in code and "%(" not in code and "::" not in code and "AS MATERIALIZED" not in code
+    assert not re.search(r"\b(FROM|JOIN)\s+\w+\s+AS\s+\w+", code), "table alias with AS"
+    assert code.rstrip().splitlines()[-1].endswith("p.sequence_index;")
+    body = text.split("-- =====", 2)[2].split("\n", 1)[1]
+    assert all(line.strip() for line in body.splitlines()), "a blank line ends a SQL*Plus statement"
+    # the recursive members hold none of what Oracle refuses there (ORA-32486): no aggregate, window or subquery
+    for cte in ("subtree", "packed"):
+        member = code.split(f"{cte} (", 1)[1].split("UNION ALL", 1)[1].split("\n),", 1)[0].split("\n)\nSELECT", 1)[0]
+        assert f"FROM {cte} " in member
+        for refused in ("min(", "max(", "count(", "sum(", " OVER ", "SELECT p.pick_order, p.context", "(SELECT",
+                        "DISTINCT", "GROUP BY"):
+            assert refused not in member, (cte, refused)
+    head = text.split("-- =====", 2)[1]
+    for word in ("VARIABLE max_tokens NUMBER", "VARIABLE k NUMBER", "VARIABLE query_embedding CLOB", "@assemble.sql",
+                 "running its logic translated to PostgreSQL", "NOT by execution on Oracle", "ORA-32486"):
+        assert word in head, word
+    with pytest.raises(ValueError, match="PostgreSQL only"):
+        from onetrip.templates import render
+
+        render("assemble", dialect="oracle", parent=True, ancestors=False, neighbors=True, neighbor_scope="any",
+               section=False, document=False, budget=True, max_depth=32, max_neighbors=50)
+
+
+@pytest.mark.parametrize("expansion", ["default", "ancestors+document"])
+def test_oracle_assemble_logic_matches_the_api_on_postgres(db, loaded, expansion):
+    """The Oracle assemble.sql, translated to PostgreSQL (`_oracle_assemble_on_postgres`), returns what
+    `Retriever.assemble` does: the same passages in the same order, with the same role_bits, best_rank,
+    doc_rank, distance and hit_count, over queries, k and budgets. The budgets include ones where a passage
+    is skipped and a later one still fits (the step-by-step recursion that replaces PostgreSQL's LATERAL
+    search takes rows past the prefix) and one where everything fits (the recursion takes nothing). "default"
+    is the checked-in file; the other renders the Oracle template with the ancestors and document expansions."""
+    from psycopg.rows import dict_row
+
+    from onetrip.context import ROLE_BITS
+    from onetrip.editions import ASSEMBLE_DEFAULT
+    from onetrip.retrieve import CONTEXT_DEFAULT, Expansion, assemble_template_options
+    from onetrip.templates import render
+
+    if expansion == "default":
+        expand = CONTEXT_DEFAULT
+        text = (SQL_DIR / "oracle" / "assemble.sql").read_text()
+        assert render("assemble", dialect="oracle", header=True, **ASSEMBLE_DEFAULT) == text
+    else:
+        expand = Expansion(parent=True, neighbors=0, ancestors=True, section=True, document=True,
+                           document_max_tokens=900)
+        text = render("assemble", dialect="oracle", header=True, **assemble_template_options(expand, budget=True))
+    sql = _oracle_assemble_on_postgres(text)
+    # the rows' place in the budget, for the test only: pick_order and the running sum of the prefix
+    sql = sql.replace("       p.role_bits,\n       p.best_rank,\n",
+                      "       p.role_bits,\n       p.pick_order AS test_pick,\n       p.running AS test_running,\n"
+                      "       p.best_rank,\n", 1)
+    assert "test_pick" in sql
+    # split parts (the subtree's path comparison, JSON_EQUAL in Oracle): in each document with three root sections
+    # or more, the second root becomes a part of the first (same anchor, level and heading path: expanding either
+    # adds the other) and the third shares only their anchor and level (another path: it must not be added)
+    parts = {}
+    for d in loaded:
+        roots = [i for i, x in enumerate(d.sections) if x.parent_section_id is None][:3]
+        if len(roots) < 3:
+            continue
+        a, b, c = (d.sections[i] for i in roots)
+        parts[d.record.doc_id] = (a.sequence_index, b.sequence_index, d.embeddings[roots[0]], d.embeddings[roots[2]])
+        for other, path in ((b, True), (c, False)):
+            db.execute("UPDATE sections t SET anchor = f.anchor, heading_level = f.heading_level"
+                       + (", heading_path = f.heading_path" if path else "")
+                       + " FROM sections f WHERE f.doc_id = t.doc_id AND f.section_id = %s"
+                       " AND t.doc_id = %s AND t.section_id = %s", (a.section_id, d.record.doc_id, other.section_id))
+    assert len(parts) >= 4, "too few documents with three roots"
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
+    queries = list(corpus_query_vectors(loaded, 5, seed=41))
+    queries += [unit(first) for _, _, first, _ in list(parts.values())[:2]]  # hits on a split part ...
+    queries += [unit(third) for _, _, _, third in list(parts.values())[:2]]  # ... and on the root that is none
+    seen = {"skipped then taken": 0, "all fit": 0, "something left out": 0, "split part": 0,
+            "exact fit after a skip": 0}
+
+    def check(q: np.ndarray, k: int, max_tokens: int) -> list[dict]:
+        with db.cursor(row_factory=dict_row) as cur:
+            rows = cur.execute(sql, {"query_embedding": vec_literal(q), "k": k, "max_tokens": max_tokens,
+                                     "document_max_tokens": expand.document_max_tokens}).fetchall()
+        ctx = r.assemble(q, k=k, max_tokens=max_tokens, expand=expand)
+        got = [(x["doc_id"], x["section_id"], x["role_bits"], x["best_rank"], x["doc_rank"]) for x in rows]
+        want = [(p.doc_id, p.section_id, sum(ROLE_BITS[role] for role in p.roles), p.best_rank, p.doc_rank)
+                for p in ctx.passages]
+        assert got == want, (k, max_tokens)
+        for x, p in zip(rows, ctx.passages):
+            assert (x["distance"] is None) == (p.distance is None)
+            if p.distance is not None:
+                assert x["distance"] == pytest.approx(p.distance, abs=1e-5)
+        assert all(x["hit_count"] == ctx.hits for x in rows)
+        assert sum(x["context_tokens"] for x in rows) <= max_tokens
+        bits = {(x["doc_id"], x["sequence_index"]): x["role_bits"] for x in rows}
+        for doc_id, (first, second, _, _) in parts.items():
+            for hit, part in ((first, second), (second, first)):
+                seen["split part"] += (bits.get((doc_id, hit), 0) & ROLE_BITS["hit"] != 0
+                                       and bits.get((doc_id, part), 0) & ROLE_BITS["hit"] == 0
+                                       and bits.get((doc_id, part), 0) & ROLE_BITS["section"] != 0)
+        return rows
+
+    for q in queries:
+        for k in (3, 6, 10):
+            everything = check(q, k, 10**6)
+            seen["all fit"] += bool(everything) and all(x["test_running"] <= 10**6 for x in everything)
+            # a budget a section after a skipped one fills exactly: the prefix up to j, j + 1 too large, j + 2 fits
+            # with nothing to spare (what is left must then be 0, not the tokens before it)
+            order = sorted(everything, key=lambda x: x["test_pick"])
+            exact = [order[j]["test_running"] + order[j + 2]["context_tokens"] for j in range(len(order) - 2)
+                     if order[j + 1]["context_tokens"] > order[j + 2]["context_tokens"]][:1]
+            for max_tokens in (150, 400, 900, 2000, *exact):
+                rows = check(q, k, max_tokens)
+                taken = {x["test_pick"] for x in rows}
+                seen["skipped then taken"] += any(x["test_running"] > max_tokens for x in rows)
+                seen["something left out"] += len(taken) < max(taken, default=0)
+                seen["exact fit after a skip"] += max_tokens in exact and sum(x["context_tokens"] for x in rows) == max_tokens
+                assert len(everything) >= len(rows)
+    assert all(seen.values()), seen

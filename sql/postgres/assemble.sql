@@ -10,8 +10,8 @@
 --           order: documents by their best hit, sections by sequence_index.
 -- Requires  PostgreSQL 13+ (tested on 18), pgvector 0.8+; tables and indexes
 --           from schema.sql (sections_embedding_hnsw, sections_doc_seq_key,
---           sections_doc_parent_idx). PostgreSQL only: there is no Oracle edition
---           of this query yet.
+--           sections_doc_parent_idx). The Oracle Database 23ai edition is
+--           oracle/assemble.sql.
 -- Params    :'query_embedding'::vector  vector(384)  the query embedding
 --           :k  integer  number of hits
 --           :max_tokens  integer  token budget (context_tokens: header line + content)

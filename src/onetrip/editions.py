@@ -60,6 +60,7 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
         files.append(EditionFile("retrieve_macro.sql", "retrieve_macro",
                                  {**FULL_EXPANSION, "binds": "function",
                                   "filters": {"collections": True, "principals": True}}))
+        files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
     return files
 
 
