@@ -568,8 +568,8 @@ def _oracle_predicate_on_postgres(query: str) -> str:
 
 
 def _oracle_json_filters_on_postgres(sql: str) -> str:
-    sql = re.sub(r"JSON_TABLE\((\w+), '\$\[\*\]' ERROR ON ERROR\s+COLUMNS \((.*?)\)\) (\w+)",
-                 r"JSON_TABLE(\1::jsonb, '$[*]' COLUMNS (\2) ERROR ON ERROR) \3", sql, flags=re.DOTALL)
+    sql = re.sub(r"JSON_TABLE\(([%()\w]+), '(\$[^']*)' ERROR ON ERROR\s+COLUMNS \((.*?)\)\) (\w+)",
+                 r"JSON_TABLE(\1::jsonb, '\2' COLUMNS (\3) ERROR ON ERROR) \4", sql, flags=re.DOTALL)
     sql = sql.replace("VARCHAR2(512 CHAR)", "text")
     return re.sub(r"\b(collections|principals)\b", r"%(\1)s::text", sql)
 
@@ -706,33 +706,49 @@ def test_oracle_macro_query_logic_matches_the_api_on_postgres(db, loaded):
 
 # --------------------------------------------------------------------------- the Oracle assemble.sql
 
-def _oracle_assemble_on_postgres(text: str) -> str:
-    """An Oracle rendering of assemble.sql, translated mechanically to PostgreSQL to run its LOGIC: WITH ->
-    WITH RECURSIVE, the MATERIALIZE hints dropped, VECTOR_DISTANCE(..., TO_VECTOR(:query_embedding, ...),
-    COSINE) -> <=>, FETCH APPROX FIRST :k ROWS ONLY -> LIMIT, NLSSORT(x, ...) -> x, JSON_EQUAL(a, b) -> a = b
-    (heading_path is text[] here), BIT_OR_AGG -> bit_or, the hit_rank sort made real as postgres__exact does
-    (+ 0), :binds as psycopg's. Not a check of Oracle itself: of its shape (the recursive subtree, the CASE
-    aggregate, the budget's step-by-step recursion) on a real corpus. Every Oracle-only construct must be gone."""
+def _oracle_statement_on_postgres(text: str) -> str:
+    """The statement of a checked-in Oracle file (header, comments and final ';' dropped) with the Oracle
+    spellings the files share translated mechanically to PostgreSQL, to run its LOGIC: the MATERIALIZE hints
+    dropped, :binds as psycopg's, TO_VECTOR(x, n, FLOAT32) -> x::vector(n), VECTOR_DISTANCE(a, b, COSINE) ->
+    a <=> b, FETCH APPROX FIRST n ROWS ONLY -> LIMIT n, the hit_rank sort made real as postgres__exact does
+    (+ 0), NLSSORT(x, ...) -> x, MINUS -> EXCEPT. Each caller translates the rest and asserts, with
+    `_assert_no_oracle_left`, that no Oracle-only construct is left. Not a check of Oracle itself."""
     out = text.split("-- =====", 2)[2].split("\n", 1)[1] if text.startswith("-- =====") else text
     out = _code(out).rstrip()
-    assert out.startswith("WITH hits AS (") and out.endswith(";"), out[:80]
-    out = "WITH RECURSIVE " + out[len("WITH "):-1]
-    out = out.replace("/*+ MATERIALIZE */ ", "")
-    out = out.replace("VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)",
-                      "s.embedding <=> %(query_embedding)s::vector")
-    out = out.replace("FETCH APPROX FIRST :k ROWS ONLY", "LIMIT %(k)s")
-    out = out.replace("row_number() OVER (ORDER BY h.distance,", "row_number() OVER (ORDER BY h.distance + 0,")
+    assert out.startswith("WITH ") and out.endswith(";"), out[:80]
+    out = out[:-1].replace("/*+ MATERIALIZE */ ", "")
+    out = re.sub(r"(?<![:\w]):(\w+)", r"%(\1)s", out)
+    out = re.sub(r"TO_VECTOR\(([^,\n]+?), (\d+), FLOAT32\)", r"\1::vector(\2)", out)
+    out = re.sub(r"VECTOR_DISTANCE\(([\w.]+), ([^,\n]+?), COSINE\)", r"\1 <=> \2", out)
+    out = re.sub(r"FETCH APPROX FIRST (\S+) ROWS ONLY", r"LIMIT \1", out)
+    out = re.sub(r"(row_number\(\) OVER \((?:PARTITION BY [\w.]+ )?ORDER BY h\.distance),", r"\1 + 0,", out)
     out = re.sub(r"NLSSORT\(([\w.]+), 'NLS_SORT=BINARY'\)", r"\1", out)
+    return out.replace("\n    MINUS\n", "\n    EXCEPT\n")
+
+
+def _assert_no_oracle_left(sql: str, *also: str) -> None:
+    for oracle_only in ("VECTOR_DISTANCE", "TO_VECTOR", "FLOAT32", "FETCH", "NLSSORT", "/*+", "MATERIALIZE", "MINUS",
+                        ";", *also):
+        assert oracle_only not in sql, oracle_only
+    assert not re.search(r"(?<![:\w]):\w", sql), "an Oracle bind is left"
+
+
+def _oracle_assemble_on_postgres(text: str) -> str:
+    """An Oracle rendering of assemble.sql, translated mechanically to PostgreSQL to run its LOGIC: the shared
+    steps (`_oracle_statement_on_postgres`), WITH -> WITH RECURSIVE, JSON_EQUAL(a, b) -> a = b (heading_path
+    is text[] here), BIT_OR_AGG -> bit_or. Not a check of Oracle itself: of its shape (the recursive subtree,
+    the CASE aggregate, the budget's step-by-step recursion) on a real corpus. Every Oracle-only construct
+    must be gone."""
+    out = _oracle_statement_on_postgres(text)
+    assert out.startswith("WITH hits AS ("), out[:80]
+    out = "WITH RECURSIVE " + out[len("WITH "):]
     out = re.sub(r"JSON_EQUAL\(([\w.]+), ([\w.]+)\)", r"\1 = \2", out)
     out = out.replace("BIT_OR_AGG(", "bit_or(")
-    out = re.sub(r"(?<![:\w]):(max_tokens|document_max_tokens)\b", r"%(\1)s", out)
-    for oracle_only in ("VECTOR_DISTANCE", "TO_VECTOR", "FETCH", "NLSSORT", "JSON_EQUAL", "BIT_OR_AGG", "/*+",
-                        "MATERIALIZE", ";"):
-        assert oracle_only not in out, oracle_only
-    assert not re.search(r"(?<![:\w]):\w", out), "an Oracle bind is left"
+    _assert_no_oracle_left(out, "JSON_EQUAL", "BIT_OR_AGG")
+    assert "s.embedding <=> %(query_embedding)s::vector(384)" in out
     # the translation keeps Oracle's forms that PostgreSQL also reads: no PostgreSQL-only construct crept in
     for pg_only in ("LATERAL", "LIMIT 1", "FILTER (WHERE", "AS MATERIALIZED", "generate_series", "::"):
-        assert pg_only not in out.replace("%(query_embedding)s::vector", ""), pg_only
+        assert pg_only not in out.replace("%(query_embedding)s::vector(384)", ""), pg_only
     return out
 
 
@@ -869,3 +885,146 @@ def test_oracle_assemble_logic_matches_the_api_on_postgres(db, loaded, expansion
                 seen["exact fit after a skip"] += max_tokens in exact and sum(x["context_tokens"] for x in rows) == max_tokens
                 assert len(everything) >= len(rows)
     assert all(seen.values()), seen
+
+
+# --------------------------------------------------------------------------- the Oracle retrieve_many.sql
+
+def _oracle_many_on_postgres(text: str) -> str:
+    """retrieve_many.sql's Oracle edition, translated mechanically to PostgreSQL 17+ (SQL/JSON) to run its LOGIC:
+    the shared steps (`_oracle_statement_on_postgres`), its JSON_TABLE over the array of query vectors in
+    PostgreSQL's spelling (`_oracle_json_filters_on_postgres`: ON ERROR after COLUMNS; text for CLOB), CROSS
+    APPLY -> CROSS JOIN LATERAL. So the rows PostgreSQL's JSON_TABLE numbers FOR ORDINALITY are the queries.
+    Not a check of Oracle itself: of the statement's shape (one search per query, the ranks per query, each
+    context row once across the queries) on a real corpus."""
+    out = _oracle_statement_on_postgres(text)
+    out = _oracle_json_filters_on_postgres(out.replace(" CLOB FORMAT JSON ", " text FORMAT JSON "))
+    out = out.replace("CROSS APPLY (", "CROSS JOIN LATERAL (")
+    _assert_no_oracle_left(out, "APPLY", "CLOB", "VARCHAR2")
+    assert re.search(r"JSON_TABLE\(%\(query_embeddings\)s::jsonb, '[^']+' COLUMNS \(query_ord FOR ORDINALITY, "
+                     r"embedding text FORMAT JSON PATH '\$'\) ERROR ON ERROR\) q", out), out[:400]
+    assert out.count("s.embedding <=> q.embedding") == 2 and "LIMIT %(k)s" in out
+    # no PostgreSQL-only construct crept in beyond what the translation wrote
+    for pg_only in ("unnest", "AS MATERIALIZED", "vector[]"):
+        assert pg_only not in out, pg_only
+    return out
+
+
+def test_oracle_retrieve_many_is_written_in_oracle_sql():
+    """The Oracle retrieve_many.sql: the PostgreSQL file's template and options, the query vectors one JSON array in
+    a CLOB bind (JSON_TABLE ... FOR ORDINALITY, TO_VECTOR per query), each query's search in a CROSS APPLY with
+    FETCH APPROX, no PostgreSQL spelling, one statement SQL*Plus runs at its last ';'."""
+    from onetrip.editions import FULL_EXPANSION
+    from onetrip.templates import render
+
+    text = (SQL_DIR / "oracle" / "retrieve_many.sql").read_text()
+    assert render("retrieve_many", dialect="oracle", header=True, many=True, **FULL_EXPANSION) == text
+    code = _code(text)
+    assert code.lstrip().startswith("WITH queries AS (\n    SELECT q.query_ord, TO_VECTOR(q.embedding, 384, FLOAT32) "
+                                    "AS embedding\n      FROM JSON_TABLE(:query_embeddings, '$[*]' ERROR ON ERROR\n")
+    assert "COLUMNS (query_ord FOR ORDINALITY, embedding CLOB FORMAT JSON PATH '$')) q" in code
+    assert "hits AS (\n    SELECT /*+ MATERIALIZE */ q.query_ord,\n           n.*\n      FROM queries q\n" \
+           "     CROSS APPLY (\n" in code
+    assert code.count("VECTOR_DISTANCE(s.embedding, q.embedding, COSINE)") == 2
+    assert "FETCH APPROX FIRST :k ROWS ONLY\n           ) n\n)," in code
+    assert "PARTITION BY h.query_ord ORDER BY h.distance, NLSSORT(h.doc_id, 'NLS_SORT=BINARY'), h.sequence_index" in code
+    assert "\n    MINUS\n" in code and "EXCEPT" not in code
+    for pg_only in ("<=>", "%(", "::", "AS MATERIALIZED", "LIMIT", "LATERAL", "unnest", "ORDINALITY q"):
+        assert pg_only not in code, pg_only
+    assert not re.search(r"\b(FROM|JOIN)\s+\w+\s+AS\s+\w+", code), "table alias with AS"
+    assert not re.search(r"\)\s+AS\s+\w+\s*(\)|JOIN|CROSS|WHERE|$)", code), "inline view alias with AS"
+    assert code.rstrip().splitlines()[-1].endswith("w.sequence_index;")
+    body = text.split("-- =====", 2)[2].split("\n", 1)[1]
+    assert all(line.strip() for line in body.splitlines()), "a blank line ends a SQL*Plus statement"
+    head = text.split("-- =====", 2)[1]
+    for word in ("VARIABLE query_embeddings CLOB", "VARIABLE k NUMBER", "@retrieve_many.sql", "'[[0.1, ...], [0.2, ...]]'",
+                 "FOR ORDINALITY", "running its logic translated to PostgreSQL", "NOT by execution on Oracle",
+                 "NOT VERIFIED", "VECTOR_INDEX_SCAN(s sections_embedding_hnsw)", "CROSS APPLY", "'' as NULL"):
+        assert word in " ".join(head.replace("--", " ").split()), word
+    for refused in ({"mode": "hybrid"}, {"mode": "lexical"}, {"k_bucket": 8}):
+        with pytest.raises(ValueError, match="PostgreSQL only"):
+            render("retrieve_many", dialect="oracle", many=True, **FULL_EXPANSION, **refused)
+
+
+def test_oracle_retrieve_many_logic_matches_the_api_on_postgres(db, loaded):
+    """The Oracle retrieve_many.sql, translated to PostgreSQL (`_oracle_many_on_postgres`), returns what
+    `Retriever.search_many` does: each query's hits (hit_rank 1..k, distances) in its order, each hit linked by
+    key to its parent and neighbours among all the rows, each context row once and never a hit of any query.
+    Query sets include one query twice and two that share hits, adjacent hits, a doc's first and last sections,
+    and two queries each of whose hit is the other's neighbour (then a context row of neither). Broken on
+    purpose (ranks not per query, the hits not subtracted, no parent keys, one query only) it fails."""
+    if db.info.server_version < 170000:
+        pytest.skip("JSON_TABLE is PostgreSQL 17+ (ONETRIP_TEST_DSN names an older server)")
+    import json
+
+    from psycopg.rows import dict_row
+
+    text = (SQL_DIR / "oracle" / "retrieve_many.sql").read_text()
+    r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
+
+    def unit(v: np.ndarray) -> np.ndarray:
+        return (v / np.linalg.norm(v)).astype(np.float32)
+
+    a = next(d for d in loaded[5:] if len(d.sections) >= 6)
+    b = next(d for d in loaded[17:] if len(d.sections) >= 4)
+    rand = list(corpus_query_vectors(loaded, 6, seed=37))
+    first = unit(a.embeddings[0] + a.embeddings[1])  # a doc's first two sections: adjacent hits, one at index 0
+    last = unit(b.embeddings[-1] + b.embeddings[-2] + b.embeddings[-3])  # a doc's last three sections
+    two, three = unit(a.embeddings[2]), unit(a.embeddings[3])  # each hit the other's neighbour
+    near = unit(rand[0] + 0.05 * rand[1])  # most of rand[0]'s hits
+    query_sets = [rand[:3], [rand[0], rand[0]], [rand[0], near, rand[3]], [first, last], [two, three],
+                  [three, first, two, last, rand[4]], [rand[5]]]
+    last_seq = {d.record.doc_id: len(d.sections) - 1 for d in loaded}
+    api = {(i, k): r.search_many(qs, k=k) for i, qs in enumerate(query_sets) for k in (1, 3, 6, 10)}
+
+    def check(sql: str, seen: dict[str, int]) -> None:
+        for (i, k), want in api.items():
+            qs = query_sets[i]
+            with db.cursor(row_factory=dict_row) as cur:
+                rows = cur.execute(sql, {"query_embeddings": json.dumps([[float(x) for x in q] for q in qs]),
+                                         "k": k}).fetchall()
+            context = [x for x in rows if x["query_ord"] is None]
+            assert all(x["hit_rank"] is None and x["distance"] is None for x in context)
+            assert sorted({x["query_ord"] for x in rows} - {None}) == list(range(1, len(qs) + 1)), (i, k)
+            hit_keys = {(x["doc_id"], x["sequence_index"]) for x in rows if x["query_ord"] is not None}
+            keys = [(x["doc_id"], x["sequence_index"]) for x in context]
+            assert len(set(keys)) == len(keys), "a context row twice"
+            assert not set(keys) & hit_keys, "a hit of a query also as a context row"
+            related = {(h.section.doc_id, x.section_id) for hits in want for h in hits
+                       for x in (h.parent, h.prev, h.next) if x}
+            assert {(x["doc_id"], x["section_id"]) for x in context} <= related, "a stray context row"
+            mine = {n: sorted((x for x in rows if x["query_ord"] == n), key=lambda x: x["hit_rank"])
+                    for n in range(1, len(qs) + 1)}
+            for n, hits in enumerate(want, 1):
+                # another query's hits serve as context too (a context row is none of them): read them as such
+                others = [{**x, "hit_rank": None} for x in rows if x["query_ord"] not in (None, n)]
+                assert _key(mine[n] + context + others) == _api_key(hits), (i, k, n)
+                for row, hit in zip(mine[n], hits):
+                    assert row["distance"] == pytest.approx(hit.distance, abs=1e-5)
+                own = {(x["doc_id"], x["sequence_index"]) for x in mine[n]}
+                elsewhere = {(x["doc_id"], x["sequence_index"]) for x in others}  # other queries' hits
+                for x in mine[n]:
+                    seen["adjacent hits"] += (x["doc_id"], x["sequence_index"] + 1) in own
+                    seen["first section hit"] += x["sequence_index"] == 0
+                    seen["last section hit"] += x["sequence_index"] == last_seq[x["doc_id"]]
+                    seen["hit of several queries"] += (x["doc_id"], x["sequence_index"]) in elsewhere
+                for h in hits:
+                    near_keys = {(h.section.doc_id, x.sequence_index) for x in (h.parent, h.prev, h.next) if x}
+                    seen["another query's hit as context"] += bool(near_keys & elsewhere - own)
+                    seen["parent row"] += h.parent is not None and (h.parent.doc_id, h.parent.sequence_index) in keys
+
+    seen = {"adjacent hits": 0, "first section hit": 0, "last section hit": 0, "hit of several queries": 0,
+            "another query's hit as context": 0, "parent row": 0}
+    check(_oracle_many_on_postgres(text), seen)
+    assert all(seen.values()), seen
+
+    broken = {"ranks not per query": text.replace("PARTITION BY h.query_ord ", ""),
+              "the hits not subtracted": text.replace("    MINUS\n    SELECT h.doc_id, h.sequence_index\n      FROM hits h\n",
+                                                      ""),
+              "no parent keys": text.replace("    UNION ALL\n    SELECT h.doc_id, h.parent_sequence_index\n", "    UNION ALL\n"
+                                             "    SELECT h.doc_id, h.sequence_index - 1\n"),
+              "one query only": text.replace("'$[*]' ERROR ON ERROR", "'$[0]' ERROR ON ERROR")}
+    for why, bad in broken.items():
+        assert bad != text, why
+        sql = _oracle_many_on_postgres(bad)  # translated as the real one: what fails is the check
+        with pytest.raises(AssertionError):
+            check(sql, dict(seen))

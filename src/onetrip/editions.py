@@ -61,6 +61,8 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
                                  {**FULL_EXPANSION, "binds": "function",
                                   "filters": {"collections": True, "principals": True}}))
         files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
+        # the PostgreSQL file's options; the query embeddings are one JSON array in a CLOB (see its header)
+        files.append(EditionFile("retrieve_many.sql", "retrieve_many", {**FULL_EXPANSION, "many": True}))
     return files
 
 
