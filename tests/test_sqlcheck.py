@@ -272,6 +272,40 @@ def test_oracle_assemble_keeps_its_oracle_constructs():
             assert_oracle_constructs_kept(src, lossy)
 
 
+def test_oracle_retrieve_many_keeps_its_oracle_constructs():
+    """retrieve_many.sql's Oracle edition comes back from sqlglot with its JSON_TABLE over the array of query
+    vectors (FOR ORDINALITY, FORMAT JSON, ERROR ON ERROR), TO_VECTOR per query, and its per-query search in a
+    CROSS APPLY. Stock sqlglot wrote CROSS APPLY back as INNER JOIN LATERAL (...) AS n, which Oracle refuses
+    (an inline view's alias takes no AS); the Oracle generator keeps it, and a rewrite is caught."""
+    (st,) = check_oracle_roundtrip(render_edition("oracle")["retrieve_many.sql"])
+    found = oracle_constructs(st.roundtrip)
+    assert found["FETCH APPROX"] == {"FETCH APPROX FIRST :K ROWS ONLY": 1}
+    assert found["hint"] == {"MATERIALIZE": 1}
+    assert found["VECTOR_DISTANCE"] == {"VECTOR_DISTANCE(S.EMBEDDING,Q.EMBEDDING,COSINE)": 2}
+    assert found["TO_VECTOR"] == {"TO_VECTOR(Q.EMBEDDING,384,FLOAT32)": 1}
+    assert found["JSON_TABLE"] == {"JSON_TABLE(:QUERY_EMBEDDINGS,'$[*]' ERROR ON ERROR COLUMNS(QUERY_ORD FOR "
+                                   "ORDINALITY,EMBEDDING CLOB FORMAT JSON PATH '$'))": 1}
+    assert found["APPLY"] == {"CROSS APPLY": 1} and not found["LATERAL"]
+    assert set(found["bind"]) == {"QUERY_EMBEDDINGS", "K"}
+    assert ") n), context_keys AS (" in st.roundtrip  # the view's alias without AS
+    (lateral,) = st.tree.find_all(exp.Lateral)
+    assert lateral.args["cross_apply"] is True and lateral.find(ApproxFetch) is not None
+    src = st.sql
+    for lossy, name in ((src.replace("CROSS APPLY (", "INNER JOIN LATERAL ("), "APPLY"),
+                        (src.replace("CROSS APPLY (", "CROSS JOIN LATERAL ("), "APPLY"),
+                        (src.replace("query_ord FOR ORDINALITY, ", ""), "JSON_TABLE"),
+                        (src.replace("CLOB FORMAT JSON", "CLOB"), "JSON_TABLE"),
+                        (src.replace("TO_VECTOR(q.embedding, 384, FLOAT32)", "q.embedding"), "TO_VECTOR")):
+        assert lossy != src
+        with pytest.raises(SqlValidationError, match=name):
+            assert_oracle_constructs_kept(src, lossy)
+    # OUTER APPLY and LATERAL come back as written too
+    for sql in ("SELECT q.a, n.b FROM q OUTER APPLY (SELECT t.b FROM t WHERE t.a = q.a) n",
+                "SELECT q.a, n.b FROM q CROSS JOIN LATERAL (SELECT t.b FROM t WHERE t.a = q.a) n"):
+        (one,) = check_oracle_roundtrip(sql)
+        assert one.roundtrip == sql
+
+
 # --------------------------------------------------------------------------- (e) each construct
 
 

@@ -366,6 +366,20 @@ class _OracleGenerator(Oracle.Generator):
             parts.append("PARALLEL" if isinstance(parallel, exp.Boolean) else f"PARALLEL {self.sql(parallel)}")
         return " ".join(parts)
 
+    def lateral_op(self, expression: exp.Lateral) -> str:
+        """CROSS APPLY / OUTER APPLY as written: stock sqlglot writes them as INNER / LEFT JOIN LATERAL."""
+        apply = expression.args.get("cross_apply")
+        if apply is None:
+            return "LATERAL"
+        return "CROSS APPLY" if apply else "OUTER APPLY"
+
+    def lateral_sql(self, expression: exp.Lateral) -> str:
+        """A lateral inline view's alias without AS, which Oracle refuses there (stock sqlglot writes AS)."""
+        if expression.args.get("view") or expression.args.get("ordinality"):
+            return super().lateral_sql(expression)
+        alias = self.sql(expression, "alias")
+        return f"{self.lateral_op(expression)} {self.sql(expression, 'this')}{' ' + alias if alias else ''}"
+
     # Custom classes are not in sqlglot's name registry, so dispatch goes through TRANSFORMS.
     TRANSFORMS = {
         **Oracle.Generator.TRANSFORMS,
@@ -700,6 +714,9 @@ _ORACLE_PATTERNS: dict[str, re.Pattern[str]] = {
     "DISTANCE": re.compile(rf"\bDISTANCE\s+(?:{'|'.join(sorted(VECTOR_METRICS))})\b", re.IGNORECASE),
     "TARGET ACCURACY": re.compile(r"\bWITH\s+TARGET\s+ACCURACY\s+\S+", re.IGNORECASE),
     "vector operator": _VECTOR_OPS,
+    # retrieve_many.sql's per-query search: CROSS APPLY must not come back as INNER JOIN LATERAL (and AS)
+    "APPLY": re.compile(r"\b(?:CROSS|OUTER)\s+APPLY\b", re.IGNORECASE),
+    "LATERAL": re.compile(r"\bLATERAL\b", re.IGNORECASE),
 }
 _BIND = re.compile(r"(?<![:\w]):([A-Za-z_][\w$#]*)")
 
@@ -723,13 +740,16 @@ def oracle_constructs(sql: str) -> dict[str, Counter[str]]:
 
     JSON_TABLE and JSON_EXISTS calls (the SQL macro's collection and access filters) are kept with their
     string literals: a lost ERROR ON ERROR, PASSING clause or changed path is a changed filter. JSON_EQUAL
-    and BIT_OR_AGG (assemble.sql) are counted too: sqlglot must not rewrite them into other functions."""
+    and BIT_OR_AGG (assemble.sql) and TO_VECTOR are counted too: sqlglot must not rewrite them into other
+    functions; so are CROSS / OUTER APPLY and LATERAL (retrieve_many.sql), which stock sqlglot writes as
+    INNER / LEFT JOIN LATERAL."""
     text = _scrub(sql, keep_hints=True)
     found = {name: Counter(_norm(m.group(0)) for m in pat.finditer(text)) for name, pat in _ORACLE_PATTERNS.items()}
     found["hint"] = Counter(_norm(h[3:-2]) for h in _ORACLE_PATTERNS["hint"].findall(text))
     found["VECTOR_DISTANCE"] = Counter(_norm(c) for c in _calls(text, "VECTOR_DISTANCE"))
-    # assemble.sql's Oracle spellings: heading paths compared as JSON, role bits OR-ed by BIT_OR_AGG
-    for fn in ("JSON_EQUAL", "BIT_OR_AGG"):
+    # assemble.sql's Oracle spellings: heading paths compared as JSON, role bits OR-ed by BIT_OR_AGG; and
+    # retrieve_many.sql's query vectors, made by TO_VECTOR outside any VECTOR_DISTANCE
+    for fn in ("JSON_EQUAL", "BIT_OR_AGG", "TO_VECTOR"):
         found[fn] = Counter(_norm(c) for c in _calls(text, fn))
     for fn in ("JSON_TABLE", "JSON_EXISTS"):
         found[fn] = Counter(_norm_keep_quoted(c) for c in _json_calls(sql, fn))
