@@ -253,7 +253,9 @@ def test_every_index_a_plan_paragraph_names_is_in_the_files_plan(db, dsn, loaded
 
 def test_psql_runs_retrieve_many_sql_as_is_and_matches_the_api(db, dsn, loaded):
     r = Retriever(db)
-    queries = list(corpus_query_vectors(loaded, 3, seed=19))
+    doc = next(d for d in loaded if len(d.sections) >= 6)
+    two, three = (doc.embeddings[i] / np.linalg.norm(doc.embeddings[i]) for i in (2, 3))
+    queries = list(corpus_query_vectors(loaded, 3, seed=19)) + [two, three]  # each one's hit the other's neighbour
     array = "{" + ",".join(f'"{vec_literal(q)}"' for q in queries) + "}"
     rows = run_psql(dsn, "-v", "k=4", "-v", f"query_embeddings={array}",
                     "-f", str(SQL_DIR / "postgres" / "retrieve_many.sql"))
@@ -261,8 +263,10 @@ def test_psql_runs_retrieve_many_sql_as_is_and_matches_the_api(db, dsn, loaded):
     context = [row for row in rows if not row["query_ord"]]
     assert len({(row["doc_id"], row["section_id"]) for row in context}) == len(context)  # each context row once
     for n, hits in enumerate(api, 1):
-        # one query's hits plus every context row: the shape of retrieve.sql's result, linked the same way
-        mine = [row for row in rows if row["query_ord"] == str(n)] + context
+        # one query's hits plus every context row: the shape of retrieve.sql's result, linked the same way;
+        # another query's hits serve as context too (a context row is none of them), so they are read as such
+        others = [{**row, "hit_rank": ""} for row in rows if row["query_ord"] not in ("", str(n))]
+        mine = [row for row in rows if row["query_ord"] == str(n)] + context + others
         assert _key(mine) == _api_key(hits)
 
 
