@@ -503,6 +503,44 @@ def test_an_async_retriever_from_a_dsn_reopens_its_lost_connection_on_the_next_c
     asyncio.run(main())
 
 
+def test_an_async_retriever_closed_while_it_reopens_keeps_no_connection(db, dsn, corpus, terminate, monkeypatch):
+    """close() from one task while another task's call was opening the new connection found no connection to
+    close; the reopen then stored its new one, which stayed open, and every call after close() answered on it.
+    The reopen is held right after it connected (the real connection), close() runs, then it goes on."""
+    from onetrip import AsyncRetriever, ConnectionLostError, async_retrieve
+
+    q = corpus_query_vectors(corpus, 1, seed=13)[0]
+    real_connect = async_retrieve.connect_async
+
+    async def main() -> None:
+        connected, proceed = asyncio.Event(), asyncio.Event()
+        opened: list[psycopg.AsyncConnection] = []
+
+        async def held_connect(dsn_: str | None) -> psycopg.AsyncConnection:
+            conn = await real_connect(dsn_)
+            opened.append(conn)
+            connected.set()
+            await proceed.wait()
+            return conn
+
+        r = await AsyncRetriever.create(dsn)
+        assert terminate(pid=r.conn.info.backend_pid) == 1
+        with pytest.raises(ConnectionLostError):
+            await r.search(q, k=3)
+        monkeypatch.setattr(async_retrieve, "connect_async", held_connect)
+        reopening = asyncio.create_task(r.search(q, k=3))
+        await connected.wait()
+        await r.close()
+        proceed.set()
+        with pytest.raises(psycopg.OperationalError, match=r"AsyncRetriever.close\(\) was called"):
+            await reopening
+        assert r.conn is None and opened[0].closed
+        with pytest.raises(psycopg.OperationalError, match=r"AsyncRetriever.close\(\) was called"):
+            await r.search(q, k=3)
+
+    asyncio.run(main())
+
+
 def test_explain_on_a_lost_connection_is_named_as_a_search_is(db, dsn, corpus, terminate):
     """explain (the HTTP service's "explain" too) had kept psycopg's AdminShutdown after a backend was killed,
     where search said ConnectionLostError; over a pool, the idle connections are checked, so the next call

@@ -156,6 +156,8 @@ class AsyncRetriever:
                 conn = await connect_async(self._dsn)
                 try:
                     await apply_settings_async(conn, self.settings)
+                    if self._closed:  # close() ran while this connected (it found no connection to close)
+                        raise psycopg.OperationalError("the connection is closed (AsyncRetriever.close() was called)")
                 except BaseException:
                     await conn.close()
                     raise
