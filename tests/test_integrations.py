@@ -11,6 +11,7 @@ import asyncio
 import hashlib
 import subprocess
 import sys
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -678,4 +679,69 @@ def test_an_adapter_from_a_dsn_opens_a_new_connection_after_losing_one(corpus, d
         return [first, again]
 
     assert asyncio.run(main()) == [want, want]
+    lc.close()
+
+
+class HeldEmbedder(HashEmbedder):
+    """Embeds the query BONUS only once `go` is set (in the caller's thread, or asyncio's worker thread): a call
+    that has its retriever in hand while another call finds the connection lost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inside, self.go = threading.Event(), threading.Event()
+
+    def embed_query(self, text: str) -> np.ndarray:
+        if text == BONUS:
+            self.inside.set()
+            assert self.go.wait(60), "never released"  # a guard against hanging, not a timing
+        return super().embed_query(text)
+
+
+def test_a_lost_connection_fails_only_the_adapter_call_that_finds_it(corpus, dsn, terminate):
+    """The adapter closed the retriever made from its DSN when a call found the connection lost, so a call of
+    another thread or task that had that retriever in hand (embedding its query) then failed with psycopg's 'the
+    connection is closed (Retriever.close() was called)', which no one had called. The retriever opens a new
+    connection itself: that call is answered on it. Sync (two threads) and async (two tasks)."""
+    from onetrip import ConnectionLostError
+
+    emb = HeldEmbedder()
+    lc = LCRetriever(dsn=dsn, embedder=emb, k=2, mode="dense")
+    emb.go.set()
+    want = _doc_sig(lc.invoke(BONUS))
+    emb.go.clear()
+    emb.inside.clear()
+    assert terminate(pid=lc.source.sync().conn.info.backend_pid) == 1
+    held: list = []
+
+    def under_way() -> None:
+        try:
+            held.append(lc.invoke(BONUS))
+        except Exception as e:  # noqa: BLE001 - asserted below, in the test's thread
+            held.append(e)
+
+    t = threading.Thread(target=under_way)
+    t.start()
+    assert emb.inside.wait(60)
+    with pytest.raises(ConnectionLostError, match="administrator command"):
+        lc.invoke(VACATION)
+    emb.go.set()
+    t.join(60)
+    assert len(held) == 1 and not isinstance(held[0], Exception), held
+    assert _doc_sig(held[0]) == want
+
+    async def main() -> list:
+        emb.inside.clear()
+        emb.go.clear()
+        assert len(await lc.ainvoke(VACATION)) == 2
+        assert terminate(pid=lc.source.async_retriever.conn.info.backend_pid) == 1
+        task = asyncio.create_task(lc.ainvoke(BONUS))
+        assert await asyncio.to_thread(emb.inside.wait, 60)
+        with pytest.raises(ConnectionLostError, match="administrator command"):
+            await lc.ainvoke(VACATION)
+        emb.go.set()
+        docs = await task
+        await lc.aclose()
+        return _doc_sig(docs)
+
+    assert asyncio.run(main()) == want
     lc.close()

@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..async_retrieve import AsyncRetriever
-from ..errors import ConnectionLostError
 from ..context import Context, Passage, passage_header, render_context
 from ..retrieve import (CONTEXT_DEFAULT, MAX_BUDGET, MODE_CHOICES, Expansion, Filters, Hit, HybridOptions, Retriever,
                         SectionRecord, as_filters, as_hybrid, check_hybrid_mode, check_k, resolve_mode)
@@ -228,7 +227,10 @@ class Source:
     second loop in a thread, had closed each other's); those of loops that have
     closed are closed when a new loop makes its own, or by `aclose`. Use
     `shared_source` for adapters made from a DSN, so adapters made again with the
-    same fields share it.
+    same fields share it. A lost connection fails the call that finds it, and the
+    retriever made from the DSN opens another on its next call; the Source keeps
+    that retriever (closing it had failed the calls other threads or tasks had
+    under way on it with "Retriever.close() was called").
     """
 
     def __init__(self, retriever: Retriever | None = None, async_retriever: AsyncRetriever | None = None,
@@ -314,48 +316,14 @@ class Source:
     def search(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One sync call; ``query`` is text (embedded by onetrip's embedder) or an embedding."""
         method, options = q.call(query, text)
-        r = self.sync()
-        try:
-            result = getattr(r, method)(query, q.k, **options)
-        except ConnectionLostError:
-            self._forget(r)
-            raise
+        result = getattr(self.sync(), method)(query, q.k, **options)
         return to_items(result, q, options["mode"])
 
     async def asearch(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One async call, on the AsyncRetriever."""
         method, options = q.call(query, text)
-        r = await self.async_()
-        try:
-            result = await getattr(r, method)(query, q.k, **options)
-        except ConnectionLostError:
-            await self._aforget(r)
-            raise
+        result = await getattr(await self.async_(), method)(query, q.k, **options)
         return to_items(result, q, options["mode"])
-
-    def _forget(self, r: Retriever) -> None:
-        """Drop the sync retriever this Source made, whose connection was lost: the next call opens another.
-
-        It had been kept, and every later call of the adapter (and of adapters sharing
-        this Source) failed with "the connection is closed" until the process restarted.
-        A given retriever is the caller's to replace.
-        """
-        with self._lock:
-            if not (self._owned_sync and self.retriever is r):
-                return
-            self.retriever, self._owned_sync = None, False
-        r.close()
-
-    async def _aforget(self, r: AsyncRetriever) -> None:
-        """As `_forget`, for the async retriever this Source made for the running event loop."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            if r is self.given_async or self._by_loop.get(loop) is not r:
-                return
-            del self._by_loop[loop]
-            if self._latest is r:
-                self._latest = None
-        await r.close()
 
     def close(self) -> None:
         """Close the sync connection this Source opened (given instances stay open)."""
