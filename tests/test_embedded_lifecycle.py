@@ -173,3 +173,39 @@ def test_a_process_gone_without_its_atexit_no_longer_keeps_the_server_running(tm
         init()
         assert stops(pgdata), "a pid of a process long gone kept the embedded server running"
         assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
+
+
+@pytest.mark.slow
+def test_sigterm_while_the_embedded_server_is_made_is_taken_once_it_runs(tmp_path):
+    """SIGTERM raised Terminated wherever the command was, also inside the subprocess.run of pgserver's initdb,
+    which then killed initdb: a data folder cut short kept its PG_VERSION, so no later start ran initdb again and
+    every command failed ('database "postgres" does not exist', seen with `kill` 0.6 s into a first `onetrip
+    init`). Now the signal is taken once the server runs: exit 143 still, the server stopped at exit, and the
+    next command works. The SIGTERM is sent as initdb is called (a wrapper around pgserver's), not on a timer."""
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    env = embedded_env(home)
+    script = (
+        "import os, signal, sys\n"
+        "import pgserver.postgres_server as ps\n"
+        "from onetrip import cli, connection\n"
+        "real = ps.initdb\n"
+        "def initdb(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)  # kill, docker stop: as initdb starts\n"
+        "    return real(*args, **kwargs)\n"
+        "ps.initdb = initdb\n"
+        "with cli.sigterm_unwinds():\n"
+        "    try:\n"
+        "        connection.embedded_dsn()\n"
+        "    except cli.Terminated:\n"
+        "        print('running' if connection.embedded_running(connection.embedded_data_dir()) else 'not running')\n"
+        "        sys.exit(143)\n"
+        "print('not terminated')\n"
+    )
+    with stopped_afterwards(pgdata):
+        res = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+        assert (res.returncode, res.stdout) == (143, "running\n"), res.stderr
+        assert stops(pgdata), "the server made before the SIGTERM was taken was left running"
+        init = subprocess.run([sys.executable, "-m", "onetrip.cli", "init"], env=env, capture_output=True,
+                              text=True, timeout=300)
+        assert init.returncode == 0, init.stderr

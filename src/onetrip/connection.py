@@ -15,7 +15,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
+import threading
 import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -166,6 +170,31 @@ def _forget_gone_handles(pgserver: Any, pgdata: Path) -> None:
             path.write_text(json.dumps(alive))
 
 
+@contextmanager
+def _sigterm_after_start() -> Iterator[None]:
+    """A SIGTERM that arrives while the embedded server is being made and started reaches its Python handler
+    once that is done (the server running and this process on its list), not inside it.
+
+    With a handler that raises (the CLI's `sigterm_unwinds`: `kill`, `docker stop`), the exception came out of
+    the subprocess.run of pgserver's initdb or pg_ctl, which kills the child on its way out: an initdb cut short
+    left a data folder with PG_VERSION, so no later start ran initdb again and every command failed ('database
+    "postgres" does not exist'). Python's default action (no handler) ends the process and leaves the child
+    running to its end, as before; only a Python-level handler is held back, in the main thread.
+    """
+    handler = signal.getsignal(signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or not callable(handler):
+        yield
+        return
+    pending: list[tuple[int, Any]] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: pending.append((signum, frame)))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, handler)
+        if pending:
+            handler(*pending[0])  # the CLI's raises Terminated here, with the server started and stoppable
+
+
 @lru_cache(maxsize=None)
 def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> str:
     """Start (or reuse) the embedded server and return a DSN for ``dbname``.
@@ -179,7 +208,8 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     pgserver = _import_pgserver()
     try:
         _forget_gone_handles(pgserver, pgdata)
-        server = pgserver.get_server(pgdata, cleanup_mode="stop")
+        with _sigterm_after_start():
+            server = pgserver.get_server(pgdata, cleanup_mode="stop")
     except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
         raise ConnectionFailedError(
             f"could not start the embedded PostgreSQL in {pgdata}: {e}. "
