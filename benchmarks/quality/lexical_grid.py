@@ -53,14 +53,20 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.quality.lexical_grid", description=__doc__.split("\n\n")[0])
     ap.add_argument("--questions", nargs="+", required=True, metavar="FILE[,FILE]",
                     help="question sets; comma-joined files are one set")
-    ap.add_argument("--grid", nargs="+", default=["tf_weight=0"], metavar="NAME=V1,V2")
-    ap.add_argument("--dsn", default=None)
-    ap.add_argument("--prefix", default="pg15_")
-    ap.add_argument("--mode", default="hybrid", choices=("hybrid", "lexical"))
+    ap.add_argument("--grid", nargs="+", default=["tf_weight=0"], metavar="NAME=V1,V2",
+                    help="HybridOptions fields and the values to try; every combination is one row "
+                         "(default: tf_weight=0)")
+    ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
+    ap.add_argument("--prefix", default="pg15_",
+                    help="table prefix of the ingested manual (python -m benchmarks.ingest_manual; default pg15_)")
+    ap.add_argument("--mode", default="hybrid", choices=("hybrid", "lexical"),
+                    help="search mode the options are tried in (default hybrid)")
     ap.add_argument("--k", type=int, default=10, help="hits for section recall@K")
-    ap.add_argument("--budgets", default="1000,2000,4000")
-    ap.add_argument("--ef-search", type=int, default=200)
-    ap.add_argument("--out", default="benchmarks/results")
+    ap.add_argument("--budgets", default="1000,2000,4000",
+                    help="comma-separated token budgets of the default context scored (default 1000,2000,4000)")
+    ap.add_argument("--ef-search", type=int, default=200, help="hnsw.ef_search for every query (default 200)")
+    ap.add_argument("--out", default="benchmarks/results",
+                    help="folder for lexical_grid_MODE.json and .md (default benchmarks/results)")
     args = ap.parse_args(argv)
 
     from onetrip.connection import connect
