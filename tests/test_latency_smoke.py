@@ -262,3 +262,16 @@ def test_report_names_the_hnsw_build_of_older_results_from_their_table_prefix():
     assert hnsw_index({"layout_prefix": "benchmanual_s0_"}) == "HNSW m=16, ef_construction=64"
     assert hnsw_index({"layout_prefix": "bench10_s0_m8_efc100_", "hnsw_ef_construction": 32}) == \
         "HNSW m=8, ef_construction=32"
+
+
+def test_report_redraws_a_committed_result_into_another_folder(tmp_path):
+    """`python -m benchmarks.latency.report RESULT.json --out DIR` rebuilds the committed table unchanged, and
+    the plot, into DIR, leaving the committed files alone (it had written beside the JSON only)."""
+    from benchmarks.latency import report
+
+    from .benchmark_cli import ROOT
+
+    committed = ROOT / "benchmarks" / "results" / "latency_n10000_k10.json"
+    assert report.main([str(committed), "--out", str(tmp_path / "redrawn")]) == 0
+    assert (tmp_path / "redrawn" / "latency_n10000_k10.md").read_text() == committed.with_suffix(".md").read_text()
+    assert (tmp_path / "redrawn" / "latency_n10000_k10.png").stat().st_size > 0

@@ -8,6 +8,7 @@ table (.md) and the plot (.png) can be rebuilt later from a checked-in result:
 
 from __future__ import annotations
 
+import argparse
 import json
 import math
 import re
@@ -408,24 +409,29 @@ def plot(doc: dict[str, Any], path: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    usage = ("usage: python -m benchmarks.latency.report RESULT.json [...]\n"
-             "Rebuilds RESULT.md and RESULT.png from a result JSON written by benchmarks.latency.run.")
-    if not args or any(a in ("-h", "--help") for a in args):
-        print(usage, file=sys.stderr if not args else sys.stdout)
-        return 2 if not args else 0
-    missing = [a for a in args if not Path(a).is_file()]
+    ap = argparse.ArgumentParser(
+        prog="python -m benchmarks.latency.report",
+        description="Rebuild RESULT.md and RESULT.png from result JSON written by benchmarks.latency.run, "
+                    "without measuring anything.")
+    ap.add_argument("results", nargs="+", metavar="RESULT.json")
+    ap.add_argument("--out", default=None, metavar="DIR",
+                    help="write the .md and .png into DIR (default: beside each JSON file)")
+    args = ap.parse_args(argv)
+    missing = [a for a in args.results if not Path(a).is_file()]
     if missing:
-        print(f"benchmarks.latency.report: error: no such result file: {', '.join(missing)}", file=sys.stderr)
-        return 2
-    for p in map(Path, args):
+        ap.error(f"no such result file: {', '.join(missing)}")
+    out = None if args.out is None else Path(args.out)
+    if out is not None:
+        out.mkdir(parents=True, exist_ok=True)
+    for p in map(Path, args.results):
         doc = json.loads(p.read_text())
+        target = p if out is None else out / p.name
         if doc.get("kind") == "diagnostics":
             md = diagnostics_document_markdown(doc)
         else:
             md = markdown(doc)
-            plot(doc, p.with_suffix(".png"))
-        p.with_suffix(".md").write_text(md)
+            plot(doc, target.with_suffix(".png"))
+        target.with_suffix(".md").write_text(md)
         print(md)
     return 0
 
