@@ -293,14 +293,15 @@ def test_function_wrapper_returns_the_same_rows(db, dsn, loaded):
                       "WHERE p.proname = 'retrieve_sections'").fetchone()[0] == "plpgsql"
 
 
-def test_function_filters_return_fewer_rows_past_the_callers_max_scan_tuples_as_its_header_says(db, loaded):
+def test_function_filters_return_fewer_rows_past_the_callers_max_scan_tuples_as_its_header_says(db, dsn, loaded):
     """The function pins ef_search and iterative scans, not hnsw.max_scan_tuples: a filtered call returns k
     rows only while they are among the rows the scan may read. Its header once said filtered searches
     still return k rows, without that bound."""
     head = " ".join((SQL_DIR / "postgres" / "retrieve_function.sql").read_text()
                     .split("-- =====", 2)[1].replace("--", " ").split())
     assert "hnsw.max_scan_tuples rows, which is NOT pinned" in head
-    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", db.info.dsn, "-f",
+    # the fixture's DSN, not db.info.dsn: psycopg's newer libpq adds options (sslcertmode) an older psql refuses
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f",
                     str(SQL_DIR / "postgres" / "retrieve_function.sql")], check=True, capture_output=True)
     q = vec_literal(corpus_query_vectors(loaded, 1, seed=21)[0])
     # principal 'far' may read only the 40 sections farthest from the query (acl has no index: the filter
