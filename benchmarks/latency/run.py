@@ -45,6 +45,7 @@ from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
 from ..args import rtts as _rtts, run_cli, sizes as _sizes
+from ..versions import server_versions
 from . import corpus as corpus_mod
 from . import report
 from .delay_proxy import DelayProxy, DelayProxyProcess, measure_rtt, proxied_dsn, upstream_from_dsn
@@ -331,8 +332,7 @@ def _versions(conn: psycopg.Connection) -> dict[str, str]:
             return "not installed"
 
     return {
-        "postgresql": conn.execute("SHOW server_version").fetchone()[0],
-        "pgvector": conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'").fetchone()[0],
+        **server_versions(conn),
         "psycopg": psycopg.__version__,
         "libpq": str(psycopg.pq.version()),
         "pgvector-python": pkg("pgvector"),

@@ -922,8 +922,8 @@ def _run(args: argparse.Namespace) -> int:
         return code
     except KeyboardInterrupt:
         return 130
-    except Terminated:
-        return 128 + signal.SIGTERM
+    except Terminated as e:
+        return e.code
     except BrokenPipeError:  # stdout closed early (`| head`): stop quietly, as cat does, not with a traceback
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # Python's flush of stdout at exit would raise again
