@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from onetrip import Filters, Retriever, connect, init_schema
-from onetrip.store import prune_history, replace_document
+from onetrip.store import prune_history, replace_document, set_document_access
 from onetrip.synthetic import bulk_load, corpus_query_vectors, generate
 from onetrip.layout import Layout
 
@@ -414,3 +414,33 @@ def test_ancestors_stop_at_a_section_the_caller_may_not_read(db):
         ctx = r.assemble(vecs[3], k=1, parent=False, neighbors=0, ancestors=True, max_tokens=None,
                          filters=Filters(principals=principals))
         assert [p.section_id for p in ctx.passages] == want, principals
+
+
+def test_an_access_change_keeps_a_sections_own_acl(db):
+    """The document's access changing (same file, new --acl) moves the sections that had the document's
+    ACL, not those stored with their own: a section for hr in a document for staff stays hr's."""
+    init_schema(db, LAYOUT)
+    doc = next(iter(generate(5, dim=16, seed=7, sections_per_doc=(5, 5))))
+    own = {0: ("hr",), 2: None}  # section 2: public inside a restricted document
+    sections = [_AclSection(s, own[i]) if i in own else s for i, s in enumerate(doc.sections)]
+    rec = dataclasses.replace(doc.record, acl=("staff",))
+    replace_document(db, LAYOUT, rec, sections, doc.embeddings)
+    doc_id = rec.doc_id
+
+    def acls() -> list:
+        return [a for (a,) in db.execute("SELECT acl FROM sections WHERE doc_id = %s ORDER BY sequence_index",
+                                         (doc_id,))]
+
+    assert acls() == [["hr"], ["staff"], None, ["staff"], ["staff"]]
+    res = set_document_access(db, LAYOUT, doc_id, rec.content_hash, rec.collection, ["eng", "staff"])
+    assert res is not None and res.outcome == "changed" and res.sections == 5
+    assert acls() == [["hr"], ["eng", "staff"], None, ["eng", "staff"], ["eng", "staff"]]
+    res = set_document_access(db, LAYOUT, doc_id, rec.content_hash, "other", None)  # made public, moved
+    assert res is not None and res.made_public
+    assert acls() == [["hr"], None, None, None, None]
+    assert {c for (c,) in db.execute("SELECT collection FROM sections WHERE doc_id = %s", (doc_id,))} == {"other"}
+    # and back: the sections that followed the document follow it again; the hr section is still hr's. The public
+    # section had the public document's ACL by then, which cannot be told from its own: it follows (narrowed, never
+    # widened)
+    set_document_access(db, LAYOUT, doc_id, rec.content_hash, "other", ["staff"])
+    assert acls() == [["hr"], ["staff"], ["staff"], ["staff"], ["staff"]]

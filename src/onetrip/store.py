@@ -193,10 +193,15 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
     """Give a stored document another collection and ACL as a new revision, its sections and vectors kept.
 
     For a re-ingest whose file did not change: one transaction under the
-    document's lock, every section taking the document's new collection and
-    ACL (as `ingest_paths` stores them), and the document ``source_uri`` if
-    given (the same file found under another path). None if the stored content hash is no
-    longer ``content_hash`` (another writer came first): store it in full instead.
+    document's lock, every section taking the document's new collection, and
+    the document ``source_uri`` if given (the same file found under another
+    path). A section stored with the document's ACL takes the new one; a
+    section stored with an ACL of its own (`replace_document`) keeps it: the
+    document's access changing must not open, or close, what was set for that
+    section alone (they had all taken the document's, a section for ``hr``
+    in a document for ``staff`` then readable by all staff). None if the
+    stored content hash is no longer ``content_hash`` (another writer came
+    first): store it in full instead.
     """
     check_access_values(collection, acl)
     documents, sections = sql.SQL(layout.tables["documents"]), sql.SQL(layout.tables["sections"])
@@ -215,8 +220,9 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
         conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s, ingested_at = now(), "
                              "source_uri = coalesce(%s, source_uri) WHERE doc_id = %s").format(documents),
                      (collection, new_acl, revision, source_uri, doc_id))
-        n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s WHERE doc_id = %s")
-                         .format(sections), (collection, new_acl, revision, doc_id)).rowcount
+        n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, revision = %s, acl = CASE WHEN acl IS NOT "
+                                 "DISTINCT FROM %s::text[] THEN %s::text[] ELSE acl END WHERE doc_id = %s")
+                         .format(sections), (collection, revision, row[3], new_acl, doc_id)).rowcount
     return StoreResult(doc_id, "changed", revision, n, **_access_change(row[2], row[3], collection, acl))
 
 
