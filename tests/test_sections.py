@@ -15,6 +15,7 @@ from onetrip.sections import (
     HeadingBlock,
     Section,
     build_sections,
+    merged_heading,
     parse_file,
     section_anchors,
 )
@@ -46,6 +47,10 @@ def assert_valid(sections: list[Section]) -> None:
         if s.parent_section_id is not None:
             assert s.parent_section_id in seen, f"{s.section_id} -> missing parent"
             assert seen[s.parent_section_id].level < s.level
+            # a path is its parent's path and its own heading, also below a section relabelled by a merge
+            assert s.heading_path == seen[s.parent_section_id].heading_path + (s.heading,)
+        else:
+            assert s.heading_path == ((s.heading,) if s.level else ())
         seen[s.section_id] = s
 
 
@@ -224,9 +229,52 @@ def test_tiny_sibling_merges_forward_into_next_sibling() -> None:
         para(30),
     ]
     secs = build_sections(blocks, count_tokens=words, min_tokens=5)
-    assert tree(secs) == [("doc", None, 0, 1, ("Doc",)), ("big", "doc", 1, 2, ("Doc", "Big"))]
+    # labelled with both parts' headings: the text begins with the tiny one's
+    assert tree(secs) == [("doc", None, 0, 1, ("Doc",)), ("big", "doc", 1, 2, ("Doc", "Tiny; Big"))]
+    assert secs[1].heading == "Tiny; Big" and secs[1].anchor == "big"
     assert secs[1].content.startswith("## Tiny\n\nw0 w1\n\nBig\n\nw0 w1 w2")  # each part under its heading
     assert secs[1].metadata == {"merged": [{"heading": "Tiny", "anchor": "tiny", "level": 2}]}
+
+
+def test_subtree_of_a_relabelled_section_reads_its_new_heading() -> None:
+    """A tiny "Synopsis" folds into "Description", which has subsections: their paths follow the label."""
+    blocks = [
+        HeadingBlock(1, "DROP TABLE", "drop"),
+        para(30),
+        HeadingBlock(2, "Synopsis", "syn"),
+        para(2),
+        HeadingBlock(2, "Description", "desc"),
+        para(30),
+        HeadingBlock(3, "Parameters", "par"),
+        para(30),
+        HeadingBlock(4, "IF EXISTS", "ife"),
+        para(30),
+        HeadingBlock(2, "See Also", "see"),
+        para(30),
+    ]
+    secs = build_sections(blocks, count_tokens=words, min_tokens=5)
+    assert_valid(secs)
+    assert tree(secs) == [
+        ("drop", None, 0, 1, ("DROP TABLE",)),
+        ("desc", "drop", 1, 2, ("DROP TABLE", "Synopsis; Description")),
+        ("par", "desc", 2, 3, ("DROP TABLE", "Synopsis; Description", "Parameters")),
+        ("ife", "par", 3, 4, ("DROP TABLE", "Synopsis; Description", "Parameters", "IF EXISTS")),
+        ("see", "drop", 4, 2, ("DROP TABLE", "See Also")),
+    ]
+
+
+def test_merged_heading_names_every_part_up_to_four() -> None:
+    assert merged_heading(["A", "B"]) == "A; B"
+    assert merged_heading(["", "A"]) == "A"  # a preface has no heading to name
+    assert merged_heading(["A", "B", "C", "D"]) == "A; B; C; D"
+    assert merged_heading([f"Q{i}" for i in range(100)]) == "Q0; Q1; …; Q99"
+    blocks = [HeadingBlock(1, "Doc", "doc"), para(30)]
+    for i in range(6):
+        blocks += [HeadingBlock(2, f"Q{i}", f"q{i}"), para(1)]
+    blocks += [HeadingBlock(2, "Last", "last"), para(30)]
+    secs = build_sections(blocks, count_tokens=words, min_tokens=5)
+    assert [s.heading for s in secs] == ["Doc", "Q0; Q1; …; Last"]
+    assert len(secs[1].metadata["merged"]) == 6
 
 
 def test_heading_only_parent_and_tiny_last_child_are_kept() -> None:
@@ -261,6 +309,7 @@ def test_runs_of_tiny_siblings_fold_into_one() -> None:
     secs = build_sections(blocks, count_tokens=words, min_tokens=5)
     assert [s.section_id for s in secs] == ["c"]
     assert [m["anchor"] for m in secs[0].metadata["merged"]] == ["a", "b"]
+    assert secs[0].heading_path == ("A; B; C",)
     assert secs[0].content.split("\n\n")[:6] == ["A", "w0", "B", "w0", "C", "w0 w1 w2 w3 w4 w5 w6 w7 w8 w9 w10 w11 "
                                                  "w12 w13 w14 w15 w16 w17 w18 w19 w20 w21 w22 w23 w24 w25 w26 "
                                                  "w27 w28 w29"]

@@ -13,7 +13,9 @@ document order; `build_sections` turns it into `Section`s. Rules, in order:
    (i.e. it is a sibling, so the tiny section has no children). Its heading line
    and content are prepended to the next section's content, which then also
    starts with its own heading line (so the text reads in document order, each
-   part under its heading), and recorded in `metadata["merged"]`. Tiny sections
+   part under its heading), and recorded in `metadata["merged"]`. The section
+   is then labelled with every part's heading in order ("Synopsis; Description",
+   see `merged_heading`), in its own heading path and in its subtree's. Tiny sections
    followed by their own children (heading-only parents), and tiny last
    children, are kept as they are. Because
    only childless sections disappear, no parent_section_id can dangle.
@@ -404,8 +406,30 @@ def _merge_tiny(nodes: list[_Node], counter: _Counter, min_tokens: int) -> list[
             node.blocks = [b for blocks, _ in reversed(chunks) for b in blocks] + node.blocks
             node.counts = [c for _, counts in reversed(chunks) for c in counts] + node.counts
             node.merged.reverse()
+            node.heading = merged_heading([m["heading"] for m in node.merged] + [node.heading])
         out.append(node)
+    if len(out) < len(nodes):  # a relabelled section's subtree reads its new heading in its paths
+        for node in out:
+            if node.level:
+                node.path = (node.parent.path if node.parent is not None else ()) + (node.heading,)
     return out
+
+
+MERGED_HEADING_SEP = "; "
+
+
+def merged_heading(headings: Sequence[str]) -> str:
+    """The label of a section that took tiny siblings: every part's heading, in document order.
+
+    Labelled with the last part's heading alone, "Synopsis" then "Description"
+    read as "Description" while the text began with the synopsis. A run of more
+    than four keeps its first two, an ellipsis and the last, so a FAQ of a
+    hundred short answers does not make a heading of a hundred questions.
+    """
+    named = [h for h in headings if h.strip()]
+    if len(named) > 4:
+        named = [*named[:2], "…", named[-1]]
+    return MERGED_HEADING_SEP.join(named)
 
 
 def _split(node: _Node, counter: _Counter, max_tokens: int) -> list[tuple[str, int]]:
