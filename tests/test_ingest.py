@@ -567,3 +567,62 @@ def test_a_truncated_file_is_stored_and_its_loss_reported(db, dsn, tmp_path):
     assert "\twarning: the code fence (```) opened at line 13 is never closed" in listing.stdout
     as_json = json.loads(onetrip("documents", "--prefix", "cut_", "--json", dsn=dsn).stdout)
     assert as_json[0]["parse_warnings"][0].startswith("the code fence (```) opened at line 13")
+
+
+MERGING_DOC = (f"# Machine\n\nAbout the machine.{PAD}\n\n## Daily cleaning\n\nRinse it.\n\n"
+               f"## Descaling\n\nDescale every 3 months.{PAD}\n")
+
+
+def test_an_unchanged_file_cut_by_another_onetrip_is_cut_again(db, tmp_path, monkeypatch):
+    """After an upgrade that cuts files differently (SECTIONING), a plain ingest re-cuts the documents an older
+    onetrip stored, and only those: their merged section had kept its last part's heading until --force."""
+    import onetrip.ingest as ingest_module
+    from onetrip.sections import SECTIONING
+    from onetrip.store import SECTIONING_KEY
+
+    layout = init_schema(db)
+    (tmp_path / "machine.md").write_text(MERGING_DOC)
+    (tmp_path / "guide.md").write_text(DOC_V1)
+    emb = CountingEmbedder()
+    assert ingest_paths(db, [tmp_path], layout=layout, embedder=emb).new == 2
+
+    def paths() -> list:
+        return [p for (p,) in db.execute("SELECT heading_path FROM sections WHERE doc_id = 'machine.md' "
+                                         "ORDER BY sequence_index")]
+
+    assert paths() == [["Machine"], ["Machine", "Daily cleaning; Descaling"]]
+    assert db.execute("SELECT metadata ->> %s FROM documents WHERE doc_id = 'machine.md'",
+                      (SECTIONING_KEY,)).fetchone() == (str(SECTIONING),)
+    # as an onetrip before 2026-12-05 stored it: the old label, no sectioning recorded
+    db.execute("UPDATE sections SET heading_path = ARRAY['Machine', 'Descaling'], heading = 'Descaling' "
+               "WHERE doc_id = 'machine.md' AND sequence_index = 1")
+    db.execute("UPDATE documents SET metadata = metadata - %s WHERE doc_id = 'machine.md'", (SECTIONING_KEY,))
+    before = emb.embedded
+    again = ingest_paths(db, [tmp_path], layout=layout, embedder=emb)
+    assert (again.new, again.changed, again.recut, again.unchanged) == (0, 1, 1, 1)
+    assert emb.embedded - before == 2  # the re-cut document's two sections, not the other's
+    assert paths() == [["Machine"], ["Machine", "Daily cleaning; Descaling"]]
+    assert db.execute("SELECT revision FROM documents WHERE doc_id = 'machine.md'").fetchone() == (2,)
+    assert again.as_dict()["recut"] == 1
+    # nothing more to do: both unchanged
+    assert (lambda r: (r.changed, r.recut, r.unchanged))(ingest_paths(db, [tmp_path], layout=layout,
+                                                                      embedder=emb)) == (0, 0, 2)
+    # the next change of sectioning re-cuts both; --force re-cuts too, but is not counted as a re-cut
+    monkeypatch.setattr(ingest_module, "SECTIONING", SECTIONING + 1)
+    bumped = ingest_paths(db, [tmp_path], layout=layout, embedder=emb)
+    assert (bumped.changed, bumped.recut) == (2, 2)
+    forced = ingest_paths(db, [tmp_path], layout=layout, embedder=emb, force=True)
+    assert (forced.changed, forced.recut) == (2, 0)
+
+
+def test_cli_summary_says_why_unchanged_files_were_embedded_again(dsn, tmp_path):
+    from .test_cli import onetrip
+
+    (tmp_path / "machine.md").write_text(MERGING_DOC)
+    first = onetrip("ingest", "--prefix", "recut_", str(tmp_path), dsn=dsn)
+    assert first.returncode == 0, first.stderr
+    with connect(dsn) as conn:
+        conn.execute("UPDATE recut_documents SET metadata = metadata - 'onetrip_sectioning'")
+    again = onetrip("ingest", "--prefix", "recut_", str(tmp_path), dsn=dsn)
+    assert again.returncode == 0, again.stderr
+    assert "0 new, 1 changed (1 re-cut: stored by an onetrip that cut files differently)" in again.stdout

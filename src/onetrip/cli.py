@@ -562,7 +562,10 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(json.dumps(report.as_dict(), indent=2))
     else:
         rate = report.sections / report.seconds if report.seconds else 0.0
-        access = f" ({report.access_only} only in collection/ACL)" if report.access_only else ""
+        why = [f"{report.access_only} only in collection/ACL"] if report.access_only else []
+        if report.recut:  # an upgrade re-cut unchanged files: say why they were embedded again
+            why.append(f"{report.recut} re-cut: stored by an onetrip that cut files differently")
+        access = f" ({'; '.join(why)})" if why else ""
         print(f"documents: {report.new} new, {report.changed} changed{access}, {report.unchanged} unchanged, "
               f"{len(report.failed)} failed; {report.sections} sections in {report.seconds:.1f}s ({rate:.1f}/s; "
               f"parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, load {report.load_seconds:.1f}s)")
@@ -764,7 +767,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
     # with another --prefix they are the user's and get the usual error instead.
     report = _ingest(args, [str(corpus)], False, True, rebuild_outdated=args.prefix == "demo_")
     console = Console()
-    console.print(f"[bold]demo corpus[/]: {report.new} new, {report.changed} changed, "
+    recut = f" ({report.recut} re-cut by this onetrip)" if report.recut else ""
+    console.print(f"[bold]demo corpus[/]: {report.new} new, {report.changed} changed{recut}, "
                   f"{report.unchanged} unchanged, {len(report.failed)} failed documents "
                   f"({report.sections} sections written)")
     if report.failed:

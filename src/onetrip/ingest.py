@@ -23,11 +23,12 @@ import psycopg
 
 from .embedders import Embedder, check_embedder
 from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumentError, OnetripError
-from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, TEXT_SUFFIXES, ParsedDocument, parse_file
+from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SECTIONING, TEXT_SUFFIXES, ParsedDocument, parse_file
 from .store import (
     EMBEDDER_KEY,
     FORMAT_KEY,
     PARSE_WARNINGS_KEY,
+    SECTIONING_KEY,
     DocumentRecord,
     StoreResult,
     embedder_lock,
@@ -57,6 +58,7 @@ class IngestReport:
     unchanged: int = 0
     failed: list[tuple[str, str]] = field(default_factory=list)
     access_only: int = 0  # of `changed`: same content, another collection/ACL (not re-embedded)
+    recut: int = 0  # of `changed`: same file, stored by an onetrip that cut files differently (SECTIONING)
     made_public: list[str] = field(default_factory=list)  # stored with an ACL before, without one now
     moved: list[tuple[str, str]] = field(default_factory=list)  # (path, the other collection it was stored in)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, what parsing lost: ParsedDocument.warnings)
@@ -81,7 +83,7 @@ class IngestReport:
         return {
             "documents": self.documents, "new": self.new, "changed": self.changed,
             "unchanged": self.unchanged, "failed": [{"path": p, "reason": r} for p, r in self.failed],
-            "access_only": self.access_only, "made_public": self.made_public,
+            "access_only": self.access_only, "recut": self.recut, "made_public": self.made_public,
             "moved": [{"path": p, "from_collection": c} for p, c in self.moved],
             "warnings": [{"path": p, "warning": w} for p, w in self.warnings],
             "sections": self.sections, "parse_seconds": round(self.parse_seconds, 3),
@@ -196,6 +198,7 @@ class _Pending:
     record: DocumentRecord
     parsed: ParsedDocument
     path: str
+    recut: bool = False  # stored unchanged, but cut by another SECTIONING: written even though its hash matches
 
 
 @contextmanager
@@ -299,7 +302,10 @@ def ingest_paths(
     A file is skipped as unchanged when its content hash, ``collection`` and
     ``acl`` are all as stored. Another collection or ACL on an unchanged file
     is a new revision that keeps the sections and their vectors (no parsing or
-    embedding), so an access change takes effect at once. Documents that had
+    embedding), so an access change takes effect at once. An unchanged file
+    that an onetrip which cut files differently stored (another
+    `onetrip.sections.SECTIONING`) is cut, embedded and stored again
+    (``report.recut``). Documents that had
     an ACL and are stored without one are listed in ``report.made_public``, and
     documents stored in another collection before in ``report.moved``: a doc_id
     names one document across collections (give ``doc_id`` a prefix to keep both).
@@ -373,7 +379,7 @@ def ingest_paths(
                 t0 = time.perf_counter()
                 try:
                     res: StoreResult = replace_document(
-                        conn, layout, p.record, p.parsed.sections, vectors[offset : offset + n], force=force,
+                        conn, layout, p.record, p.parsed.sections, vectors[offset : offset + n], force=force or p.recut,
                         keep_history=keep_history,
                     )
                 except (OnetripError, ValueError, psycopg.Error) as e:
@@ -385,6 +391,8 @@ def ingest_paths(
                         report.new += 1
                     elif res.outcome == "changed":
                         report.changed += 1
+                        if p.recut:
+                            report.recut += 1
                     else:
                         report.unchanged += 1
                     if res.outcome != "unchanged":
@@ -409,7 +417,8 @@ def ingest_paths(
                 check_doc_id(did)  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
                 data = path.read_bytes()
                 digest = hashlib.sha256(data).hexdigest()
-                state = "content" if force else stored_state(conn, layout, did, digest, collection, acl)
+                state = "content" if force else stored_state(conn, layout, did, digest, collection, acl,
+                                                             sectioning=SECTIONING)
                 if state == "unchanged":
                     report.unchanged += 1
                     report.parse_seconds += time.perf_counter() - t0
@@ -428,7 +437,8 @@ def ingest_paths(
                 found = {PARSE_WARNINGS_KEY: list(parsed.warnings)} if parsed.warnings else {}
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
                     doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
-                    metadata={**parsed.metadata, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name},
+                    metadata={**parsed.metadata, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name,
+                              SECTIONING_KEY: SECTIONING},
                     collection=collection, acl=acl,
                 )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
@@ -439,7 +449,7 @@ def ingest_paths(
                     on_progress(shown, report)
                 continue
             report.parse_seconds += time.perf_counter() - t0
-            pending.append(_Pending(record, parsed, shown))
+            pending.append(_Pending(record, parsed, shown, recut=state == "sectioning"))
             if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
                 flush()
         flush()

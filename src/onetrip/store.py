@@ -166,24 +166,31 @@ def _access_change(stored_collection: str, stored_acl: Sequence[str] | None, col
             "moved_from": stored_collection if stored_collection != collection else None}
 
 
-StoredState = Literal["new", "content", "access", "unchanged"]
+StoredState = Literal["new", "content", "sectioning", "access", "unchanged"]
 
 
 def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
-                 collection: str | None, acl: Sequence[str] | None) -> StoredState:
-    """How a document to be stored differs from the stored one: not stored, its content, only its access, nothing.
+                 collection: str | None, acl: Sequence[str] | None, *,
+                 sectioning: int | None = None) -> StoredState:
+    """How a document to be stored differs from the stored one: not stored, its content, how it was cut into
+    sections, only its access, nothing.
 
     Access counts, not only content: a re-ingest of an unchanged file with
     another ``acl`` or ``collection`` must store it ("access": `set_document_access`,
-    no re-embedding), or a narrowed ACL would silently not take effect.
+    no re-embedding), or a narrowed ACL would silently not take effect. With
+    ``sectioning`` (`onetrip.sections.SECTIONING`), an unchanged file stored
+    under another number (or none: before 2026-12-05) is "sectioning": to be
+    cut again and stored in full.
     """
-    q = sql.SQL("SELECT content_hash, collection, acl FROM {} WHERE doc_id = %s").format(
+    q = sql.SQL("SELECT content_hash, collection, acl, metadata ->> %s FROM {} WHERE doc_id = %s").format(
         sql.SQL(layout.tables["documents"]))
-    row = conn.execute(q, (doc_id,)).fetchone()
+    row = conn.execute(q, (SECTIONING_KEY, doc_id)).fetchone()
     if row is None:
         return "new"
     if row[0] != content_hash:
         return "content"
+    if sectioning is not None and row[3] != str(sectioning):
+        return "sectioning"
     return "unchanged" if _same_access(row[1], row[2], collection, acl) else "access"
 
 
@@ -233,6 +240,8 @@ EMBEDDER_KEY = "onetrip_embedder"
 FORMAT_KEY = "onetrip_format"
 #: The documents.metadata key `ingest_paths` keeps a file's `ParsedDocument.warnings` under (when it has any).
 PARSE_WARNINGS_KEY = "onetrip_parse_warnings"
+#: The documents.metadata key `ingest_paths` records `onetrip.sections.SECTIONING` under: how the file was cut.
+SECTIONING_KEY = "onetrip_sectioning"
 TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
 
 
