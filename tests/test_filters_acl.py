@@ -439,8 +439,39 @@ def test_an_access_change_keeps_a_sections_own_acl(db):
     assert res is not None and res.made_public
     assert acls() == [["hr"], None, None, None, None]
     assert {c for (c,) in db.execute("SELECT collection FROM sections WHERE doc_id = %s", (doc_id,))} == {"other"}
-    # and back: the sections that followed the document follow it again; the hr section is still hr's. The public
-    # section had the public document's ACL by then, which cannot be told from its own: it follows (narrowed, never
-    # widened)
+    # and back: the sections that followed the document follow it again; the hr section is still hr's, and the
+    # public one, though it held the public document's ACL meanwhile, is still public: its own, by its mark
     set_document_access(db, LAYOUT, doc_id, rec.content_hash, "other", ["staff"])
-    assert acls() == [["hr"], ["staff"], ["staff"], ["staff"], ["staff"]]
+    assert acls() == [["hr"], ["staff"], None, ["staff"], ["staff"]]
+
+
+def test_a_sections_own_acl_is_kept_when_the_document_passes_through_it(db):
+    """A document for staff set to hr, then back to staff: its hr section stays hr's. Told apart by value, it held
+    the document's ACL while that was hr, and went back to staff with the others: readable by all staff."""
+    init_schema(db, LAYOUT)
+    doc = next(iter(generate(5, dim=16, seed=7, sections_per_doc=(3, 3))))
+    sections = [_AclSection(doc.sections[0], ("hr",)), *doc.sections[1:]]
+    rec = dataclasses.replace(doc.record, acl=("staff",))
+    replace_document(db, LAYOUT, rec, sections, doc.embeddings)
+
+    def acls() -> list:
+        return [a for (a,) in db.execute("SELECT acl FROM sections WHERE doc_id = %s ORDER BY sequence_index",
+                                         (rec.doc_id,))]
+
+    set_document_access(db, LAYOUT, rec.doc_id, rec.content_hash, rec.collection, ["hr"])
+    assert acls() == [["hr"], ["hr"], ["hr"]]
+    set_document_access(db, LAYOUT, rec.doc_id, rec.content_hash, rec.collection, ["staff"])
+    assert acls() == [["hr"], ["staff"], ["staff"]]
+    with Retriever(db) as r:  # what staff can find: not the hr section
+        found = {h.section.section_id for h in r.search(doc.embeddings[0], k=3, filters=Filters(principals=["staff"]))}
+    assert found == {s.section_id for s in doc.sections[1:]}
+    # a caller's own metadata cannot mark a section that takes the document's ACL: it follows the document
+    marked = [dataclasses.replace(s, metadata={**s.metadata, "onetrip_own_acl": True}) for s in doc.sections]
+    replace_document(db, LAYOUT, rec, marked, doc.embeddings, force=True)
+    set_document_access(db, LAYOUT, rec.doc_id, rec.content_hash, rec.collection, ["eng"])
+    assert acls() == [["eng"], ["eng"], ["eng"]]
+    # rows an onetrip without the mark stored: a section whose ACL is not the document's is taken as its own
+    replace_document(db, LAYOUT, rec, sections, doc.embeddings, force=True)
+    db.execute("UPDATE sections SET metadata = metadata - 'onetrip_own_acl' WHERE doc_id = %s", (rec.doc_id,))
+    set_document_access(db, LAYOUT, rec.doc_id, rec.content_hash, rec.collection, ["hr", "eng"])
+    assert acls() == [["hr"], ["hr", "eng"], ["hr", "eng"]]

@@ -203,12 +203,16 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
     document's lock, every section taking the document's new collection, and
     the document ``source_uri`` if given (the same file found under another
     path). A section stored with the document's ACL takes the new one; a
-    section stored with an ACL of its own (`replace_document`) keeps it: the
-    document's access changing must not open, or close, what was set for that
-    section alone (they had all taken the document's, a section for ``hr``
-    in a document for ``staff`` then readable by all staff). None if the
-    stored content hash is no longer ``content_hash`` (another writer came
-    first): store it in full instead.
+    section stored with an ACL of its own (`replace_document`; marked
+    `OWN_ACL_KEY` in its metadata) keeps it: the document's access changing
+    must not open, or close, what was set for that section alone (they had
+    all taken the document's, a section for ``hr`` in a document for
+    ``staff`` then readable by all staff). The mark, not the ACL's value,
+    tells them apart: by value, a document set to ``hr`` and then back to
+    ``staff`` had taken the hr section along to staff. A section stored
+    before the mark keeps its ACL when it differs from the document's. None
+    if the stored content hash is no longer ``content_hash`` (another writer
+    came first): store it in full instead.
     """
     check_access_values(collection, acl)
     documents, sections = sql.SQL(layout.tables["documents"]), sql.SQL(layout.tables["sections"])
@@ -227,9 +231,12 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
         conn.execute(sql.SQL("UPDATE {} SET collection = %s, acl = %s, revision = %s, ingested_at = now(), "
                              "source_uri = coalesce(%s, source_uri) WHERE doc_id = %s").format(documents),
                      (collection, new_acl, revision, source_uri, doc_id))
-        n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, revision = %s, acl = CASE WHEN acl IS NOT "
-                                 "DISTINCT FROM %s::text[] THEN %s::text[] ELSE acl END WHERE doc_id = %s")
-                         .format(sections), (collection, revision, row[3], new_acl, doc_id)).rowcount
+        # marked: its own ACL, whatever it holds. Unmarked (stored before the mark) and equal to the
+        # document's: it took the document's. Unmarked and another: its own
+        n = conn.execute(sql.SQL("UPDATE {} SET collection = %s, revision = %s, acl = CASE WHEN metadata ? %s "
+                                 "THEN acl WHEN acl IS NOT DISTINCT FROM %s::text[] THEN %s::text[] ELSE acl END "
+                                 "WHERE doc_id = %s")
+                         .format(sections), (collection, revision, OWN_ACL_KEY, row[3], new_acl, doc_id)).rowcount
     return StoreResult(doc_id, "changed", revision, n, **_access_change(row[2], row[3], collection, acl))
 
 
@@ -242,6 +249,9 @@ FORMAT_KEY = "onetrip_format"
 PARSE_WARNINGS_KEY = "onetrip_parse_warnings"
 #: The documents.metadata key `ingest_paths` records `onetrip.sections.SECTIONING` under: how the file was cut.
 SECTIONING_KEY = "onetrip_sectioning"
+#: The sections.metadata key (true) of a section stored with an ``acl`` of its own, which `set_document_access`
+#: leaves as it is; `replace_document` sets it and keeps a caller's own value under that key out.
+OWN_ACL_KEY = "onetrip_own_acl"
 TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
 
 
@@ -375,7 +385,19 @@ def _checked(doc: DocumentRecord, sections: Sequence[SectionLike], embeddings: A
         raise ValueError(f"{doc.doc_id}: a document needs at least one section")
     arr = _check_embeddings(sections, embeddings, dim)
     _check_tree(doc.doc_id, sections)
-    return arr, _json_object(doc.metadata), [_json_object(s.metadata) for s in sections]
+    return arr, _json_object(doc.metadata), [_json_object(_section_metadata(s)) for s in sections]
+
+
+def _section_metadata(s: SectionLike) -> dict[str, Any]:
+    """A section's metadata as stored: marked (`OWN_ACL_KEY`) when the section carries an ``acl`` of its own.
+
+    Only the mark tells `set_document_access` such a section from one that took the document's ACL when
+    both hold the same principals; a caller's own value under that key is not taken as the mark.
+    """
+    meta = {k: v for k, v in s.metadata.items() if k != OWN_ACL_KEY}
+    if hasattr(s, "acl"):
+        meta[OWN_ACL_KEY] = True
+    return meta
 
 
 def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
@@ -557,8 +579,9 @@ def replace_document(
     Skips the write (outcome "unchanged") when the stored content hash,
     collection and ACL are equal, unless ``force``. With ``keep_history`` the superseded revision's sections
     are copied to the section_history table (audit) in the same transaction.
-    A section may carry its own ``acl`` attribute; otherwise it gets the
-    document's. Everything is validated before the transaction starts.
+    A section may carry its own ``acl`` attribute (its metadata then holds
+    `OWN_ACL_KEY`, so that `set_document_access` keeps it); otherwise it gets
+    the document's. Everything is validated before the transaction starts.
     """
     arr, doc_meta, section_meta = _checked(doc, sections, embeddings, layout.dim)
     context_tokens = passage_tokens(doc.doc_id, sections)
