@@ -237,6 +237,9 @@ def test_page_text_spans_and_window_anchors():
         assert page.text[s:e].endswith(sec.content)
         assert anchors == section_anchors(sec)
     assert page.text.startswith("Page\n\nIntro text")
+    # the page's own text: the merged section's label is not in it, its parts' heading lines are, once each
+    assert "Tiny; Big" not in page.text
+    assert "\n\nTiny\n\nThe tiny fact.\n\nBig\n\nword word" in page.text and page.text.count("Big") == 1
     rows = window_rows("p.html", page, size=30, overlap=5)
     assert rows[0].metadata["anchors"][0] == "PAGE"
     everything = {a for r in rows for a in r.metadata["anchors"]}

@@ -28,11 +28,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from onetrip.sections import Section
+from onetrip.sections import SECTIONING, Section
 
 DEFAULT_SIZE = 512
 DEFAULT_OVERLAP = 50
-WINDOWS_VERSION = "windows-v1"
+WINDOWS_VERSION = "windows-v2"  # v2: a merged section's label is not put in the page text (it holds its headings)
 
 
 @dataclass(frozen=True)
@@ -70,14 +70,19 @@ class PageText:
 
 
 def page_text(parsed: Any) -> PageText:
-    """Flatten a `onetrip.sections.ParsedDocument`: heading line + content per section."""
+    """Flatten a `onetrip.sections.ParsedDocument`: heading line + content per section.
+
+    A section that took merged tiny siblings already begins with each part's heading line,
+    its own too, so its label (`merged_heading`: "Synopsis; Description") is not added: it
+    is not text of the page.
+    """
     from onetrip.sections import section_anchors
 
     pieces: list[str] = []
     spans: list[tuple[int, int, tuple[str, ...]]] = []
     pos = 0
     for s in parsed.sections:
-        first_part = s.metadata.get("part", 1) == 1
+        first_part = s.metadata.get("part", 1) == 1 and not s.metadata.get("merged")
         chunk = "\n\n".join(x for x in ((s.heading if first_part else ""), s.content) if x.strip())
         if not chunk:
             continue
@@ -207,7 +212,7 @@ def build_windows(
 
     for path in pages:
         data = path.read_bytes()
-        digest = hashlib.sha256(data + f"|{WINDOWS_VERSION}|{size}|{overlap}".encode()).hexdigest()
+        digest = hashlib.sha256(data + f"|{WINDOWS_VERSION}|{SECTIONING}|{size}|{overlap}".encode()).hexdigest()
         if current_hash(conn, layout, path.name) == digest:
             stats["unchanged"] += 1
             continue
