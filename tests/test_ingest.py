@@ -626,3 +626,34 @@ def test_cli_summary_says_why_unchanged_files_were_embedded_again(dsn, tmp_path)
     again = onetrip("ingest", "--prefix", "recut_", str(tmp_path), dsn=dsn)
     assert again.returncode == 0, again.stderr
     assert "0 new, 1 changed (1 re-cut: stored by an onetrip that cut files differently)" in again.stdout
+
+
+def test_a_stored_document_whose_file_now_fails_says_the_stored_revision_is_kept(db, tmp_path, monkeypatch):
+    """A failure of a document already stored names what a search still finds: the revision stored before."""
+    import onetrip.ingest as ingest_module
+    from onetrip.errors import InputDocumentError
+
+    layout = init_schema(db)
+    f = tmp_path / "guide.md"
+    f.write_text(DOC_V1)
+    assert ingest_paths(db, [f], layout=layout, embedder=HashEmbedder()).new == 1
+    stored = rows(db, "guide.md")
+    f.write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00IHDR" * 10)  # the file changed into something unreadable
+    (fresh := tmp_path / "fresh.md").write_bytes(b"")  # ... and a new file that fails says nothing of the kind
+    bad = ingest_paths(db, [f, fresh], layout=layout, embedder=HashEmbedder())
+    failed = dict(bad.failed)
+    assert "binary" in failed[str(f)] and failed[str(f)].endswith("; the revision stored before stays searchable")
+    assert "stays" not in failed[str(fresh)]
+    assert rows(db, "guide.md") == stored
+    # an unchanged file stored by an onetrip that cut files differently, which this one's parser refuses
+    f.write_text(DOC_V1)
+    db.execute("UPDATE documents SET metadata = metadata - 'onetrip_sectioning'")
+
+    def refuse(path, **kwargs):
+        raise InputDocumentError(str(path), "refused by this parser")
+
+    monkeypatch.setattr(ingest_module, "parse_file", refuse)
+    old = ingest_paths(db, [f], layout=layout, embedder=HashEmbedder())
+    assert old.failed == [(str(f), "refused by this parser; the revision an older onetrip stored stays searchable, "
+                                   "cut as it cut it")]
+    assert rows(db, "guide.md") == stored

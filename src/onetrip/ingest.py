@@ -409,6 +409,7 @@ def ingest_paths(
             report.documents += 1
             shown = str(path)
             t0 = time.perf_counter()
+            state = "new"
             try:
                 if not path.exists():
                     raise InputDocumentError(shown, unreadable(path))
@@ -443,6 +444,9 @@ def ingest_paths(
                 )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
                 why = e.reason if isinstance(e, InputDocumentError) else _why(e)
+                if state in ("content", "sectioning"):  # a stored document whose new read failed: say it is kept
+                    why += ("; the revision stored before stays searchable" if state == "content" else
+                            "; the revision an older onetrip stored stays searchable, cut as it cut it")
                 report.failed.append((shown, why))
                 report.parse_seconds += time.perf_counter() - t0
                 if on_progress:  # every file is reported once, however it failed
