@@ -394,7 +394,7 @@ def _section_metadata(s: SectionLike) -> dict[str, Any]:
     Only the mark tells `set_document_access` such a section from one that took the document's ACL when
     both hold the same principals; a caller's own value under that key is not taken as the mark.
     """
-    meta = {k: v for k, v in s.metadata.items() if k != OWN_ACL_KEY}
+    meta = {k: v for k, v in dict(s.metadata).items() if k != OWN_ACL_KEY}  # as _json_object reads it
     if hasattr(s, "acl"):
         meta[OWN_ACL_KEY] = True
     return meta
