@@ -15,3 +15,9 @@ def server_versions(conn: Any) -> dict[str, str | None]:
     row = conn.execute("SELECT current_setting('server_version'), "
                        "(SELECT extversion FROM pg_extension WHERE extname = 'vector')").fetchone()
     return {"postgresql": row[0], "pgvector": row[1]}
+
+
+def server_label(conn: Any) -> str:
+    """``"PostgreSQL 18.3, pgvector 0.8.2"``: the one-line form a result's ``meta.server`` holds."""
+    v = server_versions(conn)
+    return f"PostgreSQL {v['postgresql']}, pgvector {v['pgvector']}"

@@ -24,6 +24,11 @@ from .conftest import psql_binary
 SQL_DIR = Path(__file__).resolve().parents[1] / "sql"
 
 
+def _unit(v: np.ndarray) -> np.ndarray:
+    """A query vector of unit length, as the searches' embeddings are (several tests aim queries at sections)."""
+    return (v / np.linalg.norm(v)).astype(np.float32)
+
+
 def run_psql(dsn: str, *args: str) -> list[dict[str, str]]:
     out = subprocess.run(
         [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn, *args],
@@ -254,7 +259,7 @@ def test_every_index_a_plan_paragraph_names_is_in_the_files_plan(db, dsn, loaded
 def test_psql_runs_retrieve_many_sql_as_is_and_matches_the_api(db, dsn, loaded):
     r = Retriever(db)
     doc = next(d for d in loaded if len(d.sections) >= 6)
-    two, three = (doc.embeddings[i] / np.linalg.norm(doc.embeddings[i]) for i in (2, 3))
+    two, three = _unit(doc.embeddings[2]), _unit(doc.embeddings[3])
     queries = list(corpus_query_vectors(loaded, 3, seed=19)) + [two, three]  # each one's hit the other's neighbour
     array = "{" + ",".join(f'"{vec_literal(q)}"' for q in queries) + "}"
     rows = run_psql(dsn, "-v", "k=4", "-v", f"query_embeddings={array}",
@@ -645,14 +650,11 @@ def test_oracle_macro_query_logic_matches_the_api_on_postgres(db, loaded):
     sql = _macro_on_postgres(_macro_query())
     r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
 
-    def unit(v: np.ndarray) -> np.ndarray:
-        return (v / np.linalg.norm(v)).astype(np.float32)
-
     a, b = loaded[5], loaded[17]
     queries = list(corpus_query_vectors(loaded, 4, seed=31)) + [
-        unit(a.embeddings[0] + a.embeddings[1]),  # a doc's first two sections: adjacent hits, one at index 0
-        unit(b.embeddings[-1] + b.embeddings[-2] + b.embeddings[-3]),  # a doc's last three sections
-        unit(a.embeddings[2]),
+        _unit(a.embeddings[0] + a.embeddings[1]),  # a doc's first two sections: adjacent hits, one at index 0
+        _unit(b.embeddings[-1] + b.embeddings[-2] + b.embeddings[-3]),  # a doc's last three sections
+        _unit(a.embeddings[2]),
     ]
     seen = {"adjacent hits": 0, "first section hit": 0, "last section hit": 0, "parent row": 0}
     last = {d.record.doc_id: len(d.sections) - 1 for d in loaded}
@@ -840,13 +842,10 @@ def test_oracle_assemble_logic_matches_the_api_on_postgres(db, loaded, expansion
                        " AND t.doc_id = %s AND t.section_id = %s", (a.section_id, d.record.doc_id, other.section_id))
     assert len(parts) >= 4, "too few documents with three roots"
 
-    def unit(v: np.ndarray) -> np.ndarray:
-        return (v / np.linalg.norm(v)).astype(np.float32)
-
     r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
     queries = list(corpus_query_vectors(loaded, 5, seed=41))
-    queries += [unit(first) for _, _, first, _ in list(parts.values())[:2]]  # hits on a split part ...
-    queries += [unit(third) for _, _, _, third in list(parts.values())[:2]]  # ... and on the root that is none
+    queries += [_unit(first) for _, _, first, _ in list(parts.values())[:2]]  # hits on a split part ...
+    queries += [_unit(third) for _, _, _, third in list(parts.values())[:2]]  # ... and on the root that is none
     seen = {"skipped then taken": 0, "all fit": 0, "something left out": 0, "split part": 0,
             "exact fit after a skip": 0}
 
@@ -966,16 +965,13 @@ def test_oracle_retrieve_many_logic_matches_the_api_on_postgres(db, loaded):
     text = (SQL_DIR / "oracle" / "retrieve_many.sql").read_text()
     r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
 
-    def unit(v: np.ndarray) -> np.ndarray:
-        return (v / np.linalg.norm(v)).astype(np.float32)
-
     a = next(d for d in loaded[5:] if len(d.sections) >= 6)
     b = next(d for d in loaded[17:] if len(d.sections) >= 4)
     rand = list(corpus_query_vectors(loaded, 6, seed=37))
-    first = unit(a.embeddings[0] + a.embeddings[1])  # a doc's first two sections: adjacent hits, one at index 0
-    last = unit(b.embeddings[-1] + b.embeddings[-2] + b.embeddings[-3])  # a doc's last three sections
-    two, three = unit(a.embeddings[2]), unit(a.embeddings[3])  # each hit the other's neighbour
-    near = unit(rand[0] + 0.05 * rand[1])  # most of rand[0]'s hits
+    first = _unit(a.embeddings[0] + a.embeddings[1])  # a doc's first two sections: adjacent hits, one at index 0
+    last = _unit(b.embeddings[-1] + b.embeddings[-2] + b.embeddings[-3])  # a doc's last three sections
+    two, three = _unit(a.embeddings[2]), _unit(a.embeddings[3])  # each hit the other's neighbour
+    near = _unit(rand[0] + 0.05 * rand[1])  # most of rand[0]'s hits
     query_sets = [rand[:3], [rand[0], rand[0]], [rand[0], near, rand[3]], [first, last], [two, three],
                   [three, first, two, last, rand[4]], [rand[5]]]
     last_seq = {d.record.doc_id: len(d.sections) - 1 for d in loaded}

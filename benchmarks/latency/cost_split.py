@@ -62,7 +62,7 @@ from benchmarks.args import (
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import BareTopK, CacheWarmer, OnetripAssembled, OnetripSingle
-from benchmarks.versions import server_versions
+from benchmarks.versions import server_label
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K, Retriever, bind_vector, plan_assemble, plan_search, statement_columns
 from onetrip.synthetic import corpus_query_vectors, generate
@@ -314,7 +314,7 @@ def main(argv: list[str] | None = None) -> int:
     dsn = resolve_dsn(args.dsn)
     results = []
     with connect(dsn) as conn:
-        server = server_versions(conn)
+        server = server_label(conn)
         for n in args.sizes:
             layout = bench_layout(n, args.seed, hnsw_ef_construction=args.ef_construction)
             docs = list(generate(n, dim=384, seed=args.seed))
@@ -328,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
                 results.append(r)
     doc = {"meta": {"k": args.k, "queries": args.queries, "warmup": args.warmup,
                     "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "cores": os.cpu_count(),
-                    "server": f"PostgreSQL {server['postgresql']}, pgvector {server['pgvector']}",
+                    "server": server,
                     "ef_construction": args.ef_construction, "work_rows": WORK_ROWS},
            "results": results}
     out = Path(args.out)

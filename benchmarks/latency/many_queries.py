@@ -47,7 +47,7 @@ from benchmarks.args import (
 from benchmarks.latency.corpus import MANUAL_PREFIX, bench_layout, ensure_loaded, manual_missing
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import CacheWarmer
-from benchmarks.versions import server_versions
+from benchmarks.versions import server_label
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K, Retriever
 from onetrip.schema import hnsw_build_options
@@ -208,7 +208,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         layout = bench_layout(args.size, args.seed, hnsw_ef_construction=args.ef_construction)
     with connect(dsn) as conn:
-        server = server_versions(conn)
+        server = server_label(conn)
         if args.manual:
             args.size = conn.execute(f"SELECT count(*) FROM {layout.table('sections')}").fetchone()[0]
         else:
@@ -247,7 +247,7 @@ def main(argv: list[str] | None = None) -> int:
                     "mode": "hybrid" if args.manual else "dense", "k": args.k, "sets": args.sets,
                     "warmup": args.warmup,
                     "hnsw_m": hnsw_m, "ef_construction": hnsw_efc, "date": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                    "cores": os.cpu_count(), "server": f"PostgreSQL {server['postgresql']}, pgvector {server['pgvector']}"},
+                    "cores": os.cpu_count(), "server": server},
            "results": results}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
