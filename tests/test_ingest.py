@@ -613,6 +613,17 @@ def test_an_unchanged_file_cut_by_another_onetrip_is_cut_again(db, tmp_path, mon
     assert (bumped.changed, bumped.recut) == (2, 2)
     forced = ingest_paths(db, [tmp_path], layout=layout, embedder=emb, force=True)
     assert (forced.changed, forced.recut) == (2, 0)
+    # an older onetrip leaves what a newer one cut as it is (else the two would undo each other on every run)
+    monkeypatch.setattr(ingest_module, "SECTIONING", SECTIONING)
+    before = emb.embedded
+    older = ingest_paths(db, [tmp_path], layout=layout, embedder=emb)
+    assert (older.changed, older.recut, older.unchanged, emb.embedded - before) == (0, 0, 2, 0)
+    assert db.execute("SELECT DISTINCT metadata ->> %s FROM documents", (SECTIONING_KEY,)).fetchall() == [
+        (str(SECTIONING + 1),)]
+    # a mark that is not a number counts as older
+    db.execute("UPDATE documents SET metadata = jsonb_set(metadata, %s, '\"2b\"') WHERE doc_id = 'machine.md'",
+               ([SECTIONING_KEY],))
+    assert (lambda r: (r.changed, r.recut))(ingest_paths(db, [tmp_path], layout=layout, embedder=emb)) == (1, 1)
 
 
 def test_cli_summary_says_why_unchanged_files_were_embedded_again(dsn, tmp_path):

@@ -179,8 +179,10 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
     another ``acl`` or ``collection`` must store it ("access": `set_document_access`,
     no re-embedding), or a narrowed ACL would silently not take effect. With
     ``sectioning`` (`onetrip.sections.SECTIONING`), an unchanged file stored
-    under another number (or none: before 2026-12-05) is "sectioning": to be
-    cut again and stored in full.
+    under a lower number (or none: before 2026-12-05, or one that is not a
+    number) is "sectioning": to be cut again and stored in full. A higher
+    number is left alone: a newer onetrip cut it, and an older one re-cutting
+    it would make the two undo each other on every run.
     """
     q = sql.SQL("SELECT content_hash, collection, acl, metadata ->> %s FROM {} WHERE doc_id = %s").format(
         sql.SQL(layout.tables["documents"]))
@@ -189,9 +191,14 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
         return "new"
     if row[0] != content_hash:
         return "content"
-    if sectioning is not None and row[3] != str(sectioning):
+    if sectioning is not None and _cut_before(row[3], sectioning):
         return "sectioning"
     return "unchanged" if _same_access(row[1], row[2], collection, acl) else "access"
+
+
+def _cut_before(stored: str | None, sectioning: int) -> bool:
+    """Whether a document's stored ``onetrip_sectioning`` is older than ``sectioning``; none or garbage counts as older."""
+    return stored is None or not stored.isdecimal() or int(stored) < sectioning
 
 
 def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
