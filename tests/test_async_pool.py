@@ -213,6 +213,90 @@ def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_ser
     assert got == want and stats["pool_size"] == 3
 
 
+def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(db, dsn, corpus, terminate,
+                                                                               monkeypatch):
+    """The call that finds its pooled connection lost checks the idle ones before it raises. An idle one whose
+    backend stopped answering without closing (here: stopped with SIGSTOP; a hung host or a dropped route does
+    the same) had held that call until TCP gave up, with no deadline; now the check is waited for
+    POOL_CHECK_DEADLINE and goes on by itself. Sync and async: the call raises ConnectionLostError while the
+    backend is still stopped, and once it answers again the pool serves."""
+    import os
+    import signal
+    import threading
+
+    import onetrip.async_retrieve as async_module
+    import onetrip.retrieve as retrieve_module
+    from onetrip import ConnectionLostError
+
+    monkeypatch.setattr(retrieve_module, "POOL_CHECK_DEADLINE", 0.5)
+    monkeypatch.setattr(async_module, "POOL_CHECK_DEADLINE", 0.5)
+    q = corpus_query_vectors(corpus, 1, seed=87)[0]
+    name = "onetrip_hung_under_pool"
+    guard = 60  # seconds: a guard against hanging for good (the old behaviour), not a timing assertion
+
+    def pids() -> set[int]:
+        return {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                             (name,))}
+
+    # psycopg_pool hands out idle connections first in, first out: the one held back and put back after the
+    # other is idle behind it, so the search takes the other (lost), and the check finds this one (stopped)
+    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
+    try:
+        pool.wait()
+        r = Retriever(pool, embedder=HashEmbedder())
+        want = _sig(r.search(q, k=5))
+        held = pool.getconn()
+        stopped = held.info.backend_pid
+        (lost,) = pids() - {stopped}
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            assert terminate(pid=lost) == 1
+            pool.putconn(held)
+            raised: list[BaseException] = []
+
+            def call() -> None:
+                try:
+                    r.search(q, k=5)
+                except BaseException as e:  # noqa: BLE001 - handed to the test thread
+                    raised.append(e)
+
+            t = threading.Thread(target=call, daemon=True)
+            t.start()
+            t.join(guard)
+            assert not t.is_alive(), "the lost connection's error waited for the stopped backend's check"
+            assert len(raised) == 1 and isinstance(raised[0], ConnectionLostError), raised
+            assert "the pool drops it" in str(raised[0])
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        assert _sig(r.search(q, k=5)) == want
+    finally:
+        pool.close()
+
+    async def main() -> tuple[list, list]:
+        pool = make_async_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
+        await pool.open(wait=True)
+        try:
+            r = await AsyncRetriever.create(pool, embedder=HashEmbedder())
+            want = _sig(await r.search(q, k=5))
+            held = await pool.getconn()
+            stopped = held.info.backend_pid
+            (lost,) = pids() - {stopped}
+            os.kill(stopped, signal.SIGSTOP)
+            try:
+                assert terminate(pid=lost) == 1
+                await pool.putconn(held)
+                with pytest.raises(ConnectionLostError, match="the pool drops it"):
+                    await asyncio.wait_for(r.search(q, k=5), guard)  # TimeoutError: held by the check
+            finally:
+                os.kill(stopped, signal.SIGCONT)
+            return want, _sig(await r.search(q, k=5))
+        finally:
+            await pool.close()
+
+    want, got = asyncio.run(main())
+    assert got == want
+
+
 def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, dsn):
     """Settings given to a retriever over a pool had been dropped silently while `settings` reported them."""
     from psycopg_pool import AsyncConnectionPool, ConnectionPool

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -24,6 +24,7 @@ from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_e
 from .errors import ConnectionLostError
 from .retrieve import (
     Hit,
+    POOL_CHECK_DEADLINE,
     Plan,
     _split_search_kwargs,
     bind_vector,
@@ -109,6 +110,7 @@ class AsyncRetriever:
         self._dsn = conn if self._owns_conn else None  # what a lost connection is reopened from (`_reopen`)
         self._closed = False
         self._reopening = asyncio.Lock()  # one new connection, however many tasks found the old one lost
+        self._checks: set[asyncio.Future[None]] = set()  # pool checks still running past their deadline (`_lost`)
         self.conn = None
         opened = False  # as in Retriever: a transaction this opened on the caller's connection is ended here
         if self.pool is None:
@@ -221,8 +223,12 @@ class AsyncRetriever:
         """The error for a statement whose connection closed under it; over a pool, its idle connections are
         checked first (as `Retriever` does), shielded: a check cancelled halfway would lose the ones it held.
         This retriever's own connection is dropped, so the next call opens another (as `Retriever._forget`)."""
-        if self.pool is not None:
-            await asyncio.shield(self.pool.check())
+        if self.pool is not None:  # waited for POOL_CHECK_DEADLINE at most, as `check_pool`: a hung idle one
+            check = asyncio.ensure_future(self.pool.check())  # keeps the check (held here), not the caller
+            self._checks.add(check)
+            check.add_done_callback(self._checks.discard)
+            with suppress(Exception):  # TimeoutError, or the check's own (a closed pool): the loss is the error
+                await asyncio.wait_for(asyncio.shield(check), POOL_CHECK_DEADLINE)
         elif self._owns_conn:
             if self.conn is conn:  # not one another task has opened since, nor one given to refresh_embedder_record
                 self.conn = None

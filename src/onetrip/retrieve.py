@@ -838,6 +838,31 @@ def statement_error(e: psycopg.Error) -> Exception:
     return e
 
 
+POOL_CHECK_DEADLINE = 2.0
+"""Seconds a call that found a pooled connection lost waits for the pool's check of its idle ones (`check_pool`).
+A healthy check costs one round trip per idle connection; an idle connection whose server or network stopped
+answering (not closed) would hold the check, and with it the caller's error, for as long as TCP takes to give up."""
+
+
+def check_pool(pool: Any, deadline: float | None = None) -> None:
+    """``pool.check()`` in a thread, waited for ``deadline`` seconds at most (`POOL_CHECK_DEADLINE`).
+
+    The check first takes every idle connection out of the pool, then tries
+    each: the wait covers the first step in any case, so the next call gets no
+    connection that died in the same restart; an idle connection that hangs
+    keeps only the thread, which ends when its connection answers or fails.
+    """
+    def run() -> None:
+        try:
+            pool.check()
+        except Exception:  # noqa: BLE001 - a closed pool, say: the call that found the loss raises its own error
+            pass
+
+    t = threading.Thread(target=run, name="onetrip-pool-check", daemon=True)
+    t.start()
+    t.join(POOL_CHECK_DEADLINE if deadline is None else deadline)
+
+
 def connection_lost(e: psycopg.Error, *, pooled: bool, reopens: bool = False) -> ConnectionLostError:
     """A statement's error on a connection now closed, as ConnectionLostError naming the cause.
 
@@ -879,7 +904,7 @@ def lost_connection_errors(conn: psycopg.Connection, pool: Any,
         if not conn.broken:
             raise
         if pool is not None:
-            pool.check()
+            check_pool(pool)
         elif forget is not None:
             forget(conn)
         raise connection_lost(e, pooled=pool is not None, reopens=forget is not None) from None
@@ -1123,7 +1148,7 @@ class Retriever:
                     rows, names = _fetch(c, plan.statement, params)
                 except psycopg.OperationalError as e:
                     if c.broken:  # the others idle in the pool died with it, as a whole pool does in a restart:
-                        self.pool.check()  # without this, each one failed a call before the pool replaced it
+                        check_pool(self.pool)  # without this, each one failed a call before the pool replaced it
                         raise connection_lost(e, pooled=True) from None
                     raise
         return check_distance_range(plan, params, result_of(plan, names, rows))
