@@ -176,6 +176,35 @@ def test_a_process_gone_without_its_atexit_no_longer_keeps_the_server_running(tm
 
 
 @pytest.mark.slow
+def test_serve_stopped_by_sigterm_before_it_serves_exits_0_and_stops_the_embedded_server(tmp_path):
+    """`serve` exited 0 on a SIGTERM once uvicorn ran, but 143 on one that came earlier, while the embedded server
+    started or the service's modules were imported (seen with `kill` 0.4 s after the start): a service manager
+    reads 143 as a failure of a stop it asked for. The SIGTERM is sent as `serve` makes the embedded server (a
+    wrapper around pgserver's initdb, not a timer; taken once the server runs); the command exits 0 and the
+    embedded server it started is stopped."""
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    env = embedded_env(home)
+    script = (
+        "import os, signal, sys\n"
+        "import pgserver.postgres_server as ps\n"
+        "from onetrip import cli\n"
+        "real = ps.initdb\n"
+        "def initdb(*args, **kwargs):\n"
+        "    os.kill(os.getpid(), signal.SIGTERM)  # kill, systemctl stop: as serve makes the embedded server\n"
+        "    return real(*args, **kwargs)\n"
+        "ps.initdb = initdb\n"
+        "sys.exit(cli.main(['serve', '--port', sys.argv[1], '--log-level', 'warning']))\n"
+    )
+    with stopped_afterwards(pgdata):
+        res = subprocess.run([sys.executable, "-c", script, str(_free_port())], env=env, capture_output=True,
+                             text=True, timeout=300)
+        assert res.returncode == 0, res.stderr
+        assert "Traceback" not in res.stderr, res.stderr
+        assert (pgdata / "PG_VERSION").is_file(), "no embedded server was made: the test tested nothing"
+        assert stops(pgdata), "onetrip serve stopped by SIGTERM left the embedded server running"
+
+
 def test_sigterm_while_the_embedded_server_is_made_is_taken_once_it_runs(tmp_path):
     """SIGTERM raised Terminated wherever the command was, also inside the subprocess.run of pgserver's initdb,
     which then killed initdb: a data folder cut short kept its PG_VERSION, so no later start ran initdb again and

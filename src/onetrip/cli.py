@@ -813,6 +813,14 @@ With a token (--token or $ONETRIP_TOKEN) every endpoint but /health needs
 
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
+        return _serve(args)
+    except Terminated:  # after uvicorn's graceful shutdown, or before it started (the embedded server's start, the
+        return 0        # imports): 0, as after Ctrl-C (which uvicorn swallows); a service manager (systemd) takes
+                        # a stop that exits 143 for a failure
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
         from . import http_service
     except ImportError as e:
         raise OnetripError(f"onetrip serve needs Starlette and uvicorn ({e}): pip install 'onetrip[serve]'") from e
@@ -828,11 +836,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         **_settings_of(args),
     )
     embedder = _embedder(args)
-    try:
-        http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
-                         access_log=not args.no_access_log, embedder_factory=lambda: embedder)
-    except Terminated:  # stopped as asked, after uvicorn's graceful shutdown: 0, as after Ctrl-C (which uvicorn
-        return 0        # swallows); a service manager (systemd) takes a stop that exits 143 for a failure
+    http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
+                     access_log=not args.no_access_log, embedder_factory=lambda: embedder)
     return 0
 
 
