@@ -277,9 +277,11 @@ def test_search_modes_and_refresh_term_stats(dsn):
 
 
 def test_a_reader_that_stops_early_gets_no_traceback(dsn):
-    """`onetrip ... | head -1` had ended in a BrokenPipeError traceback (and exit 1)."""
+    """`onetrip ... | head -1` had ended in a BrokenPipeError traceback (and exit 1). What rich prints (search's
+    panels) ended in rich's own exit 1 with nothing said, an error's code without an error."""
     assert onetrip("init", dsn=dsn).returncode == 0
-    cmds = [["sql", "render", "--stdout"], ["documents", "--json", "--dsn", dsn]]
+    cmds = [["sql", "render", "--stdout"], ["documents", "--json", "--dsn", dsn],
+            ["search", "tennis", "--mode", "lexical", "--dsn", dsn]]
     for args in cmds:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # buffered: flushed at exit too
         proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", *args], stdout=subprocess.PIPE,

@@ -662,9 +662,20 @@ def _print_explained(ex: Explained, as_json: bool) -> None:
         print(ex.render())
 
 
-def cmd_search(args: argparse.Namespace) -> int:
+def _stdout_console() -> Any:
+    """A rich Console on stdout whose closed pipe (`| head`) ends the command as a print's does (`_run`: exit
+    141, quietly); rich's own exits 1, which the CLI keeps for errors, each with a message."""
     from rich.console import Console
 
+    class PipeConsole(Console):
+        def on_broken_pipe(self) -> None:
+            self.quiet = True
+            raise BrokenPipeError
+
+    return PipeConsole()
+
+
+def cmd_search(args: argparse.Namespace) -> int:
     from .retrieve import Retriever
 
     flt = _filters(args)
@@ -699,7 +710,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             print(json.dumps([{"query": q, "hits": [hit_to_json(h) for h in hits]}
                               for q, hits in zip(args.query, many)], indent=2, ensure_ascii=False))
         else:
-            console = Console()
+            console = _stdout_console()
             for q, hits in zip(args.query, many):
                 console.rule(q)
                 _print_hits(hits, console, _no_hits_hint(flt, args.mode))
@@ -738,7 +749,7 @@ def cmd_search(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
     else:
-        _print_hits(hits, Console(), _no_hits_hint(flt, args.mode))
+        _print_hits(hits, _stdout_console(), _no_hits_hint(flt, args.mode))
     return 0
 
 
@@ -758,15 +769,13 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
 
 def cmd_demo(args: argparse.Namespace) -> int:
-    from rich.console import Console
-
     from .retrieve import Retriever
 
     corpus = Path(__file__).with_name("demo_corpus")
     # The demo's tables hold only the bundled corpus, so outdated ones are rebuilt;
     # with another --prefix they are the user's and get the usual error instead.
     report = _ingest(args, [str(corpus)], False, True, rebuild_outdated=args.prefix == "demo_")
-    console = Console()
+    console = _stdout_console()
     recut = f" ({report.recut} re-cut by this onetrip)" if report.recut else ""
     console.print(f"[bold]demo corpus[/]: {report.new} new, {report.changed} changed{recut}, "
                   f"{report.unchanged} unchanged, {len(report.failed)} failed documents "
