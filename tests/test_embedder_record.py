@@ -90,6 +90,78 @@ def test_ingest_records_the_embedder_and_refuses_another_before_any_write(db, tm
     assert recorded_embedders(db, layout) == ["hash-other"]
 
 
+class RetrainedHashEmbedder(HashEmbedder):
+    """HashEmbedder's name over other weights: a fine-tune saved in a folder of the same name, or weights
+    replaced in place. Same name, same dimension: only the vectors tell the two apart."""
+
+    def _one(self, text: str) -> np.ndarray:
+        return super()._one("retrained: " + text)
+
+
+def test_a_model_of_the_same_name_with_other_weights_is_refused_unless_forced(db, tmp_path):
+    """The record was the model's folder name only, so a second model saved as ``model`` (or new weights in the
+    same folder) was taken for the first, and its vectors were mixed with the first's. Ingest now records a
+    probe (the start of the model's vector for a fixed sentence) and refuses a model whose probe differs, before
+    any write; --force embeds the files again with it on purpose, and a later plain run names the documents the
+    forced run did not cover."""
+    from onetrip.embedders import embedder_probe
+    from onetrip.store import EMBEDDER_PROBE_KEY
+
+    def probes() -> dict[str, object]:
+        return dict(db.execute("SELECT doc_id, metadata -> %s FROM documents ORDER BY 1",
+                               (EMBEDDER_PROBE_KEY,)).fetchall())
+
+    def snapshot() -> list:
+        return db.execute("SELECT doc_id, section_id, embedding::text FROM sections ORDER BY 1, 2").fetchall()
+
+    layout = init_schema(db, Layout())
+    a, b = write_docs(tmp_path / "a", "alpha", "beta"), write_docs(tmp_path / "b", "delta")
+    assert ingest_paths(db, [a, b], layout=layout, embedder=HashEmbedder()).new == 3
+    old, new = embedder_probe(HashEmbedder()), embedder_probe(RetrainedHashEmbedder())
+    assert old is not None and new is not None and len(old) == 16 and old != new
+    assert probes() == {"alpha.md": old, "beta.md": old, "delta.md": old}
+    # the same model again (another instance): accepted
+    assert ingest_paths(db, [a], layout=layout, embedder=HashEmbedder()).unchanged == 2
+
+    before = snapshot()
+    write_docs(tmp_path / "a", "gamma")
+    with pytest.raises(EmbedderMismatchError, match=r"3 document\(s\) in documents were embedded by a model also "
+                                                    r"named 'hash-test' whose vectors differ.*--force"):
+        ingest_paths(db, [a], layout=layout, embedder=RetrainedHashEmbedder())
+    assert snapshot() == before and set(probes()) == {"alpha.md", "beta.md", "delta.md"}
+
+    # forced: the weights changed on purpose; the files given are embedded again with them
+    forced = ingest_paths(db, [a], layout=layout, embedder=RetrainedHashEmbedder(), force=True)
+    assert (forced.new, forced.changed) == (1, 2)
+    assert probes() == {"alpha.md": new, "beta.md": new, "delta.md": old, "gamma.md": new}
+    with pytest.raises(EmbedderMismatchError, match=r"^1 document\(s\) in documents"):  # delta.md, not re-embedded
+        ingest_paths(db, [a], layout=layout, embedder=RetrainedHashEmbedder())
+    assert ingest_paths(db, [b], layout=layout, embedder=RetrainedHashEmbedder(), force=True).changed == 1
+    assert ingest_paths(db, [a, b], layout=layout, embedder=RetrainedHashEmbedder()).unchanged == 4
+
+    # documents stored before probes were recorded are compared by name only
+    db.execute("UPDATE documents SET metadata = metadata - %s", (EMBEDDER_PROBE_KEY,))
+    assert ingest_paths(db, [a, b], layout=layout, embedder=HashEmbedder()).unchanged == 4
+
+
+def test_an_embedder_that_embeds_no_probe_is_checked_by_name_only(db, tmp_path):
+    """A plug-in that embeds only the texts it knows (PrecomputedEmbedder) gives no probe: ingest goes on as
+    before, records none, and compares names only."""
+    from onetrip.embedders import PrecomputedEmbedder, embedder_probe
+    from onetrip.ingest import embedding_text
+    from onetrip.sections import parse_file
+
+    layout = init_schema(db, Layout())
+    folder = write_docs(tmp_path / "a", "alpha")
+    parsed = parse_file(folder / "alpha.md")
+    texts = [embedding_text(parsed.title, s.heading_path, s.content) for s in parsed.sections]
+    hashed = HashEmbedder()
+    pre = PrecomputedEmbedder({t: hashed.embed_query(t) for t in texts}, name="hash-test")
+    assert embedder_probe(pre) is None
+    assert ingest_paths(db, [folder], layout=layout, embedder=pre).new == 1
+    assert db.execute("SELECT metadata ? 'onetrip_embedder_probe' FROM documents").fetchall() == [(False,)]
+
+
 def test_a_retriever_embeds_text_only_with_the_recorded_model(db, tmp_path, statement_log):
     layout = init_schema(db, Layout())
     ingest_paths(db, [write_docs(tmp_path / "a", "alpha", "beta")], layout=layout, embedder=HashEmbedder())

@@ -122,14 +122,20 @@ def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
 
 
 class CountingEmbedder(HashEmbedder):
-    """HashEmbedder that counts the texts it embeds."""
+    """HashEmbedder that counts the sections' texts it embeds; the model probe each run embeds once
+    (`onetrip.embedders.PROBE_TEXT`) is counted apart, in ``probes``."""
 
     def __init__(self) -> None:
         super().__init__()
         self.embedded = 0
+        self.probes = 0
 
     def embed_documents(self, texts):
-        self.embedded += len(texts)
+        from onetrip.embedders import PROBE_TEXT
+
+        probes = sum(t == PROBE_TEXT for t in texts)
+        self.probes += probes
+        self.embedded += len(texts) - probes
         return super().embed_documents(texts)
 
 

@@ -77,6 +77,60 @@ def check_embedder(recorded: Sequence[str], embedder: Embedder, table: str) -> N
         )
 
 
+PROBE_TEXT = "onetrip embedder probe: how does an index find the rows a query asks for?"
+PROBE_DIMS = 16
+PROBE_TOLERANCE = 1e-3
+"""Largest difference in any of a probe's components that still counts as the same model: the same weights give
+the same vector up to float rounding (~1e-6 between CPUs); another version or fine-tune differs by far more."""
+
+
+def embedder_probe(embedder: Embedder) -> list[float] | None:
+    """The first PROBE_DIMS components of the embedder's vector for PROBE_TEXT, or None when it gives none.
+
+    Ingest records it beside the model's name (`check_probe`): a name is a folder
+    name, and two folders of one name (a fine-tune saved as ``model``, weights
+    replaced in place) pass the name check while mixing vectors whose distances
+    mean nothing to each other. None (a plug-in that embeds only the texts it
+    knows, as `PrecomputedEmbedder`; a result of the wrong shape, which the
+    batches' own check names) leaves the name check alone.
+    """
+    try:
+        v = np.asarray(embedder.embed_documents([PROBE_TEXT]), dtype=np.float64)
+    except Exception:  # noqa: BLE001 - optional: any failure means no probe, never a failed ingest
+        return None
+    if v.ndim != 2 or v.shape[0] != 1 or v.shape[1] < 1 or not np.isfinite(v).all():
+        return None
+    return [round(float(x), 6) for x in v[0, :PROBE_DIMS]]
+
+
+def check_probe(recorded: Sequence[tuple[Any, int]], probe: list[float] | None, embedder: Embedder,
+                table: str) -> None:
+    """An EmbedderMismatchError when documents recorded under this embedder's name hold another probe.
+
+    ``recorded``: (probe as stored, documents) pairs for documents of this
+    name. Documents without a probe (stored before 2026-12-05) are not compared.
+    """
+    if probe is None:
+        return
+    differ = sum(n for stored, n in recorded if probe_differs(stored, probe))
+    if differ:
+        raise EmbedderMismatchError(
+            f"{differ} document(s) in {table} were embedded by a model also named {embedder.name!r} whose vectors "
+            "differ from this one's (another version or fine-tune saved under that folder name?); use the model "
+            "they were embedded with, or, if its weights changed on purpose, embed those documents again with "
+            "--force (Python: ingest_paths(..., force=True))"
+        )
+
+
+def probe_differs(stored: Any, probe: Sequence[float]) -> bool:
+    """Whether a recorded probe (a JSON list) is not ``probe`` within PROBE_TOLERANCE; one of another length
+    differs, one that is not a list of numbers is not compared."""
+    if not isinstance(stored, list) or not all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                                               for x in stored):
+        return False
+    return len(stored) != len(probe) or any(abs(a - b) > PROBE_TOLERANCE for a, b in zip(stored, probe))
+
+
 class SentenceTransformerEmbedder:
     """sentence-transformers model loaded from a local folder, never from a hub.
 

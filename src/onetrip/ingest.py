@@ -21,11 +21,12 @@ from pathlib import Path
 
 import psycopg
 
-from .embedders import Embedder, check_embedder
+from .embedders import Embedder, check_embedder, check_probe, embedder_probe
 from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumentError, OnetripError
 from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SECTIONING, TEXT_SUFFIXES, ParsedDocument, parse_file
 from .store import (
     EMBEDDER_KEY,
+    EMBEDDER_PROBE_KEY,
     FORMAT_KEY,
     PARSE_WARNINGS_KEY,
     SECTIONING_KEY,
@@ -38,6 +39,7 @@ from .store import (
     set_document_access,
     stored_state,
     recorded_embedders,
+    recorded_probes,
     refresh_term_stats,
     replace_document,
     term_stats_empty,
@@ -202,8 +204,13 @@ class _Pending:
 
 
 @contextmanager
-def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> Iterator[Callable[[], None]]:
+def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder, probe: list[float] | None, *,
+               force: bool) -> Iterator[Callable[[], None]]:
     """Refuse a table whose documents another embedder made; a first ingest holds a lock until it has recorded.
+
+    Documents recorded under this embedder's name but with another probe
+    (`embedders.check_probe`: another model in a folder of the same name) are
+    refused too, unless ``force`` embeds the files again on purpose.
 
     Without the lock, two first ingests with different models would each find
     no record and both write (tested with two threads). Yields ``recorded``, to
@@ -214,6 +221,8 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> 
     recorded = recorded_embedders(conn, layout)
     check_embedder(recorded, embedder, table)
     if recorded:
+        if not force:
+            check_probe(recorded_probes(conn, layout, embedder.name), probe, embedder, table)
         yield lambda: None
         return
     held = [True]
@@ -227,6 +236,8 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder) -> 
     embedder_lock(conn, layout)
     try:
         check_embedder(recorded_embedders(conn, layout), embedder, table)  # another first ingest may have won
+        if not force:  # ... with a model of this name but other weights
+            check_probe(recorded_probes(conn, layout, embedder.name), probe, embedder, table)
         yield release
     finally:
         release()
@@ -316,9 +327,13 @@ def ingest_paths(
     when a document was added or changed, or none were counted yet.
 
     Each written document records ``embedder.name`` in its metadata (key
-    ``onetrip_embedder``). Before any write, a table whose documents name another
-    embedder is refused (EmbedderMismatchError), as is one of another dimension
-    (DimensionMismatchError); retrievers make the same check before embedding a text.
+    ``onetrip_embedder``) and the model's probe (``onetrip_embedder_probe``: the
+    start of its vector for a fixed sentence, `embedders.embedder_probe`). Before
+    any write, a table whose documents name another embedder is refused
+    (EmbedderMismatchError), as is one of another dimension (DimensionMismatchError);
+    retrievers make the name check before embedding a text. Documents of the
+    same name whose probe differs (another model saved in a folder of that name)
+    are refused too, unless ``force`` embeds the files again on purpose.
 
     A connection lost during the run ends it with IngestInterruptedError (its
     ``report``: what was done before); a document being written then is not stored.
@@ -344,7 +359,9 @@ def ingest_paths(
             f"stores {stored.vector_type}({stored.dim})"
         )
     # before any write: one table, one model (vectors of two models are not comparable, even at one dimension)
-    with _stop_when_lost(conn, report, len(planned)), _one_model(conn, layout, embedder) as recorded:
+    probe = embedder_probe(embedder)
+    with _stop_when_lost(conn, report, len(planned)), _one_model(conn, layout, embedder, probe,
+                                                                 force=force) as recorded:
         # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
         uncounted = term_stats_empty(conn, layout)
         pending: list[_Pending] = []
@@ -439,7 +456,7 @@ def ingest_paths(
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
                     doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
                     metadata={**parsed.metadata, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name,
-                              SECTIONING_KEY: SECTIONING},
+                              SECTIONING_KEY: SECTIONING, **({} if probe is None else {EMBEDDER_PROBE_KEY: probe})},
                     collection=collection, acl=acl,
                 )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:

@@ -250,6 +250,9 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
 #: The documents.metadata key `ingest_paths` records its embedder's name under; prefixed so that a
 #: document's own metadata (front matter, a caller's record) is neither read as one nor overwritten.
 EMBEDDER_KEY = "onetrip_embedder"
+#: The documents.metadata key `ingest_paths` records the model's `embedders.embedder_probe` under (a short list of
+#: numbers: two models of one name, another version or fine-tune, are told apart by it).
+EMBEDDER_PROBE_KEY = "onetrip_embedder_probe"
 #: The documents.metadata key `ingest_paths` records the file's format under ("markdown", "html", "text").
 FORMAT_KEY = "onetrip_format"
 #: The documents.metadata key `ingest_paths` keeps a file's `ParsedDocument.warnings` under (when it has any).
@@ -284,6 +287,16 @@ def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: 
         return []
     rows = conn.execute(recorded_embedders_query(layout, first_only=first_only), {"k": EMBEDDER_KEY}).fetchall()
     return [r[0] for r in rows if r[0] is not None]
+
+
+def recorded_probes(conn: psycopg.Connection, layout: Layout, name: str) -> list[tuple[Any, int]]:
+    """The probes recorded on documents of embedder ``name`` (EMBEDDER_PROBE_KEY), each with how many documents
+    hold it; documents without one (stored before 2026-12-05, or by an embedder that gave none) are left out."""
+    q = sql.SQL("SELECT metadata -> %(p)s, count(*) FROM {} WHERE metadata ->> %(k)s = %(name)s "
+                "AND jsonb_typeof(metadata -> %(p)s) = 'array' GROUP BY 1").format(
+        sql.SQL(layout.tables["documents"]))
+    return [(probe, n) for probe, n in conn.execute(q, {"p": EMBEDDER_PROBE_KEY, "k": EMBEDDER_KEY,
+                                                        "name": name}).fetchall()]
 
 
 def embedder_lock(conn: psycopg.Connection, layout: Layout, *, unlock: bool = False) -> None:
