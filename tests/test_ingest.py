@@ -662,6 +662,11 @@ def test_a_stored_document_whose_file_now_fails_says_the_stored_revision_is_kept
     assert "binary" in failed[str(f)] and failed[str(f)].endswith("; the revision stored before stays searchable")
     assert "stays" not in failed[str(fresh)]
     assert rows(db, "guide.md") == stored
+    # the same with --force, which embeds every file again: only the stored one is said to stay
+    forced = dict(ingest_paths(db, [f, fresh], layout=layout, embedder=HashEmbedder(), force=True).failed)
+    assert forced[str(f)].endswith("; the revision stored before stays searchable")
+    assert "stays" not in forced[str(fresh)], forced[str(fresh)]
+    assert rows(db, "guide.md") == stored
     # an unchanged file stored by an onetrip that cut files differently, which this one's parser refuses
     f.write_text(DOC_V1)
     db.execute("UPDATE documents SET metadata = metadata - 'onetrip_sectioning'")

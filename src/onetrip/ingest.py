@@ -435,8 +435,9 @@ def ingest_paths(
                 check_doc_id(did)  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
                 data = path.read_bytes()
                 digest = hashlib.sha256(data).hexdigest()
-                state = "content" if force else stored_state(conn, layout, did, digest, collection, acl,
-                                                             sectioning=SECTIONING)
+                state = stored_state(conn, layout, did, digest, collection, acl, sectioning=SECTIONING)
+                if force and state != "new":  # written whatever is stored; looked up all the same, so that a
+                    state = "content"         # failure says "stays searchable" only of a document that is stored
                 if state == "unchanged":
                     report.unchanged += 1
                     report.parse_seconds += time.perf_counter() - t0
