@@ -458,7 +458,8 @@ def test_prune_history_takes_numpy_integers_for_keep(db, tmp_path):
 
 def test_a_file_name_that_is_not_utf8_is_named(db, tmp_path):
     """A Latin-1 file name (bytes 0xff) had failed with a bare "UnicodeEncodeError: 'utf-8' codec can't encode
-    character '\\udcff' in position 3: surrogates not allowed", saying neither doc_id nor file name."""
+    character '\\udcff' in position 3: surrogates not allowed", saying neither doc_id nor file name; then with
+    "ValueError: ..." before the reason, which no other file's reason has."""
     init_schema(db)
     (tmp_path / "good.md").write_text(_doc("good"))
     bad = os.path.join(os.fsencode(tmp_path), b"caf\xe9.md")
@@ -466,8 +467,8 @@ def test_a_file_name_that_is_not_utf8_is_named(db, tmp_path):
         f.write(_doc("latin"))
     report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
     (path, why), = report.failed
-    assert path == os.fsdecode(bad) and why.startswith("ValueError: doc_id 'caf\\udce9.md' is not valid Unicode") \
-        and "a file name that is not UTF-8" in why, why
+    assert path == os.fsdecode(bad) and why.startswith("doc_id 'caf\\udce9.md' is not valid Unicode") \
+        and "a file name that is not UTF-8 (rename the file" in why, why
     assert [d.doc_id for d in list_documents(db, Layout())] == ["good.md"]
 
 

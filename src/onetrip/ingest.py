@@ -432,7 +432,10 @@ def ingest_paths(
                     raise InputDocumentError(shown, unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
                     raise InputDocumentError(shown, "not a regular file (a FIFO, socket or device)")
-                check_doc_id(did)  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
+                try:  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
+                    check_doc_id(did)
+                except ValueError as e:  # the file's fault, said as the others are: no exception's name
+                    raise InputDocumentError(shown, str(e)) from None
                 data = path.read_bytes()
                 digest = hashlib.sha256(data).hexdigest()
                 state = stored_state(conn, layout, did, digest, collection, acl, sectioning=SECTIONING)

@@ -95,7 +95,8 @@ def check_doc_id(doc_id: Any) -> str:
     try:
         check_text(doc_id, f"doc_id {doc_id!r:.80}")
     except ValueError as e:  # a file name in another encoding: os.fsdecode's surrogates
-        raise ValueError(f"{e}: a file name that is not UTF-8 (rename it, or give doc_id=)") from None
+        raise ValueError(f"{e}: a file name that is not UTF-8 (rename the file; ingest_paths also takes a "
+                         "doc_id for a single file)") from None
     if len(doc_id.encode()) > MAX_DOC_ID_BYTES:  # PostgreSQL's btree refuses index rows past ~2.7 kB
         raise ValueError(f"doc_id {doc_id[:60]!r}... is {len(doc_id.encode())} bytes; "
                          f"the limit is {MAX_DOC_ID_BYTES} (it is a key of the documents and sections indexes)")
