@@ -426,8 +426,6 @@ def test_options_are_validated_at_construction(corpus):
         LIRetriever(api, content="full")
     with pytest.raises(ValueError, match="not both"):
         LIRetriever(api, filters={"principals": ["a"]}, principals=["b"])
-    with pytest.raises(ValueError, match="dsn"):
-        LIRetriever()
     with pytest.raises(ValueError, match="unknown filter"):
         LCRetriever(retriever=api, filters={"colection": ["x"]})  # a typo must not silently drop the filter
     with pytest.raises(ValueError, match="k must be"):
@@ -585,6 +583,25 @@ def test_adapters_made_again_from_one_dsn_share_a_source(corpus, dsn, monkeypatc
     assert li.source is lc.source and len(made) == 1
     assert integrations.default_embedder() is integrations.default_embedder()
     lc.close()
+
+
+def test_adapters_given_no_dsn_use_onetrips_own_as_a_retriever_does(corpus, dsn, monkeypatch):
+    """With neither a retriever nor a dsn, an adapter had refused ("give a Retriever, an AsyncRetriever or a
+    dsn") where Retriever(None) and every CLI command use $ONETRIP_DSN, else the embedded server. Now the
+    adapters do the same: here $ONETRIP_DSN names the tests' server, so they search it, sync and async, and
+    share their connection with adapters given that DSN."""
+    monkeypatch.setenv("ONETRIP_DSN", dsn)
+    emb = HashEmbedder()
+    want = _api_sig(Retriever(corpus, embedder=emb).search(VACATION, k=3, mode="dense"))
+    lc = LCRetriever(embedder=emb, k=3, content="section", mode="dense")
+    li = LIRetriever(embedder=emb, k=3, mode="dense")
+    try:
+        assert _doc_sig(lc.invoke(VACATION)) == want
+        assert _doc_sig(asyncio.run(lc.ainvoke(VACATION))) == want
+        assert [n.node.node_id for n in li.retrieve(VACATION)] == [node_id for node_id, *_ in want]
+        assert li.source is lc.source is LCRetriever(dsn=dsn, embedder=emb, k=3, mode="dense").source
+    finally:
+        lc.close()
 
 
 def test_async_calls_from_two_event_loops_at_once(corpus, dsn):

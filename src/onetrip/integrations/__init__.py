@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..async_retrieve import AsyncRetriever
+from ..connection import resolve_dsn
 from ..context import Context, Passage, passage_header, render_context
 from ..retrieve import (CONTEXT_DEFAULT, MAX_BUDGET, MODE_CHOICES, Expansion, Filters, Hit, HybridOptions, Retriever,
                         SectionRecord, as_filters, as_hybrid, check_hybrid_mode, check_k, resolve_mode)
@@ -237,7 +238,7 @@ class Source:
                  dsn: str | None = None, *, embedder: Any = None, schema: str | None = None,
                  prefix: str = "") -> None:
         if retriever is None and async_retriever is None and dsn is None:
-            raise ValueError("give a Retriever, an AsyncRetriever or a dsn")
+            dsn = resolve_dsn(None)  # as Retriever(None): $ONETRIP_DSN, else the embedded server
         # each in its own keyword: an AsyncRetriever given as `retriever` had been taken, and then every sync call
         # failed with "'coroutine' object is not iterable" and every async one claimed it had only a sync Retriever
         if retriever is not None and not isinstance(retriever, Retriever):
@@ -370,7 +371,9 @@ def shared_source(retriever: Retriever | None, async_retriever: AsyncRetriever |
     """A `Source` for an adapter: given retrievers are used as they are; from a DSN, one Source per
     (dsn, schema, prefix, embedder) while an adapter holding it is alive (`close` on one closes the shared
     connections, which the next call opens again)."""
-    if retriever is not None or async_retriever is not None or dsn is None:
+    if retriever is None and async_retriever is None and dsn is None:
+        dsn = resolve_dsn(None)  # shared as the DSN it names
+    if retriever is not None or async_retriever is not None:
         return Source(retriever, async_retriever, dsn, embedder=embedder, schema=schema, prefix=prefix)
     key = (dsn, schema, prefix, None if embedder is None else id(embedder))
     with _SHARED_LOCK:

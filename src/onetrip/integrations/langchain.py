@@ -39,7 +39,8 @@ class OnetripRetriever(BaseRetriever):
     """A LangChain `BaseRetriever`: top-``k`` sections with parent and neighbors, one statement.
 
     Give ``retriever`` (sync calls), ``async_retriever`` (async calls; never the
-    sync one in a thread), or ``dsn`` (both made on first use, with ``embedder``).
+    sync one in a thread), or ``dsn`` (both made on first use, with ``embedder``); none of
+    them: the DSN ``resolve_dsn()`` gives ($ONETRIP_DSN, else the embedded server).
 
     content="expanded"  page_content = parent, previous, hit and next section in reading
                         order, each under its heading-path separator (what a prompt wants)
