@@ -242,6 +242,23 @@ def test_each_unclosed_heading_is_a_section_of_its_own(between):
         (f"a{i}", None, (f"Title {i} text {i}",)) for i in range(n)]
 
 
+@pytest.mark.parametrize("inline", ["<b>", "<span>", "<i><font size=2>"])
+def test_a_heading_after_a_paragraph_left_open_is_a_heading(inline):
+    """lxml nests a heading in a <p> left open with an inline element in it (<p>x <b>y<h2>H</h2>), where a
+    browser closes the paragraph at the heading's start tag: the heading had been read as the paragraph's text,
+    its section and everything up to the next heading lost into the section before, with no warning."""
+    broken = f'<h1 id="t">Title</h1><p>Intro {inline}bold<h2 id="s">Second heading</h2><p>Its text.</p>'
+    closed = '<h1 id="t">Title</h1><p>Intro bold</p><h2 id="s">Second heading</h2><p>Its text.</p>'
+    secs = build_sections(parse_html(broken)[1], count_tokens=words, min_tokens=0)
+    assert [(s.section_id, s.parent_section_id, s.heading_path, s.content) for s in secs] == [
+        ("t", None, ("Title",), "Intro bold"), ("s", "t", ("Title", "Second heading"), "Its text.")]
+    assert [(s.heading_path, s.content) for s in secs] == [
+        (s.heading_path, s.content) for s in build_sections(parse_html(closed)[1], count_tokens=words, min_tokens=0)]
+    # a heading inside a list item stays content, as before: a browser does not close a list at a heading
+    assert [type(b).__name__ for b in parse_html('<h1>T</h1><ul><li>x <b>y<h3>In a list</h3></li></ul>')[1]] == [
+        "HeadingBlock", "ContentBlock"]
+
+
 def test_a_heading_or_section_nested_in_a_heading_starts_where_it_is():
     """What follows a nested heading inside the outer one is the inner one's; an outer heading with no text
     of its own before it makes no section; a section container's own unclosed title ends the same way."""

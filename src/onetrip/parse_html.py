@@ -391,6 +391,11 @@ class _Walker:
             if text:
                 self.blocks.append(ContentBlock("table", text, header))
             return iter(_stray_tables(node))  # each a table of its own, after this one
+        elif name == "p" and node.find(HEADINGS) is not None:
+            # a <p> left open with an inline element in it, then a heading: lxml nests the heading in both
+            # (<p>x <b>y<h2>H</h2>), where a browser closes the paragraph at the heading's start tag and shows
+            # a heading. Read through, as a transparent block: its text, then the heading's section
+            return self.block(node)
         elif name in _BLOCK_TAG_KINDS:
             self.content(node, _BLOCK_TAG_KINDS[name])
         elif name == "div" and (kind := self.block_div_kind(node)):

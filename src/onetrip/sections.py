@@ -54,13 +54,14 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, TokenCounter, count_tokens, count
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 2
+SECTIONING = 3
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
 documents an older onetrip stored without being asked (``--force`` had been the only way):
 1, to 2026-12-05 (never stored): a merged section kept its last part's heading;
-2: it is labelled with every part's heading (`merged_heading`)."""
+2: it is labelled with every part's heading (`merged_heading`);
+3: a heading lxml nested in a paragraph left open (``<p>x <b>y<h2>H``) is a heading, not the paragraph's text."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
