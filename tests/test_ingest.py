@@ -606,7 +606,9 @@ def test_an_unchanged_file_cut_by_another_onetrip_is_cut_again(db, tmp_path, mon
     before = emb.embedded
     again = ingest_paths(db, [tmp_path], layout=layout, embedder=emb)
     assert (again.new, again.changed, again.recut, again.unchanged) == (0, 1, 1, 1)
-    assert emb.embedded - before == 2  # the re-cut document's two sections, not the other's
+    # the re-cut document's relabelled section, not the other document's: its first section's text is as
+    # stored, so its stored vector is kept (reused)
+    assert (emb.embedded - before, again.reused) == (1, 1)
     assert paths() == [["Machine"], ["Machine", "Daily cleaning; Descaling"]]
     assert db.execute("SELECT revision FROM documents WHERE doc_id = 'machine.md'").fetchone() == (2,)
     assert again.as_dict()["recut"] == 1
@@ -630,6 +632,61 @@ def test_an_unchanged_file_cut_by_another_onetrip_is_cut_again(db, tmp_path, mon
     db.execute("UPDATE documents SET metadata = jsonb_set(metadata, %s, '\"2b\"') WHERE doc_id = 'machine.md'",
                ([SECTIONING_KEY],))
     assert (lambda r: (r.changed, r.recut))(ingest_paths(db, [tmp_path], layout=layout, embedder=emb)) == (1, 1)
+
+
+@pytest.mark.parametrize("vector_type", ["vector", "halfvec"])
+def test_a_changed_document_embeds_only_the_sections_whose_text_changed(db, tmp_path, vector_type):
+    """An edited page had every section embedded again, though most kept their text (the model is ~90% of an
+    ingest's time). A section whose text (document title, heading path, content: `embedding_text`) is as stored
+    keeps its stored vector; only the others are embedded. Not under --force (a model's weights changed under
+    its name), not from documents ingest did not store with this model and this EMBEDDING_TEXT."""
+    from onetrip.ingest import EMBEDDING_TEXT, embedding_text
+    from onetrip.store import EMBEDDING_TEXT_KEY
+
+    layout = init_schema(db, Layout(vector_type=vector_type))
+    f = tmp_path / "guide.md"
+    f.write_text(DOC_V1)
+    emb = CountingEmbedder()
+    first = ingest_paths(db, [f], layout=layout, embedder=emb)
+    assert (first.new, first.reused, emb.embedded) == (1, 0, 3)
+    assert db.execute("SELECT metadata ->> %s FROM documents", (EMBEDDING_TEXT_KEY,)).fetchone() == (
+        str(EMBEDDING_TEXT),)
+
+    def vectors() -> dict[str, str]:
+        return dict(db.execute("SELECT content, embedding::text FROM sections WHERE doc_id = 'guide.md'"))
+
+    stored = vectors()
+    # one section's text changes: it alone is embedded; the two others keep their vectors, byte for byte
+    f.write_text(DOC_V1.replace("Run it daily.", "Run it weekly."))
+    edited = ingest_paths(db, [f], layout=layout, embedder=emb)
+    assert (edited.changed, edited.sections, edited.reused, emb.embedded) == (1, 3, 2, 4)
+    now = vectors()
+    assert {c: v for c, v in now.items() if c in stored} == {c: v for c, v in stored.items() if c in now}
+    (new_content,) = set(now) - set(stored)
+    assert new_content.startswith("Run it weekly.")
+    title, path = db.execute("SELECT d.title, s.heading_path FROM sections s JOIN documents d USING (doc_id) "
+                             "WHERE s.content = %s", (new_content,)).fetchone()
+    want = HashEmbedder().embed_documents([embedding_text(title, path, new_content)])[0]
+    got = np.array(json.loads(now[new_content]), dtype=np.float32)
+    assert np.allclose(got, want, atol=1e-3 if vector_type == "halfvec" else 1e-6)  # halfvec: 16-bit floats
+    # the same search finds the edited section by its new vector
+    with Retriever(db, embedder=HashEmbedder()) as r:
+        assert r.search(want, k=1)[0].section.content == new_content
+    # another title changes every section's text: all embedded again
+    f.write_text(DOC_V1.replace("Run it daily.", "Run it weekly.").replace("# Guide", "# Handbook"))
+    retitled = ingest_paths(db, [f], layout=layout, embedder=emb)
+    assert (retitled.changed, retitled.reused, emb.embedded) == (1, 0, 7)
+    # --force embeds everything (a model's weights changed under its name)
+    forced = ingest_paths(db, [f], layout=layout, embedder=emb, force=True)
+    assert (forced.changed, forced.reused, emb.embedded) == (1, 0, 10)
+    # stored under another EMBEDDING_TEXT, or not by ingest with this model: nothing is reused
+    for change in (f"metadata || jsonb_build_object('{EMBEDDING_TEXT_KEY}', '{EMBEDDING_TEXT + 1}')",
+                   "metadata - 'onetrip_embedder'"):
+        db.execute(f"UPDATE documents SET metadata = {change}")
+        f.write_text(f.read_text() + "\n## More\n\nAnother section." + PAD + "\n")
+        before = emb.embedded
+        other = ingest_paths(db, [f], layout=layout, embedder=emb)
+        assert (other.changed, other.reused, emb.embedded - before) == (1, 0, other.sections)
 
 
 def test_cli_summary_says_why_unchanged_files_were_embedded_again(dsn, tmp_path):

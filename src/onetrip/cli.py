@@ -568,9 +568,12 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         if report.recut:  # an upgrade re-cut unchanged files: say why they were embedded again
             why.append(f"{report.recut} re-cut: stored by an onetrip that cut files differently")
         access = f" ({'; '.join(why)})" if why else ""
+        # sections whose text was stored already keep their vector: say how many, or the rate would puzzle
+        kept = f"{report.reused} kept their stored vector; " if report.reused else ""
         print(f"documents: {report.new} new, {report.changed} changed{access}, {report.unchanged} unchanged, "
-              f"{len(report.failed)} failed; {report.sections} sections in {report.seconds:.1f}s ({rate:.1f}/s; "
-              f"parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, load {report.load_seconds:.1f}s)")
+              f"{len(report.failed)} failed; {report.sections} sections in {report.seconds:.1f}s ({kept}"
+              f"{rate:.1f}/s; parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, "
+              f"load {report.load_seconds:.1f}s)")
         for path, reason in report.failed:
             print(f"  failed: {path}: {reason}", file=sys.stderr)
     for path, warning in report.warnings:  # stored, but parsing lost part of it (a truncated file)

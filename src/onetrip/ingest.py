@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import time
 from contextlib import contextmanager, suppress
@@ -19,6 +20,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
 import psycopg
 
 from .embedders import Embedder, check_embedder, check_probe, embedder_probe
@@ -27,6 +29,7 @@ from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SECTIONING, TEXT_SUFFIXE
 from .store import (
     EMBEDDER_KEY,
     EMBEDDER_PROBE_KEY,
+    EMBEDDING_TEXT_KEY,
     FORMAT_KEY,
     PARSE_WARNINGS_KEY,
     SECTIONING_KEY,
@@ -65,6 +68,7 @@ class IngestReport:
     moved: list[tuple[str, str]] = field(default_factory=list)  # (path, the other collection it was stored in)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, what parsing lost: ParsedDocument.warnings)
     sections: int = 0
+    reused: int = 0  # of `sections`: written with the vector stored for the same text (`_stored_vectors`), not embedded
     parse_seconds: float = 0.0
     embed_seconds: float = 0.0
     load_seconds: float = 0.0
@@ -88,7 +92,7 @@ class IngestReport:
             "access_only": self.access_only, "recut": self.recut, "made_public": self.made_public,
             "moved": [{"path": p, "from_collection": c} for p, c in self.moved],
             "warnings": [{"path": p, "warning": w} for p, w in self.warnings],
-            "sections": self.sections, "parse_seconds": round(self.parse_seconds, 3),
+            "sections": self.sections, "reused": self.reused, "parse_seconds": round(self.parse_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
         }
 
@@ -182,6 +186,12 @@ def doc_id_for(path: Path, root: Path) -> str:
         return path.name
 
 
+EMBEDDING_TEXT = 1
+"""The version of `embedding_text`, stored with each document (metadata ``onetrip_embedding_text``; none: 1, as
+every onetrip stored before 2026-12-05 made it). A stored vector is reused for a section whose text is the same
+(`_stored_vectors`) only under the same version: raise it whenever `embedding_text` changes."""
+
+
 def embedding_text(title: str, heading_path: Sequence[str], content: str) -> str:
     """What the model sees: a context line (title and heading path), then the verbatim content."""
     crumbs = " > ".join(h for h in (title, *heading_path) if h)
@@ -201,6 +211,37 @@ class _Pending:
     parsed: ParsedDocument
     path: str
     recut: bool = False  # stored unchanged, but cut by another SECTIONING: written even though its hash matches
+    stored: bool = False  # a revision is stored: its vectors may serve sections of the same text (`_stored_vectors`)
+
+
+def _stored_vectors(conn: psycopg.Connection, layout: Layout, doc_ids: Sequence[str],
+                    embedder_name: str) -> dict[str, np.ndarray]:
+    """The stored vectors of these documents' sections, by the text they were embedded from (`embedding_text`).
+
+    Why: an edited page changes a few of its sections, and a new onetrip that
+    cuts files differently (`SECTIONING`) changes the cut of some documents, not
+    their text; embedding every section again cost the whole first ingest's
+    time (the model is ~90% of it). Only documents that ``ingest_paths`` stored
+    with this embedder (its name; a model of the same name with other weights
+    was refused before, see `embedders.check_probe`) and this EMBEDDING_TEXT
+    are read, so a vector is reused only for the very text it was made from.
+    One statement per embedding batch.
+    """
+    if not doc_ids:
+        return {}
+    t = layout.tables
+    rows = conn.execute(
+        f"""SELECT d.title, s.heading_path, s.content, s.embedding::vector::text
+              FROM {t['sections']} s
+              JOIN {t['documents']} d ON d.doc_id = s.doc_id
+             WHERE s.doc_id = ANY(%(ids)s)
+               AND d.metadata ->> %(e)s = %(name)s
+               AND coalesce(d.metadata ->> %(v)s, '1') = %(version)s""",
+        {"ids": list(doc_ids), "e": EMBEDDER_KEY, "name": embedder_name, "v": EMBEDDING_TEXT_KEY,
+         "version": str(EMBEDDING_TEXT)},
+    ).fetchall()
+    return {embedding_text(title or "", path, content): np.array(json.loads(vec), dtype=np.float32)
+            for title, path, content, vec in rows}
 
 
 @contextmanager
@@ -373,15 +414,20 @@ def ingest_paths(
                 embedding_text(p.parsed.title, s.heading_path, s.content) for p in pending for s in p.parsed.sections
             ]
             t0 = time.perf_counter()
-            vectors = embedder.embed_documents(texts)
+            known = {} if force else _stored_vectors(conn, layout, [p.record.doc_id for p in pending if p.stored],
+                                                     embedder.name)
+            todo = [t for t in texts if t not in known]
+            report.load_seconds += time.perf_counter() - t0
+            t0 = time.perf_counter()
+            made = embedder.embed_documents(todo) if todo else np.zeros((0, stored.dim), np.float32)
             report.embed_seconds += time.perf_counter() - t0
             try:
-                n_vectors: int | None = len(vectors)
+                n_vectors: int | None = len(made)
             except TypeError:
                 n_vectors = None
-            if n_vectors != len(texts):  # each document's slice would take another's vectors: none is stored
-                got = f"{n_vectors} vectors" if n_vectors is not None else f"a {type(vectors).__name__}"
-                why = (f"the embedder {embedder.name!r} returned {got} for {len(texts)} sections (this "
+            if n_vectors != len(todo):  # each document's slice would take another's vectors: none is stored
+                got = f"{n_vectors} vectors" if n_vectors is not None else f"a {type(made).__name__}"
+                why = (f"the embedder {embedder.name!r} returned {got} for {len(todo)} sections (this "
                        f"batch of {len(pending)} files); none was stored, as a vector could not be matched to its "
                        "section")
                 for p in pending:
@@ -390,6 +436,12 @@ def ingest_paths(
                         on_progress(p.path, report)
                 pending.clear()
                 return
+            reused = [t in known for t in texts]
+            if known:  # in the texts' order: a stored vector where the text is one, else the next one made
+                made_rows = iter(made)
+                vectors = [known[t] if hit else next(made_rows) for t, hit in zip(texts, reused)]
+            else:
+                vectors = made
             offset = 0
             for p in pending:
                 n = len(p.parsed.sections)
@@ -416,6 +468,8 @@ def ingest_paths(
                         recorded()  # committed: the record is visible, the first-ingest lock can go
                     report.note_access(p.path, res)
                     report.sections += res.sections
+                    if res.outcome != "unchanged":
+                        report.reused += sum(reused[offset : offset + n])
                 report.load_seconds += time.perf_counter() - t0
                 offset += n
                 if on_progress:
@@ -460,7 +514,8 @@ def ingest_paths(
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
                     doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
                     metadata={**parsed.metadata, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name,
-                              SECTIONING_KEY: SECTIONING, **({} if probe is None else {EMBEDDER_PROBE_KEY: probe})},
+                              SECTIONING_KEY: SECTIONING, EMBEDDING_TEXT_KEY: EMBEDDING_TEXT,
+                              **({} if probe is None else {EMBEDDER_PROBE_KEY: probe})},
                     collection=collection, acl=acl,
                 )
             except (InputDocumentError, OSError, UnicodeError, ValueError) as e:
@@ -474,7 +529,8 @@ def ingest_paths(
                     on_progress(shown, report)
                 continue
             report.parse_seconds += time.perf_counter() - t0
-            pending.append(_Pending(record, parsed, shown, recut=state == "sectioning"))
+            pending.append(_Pending(record, parsed, shown, recut=state == "sectioning",
+                                    stored=state in ("content", "sectioning")))
             if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
                 flush()
         flush()
