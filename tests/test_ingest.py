@@ -139,6 +139,47 @@ class CountingEmbedder(HashEmbedder):
         return super().embed_documents(texts)
 
 
+def test_a_run_stopped_before_its_recount_is_recounted_by_the_next_run(db, tmp_path, monkeypatch):
+    """ingest recounts the lexical word weights once, at the end of a run. A run stopped after storing its
+    documents (Ctrl-C, SIGTERM, a lost connection during the recount) left their words uncounted, and the next
+    run, finding every file stored, recounted nothing: those words searched with weight 1 until someone ran
+    `onetrip refresh-term-stats`. The run now marks the counts as behind before its first write; the next run
+    finds the mark and recounts even though it stores nothing."""
+    import onetrip.ingest as ingest_module
+    from onetrip.store import TERM_STATS_BEHIND, refresh_term_stats
+
+    layout = init_schema(db)
+    (tmp_path / "a.md").write_text(DOC_V1)
+    assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).new == 1
+
+    def words() -> set[str]:
+        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
+
+    assert "zeppelin" not in words() and TERM_STATS_BEHIND not in words()
+    (tmp_path / "b.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
+
+    def stopped(*args):  # Ctrl-C as the recount starts: the documents are committed, their words not counted
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ingest_module, "refresh_term_stats", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert db.execute("SELECT count(*) FROM documents").fetchone() == (2,)
+    assert "zeppelin" not in words() and TERM_STATS_BEHIND in words()  # behind, and marked so
+    monkeypatch.undo()
+    again = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert (again.new, again.changed, again.unchanged) == (0, 0, 2)
+    assert "zeppelin" in words() and TERM_STATS_BEHIND not in words()
+    # the mark is never a search's word: the counts match a recount's, and no query word is empty
+    n = len(words())
+    assert refresh_term_stats(db, layout) == n
+    # a run that writes nothing marks nothing, and recounts nothing
+    recounts: list = []
+    monkeypatch.setattr(ingest_module, "refresh_term_stats", lambda *a: recounts.append(a))
+    assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).unchanged == 2
+    assert recounts == [] and TERM_STATS_BEHIND not in words()
+
+
 def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path, monkeypatch):
     """Same file, another --acl or --collection: a new revision at once, without re-embedding.
 

@@ -112,7 +112,10 @@ CREATE INDEX IF NOT EXISTS sections_terms_gin
 -- words found almost everywhere and weights the others by rarity (idf).
 -- Recounted from the sections after every ingest run (onetrip's
 -- store.refresh_term_stats, CLI `onetrip refresh-term-stats`); a word missing
--- here is searched with weight 1.
+-- here is searched with weight 1. A row whose lexeme is '' says the counts are
+-- behind: an ingest run writes it before its first document and its recount
+-- deletes it, so a run stopped in between has the next one recount (no query
+-- word is '', so no search reads it).
 CREATE TABLE IF NOT EXISTS term_stats (
     lexeme            text NOT NULL,
     sections          integer NOT NULL,           -- sections whose tsv holds the word

@@ -45,7 +45,8 @@ from .store import (
     recorded_probes,
     refresh_term_stats,
     replace_document,
-    term_stats_empty,
+    mark_term_stats_behind,
+    term_stats_behind,
 )
 from .layout import Layout
 from .schema import read_layout
@@ -404,7 +405,9 @@ def ingest_paths(
     with _stop_when_lost(conn, report, len(planned)), _one_model(conn, layout, embedder, probe,
                                                                  force=force) as recorded:
         # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
-        uncounted = term_stats_empty(conn, layout)
+        # none counted, or an earlier run stopped before its recount: this run recounts at its end; else the
+        # TERM_STATS_BEHIND row is written before this run's first document
+        marked = [term_stats_behind(conn, layout)]
         pending: list[_Pending] = []
 
         def flush() -> None:
@@ -436,6 +439,9 @@ def ingest_paths(
                         on_progress(p.path, report)
                 pending.clear()
                 return
+            if not marked[0]:  # before the run's first write: a run stopped before its recount says so
+                mark_term_stats_behind(conn, layout)
+                marked[0] = True
             reused = [t in known for t in texts]
             if known:  # in the texts' order: a stored vector where the text is one, else the next one made
                 made_rows = iter(made)
@@ -535,8 +541,8 @@ def ingest_paths(
                 flush()
         flush()
         t0 = time.perf_counter()
-        if report.new or report.changed > report.access_only or uncounted:
-            refresh_term_stats(conn, layout)  # recounts, then merges the GIN pending lists
+        if report.new or report.changed > report.access_only or marked[0]:  # marked: a write was tried, or an
+            refresh_term_stats(conn, layout)  # earlier run's stopped; recounts (the mark goes), merges GIN lists
         elif report.access_only:  # word counts ignore access, but the UPDATEs left new GIN entries pending
             flush_word_indexes(conn, layout)
         report.load_seconds += time.perf_counter() - t0

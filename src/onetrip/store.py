@@ -894,9 +894,28 @@ def _count_words(conn: psycopg.Connection, layout: Layout) -> int:
         ).rowcount
 
 
-def term_stats_empty(conn: psycopg.Connection, layout: Layout) -> bool:
-    """True when no words are counted yet (a table made or loaded without `refresh_term_stats`)."""
+TERM_STATS_BEHIND = ""
+"""The term_stats lexeme of the row that says the counts are behind the sections. An ingest run writes it
+(committed) before its first document and the recount at the run's end deletes it with every other row, so a
+run stopped before its recount (Ctrl-C, SIGTERM, a lost connection) leaves it, and the next run recounts even
+if it stores nothing: that had left the stopped run's documents' words uncounted until someone ran
+`onetrip refresh-term-stats`. No query word is empty, so searches never read it."""
+
+
+def mark_term_stats_behind(conn: psycopg.Connection, layout: Layout) -> None:
+    """Write (and commit, unless a transaction of the caller's is open) the TERM_STATS_BEHIND row."""
+    with conn.transaction():
+        conn.execute(f"INSERT INTO {layout.tables['term_stats']} (lexeme, sections, share, idf) "
+                     "VALUES (%s, 0, 0, 0) ON CONFLICT DO NOTHING", (TERM_STATS_BEHIND,))
+
+
+def term_stats_behind(conn: psycopg.Connection, layout: Layout) -> bool:
+    """True when the word counts may be behind the sections: none counted yet (a table made or loaded without
+    `refresh_term_stats`), or a run that wrote documents stopped before its recount (TERM_STATS_BEHIND)."""
+    stats = layout.tables["term_stats"]
     try:
-        return conn.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {layout.tables['term_stats']})").fetchone()[0]
+        return conn.execute(f"SELECT NOT EXISTS (SELECT 1 FROM {stats} WHERE lexeme <> %(m)s) "
+                            f"OR EXISTS (SELECT 1 FROM {stats} WHERE lexeme = %(m)s)",
+                            {"m": TERM_STATS_BEHIND}).fetchone()[0]
     except psycopg.errors.UndefinedTable as e:
         raise missing_table_error(e) from None
