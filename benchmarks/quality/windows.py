@@ -184,7 +184,7 @@ def build_windows(
     """
     from onetrip.schema import init_schema
     from onetrip.sections import parse_file
-    from onetrip.store import DocumentRecord, current_hash, refresh_term_stats, replace_document, term_stats_empty
+    from onetrip.store import DocumentRecord, current_hash, refresh_term_stats, replace_document, term_stats_behind
     from onetrip.layout import Layout
 
     layout = init_schema(conn, Layout(prefix=prefix, dim=embedder.dim))
@@ -234,7 +234,7 @@ def build_windows(
     flush()
     # rows written here bypass ingest, which recounts the lexical word weights after
     # every run; without the recount a lexical/hybrid window baseline weighs every word 1
-    if stats["built"] or term_stats_empty(conn, layout):
+    if stats["built"] or term_stats_behind(conn, layout):
         stats["term_stats_words"] = refresh_term_stats(conn, layout)
     stats["embed_seconds"] = round(stats["embed_seconds"], 1)
     stats["windows_stored"] = conn.execute(f"SELECT count(*) FROM {layout.tables['sections']}").fetchone()[0]
