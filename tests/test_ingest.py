@@ -730,6 +730,44 @@ def test_a_changed_document_embeds_only_the_sections_whose_text_changed(db, tmp_
         assert (other.changed, other.reused, emb.embedded - before) == (1, 0, other.sections)
 
 
+def test_a_stored_vector_is_reused_only_under_the_same_probe(db, tmp_path):
+    """A document stored before the probe was recorded (2026-12-05) lent its vectors to the re-cut that the
+    upgrade itself brings: a model of the same name but other weights (a fine-tune saved as 'model') kept the old
+    model's vectors and recorded its own probe over them, which check_probe then took for its own. Such a
+    document lends none; one whose probe is this model's, within PROBE_TOLERANCE, does."""
+    from onetrip.ingest import embedding_text
+    from onetrip.store import EMBEDDER_PROBE_KEY, SECTIONING_KEY
+
+    class Weights(CountingEmbedder):
+        name = "model"
+
+        def __init__(self, salt: str) -> None:
+            super().__init__()
+            self.salt = salt
+
+        def _one(self, text: str) -> np.ndarray:
+            return super()._one(self.salt + text)
+
+    layout = init_schema(db)
+    f = tmp_path / "guide.md"
+    f.write_text(DOC_V1)
+    assert ingest_paths(db, [f], layout=layout, embedder=Weights("old")).new == 1
+    # its probe nudged within the tolerance (another CPU's rounding): the same model, its vectors kept
+    db.execute("UPDATE documents SET metadata = jsonb_set(metadata - %s, %s, to_jsonb(((metadata -> %s ->> 0)"
+               "::float8 + 1e-4)))", (SECTIONING_KEY, [EMBEDDER_PROBE_KEY, "0"], EMBEDDER_PROBE_KEY))
+    same = ingest_paths(db, [f], layout=layout, embedder=Weights("old"))
+    assert (same.recut, same.reused) == (1, 3)
+    # as an onetrip before 2026-12-05 stored it (no probe, no sectioning); the folder now holds other weights
+    db.execute("UPDATE documents SET metadata = metadata - %s - %s", (EMBEDDER_PROBE_KEY, SECTIONING_KEY))
+    new = Weights("new")
+    recut = ingest_paths(db, [f], layout=layout, embedder=new)
+    assert (recut.recut, recut.reused, new.embedded) == (1, 0, 3)
+    for title, path, content, vec in db.execute("SELECT d.title, s.heading_path, s.content, s.embedding::text "
+                                                "FROM sections s JOIN documents d USING (doc_id)"):
+        want = new.embed_documents([embedding_text(title, path, content)])[0]
+        assert np.allclose(np.array(json.loads(vec), dtype=np.float32), want, atol=1e-6)
+
+
 def test_cli_summary_says_why_unchanged_files_were_embedded_again(dsn, tmp_path):
     from .test_cli import onetrip
 

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from .embedders import Embedder, check_embedder, check_probe, embedder_probe
+from .embedders import Embedder, check_embedder, check_probe, embedder_probe, probe_differs
 from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumentError, OnetripError
 from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SECTIONING, TEXT_SUFFIXES, ParsedDocument, parse_file
 from .store import (
@@ -216,33 +216,36 @@ class _Pending:
 
 
 def _stored_vectors(conn: psycopg.Connection, layout: Layout, doc_ids: Sequence[str],
-                    embedder_name: str) -> dict[str, np.ndarray]:
+                    embedder_name: str, probe: list[float] | None) -> dict[str, np.ndarray]:
     """The stored vectors of these documents' sections, by the text they were embedded from (`embedding_text`).
 
     Why: an edited page changes a few of its sections, and a new onetrip that
     cuts files differently (`SECTIONING`) changes the cut of some documents, not
     their text; embedding every section again cost the whole first ingest's
     time (the model is ~90% of it). Only documents that ``ingest_paths`` stored
-    with this embedder (its name; a model of the same name with other weights
-    was refused before, see `embedders.check_probe`) and this EMBEDDING_TEXT
-    are read, so a vector is reused only for the very text it was made from.
-    One statement per embedding batch.
+    with this embedder (its name, and its ``probe`` when it gives one) and this
+    EMBEDDING_TEXT are read, so a vector is reused only for the very text it
+    was made from. A document without a recorded probe (stored before
+    2026-12-05) lends none: `embedders.check_probe` cannot compare it, so its
+    vectors may be another model's of that name, and the new revision would
+    record this model's probe over them. One statement per embedding batch.
     """
     if not doc_ids:
         return {}
     t = layout.tables
     rows = conn.execute(
-        f"""SELECT d.title, s.heading_path, s.content, s.embedding::vector::text
+        f"""SELECT d.metadata -> %(p)s, d.title, s.heading_path, s.content, s.embedding::vector::text
               FROM {t['sections']} s
               JOIN {t['documents']} d ON d.doc_id = s.doc_id
              WHERE s.doc_id = ANY(%(ids)s)
                AND d.metadata ->> %(e)s = %(name)s
                AND coalesce(d.metadata ->> %(v)s, '1') = %(version)s""",
         {"ids": list(doc_ids), "e": EMBEDDER_KEY, "name": embedder_name, "v": EMBEDDING_TEXT_KEY,
-         "version": str(EMBEDDING_TEXT)},
+         "version": str(EMBEDDING_TEXT), "p": EMBEDDER_PROBE_KEY},
     ).fetchall()
     return {embedding_text(title or "", path, content): np.array(json.loads(vec), dtype=np.float32)
-            for title, path, content, vec in rows}
+            for stored_probe, title, path, content, vec in rows
+            if probe is None or (isinstance(stored_probe, list) and not probe_differs(stored_probe, probe))}
 
 
 @contextmanager
@@ -418,7 +421,7 @@ def ingest_paths(
             ]
             t0 = time.perf_counter()
             known = {} if force else _stored_vectors(conn, layout, [p.record.doc_id for p in pending if p.stored],
-                                                     embedder.name)
+                                                     embedder.name, probe)
             todo = [t for t in texts if t not in known]
             report.load_seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
