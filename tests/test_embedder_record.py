@@ -125,7 +125,8 @@ def test_a_model_of_the_same_name_with_other_weights_is_refused_unless_forced(db
 
     before = snapshot()
     write_docs(tmp_path / "a", "gamma")
-    with pytest.raises(EmbedderMismatchError, match=r"3 document\(s\) in documents were embedded by a model also "
+    with pytest.raises(EmbedderMismatchError, match=r"3 document\(s\) in documents \('alpha.md', 'beta.md', "
+                                                    r"'delta.md'\) were embedded by a model also "
                                                     r"named 'hash-test' whose vectors differ.*--force"):
         ingest_paths(db, [a], layout=layout, embedder=RetrainedHashEmbedder())
     assert snapshot() == before and set(probes()) == {"alpha.md", "beta.md", "delta.md"}
@@ -134,7 +135,7 @@ def test_a_model_of_the_same_name_with_other_weights_is_refused_unless_forced(db
     forced = ingest_paths(db, [a], layout=layout, embedder=RetrainedHashEmbedder(), force=True)
     assert (forced.new, forced.changed) == (1, 2)
     assert probes() == {"alpha.md": new, "beta.md": new, "delta.md": old, "gamma.md": new}
-    with pytest.raises(EmbedderMismatchError, match=r"^1 document\(s\) in documents"):  # delta.md, not re-embedded
+    with pytest.raises(EmbedderMismatchError, match=r"^1 document\(s\) in documents \('delta.md'\)"):  # not re-embedded
         ingest_paths(db, [a], layout=layout, embedder=RetrainedHashEmbedder())
     assert ingest_paths(db, [b], layout=layout, embedder=RetrainedHashEmbedder(), force=True).changed == 1
     assert ingest_paths(db, [a, b], layout=layout, embedder=RetrainedHashEmbedder()).unchanged == 4
@@ -348,3 +349,16 @@ def test_a_documents_own_metadata_is_not_a_record(db, tmp_path):
     assert meta["embedder"] == "my notes" and meta["onetrip_embedder"] == "hash-test"
     db.execute("UPDATE documents SET metadata = metadata || '{\"onetrip_embedder\": {\"a\": 1}}'")
     assert recorded_embedders(db, layout) == [] and Retriever(db).recorded_embedders == []
+
+
+def test_the_probe_error_names_five_documents_at_most():
+    """Many documents of another model's weights: the error names the first five ids and says there are more."""
+    from onetrip.embedders import check_probe, embedder_probe
+
+    emb = HashEmbedder()
+    other = embedder_probe(RetrainedHashEmbedder())
+    ids = [f"d{i}.md" for i in range(7)]
+    with pytest.raises(EmbedderMismatchError, match=r"^7 document\(s\) in t \('d0.md', 'd1.md', 'd2.md', 'd3.md', "
+                                                    r"'d4.md', …\)"):
+        check_probe([(other, 7, ids[:5])], embedder_probe(emb), emb, "t")
+    check_probe([(embedder_probe(emb), 7, ids[:5])], embedder_probe(emb), emb, "t")  # its own probe: no error

@@ -103,22 +103,27 @@ def embedder_probe(embedder: Embedder) -> list[float] | None:
     return [round(float(x), 6) for x in v[0, :PROBE_DIMS]]
 
 
-def check_probe(recorded: Sequence[tuple[Any, int]], probe: list[float] | None, embedder: Embedder,
-                table: str) -> None:
+def check_probe(recorded: Sequence[tuple[Any, int, Sequence[str]]], probe: list[float] | None,
+                embedder: Embedder, table: str) -> None:
     """An EmbedderMismatchError when documents recorded under this embedder's name hold another probe.
 
-    ``recorded``: (probe as stored, documents) pairs for documents of this
-    name. Documents without a probe (stored before 2026-12-05) are not compared.
+    ``recorded``: (probe as stored, documents, some of their ids) for documents
+    of this name (`store.recorded_probes`). Documents without a probe (stored
+    before 2026-12-05) are not compared. The error names a few of them, so that
+    after a --force on part of a folder the ones left behind can be found.
     """
     if probe is None:
         return
-    differ = sum(n for stored, n in recorded if probe_differs(stored, probe))
+    differ = [(n, ids) for stored, n, ids in recorded if probe_differs(stored, probe)]
     if differ:
+        count = sum(n for n, _ in differ)
+        names = sorted(i for _, ids in differ for i in ids)[:5]
+        shown = ", ".join(repr(i) for i in names) + (", …" if count > len(names) else "")
         raise EmbedderMismatchError(
-            f"{differ} document(s) in {table} were embedded by a model also named {embedder.name!r} whose vectors "
-            "differ from this one's (another version or fine-tune saved under that folder name?); use the model "
-            "they were embedded with, or, if its weights changed on purpose, embed those documents again with "
-            "--force (Python: ingest_paths(..., force=True))"
+            f"{count} document(s) in {table} ({shown}) were embedded by a model also named {embedder.name!r} "
+            "whose vectors differ from this one's (another version or fine-tune saved under that folder name?); "
+            "use the model they were embedded with, or, if its weights changed on purpose, embed those documents "
+            "again with --force (Python: ingest_paths(..., force=True))"
         )
 
 

@@ -293,14 +293,19 @@ def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: 
     return [r[0] for r in rows if r[0] is not None]
 
 
-def recorded_probes(conn: psycopg.Connection, layout: Layout, name: str) -> list[tuple[Any, int]]:
+def recorded_probes(conn: psycopg.Connection, layout: Layout, name: str) -> list[tuple[Any, int, list[str]]]:
     """The probes recorded on documents of embedder ``name`` (EMBEDDER_PROBE_KEY), each with how many documents
-    hold it; documents without one (stored before 2026-12-05, or by an embedder that gave none) are left out."""
-    q = sql.SQL("SELECT metadata -> %(p)s, count(*) FROM {} WHERE metadata ->> %(k)s = %(name)s "
-                "AND jsonb_typeof(metadata -> %(p)s) = 'array' GROUP BY 1").format(
+    hold it and the first few of their ids (an error names them); documents without one (stored before
+    2026-12-05, or by an embedder that gave none) are left out."""
+    q = sql.SQL("SELECT metadata -> %(p)s, count(*), (array_agg(doc_id ORDER BY doc_id))[1:%(n)s] FROM {} "
+                "WHERE metadata ->> %(k)s = %(name)s AND jsonb_typeof(metadata -> %(p)s) = 'array' GROUP BY 1").format(
         sql.SQL(layout.tables["documents"]))
-    return [(probe, n) for probe, n in conn.execute(q, {"p": EMBEDDER_PROBE_KEY, "k": EMBEDDER_KEY,
-                                                        "name": name}).fetchall()]
+    return [(probe, n, list(ids)) for probe, n, ids in conn.execute(
+        q, {"p": EMBEDDER_PROBE_KEY, "k": EMBEDDER_KEY, "name": name, "n": NAMED_IN_ERRORS}).fetchall()]
+
+
+#: How many document ids an error about many documents names (`recorded_probes`).
+NAMED_IN_ERRORS = 5
 
 
 def embedder_lock(conn: psycopg.Connection, layout: Layout, *, unlock: bool = False) -> None:
