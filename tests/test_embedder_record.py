@@ -28,7 +28,7 @@ from onetrip import (
     init_schema,
     list_documents,
 )
-from onetrip.embedders import DEFAULT_MODEL, default_model_path, model_name
+from onetrip.embedders import DEFAULT_MODEL, default_model_path, embedder_probe, model_name
 from onetrip.ingest import ingest_paths
 from onetrip.layout import Layout
 from onetrip.store import recorded_embedders
@@ -143,6 +143,51 @@ def test_a_model_of_the_same_name_with_other_weights_is_refused_unless_forced(db
     # documents stored before probes were recorded are compared by name only
     db.execute("UPDATE documents SET metadata = metadata - %s", (EMBEDDER_PROBE_KEY,))
     assert ingest_paths(db, [a, b], layout=layout, embedder=HashEmbedder()).unchanged == 4
+
+
+def test_a_retriever_refuses_a_model_of_the_same_name_with_other_weights(db, dsn, tmp_path, statement_log):
+    """A retriever compared the model's name only, so one of the same folder name but other weights embedded
+    queries for another model's vectors: wrong hits, no error. It reads the probe with the name, when it is
+    made, and checks it once, when it first embeds a text (one embedding of the probe sentence, no statement);
+    embedding queries are not checked, and a search still sends one statement."""
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha", "beta")], layout=layout, embedder=HashEmbedder())
+    wrong = Retriever(db, embedder=RetrainedHashEmbedder())
+    assert wrong.recorded_embedders == ["hash-test"] and wrong.recorded_probe is not None
+    for call in (lambda: wrong.search("alpha", 2), lambda: wrong.assemble("alpha", 2),
+                 lambda: wrong.query_vector("alpha")):
+        with pytest.raises(EmbedderMismatchError, match="also named 'hash-test' whose vectors differ"):
+            call()
+    assert wrong.search(HashEmbedder().embed_query("alpha"), 2)  # an embedding needs no model
+    right = Retriever(db, embedder=HashEmbedder())
+    with statement_log.watch(db) as w:
+        hits = right.search("About alpha.", 2)
+    assert len(w.statements) == 1, w.statements
+    assert hits[0].section.doc_id == "alpha.md"
+    # documents without a probe (stored before 2026-12-05): the name alone, as before
+    db.execute("UPDATE documents SET metadata = metadata - 'onetrip_embedder_probe'")
+    assert wrong.refresh_embedder_record() == ["hash-test"] and wrong.recorded_probe is None
+    assert wrong.search("alpha", 2)
+
+    async def run() -> None:
+        db.execute("UPDATE documents SET metadata = metadata || jsonb_build_object('onetrip_embedder_probe', %s::jsonb)",
+                   (json.dumps(embedder_probe(HashEmbedder())),))
+        r = await AsyncRetriever.create(dsn, embedder=RetrainedHashEmbedder())
+        try:
+            with pytest.raises(EmbedderMismatchError, match="also named 'hash-test' whose vectors differ"):
+                await r.search("alpha", 1)
+            with pytest.raises(EmbedderMismatchError, match="whose vectors differ"):
+                await r.search_many(["alpha", "beta"], 1)
+            assert await r.search(HashEmbedder().embed_query("alpha"), 1)
+        finally:
+            await r.close()
+        good = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        try:
+            assert (await good.search("About alpha.", 1))[0].section.doc_id == "alpha.md"
+        finally:
+            await good.close()
+
+    asyncio.run(run())
 
 
 def test_an_embedder_that_embeds_no_probe_is_checked_by_name_only(db, tmp_path):

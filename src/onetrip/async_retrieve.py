@@ -20,7 +20,7 @@ from psycopg import pq
 
 from .connection import connect_async
 from .context import Context
-from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder
+from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
 from .errors import ConnectionLostError
 from .retrieve import (
     Hit,
@@ -30,6 +30,7 @@ from .retrieve import (
     bind_vector,
     check_connection_kind,
     check_distance_range,
+    check_model,
     check_query_text,
     connection_lost,
     statement_errors,
@@ -42,7 +43,7 @@ from .retrieve import (
     settings_statement,
 )
 from .schema import layout_from_row, layout_query
-from .store import EMBEDDER_KEY, TABLE_READABLE, recorded_embedders_query
+from .store import RECORD_KEYS, TABLE_READABLE, record_of_row, recorded_embedders_query
 from .layout import Layout
 
 if TYPE_CHECKING:
@@ -60,14 +61,14 @@ async def _read_layout(conn: psycopg.AsyncConnection, schema: str | None, prefix
     return layout_from_row(await cur.fetchone(), schema, prefix)
 
 
-async def _recorded_embedder(conn: psycopg.AsyncConnection, layout: Layout) -> list[str]:
-    """`store.recorded_embedders(first_only=True)`, on asyncio."""
+async def _recorded_record(conn: psycopg.AsyncConnection, layout: Layout) -> tuple[list[str], Any]:
+    """`store.recorded_record`, on asyncio."""
     cur = await conn.execute(TABLE_READABLE, (layout.tables["documents"],))
     readable = await cur.fetchone()
     if not (readable and readable[0]):
-        return []
-    cur = await conn.execute(recorded_embedders_query(layout, first_only=True), {"k": EMBEDDER_KEY})
-    return [r[0] for r in await cur.fetchall() if r[0] is not None]
+        return [], None
+    cur = await conn.execute(recorded_embedders_query(layout, first_only=True), RECORD_KEYS)
+    return record_of_row(await cur.fetchone())
 
 
 class AsyncRetriever:
@@ -123,7 +124,7 @@ class AsyncRetriever:
                 await apply_settings_async(self.conn, self.settings)
             async with self._connection() as c:
                 self.layout = await _read_layout(c, schema, prefix)
-                self.recorded_embedders = await _recorded_embedder(c, self.layout)
+                self.recorded_embedders, self.recorded_probe = await _recorded_record(c, self.layout)
         except BaseException:
             if self._owns_conn:
                 if self.conn is not None:  # None: lost under the layout read (`_lost` closed it)
@@ -134,6 +135,7 @@ class AsyncRetriever:
         if opened:
             await self.conn.commit()
         self._embedder_checked = False
+        self._probe: list[float] | None | bool = False  # as Retriever's
         return self
 
     @asynccontextmanager
@@ -182,7 +184,7 @@ class AsyncRetriever:
             async with self._connection() as c:
                 return await self.refresh_embedder_record(c)
         async with self._lost_errors(conn):  # the HTTP service's /health: the pool's idle connections checked too
-            self.recorded_embedders = await _recorded_embedder(conn, self.layout)
+            self.recorded_embedders, self.recorded_probe = await _recorded_record(conn, self.layout)
         self._embedder_checked = False
         return self.recorded_embedders
 
@@ -190,23 +192,22 @@ class AsyncRetriever:
     def embedder(self) -> Embedder:
         if self._embedder is None:
             self._embedder = SentenceTransformerEmbedder()
-        if not self._embedder_checked:  # as `Retriever.embedder`
-            check_embedder(self.recorded_embedders, self._embedder, self.layout.tables["documents"])
-            self._embedder_checked = True
+        if not self._embedder_checked:  # as `Retriever.embedder` (its probe: one embedding, once per retriever)
+            self._embedder_checked = check_model(self, self._embedder)
         return self._embedder
 
     async def query_vector(self, query: str | Sequence[float] | np.ndarray) -> np.ndarray:
         """Same as `Retriever.query_vector`; a text is embedded in a worker thread."""
         if isinstance(query, str):
             check_query_text(query)
-            return as_vector(await asyncio.to_thread(self.embedder.embed_query, query), self.layout.dim)
+            return as_vector(await asyncio.to_thread(lambda: self.embedder.embed_query(query)), self.layout.dim)
         return as_vector(query, self.layout.dim)
 
     async def run(self, plan: Plan) -> Any:
         """Embed in a worker thread (once, outside any transaction), then send ONE statement."""
         vector = None
         if plan.embed is not None:
-            vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)
+            vector = await asyncio.to_thread(lambda: self.embedder.embed_query(plan.embed))  # the check too
         return await self._execute(plan, bind_vector(plan, vector, self.layout.dim))
 
     async def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
@@ -277,7 +278,7 @@ class AsyncRetriever:
         plan = plan_to_explain(self.layout, query, k, assemble=assemble, kind=kind, options=options)
         vector = None
         if plan.embed is not None:
-            vector = await asyncio.to_thread(self.embedder.embed_query, plan.embed)
+            vector = await asyncio.to_thread(lambda: self.embedder.embed_query(plan.embed))  # the check too
         params = bind_vector(plan, vector, self.layout.dim)
         async with self._connection() as c:
             return await explain_statement_async(c, plan, params, self.layout, kind=kind)

@@ -127,6 +127,19 @@ def check_probe(recorded: Sequence[tuple[Any, int, Sequence[str]]], probe: list[
         )
 
 
+def check_recorded_probe(stored: Any, probe: list[float] | None, embedder: Embedder, table: str) -> None:
+    """A retriever's check: an EmbedderMismatchError when the stored documents' recorded probe (``stored``, one
+    document's: ingest keeps one model per table) is not this embedder's ``probe``. A name alone let a model of
+    the same folder name but other weights embed queries for another model's vectors: wrong hits, no error."""
+    if stored is None or probe is None or not probe_differs(stored, probe):
+        return
+    raise EmbedderMismatchError(
+        f"the documents in {table} were embedded by a model also named {embedder.name!r} whose vectors differ "
+        "from this one's (another version or fine-tune saved under that folder name?); search with the model "
+        "they were embedded with (Python: SentenceTransformerEmbedder(<its folder>), CLI: --model <its folder>)"
+    )
+
+
 def probe_differs(stored: Any, probe: Sequence[float]) -> bool:
     """Whether a recorded probe (a JSON list) is not ``probe`` within PROBE_TOLERANCE; one of another length
     differs, one that is not a list of numbers is not compared."""

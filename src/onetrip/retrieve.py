@@ -27,12 +27,14 @@ from .embedders import (
     as_vector,
     check_embedder,
     check_length,
+    check_recorded_probe,
+    embedder_probe,
     nan_distance_error,
 )
 from .errors import ConnectionLostError, missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
-from .store import check_text, nul_in, recorded_embedders
+from .store import check_text, nul_in, recorded_record
 from .templates import render
 
 if TYPE_CHECKING:
@@ -838,6 +840,18 @@ def statement_error(e: psycopg.Error) -> Exception:
     return e
 
 
+def check_model(r: Any, embedder: Embedder) -> bool:
+    """A retriever's check of the model it embeds text with, against the record it read when it was made (the
+    name, then the probe: one embedding of `embedders.PROBE_TEXT`, made once per retriever); True once passed."""
+    table = r.layout.tables["documents"]
+    check_embedder(r.recorded_embedders, embedder, table)
+    if r.recorded_probe is not None:
+        if r._probe is False:
+            r._probe = embedder_probe(embedder)
+        check_recorded_probe(r.recorded_probe, r._probe, embedder, table)
+    return True
+
+
 POOL_CHECK_DEADLINE = 2.0
 """Seconds a call that found a pooled connection lost waits for the pool's check of its idle ones (`check_pool`).
 A healthy check costs one round trip per idle connection; an idle connection whose server or network stopped
@@ -1034,7 +1048,7 @@ class Retriever:
             with self._connection() as c:
                 self.layout = read_layout(c, schema=schema, prefix=prefix)
                 # read once here, so no search pays a statement for it; checked when a text is first embedded
-                self.recorded_embedders = recorded_embedders(c, self.layout, first_only=True)
+                self.recorded_embedders, self.recorded_probe = recorded_record(c, self.layout)
         except BaseException:
             if self._owns_conn:
                 if self.conn is not None:  # None: lost under the layout read (`_forget` closed it)
@@ -1046,6 +1060,7 @@ class Retriever:
             self.conn.commit()
         self._embedder = embedder
         self._embedder_checked = False
+        self._probe: list[float] | None | bool = False  # the embedder's probe, made once (False: not yet)
         self._plans: dict[tuple, Plan] = {}
 
     @contextmanager
@@ -1099,7 +1114,7 @@ class Retriever:
         if conn is None:
             with self._connection() as c:
                 return self.refresh_embedder_record(c)
-        self.recorded_embedders = recorded_embedders(conn, self.layout, first_only=True)
+        self.recorded_embedders, self.recorded_probe = recorded_record(conn, self.layout)
         self._embedder_checked = False
         return self.recorded_embedders
 
@@ -1112,8 +1127,7 @@ class Retriever:
         if self._embedder is None:
             self._embedder = SentenceTransformerEmbedder()
         if not self._embedder_checked:
-            check_embedder(self.recorded_embedders, self._embedder, self.layout.tables["documents"])
-            self._embedder_checked = True
+            self._embedder_checked = check_model(self, self._embedder)
         return self._embedder
 
     def query_vector(self, query: str | Sequence[float] | np.ndarray) -> np.ndarray:

@@ -267,17 +267,21 @@ SECTIONING_KEY = "onetrip_sectioning"
 #: leaves as it is; `replace_document` sets it and keeps a caller's own value under that key out.
 OWN_ACL_KEY = "onetrip_own_acl"
 TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
+#: The binds of `recorded_embedders_query`.
+RECORD_KEYS = {"k": EMBEDDER_KEY, "p": EMBEDDER_PROBE_KEY}
 
 
 def recorded_embedders_query(layout: Layout, *, first_only: bool) -> sql.Composed:
-    """Names of the embedders recorded on stored documents (bind ``k``: EMBEDDER_KEY).
+    """Names of the embedders recorded on stored documents (binds: RECORD_KEYS).
 
     All of them (ingest: one pass over the documents), or what any one document
-    says (a retriever: one row, no scan; ingest keeps one model per table).
+    says, its probe too (a retriever: one row, no scan; ingest keeps one model
+    per table).
     """
     docs = sql.SQL(layout.tables["documents"])
     if first_only:
-        return sql.SQL("SELECT CASE WHEN jsonb_typeof(metadata -> %(k)s) = 'string' THEN metadata ->> %(k)s END "
+        return sql.SQL("SELECT CASE WHEN jsonb_typeof(metadata -> %(k)s) = 'string' THEN metadata ->> %(k)s END, "
+                       "CASE WHEN jsonb_typeof(metadata -> %(p)s) = 'array' THEN metadata -> %(p)s END "
                        "FROM {} LIMIT 1").format(docs)
     return sql.SQL("SELECT DISTINCT metadata ->> %(k)s FROM {} "
                    "WHERE jsonb_typeof(metadata -> %(k)s) = 'string' ORDER BY 1").format(docs)
@@ -286,11 +290,30 @@ def recorded_embedders_query(layout: Layout, *, first_only: bool) -> sql.Compose
 def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: bool = False) -> list[str]:
     """The embedders ingest recorded on the stored documents; empty when none did (precomputed loads,
     documents of an older onetrip) or the caller may not read the documents table (a search-only role)."""
+    if first_only:
+        return recorded_record(conn, layout)[0]
     readable = conn.execute(TABLE_READABLE, (layout.tables["documents"],)).fetchone()
     if not (readable and readable[0]):
         return []
-    rows = conn.execute(recorded_embedders_query(layout, first_only=first_only), {"k": EMBEDDER_KEY}).fetchall()
+    rows = conn.execute(recorded_embedders_query(layout, first_only=False), RECORD_KEYS).fetchall()
     return [r[0] for r in rows if r[0] is not None]
+
+
+def recorded_record(conn: psycopg.Connection, layout: Layout) -> tuple[list[str], Any]:
+    """What one stored document says of its embedder: its name (a list of none or one) and its probe (None when
+    it has none); what a retriever reads once, when it is made, to check the model it embeds text with."""
+    readable = conn.execute(TABLE_READABLE, (layout.tables["documents"],)).fetchone()
+    if not (readable and readable[0]):
+        return [], None
+    row = conn.execute(recorded_embedders_query(layout, first_only=True), RECORD_KEYS).fetchone()
+    return record_of_row(row)
+
+
+def record_of_row(row: Sequence[Any] | None) -> tuple[list[str], Any]:
+    """A `recorded_embedders_query(first_only=True)` row as (names, probe)."""
+    if row is None:
+        return [], None
+    return ([row[0]] if row[0] is not None else []), row[1]
 
 
 def recorded_probes(conn: psycopg.Connection, layout: Layout, name: str) -> list[tuple[Any, int, list[str]]]:
