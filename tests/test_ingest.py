@@ -180,6 +180,42 @@ def test_a_run_stopped_before_its_recount_is_recounted_by_the_next_run(db, tmp_p
     assert recounts == [] and TERM_STATS_BEHIND not in words()
 
 
+def test_another_runs_recount_does_not_take_the_mark_of_a_run_still_writing(db, dsn, tmp_path, monkeypatch):
+    """Another run's recount (or `onetrip delete`, refresh-term-stats) deletes the TERM_STATS_BEHIND row and
+    counts only the documents committed before it. The mark was written once, before a run's first write, so a
+    run still writing after that recount, then stopped before its own, left its later documents uncounted and
+    unmarked: the next run stored nothing and recounted nothing. The mark is written around each batch."""
+    import onetrip.ingest as ingest_module
+    from onetrip.store import TERM_STATS_BEHIND, refresh_term_stats
+
+    layout = init_schema(db)
+    (tmp_path / "a.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
+    (tmp_path / "b.md").write_text(f"# Music\n\nA xylophone rings.{PAD}\n")
+    other = connect(dsn)
+    store = ingest_module.replace_document
+
+    def recounted_first(conn, layout, record, *args, **kwargs):  # the other recount, between b's mark and b
+        if record.doc_id == "b.md":
+            refresh_term_stats(other, layout)
+        return store(conn, layout, record, *args, **kwargs)
+
+    def stopped(*args):  # Ctrl-C as this run's own recount starts
+        raise KeyboardInterrupt
+
+    def words() -> set[str]:
+        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
+
+    monkeypatch.setattr(ingest_module, "replace_document", recounted_first)
+    monkeypatch.setattr(ingest_module, "refresh_term_stats", stopped)
+    with pytest.raises(KeyboardInterrupt):
+        ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), batch_sections=1)
+    assert "zeppelin" in words() and "xylophon" not in words() and TERM_STATS_BEHIND in words()
+    monkeypatch.undo()
+    assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).unchanged == 2
+    assert "xylophon" in words() and TERM_STATS_BEHIND not in words()
+    other.close()
+
+
 def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path, monkeypatch):
     """Same file, another --acl or --collection: a new revision at once, without re-embedding.
 

@@ -408,8 +408,8 @@ def ingest_paths(
     with _stop_when_lost(conn, report, len(planned)), _one_model(conn, layout, embedder, probe,
                                                                  force=force) as recorded:
         # before any write: an installation without term_stats (older onetrip) fails here, naming `onetrip init`
-        # none counted, or an earlier run stopped before its recount: this run recounts at its end; else the
-        # TERM_STATS_BEHIND row is written before this run's first document
+        # none counted, or an earlier run stopped before its recount: this run recounts at its end; the
+        # TERM_STATS_BEHIND row is written around each batch of this run's documents
         marked = [term_stats_behind(conn, layout)]
         pending: list[_Pending] = []
 
@@ -442,9 +442,10 @@ def ingest_paths(
                         on_progress(p.path, report)
                 pending.clear()
                 return
-            if not marked[0]:  # before the run's first write: a run stopped before its recount says so
-                mark_term_stats_behind(conn, layout)
-                marked[0] = True
+            # before each batch's writes and again after them, not once per run: another run's recount (or
+            # `onetrip delete`, refresh-term-stats) deletes the mark, counting only what was committed before it
+            mark_term_stats_behind(conn, layout)
+            marked[0] = True
             reused = [t in known for t in texts]
             if known:  # in the texts' order: a stored vector where the text is one, else the next one made
                 made_rows = iter(made)
@@ -483,6 +484,7 @@ def ingest_paths(
                 offset += n
                 if on_progress:
                     on_progress(p.path, report)
+            mark_term_stats_behind(conn, layout)  # a recount made while the batch was written may have missed it
             pending.clear()
 
         for path, root, did in planned:

@@ -924,7 +924,8 @@ def _count_words(conn: psycopg.Connection, layout: Layout) -> int:
 
 TERM_STATS_BEHIND = ""
 """The term_stats lexeme of the row that says the counts are behind the sections. An ingest run writes it
-(committed) before its first document and the recount at the run's end deletes it with every other row, so a
+(committed) before and after each batch of documents (another run's recount deletes it too, counting only what
+was committed before it) and the recount at the run's end deletes it with every other row, so a
 run stopped before its recount (Ctrl-C, SIGTERM, a lost connection) leaves it, and the next run recounts even
 if it stores nothing: that had left the stopped run's documents' words uncounted until someone ran
 `onetrip refresh-term-stats`. No query word is empty, so searches never read it."""
