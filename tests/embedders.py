@@ -5,6 +5,7 @@ It is an `Embedder` like any user's plug-in, not a stand-in for the database.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,6 +29,26 @@ class HashEmbedder:
 
     def embed_query(self, text: str) -> np.ndarray:
         return self._one(text)
+
+
+class LoopWatchingEmbedder(HashEmbedder):
+    """HashEmbedder that notes, each time it embeds `embedders.PROBE_TEXT` (a retriever's model check), whether
+    that ran on a running event loop (where a model call holds up every other task) or in a worker thread."""
+
+    def __init__(self, dim: int = 384) -> None:
+        super().__init__(dim)
+        self.probe_on_loop: list[bool] = []
+
+    def embed_documents(self, texts: Sequence[str]) -> np.ndarray:
+        from onetrip.embedders import PROBE_TEXT
+
+        if PROBE_TEXT in texts:
+            try:
+                asyncio.get_running_loop()
+                self.probe_on_loop.append(True)
+            except RuntimeError:
+                self.probe_on_loop.append(False)
+        return super().embed_documents(texts)
 
 
 def linked_model_copy(folder: Path) -> Path:

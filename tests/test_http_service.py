@@ -38,7 +38,7 @@ from onetrip.ingest import ingest_paths  # noqa: E402
 from onetrip.layout import Layout  # noqa: E402
 from onetrip.retrieve import context_expansion  # noqa: E402
 
-from .embedders import HashEmbedder, linked_model_copy  # noqa: E402
+from .embedders import HashEmbedder, LoopWatchingEmbedder, linked_model_copy  # noqa: E402
 
 PAD = " This sentence is padding so that the section is not merged into its neighbour as a tiny one."
 DOCS = {
@@ -305,6 +305,18 @@ def test_null_is_a_field_left_out(db, dsn, corpus):
         # where Python reads None as something a request may not ask for (no budget, no ACL check): a 422
         assert_error(*search(base, {**body, "max_tokens": None}), 422, "invalid_field", "null (no budget")
         assert_error(*search(base, {**body, "principals": None}), 422, "invalid_field", "null is not taken")
+
+
+def test_the_model_check_embeds_its_probe_off_the_event_loop(dsn, corpus):
+    """The retriever checks the service's model when a text is first embedded, embedding the probe sentence
+    (documents ingested with a probe). embedder_of ran that check on the event loop, so its model call held up
+    every other request; it runs in the worker thread that embeds the query, for /search and /search_many."""
+    for path, body in (("/search", {"query": "pasta", "k": 1}), ("/search_many", {"queries": ["pasta"], "k": 1})):
+        emb = LoopWatchingEmbedder()
+        with serving(dsn, embedder_factory=lambda e=emb: e) as base:  # a new service: its retriever checks anew
+            status, data, _ = call(base, "POST", path, body)
+            assert status == 200, data
+        assert emb.probe_on_loop == [False], path
 
 
 def test_bad_input_is_a_clear_4xx(dsn, corpus):

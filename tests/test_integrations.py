@@ -23,7 +23,7 @@ from onetrip.ingest import ingest_paths
 from onetrip.store import DocumentRecord, replace_document
 from onetrip.layout import Layout
 
-from .embedders import HashEmbedder
+from .embedders import HashEmbedder, LoopWatchingEmbedder
 
 pytest.importorskip("langchain_core")
 pytest.importorskip("llama_index.core")
@@ -478,6 +478,24 @@ def test_llamaindex_custom_embedding_strs_and_a_bare_embedding(corpus):
         LIRetriever(api, k=2, mode="dense", hybrid=HybridOptions(candidates=7))
     with pytest.raises(ValueError, match="hybrid=... is for mode='hybrid' or 'lexical'"):
         LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidates": 7})
+
+
+def test_llamaindex_aretrieve_checks_the_model_off_the_event_loop(corpus, dsn):
+    """custom_embedding_strs are embedded in a worker thread, and so is the retriever's model check (documents
+    ingested with a probe: one embedding of the probe sentence), which _aretrieve had run on the event loop."""
+    from llama_index.core.schema import QueryBundle
+
+    emb = LoopWatchingEmbedder()
+    li = LIRetriever(dsn=dsn, embedder=emb, k=2, mode="dense", content="section")
+
+    async def run() -> list:
+        try:
+            return await li.aretrieve(QueryBundle("something else entirely", custom_embedding_strs=[VACATION]))
+        finally:
+            await li.aclose()
+
+    assert asyncio.run(run())[0].node.text == VACATION
+    assert emb.probe_on_loop == [False]
 
 
 def test_adapters_from_a_dsn_share_one_embedder(db, dsn):

@@ -71,7 +71,7 @@ import math
 import os
 import socket
 from collections import Counter
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -739,6 +739,12 @@ class Service:
         except EmbedderMismatchError as e:
             raise ApiError(500, "embedder_mismatch", str(e)) from None
 
+    def embed(self, r: AsyncRetriever, texts: Sequence[str]) -> list[Any]:
+        """The texts' vectors; called in a worker thread, as `embedder_of` is in it: the retriever's first check
+        of the model embeds its probe, which had run on the event loop, holding up every other request."""
+        embed = self.embedder_of(r).embed_query
+        return [embed(t) for t in texts]
+
     async def health(self) -> None:
         r = await self.retriever()
         with self._statement_errors():
@@ -758,8 +764,7 @@ class Service:
                            field="embedding", expected=dim, got=int(vector.shape[0]))
         if vector is None and req.mode != "lexical":
             assert req.query is not None
-            vector = np.asarray(await asyncio.to_thread(self.embedder_of(r).embed_query, req.query),
-                                dtype=np.float32)
+            vector = np.asarray((await asyncio.to_thread(self.embed, r, [req.query]))[0], dtype=np.float32)
             if vector.shape != (dim,):
                 raise ApiError(500, "embedder_mismatch",
                                f"the service's embedder makes {vector.shape[-1]}-d vectors but the table stores {dim}")
@@ -803,9 +808,8 @@ class Service:
             vectors = list(req.embeddings)
         else:
             assert req.queries is not None
-            embed = self.embedder_of(r).embed_query
             vectors = [np.asarray(v, dtype=np.float32)
-                       for v in await asyncio.to_thread(lambda: [embed(q) for q in req.queries or ()])]
+                       for v in await asyncio.to_thread(self.embed, r, list(req.queries or ()))]
             if any(v.shape != (dim,) for v in vectors):
                 raise ApiError(500, "embedder_mismatch",
                                f"the service's embedder makes {vectors[0].shape[-1]}-d vectors but the table "

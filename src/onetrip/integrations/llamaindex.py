@@ -123,8 +123,8 @@ class OnetripRetriever(BaseRetriever):
         strs = list(query_bundle.custom_embedding_strs or []) if query_bundle.embedding is None else []
         vectors: list[Any] = []
         if strs:  # as the sync path: the embedder (and its model check) only when there is text to embed here
-            embedder = (await self.source.async_()).embedder
-            vectors = await asyncio.to_thread(lambda: [embedder.embed_query(s) for s in strs])  # off the loop
+            r = await self.source.async_()  # its embedder in the thread: the model check embeds a probe
+            vectors = await asyncio.to_thread(lambda: [r.embedder.embed_query(s) for s in strs])  # off the loop
         done = iter(vectors)
         query, text = _query_of(query_bundle, lambda s: next(done))
         return [to_node(i) for i in await self.source.asearch(query, self.query, text)]
