@@ -396,6 +396,25 @@ def test_a_documents_own_metadata_is_not_a_record(db, tmp_path):
     assert recorded_embedders(db, layout) == [] and Retriever(db).recorded_embedders == []
 
 
+def test_recorded_probes_name_each_probes_first_documents(db):
+    """recorded_probes gives, per probe, its documents' count and first ids (by doc_id): for the probe most
+    documents hold and for one a few hold. It had sorted every id of every probe to keep five."""
+    from onetrip import store
+
+    layout = init_schema(db, Layout())
+    mine, other = embedder_probe(HashEmbedder()), embedder_probe(RetrainedHashEmbedder())
+    db.execute("INSERT INTO documents (doc_id, source_uri, content_hash, metadata) "
+               "SELECT 'd' || lpad(g::text, 3, '0') || '.md', 'file:///x', 'h', "
+               "jsonb_build_object(%s::text, 'hash-test', %s::text, "
+               "CASE WHEN g %% 10 = 3 THEN %s::jsonb ELSE %s::jsonb END) FROM generate_series(1, 200) g",
+               (store.EMBEDDER_KEY, store.EMBEDDER_PROBE_KEY, json.dumps(other), json.dumps(mine)))
+    got = {json.dumps(p): (n, ids) for p, n, ids in store.recorded_probes(db, layout, "hash-test")}
+    ids = [f"d{g:03}.md" for g in range(1, 201)]  # one length: the same order under any collation
+    assert got == {json.dumps(mine): (180, [i for i in ids if not i.endswith("3.md")][:store.NAMED_IN_ERRORS]),
+                   json.dumps(other): (20, [i for i in ids if i.endswith("3.md")][:store.NAMED_IN_ERRORS])}
+    assert store.recorded_probes(db, layout, "another") == []
+
+
 def test_the_probe_error_names_five_documents_at_most():
     """Many documents of another model's weights: the error names the first five ids and says there are more."""
     from onetrip.embedders import check_probe, embedder_probe
