@@ -190,6 +190,31 @@ def test_a_retriever_refuses_a_model_of_the_same_name_with_other_weights(db, dsn
     asyncio.run(run())
 
 
+def test_a_record_refreshed_during_the_model_check_is_checked_again(db, tmp_path):
+    """The check of the model ran once and was marked done; a `refresh_embedder_record` under way meanwhile
+    (the HTTP service's /health on the event loop while a worker thread checks) reset the mark before the check
+    set it, so the new record went unchecked until the next refresh. The check is marked done only against the
+    record it read. Here the refresh happens inside the check (the embedder's name is read there)."""
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    r = Retriever(db, embedder=None)
+
+    class RefreshingEmbedder(HashEmbedder):
+        refreshes = 0
+
+        @property
+        def name(self) -> str:
+            if RefreshingEmbedder.refreshes == 0:
+                RefreshingEmbedder.refreshes += 1
+                r.refresh_embedder_record()  # as /health would, while this check runs
+            return "hash-test"
+
+    r._embedder = RefreshingEmbedder()
+    assert r.search("About alpha.", 1)
+    assert r._embedder_checked is False  # checked against the old record: the new one is checked next time
+    assert r.search("About alpha.", 1) and r._embedder_checked is True
+
+
 def test_an_embedder_that_embeds_no_probe_is_checked_by_name_only(db, tmp_path):
     """A plug-in that embeds only the texts it knows (PrecomputedEmbedder) gives no probe: ingest goes on as
     before, records none, and compares names only."""

@@ -842,14 +842,18 @@ def statement_error(e: psycopg.Error) -> Exception:
 
 def check_model(r: Any, embedder: Embedder) -> bool:
     """A retriever's check of the model it embeds text with, against the record it read when it was made (the
-    name, then the probe: one embedding of `embedders.PROBE_TEXT`, made once per retriever); True once passed."""
+    name, then the probe: one embedding of `embedders.PROBE_TEXT`, made once per retriever). True once passed
+    against the record the retriever still holds: a `refresh_embedder_record` under way meanwhile (the HTTP
+    service's /health, another thread) replaced it, and the new record is checked on the next call."""
+    record = r.recorded_embedders
     table = r.layout.tables["documents"]
-    check_embedder(r.recorded_embedders, embedder, table)
-    if r.recorded_probe is not None:
+    check_embedder(record, embedder, table)
+    probe = r.recorded_probe
+    if probe is not None:
         if r._probe is False:
             r._probe = embedder_probe(embedder)
-        check_recorded_probe(r.recorded_probe, r._probe, embedder, table)
-    return True
+        check_recorded_probe(probe, r._probe, embedder, table)
+    return r.recorded_embedders is record
 
 
 POOL_CHECK_DEADLINE = 2.0
