@@ -46,6 +46,19 @@ def stops(pgdata: Path, seconds: float = 60) -> bool:
     return True
 
 
+#: The start of a `python -c` script whose process gets SIGTERM as pgserver's initdb is called (`kill`,
+#: `docker stop`, `systemctl stop` while the embedded server is made), not on a timer.
+SIGTERM_AS_INITDB_RUNS = (
+    "import os, signal, sys\n"
+    "import pgserver.postgres_server as ps\n"
+    "real = ps.initdb\n"
+    "def initdb(*args, **kwargs):\n"
+    "    os.kill(os.getpid(), signal.SIGTERM)\n"
+    "    return real(*args, **kwargs)\n"
+    "ps.initdb = initdb\n"
+)
+
+
 @contextmanager
 def stopped_afterwards(pgdata: Path) -> Iterator[None]:
     """Stop a server the test leaves running (when what it tests is broken), so it does not outlive the tests."""
@@ -185,15 +198,8 @@ def test_serve_stopped_by_sigterm_before_it_serves_exits_0_and_stops_the_embedde
     home = tmp_path / "home"
     pgdata = home / "pgdata"
     env = embedded_env(home)
-    script = (
-        "import os, signal, sys\n"
-        "import pgserver.postgres_server as ps\n"
+    script = SIGTERM_AS_INITDB_RUNS + (
         "from onetrip import cli\n"
-        "real = ps.initdb\n"
-        "def initdb(*args, **kwargs):\n"
-        "    os.kill(os.getpid(), signal.SIGTERM)  # kill, systemctl stop: as serve makes the embedded server\n"
-        "    return real(*args, **kwargs)\n"
-        "ps.initdb = initdb\n"
         "sys.exit(cli.main(['serve', '--port', sys.argv[1], '--log-level', 'warning']))\n"
     )
     with stopped_afterwards(pgdata):
@@ -214,15 +220,8 @@ def test_sigterm_while_the_embedded_server_is_made_is_taken_once_it_runs(tmp_pat
     home = tmp_path / "home"
     pgdata = home / "pgdata"
     env = embedded_env(home)
-    script = (
-        "import os, signal, sys\n"
-        "import pgserver.postgres_server as ps\n"
+    script = SIGTERM_AS_INITDB_RUNS + (
         "from onetrip import cli, connection\n"
-        "real = ps.initdb\n"
-        "def initdb(*args, **kwargs):\n"
-        "    os.kill(os.getpid(), signal.SIGTERM)  # kill, docker stop: as initdb starts\n"
-        "    return real(*args, **kwargs)\n"
-        "ps.initdb = initdb\n"
         "with cli.sigterm_unwinds():\n"
         "    try:\n"
         "        connection.embedded_dsn()\n"
