@@ -369,16 +369,20 @@ def ingest_paths(
     ``paths`` may be one path.
 
     Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
-    when a document was added or changed, or none were counted yet.
+    when a document was added or changed, none were counted yet, or an earlier
+    run stopped before its recount (`store.TERM_STATS_BEHIND`).
 
     Each written document records ``embedder.name`` in its metadata (key
     ``onetrip_embedder``) and the model's probe (``onetrip_embedder_probe``: the
     start of its vector for a fixed sentence, `embedders.embedder_probe`). Before
     any write, a table whose documents name another embedder is refused
     (EmbedderMismatchError), as is one of another dimension (DimensionMismatchError);
-    retrievers make the name check before embedding a text. Documents of the
-    same name whose probe differs (another model saved in a folder of that name)
-    are refused too, unless ``force`` embeds the files again on purpose.
+    documents of the same name whose probe differs (another model saved in a
+    folder of that name) are refused too, unless ``force`` embeds the files again
+    on purpose. Retrievers make both checks before they embed a text.
+
+    A changed or re-cut document embeds only the sections whose text changed
+    (`_stored_vectors`; ``report.reused`` counts the others), except under ``force``.
 
     A connection lost during the run ends it with IngestInterruptedError (its
     ``report``: what was done before); a document being written then is not stored.

@@ -865,8 +865,8 @@ answering (not closed) would hold the check, and with it the caller's error, for
 def check_pool(pool: Any, deadline: float | None = None) -> None:
     """``pool.check()`` in a thread, waited for ``deadline`` seconds at most (`POOL_CHECK_DEADLINE`).
 
-    The check first takes every idle connection out of the pool, then tries
-    each: the wait covers the first step in any case, so the next call gets no
+    The check first takes every idle connection out of the pool (no I/O), then
+    tries each: the wait covers that first step, so the next call gets no
     connection that died in the same restart; an idle connection that hangs
     keeps only the thread, which ends when its connection answers or fails.
     """
