@@ -169,25 +169,10 @@ def test_a_retriever_refuses_a_model_of_the_same_name_with_other_weights(db, dsn
     assert wrong.refresh_embedder_record() == ["hash-test"] and wrong.recorded_probe is None
     assert wrong.search("alpha", 2)
 
-    async def run() -> None:
-        db.execute("UPDATE documents SET metadata = metadata || jsonb_build_object('onetrip_embedder_probe', %s::jsonb)",
-                   (json.dumps(embedder_probe(HashEmbedder())),))
-        r = await AsyncRetriever.create(dsn, embedder=RetrainedHashEmbedder())
-        try:
-            with pytest.raises(EmbedderMismatchError, match="also named 'hash-test' whose vectors differ"):
-                await r.search("alpha", 1)
-            with pytest.raises(EmbedderMismatchError, match="whose vectors differ"):
-                await r.search_many(["alpha", "beta"], 1)
-            assert await r.search(HashEmbedder().embed_query("alpha"), 1)
-        finally:
-            await r.close()
-        good = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
-        try:
-            assert (await good.search("About alpha.", 1))[0].section.doc_id == "alpha.md"
-        finally:
-            await good.close()
-
-    asyncio.run(run())
+    db.execute("UPDATE documents SET metadata = metadata || jsonb_build_object('onetrip_embedder_probe', %s::jsonb)",
+               (json.dumps(embedder_probe(HashEmbedder())),))
+    asyncio.run(_async_wrong_then_right(dsn, RetrainedHashEmbedder(), "also named 'hash-test' whose vectors differ",
+                                        search_many=True))
 
 
 def test_a_record_refreshed_during_the_model_check_is_checked_again(db, tmp_path):
@@ -257,22 +242,29 @@ def test_the_async_retriever_checks_the_same(dsn, db, tmp_path):
     layout = init_schema(db, Layout())
     ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
 
-    async def run() -> None:
-        wrong = await AsyncRetriever.create(dsn, embedder=OtherHashEmbedder())
-        try:
-            assert wrong.recorded_embedders == ["hash-test"]
-            with pytest.raises(EmbedderMismatchError, match="'hash-test'"):
-                await wrong.search("alpha", 1)
-            assert await wrong.search(HashEmbedder().embed_query("alpha"), 1)
-        finally:
-            await wrong.close()
-        right = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
-        try:
-            assert (await right.search("About alpha.", 1))[0].section.doc_id == "alpha.md"
-        finally:
-            await right.close()
+    asyncio.run(_async_wrong_then_right(dsn, OtherHashEmbedder(), "'hash-test'"))
 
-    asyncio.run(run())
+
+async def _async_wrong_then_right(dsn: str, wrong_embedder: HashEmbedder, match: str, *,
+                                  search_many: bool = False) -> None:
+    """An AsyncRetriever with ``wrong_embedder`` over documents HashEmbedder made: a text search raises
+    EmbedderMismatchError (``match``), an embedding search works; one with HashEmbedder finds alpha.md."""
+    wrong = await AsyncRetriever.create(dsn, embedder=wrong_embedder)
+    try:
+        assert wrong.recorded_embedders == ["hash-test"]
+        with pytest.raises(EmbedderMismatchError, match=match):
+            await wrong.search("alpha", 1)
+        if search_many:
+            with pytest.raises(EmbedderMismatchError, match=match):
+                await wrong.search_many(["alpha", "beta"], 1)
+        assert await wrong.search(HashEmbedder().embed_query("alpha"), 1)
+    finally:
+        await wrong.close()
+    right = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+    try:
+        assert (await right.search("About alpha.", 1))[0].section.doc_id == "alpha.md"
+    finally:
+        await right.close()
 
 
 def test_a_role_that_cannot_read_documents_still_searches(db, dsn, tmp_path):

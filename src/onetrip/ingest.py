@@ -263,11 +263,16 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder, pro
     so same-model ingests go on in parallel.
     """
     table = layout.tables["documents"]
-    recorded = recorded_embedders(conn, layout)
-    check_embedder(recorded, embedder, table)
-    if recorded:
-        if not force:
+
+    def check() -> list[str]:
+        """The recorded names, once both checks passed (the probe's not under ``force``)."""
+        names = recorded_embedders(conn, layout)
+        check_embedder(names, embedder, table)
+        if names and not force:
             check_probe(recorded_probes(conn, layout, embedder.name), probe, embedder, table)
+        return names
+
+    if check():
         yield lambda: None
         return
     held = [True]
@@ -280,9 +285,7 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder, pro
 
     embedder_lock(conn, layout)
     try:
-        check_embedder(recorded_embedders(conn, layout), embedder, table)  # another first ingest may have won
-        if not force:  # ... with a model of this name but other weights
-            check_probe(recorded_probes(conn, layout, embedder.name), probe, embedder, table)
+        check()  # another first ingest may have won, with another model or this name's other weights
         yield release
     finally:
         release()
