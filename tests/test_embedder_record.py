@@ -432,6 +432,28 @@ def test_recorded_probes_name_each_probes_first_documents(db):
     assert store.recorded_probes(db, layout, "another") == []
 
 
+def test_recorded_models_count_each_name_and_probe_in_one_pass(db):
+    """recorded_models, what ingest checks its model against: (name, probe as stored or None, documents) per
+    name and probe, a probe parsed back to the numbers stored; a record that is not a string is none."""
+    from onetrip import store
+
+    layout = init_schema(db, Layout())
+    mine, other = embedder_probe(HashEmbedder()), embedder_probe(RetrainedHashEmbedder())
+    db.execute("INSERT INTO documents (doc_id, source_uri, content_hash, metadata) "
+               "SELECT 'd' || g || '.md', 'file:///x', 'h', CASE "
+               "WHEN g <= 5 THEN jsonb_build_object(%(k)s::text, 'hash-test', %(p)s::text, %(mine)s::jsonb) "
+               "WHEN g <= 7 THEN jsonb_build_object(%(k)s::text, 'hash-test', %(p)s::text, %(other)s::jsonb) "
+               "WHEN g = 8 THEN jsonb_build_object(%(k)s::text, 'hash-test') "
+               "WHEN g = 9 THEN jsonb_build_object(%(k)s::text, 'legacy', %(p)s::text, 'not a list') "
+               "ELSE jsonb_build_object(%(k)s::text, 7) END FROM generate_series(1, 10) g",
+               {"k": store.EMBEDDER_KEY, "p": store.EMBEDDER_PROBE_KEY, "mine": json.dumps(mine),
+                "other": json.dumps(other)})
+    got = sorted(store.recorded_models(db, layout), key=json.dumps)
+    assert got == sorted([("hash-test", mine, 5), ("hash-test", other, 2), ("hash-test", None, 1),
+                          ("legacy", None, 1)], key=json.dumps)
+    assert store.recorded_embedders(db, layout) == ["hash-test", "legacy"]
+
+
 def test_the_probe_error_names_five_documents_at_most():
     """Many documents of another model's weights: the error names the first five ids and says there are more."""
     from onetrip.embedders import check_probe, embedder_probe

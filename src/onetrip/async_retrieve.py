@@ -67,7 +67,7 @@ async def _recorded_record(conn: psycopg.AsyncConnection, layout: Layout) -> tup
     readable = await cur.fetchone()
     if not (readable and readable[0]):
         return [], None
-    cur = await conn.execute(recorded_embedders_query(layout, first_only=True), RECORD_KEYS)
+    cur = await conn.execute(recorded_embedders_query(layout), RECORD_KEYS)
     return record_of_row(await cur.fetchone())
 
 

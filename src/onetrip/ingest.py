@@ -41,7 +41,7 @@ from .store import (
     flush_word_indexes,
     set_document_access,
     stored_state,
-    recorded_embedders,
+    recorded_models,
     recorded_probes,
     refresh_term_stats,
     replace_document,
@@ -265,10 +265,13 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder, pro
     table = layout.tables["documents"]
 
     def check() -> list[str]:
-        """The recorded names, once both checks passed (the probe's not under ``force``)."""
-        names = recorded_embedders(conn, layout)
+        """The recorded names, once both checks passed (the probe's not under ``force``): one pass over the
+        documents; a second, for the ids the error names, only when a probe differs."""
+        models = recorded_models(conn, layout)
+        names = sorted({name for name, _, _ in models})
         check_embedder(names, embedder, table)
-        if names and not force:
+        if not force and probe is not None and any(
+                name == embedder.name and probe_differs(stored, probe) for name, stored, _ in models):
             check_probe(recorded_probes(conn, layout, embedder.name), probe, embedder, table)
         return names
 

@@ -271,32 +271,40 @@ TABLE_READABLE = "SELECT has_table_privilege(to_regclass(%s), 'SELECT')"
 RECORD_KEYS = {"k": EMBEDDER_KEY, "p": EMBEDDER_PROBE_KEY}
 
 
-def recorded_embedders_query(layout: Layout, *, first_only: bool) -> sql.Composed:
-    """Names of the embedders recorded on stored documents (binds: RECORD_KEYS).
+def recorded_embedders_query(layout: Layout) -> sql.Composed:
+    """What any one stored document says of its embedder: its name and its probe (binds: RECORD_KEYS).
 
-    All of them (ingest: one pass over the documents), or what any one document
-    says, its probe too (a retriever: one row, no scan; ingest keeps one model
-    per table).
+    One row, no scan: what a retriever reads when it is made (ingest keeps one
+    model per table). Ingest reads every document's, `recorded_models`.
     """
-    docs = sql.SQL(layout.tables["documents"])
-    if first_only:
-        return sql.SQL("SELECT CASE WHEN jsonb_typeof(metadata -> %(k)s) = 'string' THEN metadata ->> %(k)s END, "
-                       "CASE WHEN jsonb_typeof(metadata -> %(p)s) = 'array' THEN metadata -> %(p)s END "
-                       "FROM {} LIMIT 1").format(docs)
-    return sql.SQL("SELECT DISTINCT metadata ->> %(k)s FROM {} "
-                   "WHERE jsonb_typeof(metadata -> %(k)s) = 'string' ORDER BY 1").format(docs)
+    return sql.SQL("SELECT CASE WHEN jsonb_typeof(metadata -> %(k)s) = 'string' THEN metadata ->> %(k)s END, "
+                   "CASE WHEN jsonb_typeof(metadata -> %(p)s) = 'array' THEN metadata -> %(p)s END "
+                   "FROM {} LIMIT 1").format(sql.SQL(layout.tables["documents"]))
 
 
-def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: bool = False) -> list[str]:
-    """The embedders ingest recorded on the stored documents; empty when none did (precomputed loads,
-    documents of an older onetrip) or the caller may not read the documents table (a search-only role)."""
-    if first_only:
-        return recorded_record(conn, layout)[0]
+def recorded_models(conn: psycopg.Connection, layout: Layout) -> list[tuple[str, Any, int]]:
+    """Each (embedder name, probe or None, documents) recorded on the stored documents, in one pass over them:
+    what ingest checks its model against. Empty when no document has a record (precomputed loads, documents of
+    an older onetrip) or the caller may not read the documents table (a search-only role)."""
     readable = conn.execute(TABLE_READABLE, (layout.tables["documents"],)).fetchone()
     if not (readable and readable[0]):
         return []
-    rows = conn.execute(recorded_embedders_query(layout, first_only=False), RECORD_KEYS).fetchall()
-    return [r[0] for r in rows if r[0] is not None]
+    # the probe grouped as text (->>) and parsed here: grouping by the jsonb value sorted 500k documents' probes
+    # by jsonb comparison, 1.0 s against 0.4 s, where the two passes this replaced took 0.9 s
+    q = sql.SQL("SELECT metadata ->> %(k)s, "
+                "CASE WHEN jsonb_typeof(metadata -> %(p)s) = 'array' THEN metadata ->> %(p)s END, count(*) "
+                "FROM {} WHERE jsonb_typeof(metadata -> %(k)s) = 'string' GROUP BY 1, 2 ORDER BY 1").format(
+        sql.SQL(layout.tables["documents"]))
+    return [(name, None if probe is None else json.loads(probe), n)
+            for name, probe, n in conn.execute(q, RECORD_KEYS).fetchall()]
+
+
+def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: bool = False) -> list[str]:
+    """The names of the embedders ingest recorded on the stored documents (`recorded_models`' names), or with
+    ``first_only`` what one document says (`recorded_record`)."""
+    if first_only:
+        return recorded_record(conn, layout)[0]
+    return sorted({name for name, _, _ in recorded_models(conn, layout)})
 
 
 def recorded_record(conn: psycopg.Connection, layout: Layout) -> tuple[list[str], Any]:
@@ -305,12 +313,12 @@ def recorded_record(conn: psycopg.Connection, layout: Layout) -> tuple[list[str]
     readable = conn.execute(TABLE_READABLE, (layout.tables["documents"],)).fetchone()
     if not (readable and readable[0]):
         return [], None
-    row = conn.execute(recorded_embedders_query(layout, first_only=True), RECORD_KEYS).fetchone()
+    row = conn.execute(recorded_embedders_query(layout), RECORD_KEYS).fetchone()
     return record_of_row(row)
 
 
 def record_of_row(row: Sequence[Any] | None) -> tuple[list[str], Any]:
-    """A `recorded_embedders_query(first_only=True)` row as (names, probe)."""
+    """A `recorded_embedders_query` row as (names, probe)."""
     if row is None:
         return [], None
     return ([row[0]] if row[0] is not None else []), row[1]
