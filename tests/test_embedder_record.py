@@ -415,7 +415,8 @@ def test_a_documents_own_metadata_is_not_a_record(db, tmp_path):
 
 def test_recorded_probes_name_each_probes_first_documents(db):
     """recorded_probes gives, per probe, its documents' count and first ids (by doc_id): for the probe most
-    documents hold and for one a few hold. It had sorted every id of every probe to keep five."""
+    documents hold and for one a few hold. It had sorted every id of every probe to keep five. The rows are
+    written in the reverse of the ids' order, so that a scan's order is not taken for the ids'."""
     from onetrip import store
 
     layout = init_schema(db, Layout())
@@ -423,7 +424,7 @@ def test_recorded_probes_name_each_probes_first_documents(db):
     db.execute("INSERT INTO documents (doc_id, source_uri, content_hash, metadata) "
                "SELECT 'd' || lpad(g::text, 3, '0') || '.md', 'file:///x', 'h', "
                "jsonb_build_object(%s::text, 'hash-test', %s::text, "
-               "CASE WHEN g %% 10 = 3 THEN %s::jsonb ELSE %s::jsonb END) FROM generate_series(1, 200) g",
+               "CASE WHEN g %% 10 = 3 THEN %s::jsonb ELSE %s::jsonb END) FROM generate_series(200, 1, -1) g",
                (store.EMBEDDER_KEY, store.EMBEDDER_PROBE_KEY, json.dumps(other), json.dumps(mine)))
     got = {json.dumps(p): (n, ids) for p, n, ids in store.recorded_probes(db, layout, "hash-test")}
     ids = [f"d{g:03}.md" for g in range(1, 201)]  # one length: the same order under any collation
@@ -465,3 +466,194 @@ def test_the_probe_error_names_five_documents_at_most():
                                                     r"'d4.md', …\)"):
         check_probe([(other, 7, ids[:5])], embedder_probe(emb), emb, "t")
     check_probe([(embedder_probe(emb), 7, ids[:5])], embedder_probe(emb), emb, "t")  # its own probe: no error
+
+
+class NanProbeEmbedder(HashEmbedder):
+    """HashEmbedder whose vector for the probe sentence alone is NaN (a half-precision model overflowing on one
+    text, say): it has no probe to record, but embeds the documents' sections as usual."""
+
+    def _one(self, text: str) -> np.ndarray:
+        from onetrip.embedders import PROBE_TEXT
+
+        return np.full(self.dim, np.nan, np.float32) if text == PROBE_TEXT else super()._one(text)
+
+
+def test_an_embedder_whose_probe_is_not_finite_records_none_and_ingests(db, tmp_path):
+    """A probe of NaN is no probe (embedder_probe gives None): recorded, it was a NaN that JSON cannot hold
+    ('Out of range float values are not JSON compliant'), and every file of the run failed on a record that only
+    serves a check; the names are still compared."""
+    layout = init_schema(db, Layout())
+    assert embedder_probe(NanProbeEmbedder()) is None
+    rep = ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=NanProbeEmbedder())
+    assert (rep.new, rep.failed) == (1, [])
+    assert db.execute("SELECT metadata ? 'onetrip_embedder_probe' FROM documents").fetchall() == [(False,)]
+
+
+def test_a_retriever_whose_embedder_gives_no_probe_is_checked_by_name_only(db, dsn, tmp_path):
+    """Documents recorded with a probe, searched with an embedder that embeds no probe (PrecomputedEmbedder: the
+    query texts it was given, under the model's name): the name is checked and the search goes on; with no
+    probe of its own there is nothing to compare, which is not a mismatch (nor a TypeError)."""
+    from onetrip.embedders import PrecomputedEmbedder
+
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha", "beta")], layout=layout, embedder=HashEmbedder())
+    q = "About alpha."
+    pre = PrecomputedEmbedder({q: HashEmbedder().embed_query(q)}, name="hash-test")
+    r = Retriever(db, embedder=pre)
+    assert r.recorded_probe == embedder_probe(HashEmbedder())
+    assert r.search(q, 1)[0].section.doc_id == "alpha.md"
+    with pytest.raises(EmbedderMismatchError, match="'hash-test'.*'other'"):  # the name still is
+        Retriever(db, embedder=PrecomputedEmbedder({q: HashEmbedder().embed_query(q)}, name="other")).search(q, 1)
+
+    async def main() -> str:
+        r = await AsyncRetriever.create(dsn, embedder=pre)
+        try:
+            return (await r.search(q, 1))[0].section.doc_id
+        finally:
+            await r.close()
+
+    assert asyncio.run(main()) == "alpha.md"
+
+
+def test_probe_differs_compares_every_component_of_a_list_of_numbers():
+    """probe_differs' rule: the same model within PROBE_TOLERANCE (1e-3; float rounding between CPUs is ~1e-6,
+    another version or fine-tune far more) in every component; another length differs; a record that is not a
+    list of numbers (true/false are not numbers here) is not compared."""
+    from onetrip.embedders import PROBE_TOLERANCE, probe_differs
+
+    p = embedder_probe(HashEmbedder())
+    assert p is not None and 5e-4 < PROBE_TOLERANCE < 2e-3
+    assert not probe_differs(p, p)
+    assert not probe_differs([x + 5e-4 for x in p], p)  # another CPU's rounding, with room to spare
+    for i in (0, len(p) - 1):  # any one component past the tolerance: another model
+        assert probe_differs([x + 2e-3 if j == i else x for j, x in enumerate(p)], p)
+    assert probe_differs(p[:8], p) and probe_differs(p + [0.0], p) and probe_differs([], p)  # another length
+    assert not probe_differs("not a list", p) and not probe_differs(None, p)
+    assert not probe_differs(["0.1"] * len(p), p) and not probe_differs([True] * len(p), p)
+
+
+def test_the_probe_error_names_the_first_ids_of_every_differing_probe():
+    """Two older models' documents (two probes unlike this one's): the error names the first five ids of all of
+    them in order, not the first group's five."""
+    from onetrip.embedders import check_probe
+
+    emb = HashEmbedder()
+    a, b = embedder_probe(RetrainedHashEmbedder()), embedder_probe(OtherHashEmbedder())
+    with pytest.raises(EmbedderMismatchError, match=r"^8 document\(s\) in t \('a1.md', 'a2.md', 'b1.md', 'b2.md', "
+                                                    r"'c1.md', …\)"):
+        check_probe([(a, 5, ["b1.md", "b2.md", "c1.md", "c2.md", "c3.md"]), (b, 3, ["a1.md", "a2.md", "c4.md"])],
+                    embedder_probe(emb), emb, "t")
+
+
+class SlowRetrainedEmbedder(SlowEmbedder, RetrainedHashEmbedder):
+    """RetrainedHashEmbedder (HashEmbedder's name, other weights), held in its embedding step as SlowEmbedder."""
+
+
+def test_two_first_ingests_with_one_name_and_other_weights_do_not_mix(db, dsn, tmp_path):
+    """Two first ingests of one model name but other weights (two machines, each with its own 'model'
+    folder): both find no record, and the one that waits for the first-ingest lock checks again under it. That
+    second check compared the names only, so the second run wrote its vectors beside the first's, one name,
+    two probes: a table of two models that no later check could undo."""
+    from onetrip.store import EMBEDDER_PROBE_KEY
+
+    layout = init_schema(db, Layout())
+    outcomes: dict[str, str] = {}
+
+    def run(name: str, embedder: HashEmbedder, folder: Path) -> None:
+        with connect(dsn) as conn:
+            try:
+                rep = ingest_paths(conn, [folder], layout=layout, embedder=embedder)
+                outcomes[name] = f"new {rep.new}"
+            except EmbedderMismatchError:
+                outcomes[name] = "refused"
+
+    threads = [threading.Thread(target=run, args=("a", SlowEmbedder(), write_docs(tmp_path / "a", "alpha"))),
+               threading.Thread(target=run, args=("b", SlowRetrainedEmbedder(), write_docs(tmp_path / "b", "beta")))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert sorted(outcomes.values()) == ["new 1", "refused"], outcomes
+    assert len(documents(db)) == 1
+    assert db.execute("SELECT count(DISTINCT metadata -> %s) FROM documents", (EMBEDDER_PROBE_KEY,)).fetchone() == (1,)
+
+
+def test_a_retriever_embeds_its_probe_once_however_often_the_record_is_read_again(db, dsn, tmp_path):
+    """The probe is one embedding of the retriever's life: the HTTP service's /health reads the record again on
+    every call, and each read had the next search embed the probe sentence again (a model call per health
+    check). The check itself runs again after each read; the embedder's probe is kept."""
+    from .test_ingest import CountingEmbedder
+
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    emb = CountingEmbedder()
+    r = Retriever(db, embedder=emb)
+    for _ in range(3):
+        assert r.search("About alpha.", 1)[0].section.doc_id == "alpha.md"
+        assert r.refresh_embedder_record() == ["hash-test"]
+    assert emb.probes == 1
+
+    async def main() -> None:
+        r = await AsyncRetriever.create(dsn, embedder=emb)
+        try:
+            for _ in range(3):
+                assert (await r.search("About alpha.", 1))[0].section.doc_id == "alpha.md"
+                assert await r.refresh_embedder_record() == ["hash-test"]
+        finally:
+            await r.close()
+
+    asyncio.run(main())
+    assert emb.probes == 2
+
+
+def test_the_async_retriever_reads_the_probe_again_on_refresh(db, dsn, tmp_path):
+    """An AsyncRetriever made before the first ingest (the HTTP service, started on empty tables) reads the
+    record again on refresh_embedder_record (the service's /health): the probe with the name, so a model of the
+    same name but other weights is refused once documents are stored, as it is by a retriever made after."""
+    layout = init_schema(db, Layout())
+
+    async def main() -> None:
+        early = await AsyncRetriever.create(dsn, embedder=RetrainedHashEmbedder())
+        try:
+            assert early.recorded_embedders == [] and early.recorded_probe is None
+            ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+            assert await early.refresh_embedder_record() == ["hash-test"]
+            assert early.recorded_probe == embedder_probe(HashEmbedder())
+            with pytest.raises(EmbedderMismatchError, match="also named 'hash-test' whose vectors differ"):
+                await early.search("alpha", 1)
+        finally:
+            await early.close()
+
+    asyncio.run(main())
+
+
+def test_the_async_retriever_checks_the_model_off_the_event_loop(db, dsn, tmp_path):
+    """The AsyncRetriever's first text embedding checks the model, and with documents that record a probe that
+    check embeds the probe sentence: a model call, which on the event loop holds up every other task. Each call
+    that embeds a text (search, search_many, assemble, query_vector, explain) reads the embedder in its worker
+    thread; a new retriever each, since the check runs once per retriever."""
+    from .embedders import LoopWatchingEmbedder
+
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha", "beta")], layout=layout, embedder=HashEmbedder())
+    calls = {
+        "search": lambda r: r.search("About alpha.", 1),
+        "search_many": lambda r: r.search_many(["About alpha.", "About beta."], 1),
+        "assemble": lambda r: r.assemble("About alpha.", 1),
+        "query_vector": lambda r: r.query_vector("About alpha."),
+        "explain": lambda r: r.explain("About alpha.", 1),
+    }
+
+    async def main() -> dict[str, list[bool]]:
+        seen = {}
+        for name, call in calls.items():
+            emb = LoopWatchingEmbedder()
+            r = await AsyncRetriever.create(dsn, embedder=emb)
+            try:
+                await call(r)
+            finally:
+                await r.close()
+            seen[name] = emb.probe_on_loop
+        return seen
+
+    assert asyncio.run(main()) == {name: [False] for name in calls}
