@@ -216,6 +216,54 @@ def test_another_runs_recount_does_not_take_the_mark_of_a_run_still_writing(db, 
     other.close()
 
 
+def test_a_run_stopped_during_a_batchs_writes_is_recounted_by_the_next_run(db, tmp_path):
+    """A stop that lands while a batch is written (Ctrl-C after one of its documents is committed) leaves that
+    document stored and its words uncounted. The mark written before the batch's first write says so, and the
+    next run, which stores nothing, recounts; the mark written after the batch comes too late for this stop."""
+    from onetrip.store import TERM_STATS_BEHIND
+
+    layout = init_schema(db)
+    (tmp_path / "a.md").write_text(DOC_V1)
+    assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).new == 1
+    (tmp_path / "b.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
+
+    def words() -> set[str]:
+        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
+
+    def stop(path, report) -> None:  # Ctrl-C as b.md's write is reported, before its batch ends
+        if report.new:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), on_progress=stop)
+    assert db.execute("SELECT count(*) FROM documents").fetchone() == (2,)
+    assert "zeppelin" not in words() and TERM_STATS_BEHIND in words()
+    again = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert (again.new, again.changed, again.unchanged) == (0, 0, 2)
+    assert "zeppelin" in words() and TERM_STATS_BEHIND not in words()
+
+
+def test_a_run_whose_writes_all_failed_leaves_no_mark(db, tmp_path, monkeypatch):
+    """A batch's writes are marked before they are tried; when every one failed (a database error per document),
+    the run still recounts at its end, which deletes its mark: a mark left behind would have the next run
+    recount words that never changed (seconds, at a million sections)."""
+    import onetrip.ingest as ingest_module
+    from onetrip.store import TERM_STATS_BEHIND
+
+    layout = init_schema(db)
+    (tmp_path / "a.md").write_text(DOC_V1)
+    assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).new == 1
+    (tmp_path / "b.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
+
+    def refused(*args, **kwargs):
+        raise ValueError("refused by the database")
+
+    monkeypatch.setattr(ingest_module, "replace_document", refused)
+    failed = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert (failed.new, failed.unchanged, [p for p, _ in failed.failed]) == (0, 1, [str(tmp_path / "b.md")])
+    assert TERM_STATS_BEHIND not in {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
+
+
 def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path, monkeypatch):
     """Same file, another --acl or --collection: a new revision at once, without re-embedding.
 
