@@ -785,6 +785,7 @@ def test_a_changed_document_embeds_only_the_sections_whose_text_changed(db, tmp_
     f.write_text(DOC_V1.replace("Run it daily.", "Run it weekly."))
     edited = ingest_paths(db, [f], layout=layout, embedder=emb)
     assert (edited.changed, edited.sections, edited.reused, emb.embedded) == (1, 3, 2, 4)
+    assert edited.as_dict()["reused"] == 2  # onetrip ingest --json
     now = vectors()
     assert {c: v for c, v in now.items() if c in stored} == {c: v for c, v in stored.items() if c in now}
     (new_content,) = set(now) - set(stored)
@@ -852,6 +853,41 @@ def test_a_stored_vector_is_reused_only_under_the_same_probe(db, tmp_path):
         assert np.allclose(np.array(json.loads(vec), dtype=np.float32), want, atol=1e-6)
 
 
+def test_a_document_stored_without_an_embedding_text_version_lends_its_vectors(db, tmp_path):
+    """No onetrip_embedding_text on a document means version 1 (EMBEDDING_TEXT), the way every onetrip had put a
+    section's text to the model before it recorded the version: such a document, recorded with this model's
+    probe, lends its vectors to the sections whose text is unchanged."""
+    from onetrip.ingest import EMBEDDING_TEXT
+    from onetrip.store import EMBEDDING_TEXT_KEY
+
+    layout = init_schema(db)
+    f = tmp_path / "guide.md"
+    f.write_text(DOC_V1)
+    assert ingest_paths(db, [f], layout=layout, embedder=HashEmbedder()).new == 1
+    db.execute("UPDATE documents SET metadata = metadata - %s", (EMBEDDING_TEXT_KEY,))
+    f.write_text(DOC_V1.replace("Run it daily.", "Run it weekly."))
+    emb = CountingEmbedder()
+    edited = ingest_paths(db, [f], layout=layout, embedder=emb)
+    assert (edited.changed, edited.reused, emb.embedded) == ((1, 2, 1) if EMBEDDING_TEXT == 1 else (1, 0, 3))
+
+
+def test_an_html_page_stored_before_the_open_paragraph_heading_fix_is_cut_again(db, tmp_path):
+    """SECTIONING 3 came with parse_html reading a heading that lxml nests in a paragraph left open
+    (<p>x <b>y<h2>H) as a heading; an onetrip of SECTIONING 2 had cut such a page with that heading's section
+    lost into the one before. A page stored under 2 is older, so a plain ingest cuts it again."""
+    from onetrip.store import SECTIONING_KEY
+
+    layout = init_schema(db)
+    page = tmp_path / "page.html"
+    page.write_text(f'<h1 id="t">Title</h1><p>Intro {PAD} <b>bold<h2 id="s">Second heading</h2><p>Its text.{PAD}</p>')
+    assert ingest_paths(db, [page], layout=layout, embedder=HashEmbedder()).new == 1
+    assert [h for (h,) in db.execute("SELECT heading FROM sections ORDER BY sequence_index")] == [
+        "Title", "Second heading"]
+    db.execute("UPDATE documents SET metadata = jsonb_set(metadata, %s, '2')", ([SECTIONING_KEY],))
+    again = ingest_paths(db, [page], layout=layout, embedder=HashEmbedder())
+    assert (again.changed, again.recut) == (1, 1)
+
+
 def test_cli_summary_says_why_unchanged_files_were_embedded_again(dsn, tmp_path):
     from .test_cli import onetrip
 
@@ -863,6 +899,8 @@ def test_cli_summary_says_why_unchanged_files_were_embedded_again(dsn, tmp_path)
     again = onetrip("ingest", "--prefix", "recut_", str(tmp_path), dsn=dsn)
     assert again.returncode == 0, again.stderr
     assert "0 new, 1 changed (1 re-cut: stored by an onetrip that cut files differently)" in again.stdout
+    # only the mark was taken away: both sections' texts are as stored, their vectors kept, and the summary says so
+    assert "2 sections in " in again.stdout and "(2 kept their stored vector; " in again.stdout, again.stdout
 
 
 def test_a_stored_document_whose_file_now_fails_says_the_stored_revision_is_kept(db, tmp_path, monkeypatch):
