@@ -297,6 +297,108 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
     assert got == want
 
 
+def test_calls_off_the_search_path_check_the_pools_idle_connections_too(db, dsn, corpus, terminate):
+    """explain and refresh_embedder_record take their pooled connection through the retriever's own
+    _connection, not the search path: the call that finds its connection lost checks the pool's idle ones there
+    too, so after a restart one call fails, not one per idle connection."""
+    import time
+
+    from onetrip import ConnectionLostError
+
+    q = corpus_query_vectors(corpus, 1, seed=88)[0]
+    name = "onetrip_lost_off_the_search_path"
+    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=3, max_size=3)
+    try:
+        pool.wait()
+        r = Retriever(pool, embedder=HashEmbedder())
+        for call in (r.refresh_embedder_record, lambda: r.explain(q, 5, kind="plan")):
+            deadline = time.monotonic() + 30  # the pool's replacements (of the round before) idle in it
+            while pool.get_stats().get("pool_available") != 3 and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert terminate(application_name=name) == 3
+            with pytest.raises(ConnectionLostError, match="the pool drops it"):
+                call()
+            call()  # the pool replaced the other two: served
+            call()
+    finally:
+        pool.close()
+
+
+def test_a_pool_check_that_fails_is_quiet(dsn, monkeypatch):
+    """check_pool runs the pool's check in a thread of its own; the check's own error (PoolClosed: a pool closed
+    while a lost call checks it, as a service shuts down) is the lost call's business, which raises its own
+    ConnectionLostError: it is not an unhandled exception of that thread (a traceback in the service's log)."""
+    import threading
+
+    from psycopg_pool import ConnectionPool, PoolClosed
+
+    from onetrip.retrieve import check_pool
+
+    class ClosedMeanwhile(ConnectionPool):
+        """A real pool whose check meets its close (a race no test can time): PoolClosed, as psycopg_pool says."""
+
+        def check(self) -> None:
+            raise PoolClosed("the pool is already closed")
+
+    pool = ClosedMeanwhile(dsn, min_size=1, max_size=1, open=True)
+    seen: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: seen.append(args.exc_value))
+    try:
+        check_pool(pool, 10)
+    finally:
+        pool.close()
+    assert seen == []
+
+
+def test_an_idle_pooled_connection_that_hangs_does_not_hold_a_call_off_the_search_path(db, dsn, corpus, terminate,
+                                                                                     monkeypatch):
+    """As for a search (the test above), for the calls that take their pooled connection through the
+    retriever's _connection (explain, refresh_embedder_record): the pool's check of its idle ones is waited for
+    POOL_CHECK_DEADLINE, not for as long as a stopped backend takes to answer."""
+    import os
+    import signal
+    import threading
+
+    import onetrip.retrieve as retrieve_module
+    from onetrip import ConnectionLostError
+
+    monkeypatch.setattr(retrieve_module, "POOL_CHECK_DEADLINE", 0.5)
+    q = corpus_query_vectors(corpus, 1, seed=89)[0]
+    name = "onetrip_hung_off_the_search_path"
+    guard = 60  # seconds: a guard against hanging for good, not a timing assertion
+    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
+    try:
+        pool.wait()
+        r = Retriever(pool, embedder=HashEmbedder())
+        assert r.explain(q, 5, kind="plan")
+        held = pool.getconn()  # first in, first out: put back after the other, it is idle behind it
+        stopped = held.info.backend_pid
+        (lost,) = {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                                (name,))} - {stopped}
+        os.kill(stopped, signal.SIGSTOP)
+        try:
+            assert terminate(pid=lost) == 1
+            pool.putconn(held)
+            raised: list[BaseException] = []
+
+            def call() -> None:
+                try:
+                    r.explain(q, 5, kind="plan")
+                except BaseException as e:  # noqa: BLE001 - handed to the test thread
+                    raised.append(e)
+
+            t = threading.Thread(target=call, daemon=True)
+            t.start()
+            t.join(guard)
+            assert not t.is_alive(), "the lost connection's error waited for the stopped backend's check"
+            assert len(raised) == 1 and isinstance(raised[0], ConnectionLostError), raised
+        finally:
+            os.kill(stopped, signal.SIGCONT)
+        assert r.explain(q, 5, kind="plan")
+    finally:
+        pool.close()
+
+
 def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, dsn):
     """Settings given to a retriever over a pool had been dropped silently while `settings` reported them."""
     from psycopg_pool import AsyncConnectionPool, ConnectionPool
