@@ -213,6 +213,40 @@ def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_ser
     assert got == want and stats["pool_size"] == 3
 
 
+def _lost_call_beside_a_hung_idle_one(db, pool, name: str, terminate, call) -> BaseException | None:
+    """Stop (SIGSTOP) one of a 2-connection pool's backends and terminate the other, then make ``call`` in a
+    thread: what it raised, or None if it was still held after 60 s (a guard against hanging for good, the old
+    behaviour, not a timing assertion). psycopg_pool hands out idle connections first in, first out: the one
+    held back and put back after the other is idle behind it, so the call takes the other (lost), and the
+    pool's check finds this one (stopped). The backend is let go again before this returns."""
+    import os
+    import signal
+    import threading
+
+    held = pool.getconn()
+    stopped = held.info.backend_pid
+    (lost,) = {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
+                                            (name,))} - {stopped}
+    os.kill(stopped, signal.SIGSTOP)
+    try:
+        assert terminate(pid=lost) == 1
+        pool.putconn(held)
+        raised: list[BaseException] = []
+
+        def run() -> None:
+            try:
+                call()
+            except BaseException as e:  # noqa: BLE001 - handed to the test thread
+                raised.append(e)
+
+        t = threading.Thread(target=run, daemon=True)
+        t.start()
+        t.join(60)
+        return None if t.is_alive() else (raised[0] if raised else None)
+    finally:
+        os.kill(stopped, signal.SIGCONT)
+
+
 def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(db, dsn, corpus, terminate,
                                                                                monkeypatch):
     """The call that finds its pooled connection lost checks the idle ones before it raises. An idle one whose
@@ -222,7 +256,6 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
     backend is still stopped, and once it answers again the pool serves."""
     import os
     import signal
-    import threading
 
     import onetrip.async_retrieve as async_module
     import onetrip.retrieve as retrieve_module
@@ -238,36 +271,14 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
         return {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                                              (name,))}
 
-    # psycopg_pool hands out idle connections first in, first out: the one held back and put back after the
-    # other is idle behind it, so the search takes the other (lost), and the check finds this one (stopped)
     pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
     try:
         pool.wait()
         r = Retriever(pool, embedder=HashEmbedder())
         want = _sig(r.search(q, k=5))
-        held = pool.getconn()
-        stopped = held.info.backend_pid
-        (lost,) = pids() - {stopped}
-        os.kill(stopped, signal.SIGSTOP)
-        try:
-            assert terminate(pid=lost) == 1
-            pool.putconn(held)
-            raised: list[BaseException] = []
-
-            def call() -> None:
-                try:
-                    r.search(q, k=5)
-                except BaseException as e:  # noqa: BLE001 - handed to the test thread
-                    raised.append(e)
-
-            t = threading.Thread(target=call, daemon=True)
-            t.start()
-            t.join(guard)
-            assert not t.is_alive(), "the lost connection's error waited for the stopped backend's check"
-            assert len(raised) == 1 and isinstance(raised[0], ConnectionLostError), raised
-            assert "the pool drops it" in str(raised[0])
-        finally:
-            os.kill(stopped, signal.SIGCONT)
+        raised = _lost_call_beside_a_hung_idle_one(db, pool, name, terminate, lambda: r.search(q, k=5))
+        assert isinstance(raised, ConnectionLostError), raised  # None: held by the stopped backend's check
+        assert "the pool drops it" in str(raised)
         assert _sig(r.search(q, k=5)) == want
     finally:
         pool.close()
@@ -355,9 +366,6 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_a_call_off_the_searc
     """As for a search (the test above), for the calls that take their pooled connection through the
     retriever's _connection (explain, refresh_embedder_record): the pool's check of its idle ones is waited for
     POOL_CHECK_DEADLINE, not for as long as a stopped backend takes to answer."""
-    import os
-    import signal
-    import threading
 
     import onetrip.retrieve as retrieve_module
     from onetrip import ConnectionLostError
@@ -365,35 +373,13 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_a_call_off_the_searc
     monkeypatch.setattr(retrieve_module, "POOL_CHECK_DEADLINE", 0.5)
     q = corpus_query_vectors(corpus, 1, seed=89)[0]
     name = "onetrip_hung_off_the_search_path"
-    guard = 60  # seconds: a guard against hanging for good, not a timing assertion
     pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
     try:
         pool.wait()
         r = Retriever(pool, embedder=HashEmbedder())
         assert r.explain(q, 5, kind="plan")
-        held = pool.getconn()  # first in, first out: put back after the other, it is idle behind it
-        stopped = held.info.backend_pid
-        (lost,) = {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                                                (name,))} - {stopped}
-        os.kill(stopped, signal.SIGSTOP)
-        try:
-            assert terminate(pid=lost) == 1
-            pool.putconn(held)
-            raised: list[BaseException] = []
-
-            def call() -> None:
-                try:
-                    r.explain(q, 5, kind="plan")
-                except BaseException as e:  # noqa: BLE001 - handed to the test thread
-                    raised.append(e)
-
-            t = threading.Thread(target=call, daemon=True)
-            t.start()
-            t.join(guard)
-            assert not t.is_alive(), "the lost connection's error waited for the stopped backend's check"
-            assert len(raised) == 1 and isinstance(raised[0], ConnectionLostError), raised
-        finally:
-            os.kill(stopped, signal.SIGCONT)
+        raised = _lost_call_beside_a_hung_idle_one(db, pool, name, terminate, lambda: r.explain(q, 5, kind="plan"))
+        assert isinstance(raised, ConnectionLostError), raised  # None: held by the stopped backend's check
         assert r.explain(q, 5, kind="plan")
     finally:
         pool.close()

@@ -379,8 +379,9 @@ class SlowOtherEmbedder(SlowEmbedder, OtherHashEmbedder):
     name = "hash-other"
 
 
-def test_two_first_ingests_with_different_models_do_not_mix(db, dsn, tmp_path):
-    layout = init_schema(db, Layout())
+def _two_first_ingests(dsn: str, layout: Layout, tmp_path: Path, other: HashEmbedder) -> list[str]:
+    """Two first ingests at once, one with SlowEmbedder and one with ``other``, each of a folder of its own;
+    their outcomes ("new N" or "refused"), sorted."""
     outcomes: dict[str, str] = {}
 
     def run(name: str, embedder: HashEmbedder, folder: Path) -> None:
@@ -392,12 +393,18 @@ def test_two_first_ingests_with_different_models_do_not_mix(db, dsn, tmp_path):
                 outcomes[name] = "refused"
 
     threads = [threading.Thread(target=run, args=("a", SlowEmbedder(), write_docs(tmp_path / "a", "alpha"))),
-               threading.Thread(target=run, args=("b", SlowOtherEmbedder(), write_docs(tmp_path / "b", "beta")))]
+               threading.Thread(target=run, args=("b", other, write_docs(tmp_path / "b", "beta")))]
     for t in threads:
         t.start()
     for t in threads:
         t.join(60)
-    assert sorted(outcomes.values()) == ["new 1", "refused"], outcomes
+    return sorted(outcomes.values())
+
+
+def test_two_first_ingests_with_different_models_do_not_mix(db, dsn, tmp_path):
+    layout = init_schema(db, Layout())
+    outcomes = _two_first_ingests(dsn, layout, tmp_path, SlowOtherEmbedder())
+    assert outcomes == ["new 1", "refused"], outcomes
     assert len(recorded_embedders(db, layout)) == 1
     assert len(documents(db)) == 1
 
@@ -557,23 +564,8 @@ def test_two_first_ingests_with_one_name_and_other_weights_do_not_mix(db, dsn, t
     from onetrip.store import EMBEDDER_PROBE_KEY
 
     layout = init_schema(db, Layout())
-    outcomes: dict[str, str] = {}
-
-    def run(name: str, embedder: HashEmbedder, folder: Path) -> None:
-        with connect(dsn) as conn:
-            try:
-                rep = ingest_paths(conn, [folder], layout=layout, embedder=embedder)
-                outcomes[name] = f"new {rep.new}"
-            except EmbedderMismatchError:
-                outcomes[name] = "refused"
-
-    threads = [threading.Thread(target=run, args=("a", SlowEmbedder(), write_docs(tmp_path / "a", "alpha"))),
-               threading.Thread(target=run, args=("b", SlowRetrainedEmbedder(), write_docs(tmp_path / "b", "beta")))]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert sorted(outcomes.values()) == ["new 1", "refused"], outcomes
+    outcomes = _two_first_ingests(dsn, layout, tmp_path, SlowRetrainedEmbedder())
+    assert outcomes == ["new 1", "refused"], outcomes
     assert len(documents(db)) == 1
     assert db.execute("SELECT count(DISTINCT metadata -> %s) FROM documents", (EMBEDDER_PROBE_KEY,)).fetchone() == (1,)
 
