@@ -120,6 +120,9 @@ def test_filters_apply_to_hits_and_to_every_added_row(db, acl_corpus):
         (Filters(metadata={"team": "db"}), lambda c, u, m, d: m.get("team") == "db"),
         (Filters(doc_ids=("doc0000003", "doc0000010")), lambda c, u, m, d: d in ("doc0000003", "doc0000010")),
         (Filters(collections=("odd",), metadata={"team": "app"}), lambda c, u, m, d: c == "odd" and m["team"] == "app"),
+        # both document conditions: a row passes only when its document has the prefix AND the metadata
+        (Filters(source_prefix="file:///kb/internal/", metadata={"team": "app"}),
+         lambda c, u, m, d: u.startswith("file:///kb/internal/") and m["team"] == "app"),
     ]
     for flt, ok in cases:
         n = 0
@@ -410,10 +413,13 @@ def test_ancestors_stop_at_a_section_the_caller_may_not_read(db):
     sections[1] = _AclSection(sections[1], ("hr",))  # the grandparent of the hit, between two visible sections
     replace_document(db, LAYOUT, DocumentRecord("g.md", "file:g.md", "Guide", "h"), sections, vecs)
     r = Retriever(db)
-    for principals, want in ((("alice",), ["salaries", "raises"]), (("hr",), ids)):
-        ctx = r.assemble(vecs[3], k=1, parent=False, neighbors=0, ancestors=True, max_tokens=None,
+    # the hit "raises" climbs past its visible parent and stops at the hidden grandparent; the hit "salaries"
+    # has the hidden section as its own parent, so the climb stops at once: "guide" is not reached through it
+    for principals, hit, want in ((("alice",), 3, ["salaries", "raises"]), (("hr",), 3, ids),
+                                  (("alice",), 2, ["salaries"]), (("hr",), 2, ids[:3])):
+        ctx = r.assemble(vecs[hit], k=1, parent=False, neighbors=0, ancestors=True, max_tokens=None,
                          filters=Filters(principals=principals))
-        assert [p.section_id for p in ctx.passages] == want, principals
+        assert [p.section_id for p in ctx.passages] == want, (principals, hit)
 
 
 def test_an_access_change_keeps_a_sections_own_acl(db):
