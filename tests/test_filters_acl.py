@@ -422,6 +422,38 @@ def test_ancestors_stop_at_a_section_the_caller_may_not_read(db):
         assert [p.section_id for p in ctx.passages] == want, (principals, hit)
 
 
+def test_section_subtree_stops_at_a_section_the_caller_may_not_read(db):
+    """The section expansion goes down from the hit as ancestors go up: through each section, never past one the
+    caller may not read, be it a split part of the hit's own section or a child below it (the visible sections
+    under a hidden one are not reached through it)."""
+    from onetrip.sections import Section
+    from onetrip.store import DocumentRecord
+
+    init_schema(db, LAYOUT)
+    rng = np.random.default_rng(6)
+    vecs = rng.standard_normal((7, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    g, pay, bonus = ("Guide",), ("Guide", "Pay"), ("Guide", "Bonus")
+    rows = [  # section_id, parent, level, path, anchor, acl
+        ("guide", None, 1, g, "guide", None),
+        ("pay", "guide", 2, pay, "pay", ("hr",)),  # the first part of Pay, hidden; its child hangs below it
+        ("pay-2", "guide", 2, pay, "pay", None),  # the second part: the hit
+        ("salaries", "pay", 3, pay + ("Salaries",), "salaries", None),
+        ("bonus", "guide", 2, bonus, "bonus", None),  # the hit
+        ("rules", "bonus", 3, bonus + ("Rules",), "rules", ("hr",)),
+        ("amounts", "rules", 4, bonus + ("Rules", "Amounts"), "amounts", None),
+    ]
+    sections = [_AclSection(Section(sid, parent, i, level, path[-1], path, f"{path[-1]} text {i}.", 4, anchor), acl)
+                for i, (sid, parent, level, path, anchor, acl) in enumerate(rows)]
+    replace_document(db, LAYOUT, DocumentRecord("p.md", "file:p.md", "Guide", "h"), sections, vecs)
+    r = Retriever(db)
+    for principals, hit, want in ((("alice",), 2, ["pay-2"]), (("hr",), 2, ["pay", "pay-2", "salaries"]),
+                                  (("alice",), 4, ["bonus"]), (("hr",), 4, ["bonus", "rules", "amounts"])):
+        ctx = r.assemble(vecs[hit], k=1, parent=False, neighbors=0, section=True, max_tokens=None,
+                         filters=Filters(principals=principals))
+        assert [p.section_id for p in ctx.passages] == want, (principals, hit)
+
+
 def test_an_access_change_keeps_a_sections_own_acl(db):
     """The document's access changing (same file, new --acl) moves the sections that had the document's
     ACL, not those stored with their own: a section for hr in a document for staff stays hr's."""

@@ -272,6 +272,22 @@ def test_text_batches_take_filters_and_hybrid_options(text_kb):
                     assert rec is None or rec.doc_id in flt.doc_ids
 
 
+def test_text_batches_filter_the_sections_found_by_a_technical_term(text_kb):
+    """A batch's exact technical terms are a lexical list of their own (a GIN scan on terms): the caller's
+    filters must hold there too, or a term names a section of a document the caller excluded."""
+    r = text_kb
+    flt = Filters(doc_ids=("cooking.md",))
+    queries = ["max_connections pasta", "what does pg_stat_activity show"]
+    for mode in ("hybrid", "lexical"):
+        many = r.search_many(queries, k=5, mode=mode, filters=flt)
+        assert many[0], mode  # pasta is in cooking.md
+        for q, hits in zip(queries, many):
+            assert hits == r.search(q, k=5, mode=mode, filters=flt), (mode, q)
+            for h in hits:
+                for rec in (h.section, h.parent, h.prev, h.next):
+                    assert rec is None or rec.doc_id == "cooking.md", (mode, q, rec.doc_id)
+
+
 def test_text_batches_reuse_one_generic_plan(text_kb):
     """As the dense batch: prepared from the 6th call, its generic plan reused, its results unchanged."""
     r = text_kb
