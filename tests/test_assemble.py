@@ -129,7 +129,34 @@ def test_every_budget_up_to_the_whole_context_fills_as_the_reference(db, corpus)
         ctx = r.assemble(q, k=2, expand=exp, max_tokens=budget)
         assert _key(ctx) == reference_assemble(db, hits, exp, budget), budget
         assert ctx.tokens <= budget
+        # hits counts what the search found, before the budget: 2 even while only the top hit fits
+        assert ctx.hits == (2 if ctx.passages else 0), budget
     assert _key(ctx) == _key(whole)
+
+
+@pytest.mark.parametrize("exp", [Expansion(parent=False, neighbors=1, section=True),
+                                 Expansion(parent=False, neighbors=1, document=True, document_max_tokens=100_000)],
+                         ids=["section", "document"])
+def test_neighbors_of_every_hit_come_before_any_subtree_or_document_row_in_the_budget(db, corpus, exp):
+    """The budget's priority: hits, then parents/ancestors, then neighbors, then the section subtree and the
+    document. A lower hit's neighbor is taken before a better hit's subtree or document rows; at budgets between
+    none and all of them the reference fill (which ranks them so) must agree, budget by budget. For the subtree
+    the query is a section with children, so the top hit has a subtree below it."""
+    q = corpus[0].embeddings[3]
+    if exp.section:
+        (q,) = db.execute("""SELECT s.embedding FROM sections s
+                              WHERE (SELECT count(*) FROM sections c
+                                      WHERE c.doc_id = s.doc_id AND c.parent_section_id = s.section_id) >= 2
+                              ORDER BY s.doc_id, s.sequence_index LIMIT 1""").fetchone()
+    r = Retriever(db)
+    hits = r.search(q, k=3, parent=False, neighbors=False)
+    whole = r.assemble(q, k=3, expand=exp, max_tokens=None)
+    added = "section" if exp.section else "document"
+    roles = {p.roles for p in whole.passages}
+    assert (added,) in roles and any("neighbor" in rs for rs in roles), roles  # rows only an expansion adds
+    for budget in range(1, whole.tokens + 2, 3):
+        ctx = r.assemble(q, k=3, expand=exp, max_tokens=budget)
+        assert _key(ctx) == reference_assemble(db, hits, exp, budget), budget
 
 
 def test_passages_carry_their_rows_and_documents_are_numbered_densely(db, corpus):
