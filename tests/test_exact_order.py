@@ -99,3 +99,33 @@ def test_equal_distances_break_ties_by_document_and_position(db, docs):
         assert [(p.doc_id, p.sequence_index) for p in ranked] == expected[:k]
         assert r.search_many([v, v], k=k, parent=False, neighbors=False)[1] == \
             r.search(v, k=k, parent=False, neighbors=False)
+
+
+def test_the_dba_function_ranks_equal_distances_as_the_api_does(db, dsn, docs):
+    """The DBA editions number the hits themselves (hit_rank); tied distances must go by (doc_id, sequence_index)
+    there too, or a DBA's rank 1 is the API's rank 4 (the API ranks its rows in the client)."""
+    import dataclasses
+    import subprocess
+    from pathlib import Path
+
+    import numpy as np
+
+    from .conftest import psql_binary
+
+    small = [dataclasses.replace(d, embeddings=d.embeddings.copy()) for d in docs[:60]]
+    tied = [(d, i) for d in small[10:40:10] for i in (0, len(d.sections) - 1)][:4]
+    v = np.random.default_rng(45).standard_normal(32).astype(np.float32)
+    v /= np.linalg.norm(v)
+    for d, i in tied:
+        d.embeddings[i] = v
+    init_schema(db, LAYOUT)
+    bulk_load(db, LAYOUT, small[::-1])
+    function = Path(__file__).resolve().parents[1] / "sql" / "postgres" / "retrieve_function.sql"
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f", str(function)],
+                   check=True, capture_output=True)
+    expected = sorted((d.record.doc_id, d.sections[i].sequence_index) for d, i in tied)
+    rows = db.execute("SELECT hit_rank, doc_id, sequence_index FROM retrieve_sections(%s::vector(32), 4) "
+                      "WHERE hit_rank IS NOT NULL ORDER BY hit_rank", (str(v.tolist()),)).fetchall()
+    assert [(d, s) for _, d, s in rows] == expected
+    api = Retriever(db).search(v, k=4, parent=False, neighbors=False)
+    assert [(h.rank, h.section.doc_id, h.section.sequence_index) for h in api] == rows

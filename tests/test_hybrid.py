@@ -141,6 +141,28 @@ def test_rrf_matches_a_python_fusion_of_the_two_lists(kb, candidates, k):
     assert set(ids(got)) == set(want)
 
 
+def test_equal_fused_scores_go_by_distance_before_document(kb, db):
+    """A section only the dense list holds and one only the lexical list holds, at the same rank with equal
+    weights, tie on the fused score; the nearer one wins the cut (then doc_id), in one search and in a batch.
+    Here the dense top (cooking.md) sorts after the lexical top (connections.md) by doc_id."""
+    (vec,) = db.execute("SELECT embedding FROM sections WHERE doc_id = 'cooking.md' AND heading = 'Pasta'").fetchone()
+    opts = HybridOptions(candidates=1, dense_weight=1.0, lexical_weight=1.0)
+    text = "max_connections"
+    dense = kb.search(vec, k=1, mode="dense", parent=False, neighbors=False)
+    lexical = kb.search(vec, k=1, text=text, mode="lexical", hybrid=opts, parent=False, neighbors=False)
+    assert ids(dense) == ["cooking.md#pasta"] and ids(lexical)[0].startswith("connections.md#"), (dense, lexical)
+    # at k=1 each list holds its top alone, each scoring 1 / (rrf_k + 1): a tie, which the distance breaks;
+    # the least tilt of the weights makes the lexical top win instead
+    top = kb.search(vec, k=1, text=text, mode="hybrid", hybrid=opts, parent=False, neighbors=False)
+    assert ids(top) == ids(dense) and top[0].score == pytest.approx(1 / 61, rel=1e-12)
+    tilt = HybridOptions(candidates=1, dense_weight=1.0, lexical_weight=1.000001)
+    assert ids(kb.search(vec, k=1, text=text, mode="hybrid", hybrid=tilt, parent=False, neighbors=False)) == \
+        ids(lexical)
+    many = kb.search_many([vec, vec], k=1, texts=[text, text], mode="hybrid", hybrid=opts, parent=False,
+                          neighbors=False)
+    assert [ids(hits) for hits in many] == [ids(dense)] * 2
+
+
 @pytest.mark.parametrize("query", [
     "foo & bar | !baz <-> 'quoted' \"phrase here\" (paren) -- ; DROP TABLE sections; /* */",
     "a:* & b:B", "!!!", "&&&|||", "\\x00 %s %(k)s {}", "max_connections OR -pasta",
@@ -262,6 +284,17 @@ def test_a_word_in_exactly_rare_term_sections_sections_is_still_searched(kb, db)
     at = kb.search("padding", k=3, mode="lexical", hybrid=HybridOptions(rare_term_sections=n, max_term_share=0.0))
     assert len(at) == 3
     below = HybridOptions(rare_term_sections=n - 1, max_term_share=0.0)
+    assert kb.search("padding", k=3, mode="lexical", hybrid=below) == []
+
+
+def test_a_word_at_exactly_max_term_share_is_still_searched(kb, db):
+    """max_term_share is inclusive too: a word whose share of the sections is exactly the bound is searched
+    (rare_term_sections=0 leaves the share alone to decide), a bound just below it skips the word."""
+    (share,) = db.execute("SELECT share FROM term_stats WHERE lexeme = 'pad'").fetchone()
+    assert 0 < share < 1
+    at = kb.search("padding", k=3, mode="lexical", hybrid=HybridOptions(rare_term_sections=0, max_term_share=share))
+    assert len(at) == 3
+    below = HybridOptions(rare_term_sections=0, max_term_share=share * (1 - 1e-9))
     assert kb.search("padding", k=3, mode="lexical", hybrid=below) == []
 
 
