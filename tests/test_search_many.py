@@ -272,6 +272,19 @@ def test_text_batches_take_filters_and_hybrid_options(text_kb):
                     assert rec is None or rec.doc_id in flt.doc_ids
 
 
+@pytest.mark.parametrize("mode", ["hybrid", "lexical"])
+def test_text_batches_cut_each_lexical_list_at_candidates_as_one_search_does(text_kb, mode):
+    """candidates is inclusive in a batch as in one search: each query's lexical list holds its top `candidates`
+    sections (the batch cuts by row_number, one search by LIMIT). Small lists make the cut decide the hits."""
+    r = text_kb
+    for k in (1, 2, 3):  # candidates is at least k: lists of exactly k
+        opts = HybridOptions(candidates=k)
+        many = r.search_many(TEXT_QUERIES, k=k, mode=mode, hybrid=opts)
+        single = [r.search(q, k=k, mode=mode, hybrid=opts) for q in TEXT_QUERIES]
+        assert many == single, (mode, k)
+        assert max(len(hits) for hits in many) == k
+
+
 def test_text_batches_filter_the_sections_found_by_a_technical_term(text_kb):
     """A batch's exact technical terms are a lexical list of their own (a GIN scan on terms): the caller's
     filters must hold there too, or a term names a section of a document the caller excluded."""
