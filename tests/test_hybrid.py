@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import subprocess
 from pathlib import Path
@@ -461,3 +462,104 @@ def test_merging_the_word_indexes_is_skipped_for_a_non_owner(kb):
         db.execute("RESET ROLE")
         db.execute(f"REVOKE ALL ON sections FROM {role}")
         db.execute(f"DROP ROLE {role}")
+
+
+def _reference_lexical_order(db, query: str, opts: HybridOptions) -> list[str]:
+    """The lexical list as hits_cte.sql.j2 defines it, computed here from the stored rows: each kept query word a
+    section holds adds its idf (1 for a word term_stats does not know), times 1 + tf_weight (ts_rank / the rank
+    of one occurrence - 1) when tf_weight > 0; an exact technical term adds term_weight once; each weight is
+    rounded to a multiple of 2^-20; sections go by score, then doc_id, then section_id (ids here sort alike in
+    any collation). Only ts_rank, PostgreSQL's own function, is read from the server per (section, word)."""
+    words = [w for (w,) in db.execute("SELECT unnest(tsvector_to_array(to_tsvector('english', %s)))", (query,))]
+    stats = {w: (n, share, idf) for w, n, share, idf in
+             db.execute("SELECT lexeme, sections, share, idf FROM term_stats WHERE lexeme = ANY(%s)", (words,))}
+    kept = [w for w in words if w not in stats or stats[w][0] <= opts.rare_term_sections
+            or stats[w][1] <= opts.max_term_share]
+    tf = 2.0 if opts.tf_weight is None else opts.tf_weight  # lexical mode's default
+    terms = set(technical_terms(query))
+    scores: dict[tuple[str, str], int] = {}
+    rows = db.execute("SELECT doc_id, section_id, tsvector_to_array(tsv), terms FROM sections").fetchall()
+    for doc, sid, lexemes, sec_terms in rows:
+        total = 0
+        for w in kept:
+            if w not in lexemes:
+                continue
+            weight = stats[w][2] if w in stats else 1.0
+            if tf > 0:
+                (rank,) = db.execute("SELECT ts_rank(tsv, quote_literal(%s)::tsquery, 0) FROM sections "
+                                     "WHERE doc_id = %s AND section_id = %s", (w, doc, sid)).fetchone()
+                weight *= 1 + tf * (rank / 0.0607927 - 1)
+            total += math.floor(weight * 1048576 + 0.5)  # round() of a positive double: half away from zero
+        if terms & set(sec_terms or ()):
+            total += math.floor(opts.term_weight * 1048576 + 0.5)
+        if total:
+            scores[doc, sid] = total
+    return [f"{d}#{s}" for d, s in sorted(scores, key=lambda key: (-scores[key], key))]
+
+
+@pytest.mark.parametrize("opts", [HybridOptions(tf_weight=0), HybridOptions(), HybridOptions(tf_weight=4),
+                                  HybridOptions(tf_weight=0, term_weight=0.5)],
+                         ids=["presence", "lexical-default-tf", "tf4", "small-term-weight"])
+def test_lexical_order_matches_a_python_scorer(kb, db, opts):
+    """Lexical mode's ranking, section by section, equals a scorer written from the statement's definition:
+    the weight of each kept word (its idf; 1 for a word term_stats does not know), the term-frequency factor,
+    term_weight for an exact technical term, the rounding, and the tie order by doc_id then section_id. One
+    word's count is taken out of term_stats (a word ingested since the last recount), and ties are many: the
+    padding words are in every section."""
+    assert db.execute("DELETE FROM term_stats WHERE lexeme = 'concurr'").rowcount == 1
+    queries = ["maximum number of concurrent connections for superusers", "max_connections",
+               "padding sentence neighbour", "concurrent values for the column", "salt water pasta dough",
+               "what does pg_stat_activity show about each server process"]
+    for q in queries:
+        want = _reference_lexical_order(db, q, opts)
+        assert want, q
+        got = ids(kb.search(q, k=50, mode="lexical", hybrid=dataclasses.replace(opts, candidates=50),
+                            parent=False, neighbors=False))
+        assert got == want, (q, got, want)
+        # a list cut at 3 candidates keeps the first three, ties at the cut going by doc_id, then section_id
+        cut = ids(kb.search(q, k=3, mode="lexical", hybrid=dataclasses.replace(opts, candidates=3),
+                            parent=False, neighbors=False))
+        assert cut == want[:3], (q, cut, want)
+
+
+def test_each_lexical_weight_decides_the_order_it_should(kb, db):
+    """The lexical weights one at a time, each given the deciding margin by setting word counts in term_stats:
+    a word term_stats does not know weighs exactly 1, term_weight counts in full, and the term-frequency factor
+    is 1 + tf_weight (ts_rank / 0.0607927 - 1). Each order flips when the margin crosses that value."""
+    def idf(word: str) -> float:
+        return db.execute("SELECT idf FROM term_stats WHERE lexeme = %s", (word,)).fetchone()[0]
+
+    def set_idf(word: str, value: float) -> None:
+        assert db.execute("UPDATE term_stats SET idf = %s WHERE lexeme = %s", (value, word)).rowcount == 1
+
+    def top2(q: str, **options) -> list[str]:
+        return ids(kb.search(q, k=2, mode="lexical", hybrid=HybridOptions(**options), parent=False, neighbors=False))
+
+    pasta, bread, settings = "cooking.md#pasta", "cooking.md#bread", "connections.md#connection-settings"
+    # a word term_stats does not know ('pasta', ingested since the last recount, say) weighs 1
+    assert db.execute("DELETE FROM term_stats WHERE lexeme = 'pasta'").rowcount == 1
+    for dough, want in ((0.75, [pasta, bread]), (1.25, [bread, pasta])):
+        set_idf("dough", dough)
+        assert top2("pasta dough", tf_weight=0) == want, dough
+    # term_weight: the section holding max_connections scores its words' idf plus term_weight
+    (words,) = db.execute(
+        "SELECT sum(ts.idf) FROM term_stats ts, sections s WHERE s.doc_id = 'connections.md' "
+        "AND s.section_id = 'connection-settings' AND ts.lexeme = ANY(tsvector_to_array(s.tsv)) "
+        "AND ts.lexeme = ANY(tsvector_to_array(to_tsvector('english', 'max_connections')))").fetchone()
+    for share, want in ((0.75, [settings, bread]), (1.25, [bread, settings])):
+        set_idf("dough", words + share * 0.8)
+        assert top2("max_connections dough", tf_weight=0, term_weight=0.8) == want, share
+    # the term-frequency factor: 'connect' three times in Connection Settings (heading, max_connections,
+    # connections), against 'dough' once in Bread
+    rank = {sid: r for sid, r in db.execute(
+        "SELECT section_id, ts_rank(tsv, 'connect'::tsquery, 0) FROM sections WHERE tsv @@ 'connect'::tsquery")}
+    factor = {sid: 1 + 2.0 * (r / 0.0607927 - 1) for sid, r in rank.items()}
+    a = idf("connect")
+    assert max(factor, key=factor.get) == "connection-settings" and factor["connection-settings"] > 1.5, factor
+    second = max(f for sid, f in factor.items() if sid != "connection-settings")
+    # (Reserved slots holds it twice, a factor close below: Bread's margin must stay above that section)
+    for share, want in ((0.9, [settings, bread]), (1.25, [bread, settings])):
+        b = a * (1 + share * (factor["connection-settings"] - 1))
+        assert b > a * second, (b, a, second, factor)  # Bread stays above every other section holding 'connect'
+        set_idf("dough", b)
+        assert top2("connections dough", tf_weight=2.0) == want, share
