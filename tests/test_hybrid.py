@@ -468,8 +468,9 @@ def _reference_lexical_order(db, query: str, opts: HybridOptions) -> list[str]:
     """The lexical list as hits_cte.sql.j2 defines it, computed here from the stored rows: each kept query word a
     section holds adds its idf (1 for a word term_stats does not know), times 1 + tf_weight (ts_rank / the rank
     of one occurrence - 1) when tf_weight > 0; an exact technical term adds term_weight once; each weight is
-    rounded to a multiple of 2^-20; sections go by score, then doc_id, then section_id (ids here sort alike in
-    any collation). Only ts_rank, PostgreSQL's own function, is read from the server per (section, word)."""
+    rounded to a multiple of 2^-20; sections go by score, then doc_id, then section_id in the server's collation
+    (its own ORDER BY of the keys). Only ts_rank, PostgreSQL's own function, is read from the server per
+    (section, word)."""
     words = [w for (w,) in db.execute("SELECT unnest(tsvector_to_array(to_tsvector('english', %s)))", (query,))]
     stats = {w: (n, share, idf) for w, n, share, idf in
              db.execute("SELECT lexeme, sections, share, idf FROM term_stats WHERE lexeme = ANY(%s)", (words,))}
@@ -494,7 +495,9 @@ def _reference_lexical_order(db, query: str, opts: HybridOptions) -> list[str]:
             total += math.floor(opts.term_weight * 1048576 + 0.5)
         if total:
             scores[doc, sid] = total
-    return [f"{d}#{s}" for d, s in sorted(scores, key=lambda key: (-scores[key], key))]
+    collated = {key: i for i, key in enumerate(db.execute("SELECT doc_id, section_id FROM sections "
+                                                          "ORDER BY doc_id, section_id").fetchall())}
+    return [f"{d}#{s}" for d, s in sorted(scores, key=lambda key: (-scores[key], collated[key]))]
 
 
 @pytest.mark.parametrize("opts", [HybridOptions(tf_weight=0), HybridOptions(), HybridOptions(tf_weight=4),
