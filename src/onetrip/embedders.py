@@ -77,6 +77,10 @@ def check_embedder(recorded: Sequence[str], embedder: Embedder, table: str) -> N
         )
 
 
+#: How many document ids an error about many documents names (`check_probe`; `store.recorded_probes` reads as
+#: many per probe).
+NAMED_IN_ERRORS = 5
+
 PROBE_TEXT = "onetrip embedder probe: how does an index find the rows a query asks for?"
 PROBE_DIMS = 16
 PROBE_TOLERANCE = 1e-3
@@ -117,7 +121,7 @@ def check_probe(recorded: Sequence[tuple[Any, int, Sequence[str]]], probe: list[
     differ = [(n, ids) for stored, n, ids in recorded if probe_differs(stored, probe)]
     if differ:
         count = sum(n for n, _ in differ)
-        names = sorted(i for _, ids in differ for i in ids)[:5]
+        names = sorted(i for _, ids in differ for i in ids)[:NAMED_IN_ERRORS]
         shown = ", ".join(repr(i) for i in names) + (", …" if count > len(names) else "")
         raise EmbedderMismatchError(
             f"{count} document(s) in {table} ({shown}) were embedded by a model also named {embedder.name!r} "

@@ -46,6 +46,7 @@ from .store import (
     refresh_term_stats,
     replace_document,
     mark_term_stats_behind,
+    model_names,
     term_stats_behind,
 )
 from .layout import Layout
@@ -268,7 +269,7 @@ def _one_model(conn: psycopg.Connection, layout: Layout, embedder: Embedder, pro
         """The recorded names, once both checks passed (the probe's not under ``force``): one pass over the
         documents; a second, for the ids the error names, only when a probe differs."""
         models = recorded_models(conn, layout)
-        names = sorted({name for name, _, _ in models})
+        names = model_names(models)
         check_embedder(names, embedder, table)
         if not force and probe is not None and any(
                 name == embedder.name and probe_differs(stored, probe) for name, stored, _ in models):

@@ -23,7 +23,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from .embedders import LENGTH_RANGE
+from .embedders import LENGTH_RANGE, NAMED_IN_ERRORS
 from .errors import DimensionMismatchError, missing_table_error
 from .layout import Layout
 
@@ -304,7 +304,12 @@ def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: 
     ``first_only`` what one document says (`recorded_record`)."""
     if first_only:
         return recorded_record(conn, layout)[0]
-    return sorted({name for name, _, _ in recorded_models(conn, layout)})
+    return model_names(recorded_models(conn, layout))
+
+
+def model_names(models: Iterable[tuple[str, Any, int]]) -> list[str]:
+    """The embedder names of `recorded_models`' rows, each once, sorted."""
+    return sorted({name for name, _, _ in models})
 
 
 def recorded_record(conn: psycopg.Connection, layout: Layout) -> tuple[list[str], Any]:
@@ -339,10 +344,6 @@ def recorded_probes(conn: psycopg.Connection, layout: Layout, name: str) -> list
         docs=sql.SQL(layout.tables["documents"]))
     return [(probe, n, list(ids)) for probe, n, ids in conn.execute(
         q, {"p": EMBEDDER_PROBE_KEY, "k": EMBEDDER_KEY, "name": name, "n": NAMED_IN_ERRORS}).fetchall()]
-
-
-#: How many document ids an error about many documents names (`recorded_probes`).
-NAMED_IN_ERRORS = 5
 
 
 def embedder_lock(conn: psycopg.Connection, layout: Layout, *, unlock: bool = False) -> None:
