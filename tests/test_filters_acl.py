@@ -78,7 +78,9 @@ def test_acl_leak_across_all_modes(db, acl_corpus, capsys):
     for i, q in enumerate(queries):
         caller = callers[i % len(callers)]
         flt = Filters(principals=caller)
-        for h in r.search(q, k=5, filters=flt):
+        # k = 5 is a scan bucket (the statement's one-CTE form); 7 and 3 are not (LIMIT bucket, then LIMIT k)
+        k = (5, 7, 3)[i % 3]
+        for h in r.search(q, k=k, filters=flt):
             for rec in (h.section, h.parent, h.prev, h.next):
                 if rec is not None:
                     assert _allowed(acls[(rec.doc_id, rec.section_id)], caller), (caller, rec)
@@ -87,7 +89,7 @@ def test_acl_leak_across_all_modes(db, acl_corpus, capsys):
                 assert not _allowed(acls[(h.section.doc_id, h.section.parent_section_id)], caller)
                 hidden_parent_seen += 1
         mode = modes[i % len(modes)]
-        ctx = r.assemble(q, k=5, filters=flt, max_tokens=3000, document_max_tokens=5000, **mode)
+        ctx = r.assemble(q, k=k, filters=flt, max_tokens=3000, document_max_tokens=5000, **mode)
         for p in ctx.passages:
             assert _allowed(acls[(p.doc_id, p.section_id)], caller), (caller, mode, p.section_id)
             checked += 1
@@ -126,13 +128,14 @@ def test_filters_apply_to_hits_and_to_every_added_row(db, acl_corpus):
     ]
     for flt, ok in cases:
         n = 0
-        for q in corpus_query_vectors(acl_corpus, 15, seed=34):
-            for h in r.search(q, k=4, filters=flt):
+        for j, q in enumerate(corpus_query_vectors(acl_corpus, 15, seed=34)):
+            k = (4, 6)[j % 2]  # a scan bucket and a k between buckets
+            for h in r.search(q, k=k, filters=flt):
                 for rec in (h.section, h.parent, h.prev, h.next):
                     if rec is not None:
                         assert ok(*meta[rec.doc_id], rec.doc_id), (flt, rec.doc_id)
                         n += 1
-            for p in r.assemble(q, k=4, filters=flt, neighbors=2, ancestors=True, document=True,
+            for p in r.assemble(q, k=k, filters=flt, neighbors=2, ancestors=True, document=True,
                                 document_max_tokens=10_000, max_tokens=None).passages:
                 assert ok(*meta[p.doc_id], p.doc_id), (flt, p.doc_id)
                 n += 1
@@ -180,6 +183,11 @@ def test_filtered_search_still_returns_k(db, dsn):
     assert got == [k] * len(queries), got
     got = [len(r.search(q, k=k, filters={"collections": ["rare"]})) for q in queries]
     assert got == [k] * len(queries), got
+    # k = 7 is not a scan bucket: the scan's LIMIT is 8, then LIMIT 7; the filter holds in both
+    got = [[h.section.doc_id for h in r.search(q, k=7, filters=flt)] for q in queries]
+    assert [len(g) for g in got] == [7] * len(queries), got
+    rare_ids = {d.record.doc_id for d in docs if d.record.collection == "rare"}
+    assert all(d in rare_ids for g in got for d in g)
     ctx = [r.assemble(q, k=k, filters=flt, max_tokens=None) for q in queries[:5]]
     assert all(sum(p.is_hit for p in c.passages) == k for c in ctx)
     # Without iterative scans the same searches come back short: the reason the setting exists.
@@ -357,11 +365,11 @@ def test_search_many_applies_each_callers_acl_like_search(db, acl_corpus):
     r = Retriever(db)
     acls = _acl_table(db)
     queries = list(corpus_query_vectors(acl_corpus, 12, seed=34))
-    for caller in (("alice",), ("bob", "eng"), ()):
+    for caller, k in itertools.product((("alice",), ("bob", "eng"), ()), (5, 7)):  # a scan bucket, and not
         flt = Filters(principals=caller)
-        many = r.search_many(queries, k=5, filters=flt)
+        many = r.search_many(queries, k=k, filters=flt)
         for q, hits in zip(queries, many):
-            assert hits == r.search(q, k=5, filters=flt)
+            assert len(hits) == k and hits == r.search(q, k=k, filters=flt)
             for h in hits:
                 for rec in (h.section, h.parent, h.prev, h.next):
                     assert rec is None or _allowed(acls[rec.doc_id, rec.section_id], caller)
