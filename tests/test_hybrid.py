@@ -536,7 +536,12 @@ def test_each_lexical_weight_decides_the_order_it_should(kb, db):
         assert db.execute("UPDATE term_stats SET idf = %s WHERE lexeme = %s", (value, word)).rowcount == 1
 
     def top2(q: str, **options) -> list[str]:
-        return ids(kb.search(q, k=2, mode="lexical", hybrid=HybridOptions(**options), parent=False, neighbors=False))
+        one = ids(kb.search(q, k=2, mode="lexical", hybrid=HybridOptions(**options), parent=False, neighbors=False))
+        # the several-query statement (two queries: one alone is sent as search) weighs by the same margins
+        many = kb.search_many([q, "bread"], k=2, mode="lexical", hybrid=HybridOptions(**options), parent=False,
+                              neighbors=False)
+        assert ids(many[0]) == one, (q, options, ids(many[0]), one)
+        return one
 
     pasta, bread, settings = "cooking.md#pasta", "cooking.md#bread", "connections.md#connection-settings"
     # a word term_stats does not know ('pasta', ingested since the last recount, say) weighs 1
