@@ -566,7 +566,10 @@ def test_each_lexical_weight_decides_the_order_it_should(kb, db):
     assert max(factor, key=factor.get) == "connection-settings" and factor["connection-settings"] > 1.5, factor
     second = max(f for sid, f in factor.items() if sid != "connection-settings")
     # (Reserved slots holds it twice, a factor close below: Bread's margin must stay above that section)
-    for share, want in ((0.9, [settings, bread]), (1.25, [bread, settings])):
+    # Half a percent either side of the margin: with the one-occurrence constant 0.06 instead of 0.0607927,
+    # Bread's one 'dough' would weigh 1.026 and Connection Settings' factor change, and 0.995 would flip.
+    for share, want in ((0.9, [settings, bread]), (0.995, [settings, bread]), (1.005, [bread, settings]),
+                        (1.25, [bread, settings])):
         b = a * (1 + share * (factor["connection-settings"] - 1))
         assert b > a * second, (b, a, second, factor)  # Bread stays above every other section holding 'connect'
         set_idf("dough", b)
