@@ -156,6 +156,37 @@ def test_cli_documents_and_delete(dsn, tmp_path):
     assert res.returncode == 2 and "not allowed" in res.stderr
 
 
+def test_cli_no_recount_on_ingest_and_delete(dsn, tmp_path):
+    """`ingest --no-recount` and `delete --no-recount` leave the word weights (and the mark saying they are
+    behind) to `refresh-term-stats` or the next run, and say so; without the flag each command recounts."""
+    from onetrip.cli import RECOUNT_LEFT
+    from onetrip.store import TERM_STATS_BEHIND
+
+    def words() -> set[str]:
+        with connect(dsn) as conn:
+            return {w for (w,) in conn.execute("SELECT lexeme FROM term_stats")}
+
+    write_docs(tmp_path, **{"keep.md": f"# Kept\n\nPlain words about gardening.{PAD}\n"})
+    assert onetrip("ingest", str(tmp_path), dsn=dsn).returncode == 0
+    assert "garden" in words() and TERM_STATS_BEHIND not in words()
+    write_docs(tmp_path, **{"drop.md": f"# Dropped\n\nThe word zymurgyxq appears only here.{PAD}\n"})
+    res = onetrip("ingest", str(tmp_path), "--no-recount", "--json", dsn=dsn)
+    assert res.returncode == 0 and RECOUNT_LEFT in res.stderr, res.stderr
+    summary = json.loads(res.stdout)
+    assert (summary["new"], summary["recounted"], summary["words_behind"]) == (1, False, True)
+    assert "zymurgyxq" not in words() and TERM_STATS_BEHIND in words()
+    res = onetrip("refresh-term-stats", dsn=dsn)
+    assert res.returncode == 0 and "zymurgyxq" in words() and TERM_STATS_BEHIND not in words()
+    res = onetrip("delete", "drop.md", "--no-recount", dsn=dsn)
+    assert res.returncode == 0 and "deleted 1 document(s)" in res.stdout and RECOUNT_LEFT in res.stderr
+    assert "zymurgyxq" in words() and TERM_STATS_BEHIND in words()  # counted until the next recount, marked
+    res = onetrip("delete", "ghost.md", "--no-recount", dsn=dsn)
+    assert res.returncode == 3 and RECOUNT_LEFT not in res.stderr  # nothing deleted, nothing left behind
+    res = onetrip("ingest", str(tmp_path / "keep.md"), "--json", dsn=dsn)  # unchanged, but the mark says recount
+    assert json.loads(res.stdout)["recounted"] is True and RECOUNT_LEFT not in res.stderr, res.stderr
+    assert "zymurgyxq" not in words() and "garden" in words() and TERM_STATS_BEHIND not in words()
+
+
 @pytest.fixture
 def five_docs(db, tmp_path) -> Layout:
     """a, b, d public; c and e readable by "hr" only (so a public page skips them)."""

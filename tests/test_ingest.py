@@ -264,6 +264,36 @@ def test_a_run_whose_writes_all_failed_leaves_no_mark(db, tmp_path, monkeypatch)
     assert TERM_STATS_BEHIND not in {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
 
 
+def test_a_run_without_recount_leaves_the_weights_and_the_mark_to_the_next_run(db, tmp_path):
+    """recount=False (`ingest --no-recount`), for frequent small runs into a large table, whose recount reads every
+    section: the run's new words stay uncounted and the counts stay marked as behind, the full-text indexes'
+    pending entries are merged all the same, and the next run that recounts does so though it stores nothing."""
+    from onetrip.store import TERM_STATS_BEHIND, flush_word_indexes
+
+    layout = init_schema(db)
+
+    def words() -> set[str]:
+        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
+
+    (tmp_path / "a.md").write_text(DOC_V1)
+    first = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert first.new == 1 and first.recounted and not first.words_behind
+    counted = words()
+    (tmp_path / "b.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
+    run = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), recount=False)
+    assert (run.new, run.unchanged, run.recounted, run.words_behind) == (1, 1, False, True)
+    assert run.as_dict()["words_behind"] is True and run.as_dict()["recounted"] is False
+    assert words() == counted | {TERM_STATS_BEHIND}  # nothing recounted, and marked so
+    assert flush_word_indexes(db, layout) == 0  # the new rows' GIN entries were merged by the run
+    still = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), recount=False)
+    assert (still.unchanged, still.recounted, still.words_behind) == (2, False, True)  # still due, still left
+    due = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert (due.unchanged, due.recounted, due.words_behind) == (2, True, False)
+    assert "zeppelin" in words() and TERM_STATS_BEHIND not in words()
+    quiet = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), recount=False)
+    assert (quiet.unchanged, quiet.recounted, quiet.words_behind) == (2, False, False)  # nothing was due
+
+
 def test_an_access_change_on_an_unchanged_file_is_stored(db, dsn, tmp_path, monkeypatch):
     """Same file, another --acl or --collection: a new revision at once, without re-embedding.
 

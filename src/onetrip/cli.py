@@ -126,6 +126,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--doc-id-prefix", default="", metavar="PREFIX",
                    help="put PREFIX before each document id (the path relative to the folder given), so that "
                         "files of the same relative path from two folders or tenants stay two documents")
+    p.add_argument("--no-recount", action="store_true",
+                   help="leave the lexical word weights (term_stats) as they are: the next ingest run, or "
+                        "`onetrip refresh-term-stats`, recounts them (it reads every section: ~6 s at a "
+                        "million), for frequent small runs into a large table")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _model_option(p)
 
@@ -195,6 +199,10 @@ def build_parser() -> argparse.ArgumentParser:
     _common(p)
     p.add_argument("doc_ids", nargs="+", metavar="DOC_ID", help="document id(s)")
     p.add_argument("--keep-history", action="store_true", help="archive the deleted sections first (audit)")
+    p.add_argument("--no-recount", action="store_true",
+                   help="leave the lexical word weights (term_stats) as they are: the next ingest run, or "
+                        "`onetrip refresh-term-stats`, recounts them (it reads every section: ~6 s at a "
+                        "million); the deleted sections' words count until then")
 
     p = sub.add_parser("prune", help="delete archived revisions")
     _common(p)
@@ -439,7 +447,8 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
             report = ingest_paths(conn, paths, layout=layout, embedder=embedder, force=force,
                                   on_progress=on_progress, doc_id=doc_id, collection=getattr(args, "collection", "default"),  # "" is refused, not made "default"
                                   acl=_acl(getattr(args, "acl", None)),
-                                  keep_history=getattr(args, "keep_history", False))
+                                  keep_history=getattr(args, "keep_history", False),
+                                  recount=not getattr(args, "no_recount", False))
     return report
 
 
@@ -531,19 +540,27 @@ def cmd_delete(args: argparse.Namespace) -> int:
     """Exit 0 when every id was stored and is now gone, 3 when some were not stored (the others are deleted)."""
     from .connection import connect
     from .schema import read_layout
-    from .store import delete_document, refresh_term_stats
+    from .store import delete_document, mark_term_stats_behind, refresh_term_stats
 
     with connect(args.dsn) as conn:
         layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
         doc_ids = list(dict.fromkeys(args.doc_ids))  # each once, in the order given
         missing = [d for d in doc_ids if not delete_document(conn, layout, d, keep_history=args.keep_history)]
         deleted = len(doc_ids) - len(missing)
-        if deleted:
+        if deleted and args.no_recount:  # the next ingest run recounts
+            mark_term_stats_behind(conn, layout)
+        elif deleted:
             refresh_term_stats(conn, layout)  # the deleted sections' words no longer count
     print(f"deleted {deleted} document(s)" + (" (sections archived)" if args.keep_history and deleted else ""))
+    if deleted and args.no_recount:
+        print(RECOUNT_LEFT, file=sys.stderr)
     for d in missing:
         print(f"  not stored: {d}", file=sys.stderr)
     return 3 if missing else 0
+
+
+RECOUNT_LEFT = ("onetrip: note: lexical word weights not recounted (--no-recount): the next ingest run, or "
+                "`onetrip refresh-term-stats`, recounts them")
 
 
 def cmd_refresh_term_stats(args: argparse.Namespace) -> int:
@@ -576,6 +593,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
               f"load {report.load_seconds:.1f}s)")
         for path, reason in report.failed:
             print(f"  failed: {path}: {reason}", file=sys.stderr)
+    if report.words_behind:
+        print(RECOUNT_LEFT, file=sys.stderr)
     for path, warning in report.warnings:  # stored, but parsing lost part of it (a truncated file)
         print(f"onetrip: warning: {path}: {warning}", file=sys.stderr)
     for path in report.made_public:  # a run without --acl over documents stored with one: say so

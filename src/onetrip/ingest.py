@@ -75,6 +75,8 @@ class IngestReport:
     embed_seconds: float = 0.0
     load_seconds: float = 0.0
     documents: int = 0
+    recounted: bool = False  # the run recounted the lexical word weights (`refresh_term_stats`)
+    words_behind: bool = False  # a recount was due but ``recount=False``: the next run (or refresh-term-stats) does it
 
     @property
     def seconds(self) -> float:
@@ -96,6 +98,7 @@ class IngestReport:
             "warnings": [{"path": p, "warning": w} for p, w in self.warnings],
             "sections": self.sections, "reused": self.reused, "parse_seconds": round(self.parse_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
+            "recounted": self.recounted, "words_behind": self.words_behind,
         }
 
 
@@ -359,6 +362,7 @@ def ingest_paths(
     collection: str = "default",
     acl: Sequence[str] | None = None,
     keep_history: bool = False,
+    recount: bool = True,
 ) -> IngestReport:
     """Ingest files and folders; returns counts of new/changed/unchanged/failed documents.
 
@@ -377,7 +381,11 @@ def ingest_paths(
 
     Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
     when a document was added or changed, none were counted yet, or an earlier
-    run stopped before its recount (`store.TERM_STATS_BEHIND`).
+    run stopped before its recount (`store.TERM_STATS_BEHIND`). The recount reads
+    every section (~6 s at a million): ``recount=False`` leaves it to the next run
+    or to `refresh_term_stats` (``report.words_behind``; the mark stays), for
+    frequent small runs into a large table. Until then a word new to the table
+    weighs 1 in lexical search, and known words keep their counts.
 
     Each written document records ``embedder.name`` in its metadata (key
     ``onetrip_embedder``) and the model's probe (``onetrip_embedder_probe``: the
@@ -557,9 +565,12 @@ def ingest_paths(
                 flush()
         flush()
         t0 = time.perf_counter()
-        if report.new or report.changed > report.access_only or marked[0]:  # marked: a write was tried, or an
-            refresh_term_stats(conn, layout)  # earlier run's stopped; recounts (the mark goes), merges GIN lists
-        elif report.access_only:  # word counts ignore access, but the UPDATEs left new GIN entries pending
-            flush_word_indexes(conn, layout)
+        due = bool(report.new or report.changed > report.access_only or marked[0])  # marked: a write was tried,
+        if due and recount:  # or an earlier run's stopped
+            refresh_term_stats(conn, layout)  # recounts (the mark goes), merges GIN lists
+            report.recounted = True
+        elif due or report.access_only:  # word counts ignore access, but the UPDATEs left new GIN entries pending;
+            flush_word_indexes(conn, layout)  # without the recount, the merge (cost: the new entries) still runs,
+            report.words_behind = due  # so searches do not slow down; the TERM_STATS_BEHIND mark stays
         report.load_seconds += time.perf_counter() - t0
         return report
