@@ -1,0 +1,72 @@
+"""The README's Python examples run as written, on the test server (``$ONETRIP_DSN``), so they cannot drift
+from the API: a renamed argument or a changed default breaks this file before it misleads a reader."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from onetrip import Layout, SentenceTransformerEmbedder, ingest_paths, init_schema
+
+ROOT = Path(__file__).resolve().parents[1]
+DEMO = ROOT / "src" / "onetrip" / "demo_corpus"
+
+
+def python_blocks() -> list[str]:
+    return re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
+
+
+def run_block(index: int, name: str) -> dict:
+    """Execute one README block in a fresh namespace; its connections are closed afterwards."""
+    namespace: dict = {}
+    try:
+        exec(compile(python_blocks()[index], f"README.md ({name})", "exec"), namespace)
+    finally:
+        for value in namespace.values():
+            if type(value).__name__ in ("Connection", "Retriever"):
+                value.close()
+    return namespace
+
+
+@pytest.fixture(scope="module")
+def embedder() -> SentenceTransformerEmbedder:
+    return SentenceTransformerEmbedder()  # the model the README's Retriever uses by default
+
+
+def test_every_python_block_of_the_readme_is_run_here():
+    blocks = python_blocks()
+    assert len(blocks) == 2, "a Python block was added to or removed from README.md: run it in this file"
+    assert "r.assemble(" in blocks[0] and "ingest_paths(" in blocks[1]
+
+
+def test_the_python_api_example_on_the_demo_tables(db, dsn, embedder, monkeypatch, capsys):
+    layout = init_schema(db, Layout(prefix="demo_"))  # what `onetrip demo` fills
+    assert ingest_paths(db, [DEMO], layout=layout, embedder=embedder).new == 3
+    monkeypatch.setenv("ONETRIP_DSN", dsn)  # connect() with no argument: this server, not the embedded one
+    ns = run_block(0, "Python API")
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert len(lines) > 5 and [line.split()[0] for line in lines[:5]] == ["1", "2", "3", "4", "5"], out
+    ctx = ns["ctx"]
+    assert ctx.passages and len({(p.doc_id, p.section_id) for p in ctx.passages}) == len(ctx.passages)
+    assert sum(p.token_count for p in ctx.passages) <= 2000
+    # the question's answer is in the policy's exclusions; the rendered context printed last holds it
+    assert "tennis elbow" in ctx.render() and "tennis elbow" in out
+
+
+def test_the_ingestion_example_in_a_folder_of_documents(db, dsn, embedder, tmp_path, monkeypatch, capsys):
+    shutil.copytree(DEMO, tmp_path / "docs")
+    monkeypatch.chdir(tmp_path)  # the example ingests "docs/"
+    monkeypatch.setenv("ONETRIP_DSN", dsn)
+    monkeypatch.setattr("onetrip.SentenceTransformerEmbedder", lambda: embedder)  # one model load per module
+    ns = run_block(1, "ingestion")
+    report = ns["report"]
+    assert (report.new, report.failed) == (3, [])
+    printed = capsys.readouterr().out.split()
+    assert {"espresso-machine-manual.md", "remote-work-policy.html", "travel-insurance-policy.md"} <= set(printed)
+    assert ns["page"] == []  # after the last document of a one-page list: the next page is empty
+    rows = db.execute("SELECT DISTINCT collection, acl FROM documents").fetchall()
+    assert rows == [("policies", ["hr"])]
