@@ -3,8 +3,13 @@ from the API: a renamed argument or a changed default breaks this file before it
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import shutil
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +21,11 @@ DEMO = ROOT / "src" / "onetrip" / "demo_corpus"
 
 
 def python_blocks() -> list[str]:
-    return re.findall(r"^```python\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
+    return blocks("python")
+
+
+def blocks(language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", (ROOT / "README.md").read_text(), flags=re.S | re.M)
 
 
 def run_block(index: int, name: str) -> dict:
@@ -37,9 +46,12 @@ def embedder() -> SentenceTransformerEmbedder:
 
 
 def test_every_python_block_of_the_readme_is_run_here():
-    blocks = python_blocks()
-    assert len(blocks) == 2, "a Python block was added to or removed from README.md: run it in this file"
-    assert "r.assemble(" in blocks[0] and "ingest_paths(" in blocks[1]
+    python = python_blocks()
+    assert len(python) == 2, "a Python block was added to or removed from README.md: run it in this file"
+    assert "r.assemble(" in python[0] and "ingest_paths(" in python[1]
+    # the shell blocks: the two quick-start commands (.ci/run runs them) and the HTTP one, run below
+    shell = blocks("bash")
+    assert len(shell) == 3 and "onetrip demo" in shell[0] and "pytest" in shell[1] and "serve" in shell[2]
 
 
 def test_the_python_api_example_on_the_demo_tables(db, dsn, embedder, monkeypatch, capsys):
@@ -70,3 +82,32 @@ def test_the_ingestion_example_in_a_folder_of_documents(db, dsn, embedder, tmp_p
     assert ns["page"] == []  # after the last document of a one-page list: the next page is empty
     rows = db.execute("SELECT DISTINCT collection, acl FROM documents").fetchall()
     assert rows == [("policies", ["hr"])]
+
+
+def test_the_http_example_as_written(db, dsn, embedder):
+    """The README's curl session, run by bash as written (port 8765 included), with its answer as the
+    comment under it says: the exclusions section first, a context within the 300 tokens asked for."""
+    layout = init_schema(db, Layout(prefix="demo_"))
+    assert ingest_paths(db, [DEMO], layout=layout, embedder=embedder).new == 3
+    script = blocks("bash")[2]
+    bin_dir = str(Path(sys.executable).parent)  # the `onetrip` console script is installed beside python
+    env = {**os.environ, "ONETRIP_DSN": dsn, "HF_HUB_OFFLINE": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
+    # the block leaves the service running in the background (`&`): stop it, whatever happened
+    proc = subprocess.Popen(["bash", "-c", f"trap 'kill %1 2>/dev/null; wait' EXIT\n{script}"], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    try:
+        out, err = proc.communicate(timeout=240)
+    finally:  # a block stopped early (a timeout, a failed test) leaves no service behind: its whole group goes
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    assert proc.returncode == 0, err[-2000:]
+    answer = json.loads(out.strip().splitlines()[-1])
+    top = answer["hits"][0]
+    assert (top["rank"], top["doc_id"], top["section_id"]) == (1, "travel-insurance-policy.md", "policy-exclusions")
+    assert len(answer["hits"]) == 2 and {"parent", "prev", "next", "score"} <= set(top)
+    ctx = answer["context"]
+    assert ctx["max_tokens"] == 300 and 0 < ctx["tokens"] <= 300 and ctx["hits"] >= 1
+    assert ctx["text"].startswith("### ") and "tennis elbow" in ctx["text"]
