@@ -111,3 +111,30 @@ def test_the_http_example_as_written(db, dsn, embedder):
     ctx = answer["context"]
     assert ctx["max_tokens"] == 300 and 0 < ctx["tokens"] <= 300 and ctx["hits"] >= 1
     assert ctx["text"].startswith("### ") and "tennis elbow" in ctx["text"]
+
+
+def test_every_cli_command_and_option_is_in_the_readme():
+    """The README's CLI table and HTTP section name every subcommand and every long option the parser has, so
+    a flag added to the CLI without a word in the README fails here (`--[no-]x` in the README names both)."""
+    import argparse
+
+    from onetrip.cli import build_parser
+
+    readme = (ROOT / "README.md").read_text()
+    readme = re.sub(r"--\[no-\]([a-z-]+)", r"--\1 --no-\1", readme)
+    undocumented: list[str] = []
+
+    def walk(parser: argparse.ArgumentParser, path: str) -> None:
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    if f"`onetrip {path}{name}" not in readme:  # a row of the CLI table starts so
+                        undocumented.append(f"onetrip {path}{name}")
+                    walk(sub, f"{path}{name} ")
+            else:
+                undocumented.extend(f"onetrip {path.strip()} {o}" for o in action.option_strings
+                                    if o.startswith("--") and o != "--help" and not re.search(rf"{o}(?![a-z-])",
+                                                                                            readme))
+
+    walk(build_parser(), "")
+    assert undocumented == []
