@@ -138,3 +138,13 @@ def test_every_cli_command_and_option_is_in_the_readme():
 
     walk(build_parser(), "")
     assert undocumented == []
+
+
+def test_every_public_name_is_in_the_readme():
+    """What `from onetrip import ...` offers (``onetrip.__all__``) is named in the README: in its code (inline,
+    or a Python block this file runs)."""
+    import onetrip
+
+    readme = (ROOT / "README.md").read_text()
+    code = "\n".join(python_blocks() + re.findall(r"(?<!`)`([^`]+)`(?!`)", readme))
+    assert [n for n in onetrip.__all__ if not re.search(rf"\b{n}\b", code)] == []
