@@ -148,3 +148,25 @@ def test_every_public_name_is_in_the_readme():
     readme = (ROOT / "README.md").read_text()
     code = "\n".join(python_blocks() + re.findall(r"(?<!`)`([^`]+)`(?!`)", readme))
     assert [n for n in onetrip.__all__ if not re.search(rf"\b{n}\b", code)] == []
+
+
+def test_the_readmes_http_request_fields_are_the_services():
+    """The README's endpoint table lists each request body's fields (and /documents' query parameters) as the
+    service's own OpenAPI document defines them: a field added to the service without a word there fails."""
+    from onetrip.http_service import ServiceConfig, openapi_document
+
+    doc = openapi_document(ServiceConfig())
+    schemas = doc["components"]["schemas"]
+    readme = (ROOT / "README.md").read_text()
+
+    def listed(row_start: str) -> set[str]:
+        (row,) = [line for line in readme.splitlines() if line.startswith(row_start)]
+        body = re.search(r"body `\{(.*?)\}`", row).group(1)  # "query \| embedding, k, ...": the field names
+        return set(re.findall(r"[a-z_]+", body)) - {"both"}  # "queries | embeddings | both"
+
+    assert listed("| `POST /search` |") == set(schemas["SearchRequest"]["properties"])
+    many = listed("| `POST /search_many` |") - {"parent", "neighbors"}  # expand's own keys, shown inline
+    assert many == set(schemas["SearchManyRequest"]["properties"])
+    (row,) = [line for line in readme.splitlines() if line.startswith("| `GET /documents?")]
+    params = set(re.findall(r"[?&]([a-z_]+)=", row.split("`")[1]))
+    assert params == {p["name"] for p in doc["paths"]["/documents"]["get"]["parameters"]}
