@@ -170,3 +170,30 @@ def test_the_readmes_http_request_fields_are_the_services():
     (row,) = [line for line in readme.splitlines() if line.startswith("| `GET /documents?")]
     params = set(re.findall(r"[?&]([a-z_]+)=", row.split("`")[1]))
     assert params == {p["name"] for p in doc["paths"]["/documents"]["get"]["parameters"]}
+
+
+def _slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"[`*_]", "", heading.strip().lower())
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def test_relative_links_in_the_docs_reach_a_file_and_a_heading():
+    """Every relative link in the project's Markdown (README, sql/, benchmarks/ READMEs and results) names a
+    file that is in the repository and, with a #fragment, a heading of that file."""
+    docs = [ROOT / "README.md", *ROOT.glob("sql/**/*.md"), *ROOT.glob("benchmarks/**/*.md")]
+    broken: list[str] = []
+    for doc in docs:
+        text = re.sub(r"^```.*?^```", "", doc.read_text(), flags=re.S | re.M)  # not inside code blocks
+        for target in re.findall(r"\]\(([^)\s]+)\)", text):
+            if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+                continue
+            path, _, fragment = target.partition("#")
+            file = (doc.parent / path).resolve() if path else doc
+            if not file.exists():
+                broken.append(f"{doc.relative_to(ROOT)}: {target} (no such file)")
+            elif fragment and file.suffix == ".md":
+                headings = {_slug(h) for h in re.findall(r"^#+ (.+)$", file.read_text(), flags=re.M)}
+                if fragment not in headings:
+                    broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
+    assert broken == []
