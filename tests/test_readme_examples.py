@@ -197,3 +197,11 @@ def test_relative_links_in_the_docs_reach_a_file_and_a_heading():
                 if fragment not in headings:
                     broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
     assert broken == []
+
+
+def test_the_paths_the_readme_names_exist():
+    """The README's backquoted repository paths ("where is the CTE?": `sql/templates/hits_cte.sql.j2`, ...)."""
+    readme = (ROOT / "README.md").read_text()
+    paths = set(re.findall(r"`((?:src|sql|benchmarks|tests|scripts|\.ci)/[^`\s]*)`", readme))
+    assert len(paths) > 30
+    assert [p for p in sorted(paths) if not list(ROOT.glob(p.rstrip("/")))] == []
