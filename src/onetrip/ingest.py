@@ -565,12 +565,16 @@ def ingest_paths(
                 flush()
         flush()
         t0 = time.perf_counter()
-        due = bool(report.new or report.changed > report.access_only or marked[0])  # marked: a write was tried,
-        if due and recount:  # or an earlier run's stopped
+        # a recount is due when words changed, or marked: a write was tried, or an earlier run stopped
+        due = bool(report.new or report.changed > report.access_only or marked[0])
+        if due and recount:
             refresh_term_stats(conn, layout)  # recounts (the mark goes), merges GIN lists
             report.recounted = True
-        elif due or report.access_only:  # word counts ignore access, but the UPDATEs left new GIN entries pending;
-            flush_word_indexes(conn, layout)  # without the recount, the merge (cost: the new entries) still runs,
-            report.words_behind = due  # so searches do not slow down; the TERM_STATS_BEHIND mark stays
+        elif due or report.access_only:
+            # Word counts ignore access, but the UPDATEs left new GIN entries pending. Without the recount the
+            # merge still runs (its cost is the new entries', not the table's), so searches do not slow down;
+            # the TERM_STATS_BEHIND mark stays for the next run.
+            flush_word_indexes(conn, layout)
+            report.words_behind = due
         report.load_seconds += time.perf_counter() - t0
         return report
