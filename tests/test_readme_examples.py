@@ -8,6 +8,7 @@ import os
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -90,6 +91,10 @@ def test_the_http_example_as_written(db, dsn, embedder):
     layout = init_schema(db, Layout(prefix="demo_"))
     assert ingest_paths(db, [DEMO], layout=layout, embedder=embedder).new == 3
     script = blocks("bash")[2]
+    assert script.count("8765") == 3  # the README's port: `serve`, the health loop, the search ...
+    with socket.socket() as s:  # ... swapped for a free one, so that a busy 8765 cannot fail the test
+        s.bind(("127.0.0.1", 0))
+        script = script.replace("8765", str(s.getsockname()[1]))
     bin_dir = str(Path(sys.executable).parent)  # the `onetrip` console script is installed beside python
     env = {**os.environ, "ONETRIP_DSN": dsn, "HF_HUB_OFFLINE": "1", "PATH": f"{bin_dir}:{os.environ['PATH']}"}
     # the block leaves the service running in the background (`&`): stop it, whatever happened
