@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 
 import numpy as np
 import psycopg
 from psycopg import conninfo
+from psycopg_pool import ConnectionPool
 import pytest
 
 from onetrip import AsyncRetriever, Filters, Retriever, SchemaMissingError, init_schema, make_async_pool, make_pool
@@ -182,10 +185,7 @@ def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_ser
     q = corpus_query_vectors(corpus, 1, seed=86)[0]
     lost = r"lost \(terminating connection due to administrator command\).*the pool drops it"
     name = "onetrip_lost_under_pool"
-    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=3, max_size=3)
-    try:
-        pool.wait()
-        r = Retriever(pool, embedder=HashEmbedder())
+    with _named_pool(dsn, name, 3) as (pool, r):
         want = _sig(r.search(q, k=5))
         assert terminate(application_name=name) == 3
         with pytest.raises(ConnectionLostError, match=lost):
@@ -193,8 +193,6 @@ def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_ser
         assert _sig(r.search(q, k=5)) == want
         assert [_sig(hits) for hits in r.search_many([q, q], k=5)] == [want, want]
         assert pool.get_stats()["pool_size"] == 3
-    finally:
-        pool.close()
 
     async def main() -> tuple[list, list, dict]:
         pool = make_async_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=3, max_size=3)
@@ -211,6 +209,18 @@ def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_ser
 
     want, got, stats = asyncio.run(main())
     assert got == want and stats["pool_size"] == 3
+
+
+@contextlib.contextmanager
+def _named_pool(dsn: str, name: str, size: int) -> Iterator[tuple[ConnectionPool, Retriever]]:
+    """A sync pool of ``size`` connections that pg_stat_activity shows as ``name`` (so that a test can terminate or
+    stop them), filled, and a retriever over it; the pool is closed afterwards."""
+    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=size, max_size=size)
+    try:
+        pool.wait()
+        yield pool, Retriever(pool, embedder=HashEmbedder())
+    finally:
+        pool.close()
 
 
 def _lost_call_beside_a_hung_idle_one(db, pool, name: str, terminate, call) -> BaseException | None:
@@ -271,17 +281,12 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
         return {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
                                              (name,))}
 
-    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
-    try:
-        pool.wait()
-        r = Retriever(pool, embedder=HashEmbedder())
+    with _named_pool(dsn, name, 2) as (pool, r):
         want = _sig(r.search(q, k=5))
         raised = _lost_call_beside_a_hung_idle_one(db, pool, name, terminate, lambda: r.search(q, k=5))
         assert isinstance(raised, ConnectionLostError), raised  # None: held by the stopped backend's check
         assert "the pool drops it" in str(raised)
         assert _sig(r.search(q, k=5)) == want
-    finally:
-        pool.close()
 
     async def main() -> tuple[list, list]:
         pool = make_async_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
@@ -318,10 +323,7 @@ def test_calls_off_the_search_path_check_the_pools_idle_connections_too(db, dsn,
 
     q = corpus_query_vectors(corpus, 1, seed=88)[0]
     name = "onetrip_lost_off_the_search_path"
-    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=3, max_size=3)
-    try:
-        pool.wait()
-        r = Retriever(pool, embedder=HashEmbedder())
+    with _named_pool(dsn, name, 3) as (pool, r):
         for call in (r.refresh_embedder_record, lambda: r.explain(q, 5, kind="plan")):
             deadline = time.monotonic() + 30  # the pool's replacements (of the round before) idle in it
             while pool.get_stats().get("pool_available") != 3 and time.monotonic() < deadline:
@@ -331,8 +333,6 @@ def test_calls_off_the_search_path_check_the_pools_idle_connections_too(db, dsn,
                 call()
             call()  # the pool replaced the other two: served
             call()
-    finally:
-        pool.close()
 
 
 def test_a_pool_check_that_fails_is_quiet(dsn, monkeypatch):
@@ -373,16 +373,11 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_a_call_off_the_searc
     monkeypatch.setattr(retrieve_module, "POOL_CHECK_DEADLINE", 0.5)
     q = corpus_query_vectors(corpus, 1, seed=89)[0]
     name = "onetrip_hung_off_the_search_path"
-    pool = make_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
-    try:
-        pool.wait()
-        r = Retriever(pool, embedder=HashEmbedder())
+    with _named_pool(dsn, name, 2) as (pool, r):
         assert r.explain(q, 5, kind="plan")
         raised = _lost_call_beside_a_hung_idle_one(db, pool, name, terminate, lambda: r.explain(q, 5, kind="plan"))
         assert isinstance(raised, ConnectionLostError), raised  # None: held by the stopped backend's check
         assert r.explain(q, 5, kind="plan")
-    finally:
-        pool.close()
 
 
 def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, dsn):

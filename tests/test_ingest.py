@@ -139,6 +139,11 @@ class CountingEmbedder(HashEmbedder):
         return super().embed_documents(texts)
 
 
+def counted_words(db) -> set[str]:
+    """The words term_stats counts (the TERM_STATS_BEHIND mark among them when it is there)."""
+    return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
+
+
 def test_a_run_stopped_before_its_recount_is_recounted_by_the_next_run(db, tmp_path, monkeypatch):
     """ingest recounts the lexical word weights once, at the end of a run. A run stopped after storing its
     documents (Ctrl-C, SIGTERM, a lost connection during the recount) left their words uncounted, and the next
@@ -152,10 +157,7 @@ def test_a_run_stopped_before_its_recount_is_recounted_by_the_next_run(db, tmp_p
     (tmp_path / "a.md").write_text(DOC_V1)
     assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).new == 1
 
-    def words() -> set[str]:
-        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
-
-    assert "zeppelin" not in words() and TERM_STATS_BEHIND not in words()
+    assert "zeppelin" not in counted_words(db) and TERM_STATS_BEHIND not in counted_words(db)
     (tmp_path / "b.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
 
     def stopped(*args):  # Ctrl-C as the recount starts: the documents are committed, their words not counted
@@ -165,19 +167,19 @@ def test_a_run_stopped_before_its_recount_is_recounted_by_the_next_run(db, tmp_p
     with pytest.raises(KeyboardInterrupt):
         ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
     assert db.execute("SELECT count(*) FROM documents").fetchone() == (2,)
-    assert "zeppelin" not in words() and TERM_STATS_BEHIND in words()  # behind, and marked so
+    assert "zeppelin" not in counted_words(db) and TERM_STATS_BEHIND in counted_words(db)  # behind, and marked so
     monkeypatch.undo()
     again = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
     assert (again.new, again.changed, again.unchanged) == (0, 0, 2)
-    assert "zeppelin" in words() and TERM_STATS_BEHIND not in words()
+    assert "zeppelin" in counted_words(db) and TERM_STATS_BEHIND not in counted_words(db)
     # the mark is never a search's word: the counts match a recount's, and no query word is empty
-    n = len(words())
+    n = len(counted_words(db))
     assert refresh_term_stats(db, layout) == n
     # a run that writes nothing marks nothing, and recounts nothing
     recounts: list = []
     monkeypatch.setattr(ingest_module, "refresh_term_stats", lambda *a: recounts.append(a))
     assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).unchanged == 2
-    assert recounts == [] and TERM_STATS_BEHIND not in words()
+    assert recounts == [] and TERM_STATS_BEHIND not in counted_words(db)
 
 
 def test_another_runs_recount_does_not_take_the_mark_of_a_run_still_writing(db, dsn, tmp_path, monkeypatch):
@@ -202,17 +204,15 @@ def test_another_runs_recount_does_not_take_the_mark_of_a_run_still_writing(db, 
     def stopped(*args):  # Ctrl-C as this run's own recount starts
         raise KeyboardInterrupt
 
-    def words() -> set[str]:
-        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
-
     monkeypatch.setattr(ingest_module, "replace_document", recounted_first)
     monkeypatch.setattr(ingest_module, "refresh_term_stats", stopped)
     with pytest.raises(KeyboardInterrupt):
         ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), batch_sections=1)
-    assert "zeppelin" in words() and "xylophon" not in words() and TERM_STATS_BEHIND in words()
+    words = counted_words(db)
+    assert "zeppelin" in words and "xylophon" not in words and TERM_STATS_BEHIND in words
     monkeypatch.undo()
     assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).unchanged == 2
-    assert "xylophon" in words() and TERM_STATS_BEHIND not in words()
+    assert "xylophon" in counted_words(db) and TERM_STATS_BEHIND not in counted_words(db)
     other.close()
 
 
@@ -227,9 +227,6 @@ def test_a_run_stopped_during_a_batchs_writes_is_recounted_by_the_next_run(db, t
     assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).new == 1
     (tmp_path / "b.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
 
-    def words() -> set[str]:
-        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
-
     def stop(path, report) -> None:  # Ctrl-C as b.md's write is reported, before its batch ends
         if report.new:
             raise KeyboardInterrupt
@@ -237,10 +234,10 @@ def test_a_run_stopped_during_a_batchs_writes_is_recounted_by_the_next_run(db, t
     with pytest.raises(KeyboardInterrupt):
         ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), on_progress=stop)
     assert db.execute("SELECT count(*) FROM documents").fetchone() == (2,)
-    assert "zeppelin" not in words() and TERM_STATS_BEHIND in words()
+    assert "zeppelin" not in counted_words(db) and TERM_STATS_BEHIND in counted_words(db)
     again = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
     assert (again.new, again.changed, again.unchanged) == (0, 0, 2)
-    assert "zeppelin" in words() and TERM_STATS_BEHIND not in words()
+    assert "zeppelin" in counted_words(db) and TERM_STATS_BEHIND not in counted_words(db)
 
 
 def test_a_run_whose_writes_all_failed_leaves_no_mark(db, tmp_path, monkeypatch):
@@ -261,7 +258,7 @@ def test_a_run_whose_writes_all_failed_leaves_no_mark(db, tmp_path, monkeypatch)
     monkeypatch.setattr(ingest_module, "replace_document", refused)
     failed = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
     assert (failed.new, failed.unchanged, [p for p, _ in failed.failed]) == (0, 1, [str(tmp_path / "b.md")])
-    assert TERM_STATS_BEHIND not in {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
+    assert TERM_STATS_BEHIND not in counted_words(db)
 
 
 def test_a_run_without_recount_leaves_the_weights_and_the_mark_to_the_next_run(db, tmp_path):
@@ -272,24 +269,21 @@ def test_a_run_without_recount_leaves_the_weights_and_the_mark_to_the_next_run(d
 
     layout = init_schema(db)
 
-    def words() -> set[str]:
-        return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}
-
     (tmp_path / "a.md").write_text(DOC_V1)
     first = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
     assert first.new == 1 and first.recounted and not first.words_behind
-    counted = words()
+    counted = counted_words(db)
     (tmp_path / "b.md").write_text(f"# Airships\n\nA zeppelin floats.{PAD}\n")
     run = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), recount=False)
     assert (run.new, run.unchanged, run.recounted, run.words_behind) == (1, 1, False, True)
     assert run.as_dict()["words_behind"] is True and run.as_dict()["recounted"] is False
-    assert words() == counted | {TERM_STATS_BEHIND}  # nothing recounted, and marked so
+    assert counted_words(db) == counted | {TERM_STATS_BEHIND}  # nothing recounted, and marked so
     assert flush_word_indexes(db, layout) == 0  # the new rows' GIN entries were merged by the run
     still = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), recount=False)
     assert (still.unchanged, still.recounted, still.words_behind) == (2, False, True)  # still due, still left
     due = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
     assert (due.unchanged, due.recounted, due.words_behind) == (2, True, False)
-    assert "zeppelin" in words() and TERM_STATS_BEHIND not in words()
+    assert "zeppelin" in counted_words(db) and TERM_STATS_BEHIND not in counted_words(db)
     quiet = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder(), recount=False)
     assert (quiet.unchanged, quiet.recounted, quiet.words_behind) == (2, False, False)  # nothing was due
 

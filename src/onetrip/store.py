@@ -299,11 +299,9 @@ def recorded_models(conn: psycopg.Connection, layout: Layout) -> list[tuple[str,
             for name, probe, n in conn.execute(q, RECORD_KEYS).fetchall()]
 
 
-def recorded_embedders(conn: psycopg.Connection, layout: Layout, *, first_only: bool = False) -> list[str]:
-    """The names of the embedders ingest recorded on the stored documents (`recorded_models`' names), or with
-    ``first_only`` what one document says (`recorded_record`)."""
-    if first_only:
-        return recorded_record(conn, layout)[0]
+def recorded_embedders(conn: psycopg.Connection, layout: Layout) -> list[str]:
+    """The names of the embedders ingest recorded on the stored documents (`recorded_models`' names); what one
+    document says is `recorded_record`'s."""
     return model_names(recorded_models(conn, layout))
 
 
