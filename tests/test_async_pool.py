@@ -211,6 +211,14 @@ def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_ser
     assert got == want and stats["pool_size"] == 3
 
 
+HANG_GUARD = 60  # seconds: a guard against a call hanging for good (the old behaviour), not a timing assertion
+
+
+def _backend_pids(db, name: str) -> set[int]:
+    """The server processes of the connections named ``name`` (application_name)."""
+    return {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s", (name,))}
+
+
 @contextlib.contextmanager
 def _named_pool(dsn: str, name: str, size: int) -> Iterator[tuple[ConnectionPool, Retriever]]:
     """A sync pool of ``size`` connections that pg_stat_activity shows as ``name`` (so that a test can terminate or
@@ -225,8 +233,7 @@ def _named_pool(dsn: str, name: str, size: int) -> Iterator[tuple[ConnectionPool
 
 def _lost_call_beside_a_hung_idle_one(db, pool, name: str, terminate, call) -> BaseException | None:
     """Stop (SIGSTOP) one of a 2-connection pool's backends and terminate the other, then make ``call`` in a
-    thread: what it raised, or None if it was still held after 60 s (a guard against hanging for good, the old
-    behaviour, not a timing assertion). psycopg_pool hands out idle connections first in, first out: the one
+    thread: what it raised, or None if it was still held after HANG_GUARD. psycopg_pool hands out idle connections first in, first out: the one
     held back and put back after the other is idle behind it, so the call takes the other (lost), and the
     pool's check finds this one (stopped). The backend is let go again before this returns."""
     import os
@@ -235,8 +242,7 @@ def _lost_call_beside_a_hung_idle_one(db, pool, name: str, terminate, call) -> B
 
     held = pool.getconn()
     stopped = held.info.backend_pid
-    (lost,) = {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                                            (name,))} - {stopped}
+    (lost,) = _backend_pids(db, name) - {stopped}
     os.kill(stopped, signal.SIGSTOP)
     try:
         assert terminate(pid=lost) == 1
@@ -251,7 +257,7 @@ def _lost_call_beside_a_hung_idle_one(db, pool, name: str, terminate, call) -> B
 
         t = threading.Thread(target=run, daemon=True)
         t.start()
-        t.join(60)
+        t.join(HANG_GUARD)
         return None if t.is_alive() else (raised[0] if raised else None)
     finally:
         os.kill(stopped, signal.SIGCONT)
@@ -275,12 +281,6 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
     monkeypatch.setattr(async_module, "POOL_CHECK_DEADLINE", 0.5)
     q = corpus_query_vectors(corpus, 1, seed=87)[0]
     name = "onetrip_hung_under_pool"
-    guard = 60  # seconds: a guard against hanging for good (the old behaviour), not a timing assertion
-
-    def pids() -> set[int]:
-        return {pid for (pid,) in db.execute("SELECT pid FROM pg_stat_activity WHERE application_name = %s",
-                                             (name,))}
-
     with _named_pool(dsn, name, 2) as (pool, r):
         want = _sig(r.search(q, k=5))
         raised = _lost_call_beside_a_hung_idle_one(db, pool, name, terminate, lambda: r.search(q, k=5))
@@ -296,13 +296,13 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
             want = _sig(await r.search(q, k=5))
             held = await pool.getconn()
             stopped = held.info.backend_pid
-            (lost,) = pids() - {stopped}
+            (lost,) = _backend_pids(db, name) - {stopped}
             os.kill(stopped, signal.SIGSTOP)
             try:
                 assert terminate(pid=lost) == 1
                 await pool.putconn(held)
                 with pytest.raises(ConnectionLostError, match="the pool drops it"):
-                    await asyncio.wait_for(r.search(q, k=5), guard)  # TimeoutError: held by the check
+                    await asyncio.wait_for(r.search(q, k=5), HANG_GUARD)  # TimeoutError: held by the check
             finally:
                 os.kill(stopped, signal.SIGCONT)
             return want, _sig(await r.search(q, k=5))

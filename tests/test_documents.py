@@ -21,6 +21,7 @@ from onetrip.connection import connect
 
 from .embedders import HashEmbedder
 from .test_cli import onetrip
+from .test_ingest import counted_words
 
 PAD = " This sentence pads the section so that it is not merged away as a tiny one."
 
@@ -164,7 +165,7 @@ def test_cli_no_recount_on_ingest_and_delete(dsn, tmp_path):
 
     def words() -> set[str]:
         with connect(dsn) as conn:
-            return {w for (w,) in conn.execute("SELECT lexeme FROM term_stats")}
+            return counted_words(conn)
 
     write_docs(tmp_path, **{"keep.md": f"# Kept\n\nPlain words about gardening.{PAD}\n"})
     assert onetrip("ingest", str(tmp_path), dsn=dsn).returncode == 0

@@ -102,6 +102,10 @@ def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
             "max_scan_tuples": args.max_scan_tuples}
 
 
+NO_RECOUNT_HELP = ("leave the lexical word weights (term_stats) as they are: the next ingest run, or "
+                   "`onetrip refresh-term-stats`, recounts them (it reads every section: ~6 s at a million)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="onetrip", description=__doc__.split("\n\n")[0])
     from . import __version__
@@ -127,9 +131,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="put PREFIX before each document id (the path relative to the folder given), so that "
                         "files of the same relative path from two folders or tenants stay two documents")
     p.add_argument("--no-recount", action="store_true",
-                   help="leave the lexical word weights (term_stats) as they are: the next ingest run, or "
-                        "`onetrip refresh-term-stats`, recounts them (it reads every section: ~6 s at a "
-                        "million), for frequent small runs into a large table")
+                   help=f"{NO_RECOUNT_HELP}, for frequent small runs into a large table")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _model_option(p)
 
@@ -200,9 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("doc_ids", nargs="+", metavar="DOC_ID", help="document id(s)")
     p.add_argument("--keep-history", action="store_true", help="archive the deleted sections first (audit)")
     p.add_argument("--no-recount", action="store_true",
-                   help="leave the lexical word weights (term_stats) as they are: the next ingest run, or "
-                        "`onetrip refresh-term-stats`, recounts them (it reads every section: ~6 s at a "
-                        "million); the deleted sections' words count until then")
+                   help=f"{NO_RECOUNT_HELP}; the deleted sections' words count until then")
 
     p = sub.add_parser("prune", help="delete archived revisions")
     _common(p)
