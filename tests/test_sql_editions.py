@@ -618,6 +618,72 @@ def test_oracle_filter_logic_matches_the_postgres_function_on_postgres_sql_json(
     assert db.execute("SELECT count(*) FROM pg_s").fetchone()[0] == len(rows)
 
 
+# --------------------------------------------------------------------------- Oracle's rls.sql (VPD)
+
+def _vpd_predicate() -> str:
+    from onetrip.sqlcheck import extract_oracle_policy_predicate, parse_statements
+
+    function = parse_statements((SQL_DIR / "oracle" / "rls.sql").read_text(), "oracle")[0]
+    return extract_oracle_policy_predicate(function.sql)
+
+
+def test_oracle_rls_is_a_static_vpd_policy_on_both_tables_named_as_the_dictionary_spells_them():
+    """postgres/rls.sql's two policies as DBMS_RLS policies: SELECT only (as FOR SELECT), STATIC (the predicate
+    text never varies; the user and roles in it are read per query), the policy function's signature the one
+    Oracle calls, and every name DBMS_RLS reads as a string upper-cased as Oracle stores unquoted names."""
+    code = _code((SQL_DIR / "oracle" / "rls.sql").read_text())
+    assert re.search(r"CREATE OR REPLACE FUNCTION acl_read_predicate \(\s+object_schema IN VARCHAR2,\s+"
+                     r"object_name\s+IN VARCHAR2\s+\) RETURN VARCHAR2", code)
+    assert code.count("DBMS_RLS.ADD_POLICY(") == 1 and code.count("DBMS_RLS.DROP_POLICY(") == 1
+    assert "statement_types => 'SELECT'" in code and "policy_type     => DBMS_RLS.STATIC" in code
+    assert "policy_function => 'ACL_READ_PREDICATE'" in code
+    assert "PRAGMA EXCEPTION_INIT(policy_missing, -28102)" in code  # re-run: only "policy does not exist" ignored
+    assert "WHEN OTHERS" not in code
+    assert re.findall(r"protect\(('\w+'), ('\w+')\);", code) == [
+        ("'SECTIONS'", "'SECTIONS_ACL_READ'"), ("'DOCUMENTS'", "'DOCUMENTS_ACL_READ'")]
+    assert code.count("SYS_CONTEXT('USERENV', 'CURRENT_SCHEMA')") == 3  # where schema.sql made the tables
+    # the PostgreSQL policies' names, prefixed the same; a schema is named, not the session's
+    pg = (SQL_DIR / "postgres" / "rls.sql").read_text()
+    assert "POLICY sections_acl_read ON sections" in pg and "POLICY documents_acl_read ON documents" in pg
+    other = _code(render_edition("oracle", Layout(schema="kb", prefix="hr_"))["rls.sql"])
+    assert "CREATE OR REPLACE FUNCTION kb.hr_acl_read_predicate (" in other
+    assert re.findall(r"protect\(('\w+'), ('\w+')\);", other) == [
+        ("'HR_SECTIONS'", "'HR_SECTIONS_ACL_READ'"), ("'HR_DOCUMENTS'", "'HR_DOCUMENTS_ACL_READ'")]
+    assert other.count("'KB'") == 3 and "CURRENT_SCHEMA" not in other
+    assert "policy_function => 'HR_ACL_READ_PREDICATE'" in other
+
+
+def test_oracle_vpd_predicate_logic_matches_the_postgres_policy_on_postgres_sql_json(db):
+    """No Oracle server here: the VPD predicate's logic (acl NULL, '[]', the user, any session role, exact case)
+    is run on PostgreSQL's SQL/JSON against postgres/rls.sql's USING clause, row for row. The user and the
+    session's roles are binds here (SYS_CONTEXT and SESSION_ROLES on Oracle; current_principals() here)."""
+    if db.info.server_version < 170000:
+        pytest.skip("JSON_EXISTS is PostgreSQL 17+ (ONETRIP_TEST_DSN names an older server)")
+    import json
+
+    pg_using = re.search(r"CREATE POLICY sections_acl_read ON sections\s+FOR SELECT\s+USING \((.*?)\);",
+                         (SQL_DIR / "postgres" / "rls.sql").read_text(), re.DOTALL).group(1)
+    assert pg_using == "acl IS NULL OR acl && current_principals()"
+    pg_where = pg_using.replace("current_principals()", "%(principals)s::text[]")
+    ora_where = _vpd_predicate().replace("SYS_CONTEXT('USERENV', 'CURRENT_USER')", "%(user)s::text")
+    ora_where = ora_where.replace("FROM session_roles r", "FROM unnest(%(roles)s::text[]) AS r(role)")
+    assert "SYS_CONTEXT" not in ora_where and "session_roles" not in ora_where
+    acls = (None, [], ["HR"], ["HR", "ENG"], ["X"], ["APP", "hr"], ["U42"])
+    db.execute("CREATE TEMP TABLE pg_s (id int, acl text[])")
+    db.execute("CREATE TEMP TABLE ora_s (id int, acl jsonb)")
+    for i, acl in enumerate(acls):
+        db.execute("INSERT INTO pg_s VALUES (%s, %s)", (i, acl))
+        db.execute("INSERT INTO ora_s VALUES (%s, %s::jsonb)", (i, None if acl is None else json.dumps(acl)))
+    sessions = [("APP", []), ("APP", ["HR"]), ("U42", ["ENG", "X"]), ("APP", ["hr"]), ("HR", []), ("ZZ", ["ZZ"])]
+    seen = set()
+    for user, roles in sessions:
+        want = {r[0] for r in db.execute(f"SELECT id FROM pg_s WHERE {pg_where}", {"principals": [user, *roles]})}
+        got = {r[0] for r in db.execute(f"SELECT id FROM ora_s WHERE {ora_where}", {"user": user, "roles": roles})}
+        assert got == want, (user, roles)
+        seen.add(frozenset(got))
+    assert len(seen) >= 5  # the sessions see different rows: the comparison is not over empty or full sets
+
+
 def _macro_on_postgres(query: str) -> str:
     """The Oracle macro's query, translated mechanically to PostgreSQL 17+ (SQL/JSON), to run its LOGIC:
     VECTOR_DISTANCE -> <=>, FETCH APPROX FIRST k ROWS ONLY -> LIMIT k, NLSSORT(x, ...) -> x, FROM dual

@@ -32,6 +32,7 @@ from onetrip.sqlcheck import (
     check_roundtrip,
     dialect_for,
     extract_oracle_macro_query,
+    extract_oracle_policy_predicate,
     oracle_constructs,
     parse_statements,
     psql_vars_to_binds,
@@ -167,23 +168,68 @@ def test_dialect_for_oracle_is_oracle23ai():
     assert dialect_for("postgres") is PgVectorPostgres
 
 
-def test_every_oracle_statement_parses_and_only_sql_macros_are_opaque():
-    """Opaque = kept as an unparsed Command. Pinned: only PL/SQL SQL macros, whose query is parsed."""
+def test_every_oracle_statement_parses_and_only_plsql_is_opaque():
+    """Opaque = kept as an unparsed Command. Pinned: only PL/SQL. The SQL macros' queries and the VPD policy
+    function's predicate are parsed; the one anonymous block left unparsed is rls.sql's DBMS_RLS calls."""
     edition = render_edition("oracle")
     opaque = []
     for name, text in edition.items():
         for st in parse_statements(text, "oracle"):
             if st.opaque:
-                opaque.append(name)
                 assert isinstance(st.tree, exp.Command)
+                if st.tree.this == "DECLARE":
+                    opaque.append((name, "block"))
+                    assert st.inner is None
+                    assert re.findall(r"\b(DBMS_\w+\.\w+)\(", st.sql) == ["DBMS_RLS.DROP_POLICY", "DBMS_RLS.ADD_POLICY"]
+                    continue
                 assert st.tree.this == "CREATE"
                 assert re.match(r"OR\s+REPLACE\s+FUNCTION\b", st.tree.text("expression").strip())
                 assert st.inner is not None and not st.inner.opaque
                 assert isinstance(st.inner.tree, (exp.Select, exp.Union))  # retrieve.sql: hits UNION ALL context
+                opaque.append((name, "macro" if "SQL_MACRO" in st.sql else "policy"))
             else:
                 assert not isinstance(st.tree, exp.Command), (name, st.sql[:80])
                 assert st.inner is None
-    assert opaque == [n for n, t in edition.items() if "SQL_MACRO" in t]
+    assert opaque == [(n, "macro") for n, t in edition.items() if "SQL_MACRO" in t] + [
+        ("rls.sql", "policy"), ("rls.sql", "block")]
+
+
+def test_vpd_policy_function_is_opaque_but_its_predicate_is_parsed_and_checked():
+    """rls.sql's policy function is PL/SQL; the predicate it returns is what Oracle adds to every query of the
+    two tables, so it is parsed (as SELECT 1 FROM dual WHERE ...) and its JSON_EXISTS calls must survive."""
+    function = parse_statements(render_edition("oracle")["rls.sql"], "oracle")[0]
+    predicate = extract_oracle_policy_predicate(function.sql)
+    assert predicate.startswith("acl IS NULL") and function.inner.sql == f"SELECT 1 FROM dual WHERE {predicate}"
+    found = oracle_constructs(function.inner.roundtrip)
+    assert found["JSON_EXISTS"] == {
+        "JSON_EXISTS(ACL,'$[*]?(@ == $p)' PASSING SYS_CONTEXT('USERENV','CURRENT_USER')AS \"p\")": 1,
+        "JSON_EXISTS(ACL,'$[*]?(@ == $p)' PASSING R.ROLE AS \"p\")": 1,
+    }
+    where = function.inner.tree.args["where"].this
+    assert isinstance(where, exp.Or) and len(list(where.flatten())) == 3  # public, the user, a session role
+    assert check_oracle_roundtrip(function.sql + "\n/\n")[0].inner is not None
+    # a broken predicate fails the check instead of reaching a DBA (Oracle would refuse every query: ORA-28113)
+    with pytest.raises(SqlValidationError, match="does not parse"):
+        parse_statements(function.sql.replace('AS "p"))~', 'AS "p")~', 1) + "\n/\n",
+                         "oracle")
+    with pytest.raises(SqlValidationError, match="one condition, without ';'"):
+        parse_statements(function.sql.replace("acl IS NULL", "acl IS NULL; DROP TABLE sections", 1) + "\n/\n",
+                         "oracle")
+
+
+def test_extract_oracle_policy_predicate_negative():
+    with pytest.raises(SqlValidationError, match="not a VPD policy function"):
+        extract_oracle_policy_predicate("CREATE FUNCTION f RETURN VARCHAR2 IS BEGIN RETURN 'x = 1'; END;")
+    with pytest.raises(SqlValidationError, match="builds its predicate dynamically"):
+        extract_oracle_policy_predicate(
+            "CREATE FUNCTION f (s IN VARCHAR2, o IN VARCHAR2) RETURN VARCHAR2 IS "
+            "BEGIN RETURN 'owner = ' || USER; END;")
+    with pytest.raises(SqlValidationError, match="found 2"):
+        extract_oracle_policy_predicate(
+            "CREATE FUNCTION f (s VARCHAR2, o VARCHAR2) RETURN VARCHAR2 IS "
+            "BEGIN IF s IS NULL THEN RETURN '1 = 0'; END IF; RETURN 'acl IS NULL'; END;")
+    assert extract_oracle_policy_predicate(
+        "CREATE FUNCTION f (s VARCHAR2, o VARCHAR2) RETURN VARCHAR2 IS BEGIN RETURN q'[ a = 'b' ]'; END;") == "a = 'b'"
 
 
 def test_oracle_schema_is_fully_parsed_including_the_vector_index():

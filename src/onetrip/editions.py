@@ -63,6 +63,8 @@ def edition_files(dialect: Dialect) -> list[EditionFile]:
         files.append(EditionFile("assemble.sql", "assemble", dict(ASSEMBLE_DEFAULT)))
         # the PostgreSQL file's options; the query embeddings are one JSON array in a CLOB (see its header)
         files.append(EditionFile("retrieve_many.sql", "retrieve_many", {**FULL_EXPANSION, "many": True}))
+        # postgres/rls.sql's policy as a Virtual Private Database policy (DBMS_RLS)
+        files.append(EditionFile("rls.sql", "rls_vpd", {}))
     return files
 
 

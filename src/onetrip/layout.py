@@ -89,6 +89,7 @@ class Layout:
             "principals_function": self.qualified("current_principals"),
             "sections_policy": self.object_name("sections_acl_read"),
             "documents_policy": self.object_name("documents_acl_read"),
+            "acl_predicate_function": self.qualified("acl_read_predicate"),  # Oracle's VPD policy function
         }
 
     @property

@@ -16,7 +16,8 @@ written, and `check_oracle_roundtrip` proves per statement that the
 Oracle-specific constructs survive the round trip. Oracle scripts are SQL*Plus
 scripts: `split_statements` keeps a PL/SQL block (ended by a line holding only
 ``/``) whole, and `extract_oracle_macro_query` pulls the query out of a SQL
-macro's quoted return string so it can be parsed on its own.
+macro's quoted return string so it can be parsed on its own (as
+`extract_oracle_policy_predicate` does a VPD policy function's predicate).
 """
 
 from __future__ import annotations
@@ -453,7 +454,8 @@ class CheckedStatement:
     # True when sqlglot has no grammar for the statement and kept it as an opaque
     # exp.Command (e.g. CREATE EXTENSION, a PL/SQL block): nothing inside was checked.
     opaque: bool = False
-    # For an Oracle SQL macro: the query in its quoted return string, parsed on its own.
+    # For an Oracle SQL macro: the query in its quoted return string, parsed on its own; for a VPD policy
+    # function, the predicate it returns, parsed as the WHERE of SELECT 1 FROM dual.
     inner: CheckedStatement | None = None
 
 
@@ -499,6 +501,13 @@ def _parse_oracle_piece(piece: str, is_plsql: bool) -> CheckedStatement:
             inner = _parse_oracle_piece(query, False)
             if inner.opaque:
                 raise SqlValidationError(f"the query of a SQL macro is opaque to sqlglot: {query[:200]}")
+        elif _POLICY_FUNCTION.search(_scrub(piece)):
+            predicate = extract_oracle_policy_predicate(piece)
+            if ";" in _scrub(predicate):
+                raise SqlValidationError(f"a policy predicate must be one condition, without ';': {predicate[:200]}")
+            inner = _parse_oracle_piece(f"SELECT 1 FROM dual WHERE {predicate}", False)
+            if inner.opaque or not isinstance(inner.tree, exp.Select):
+                raise SqlValidationError(f"a policy function's predicate is not one condition: {predicate[:200]}")
         return CheckedStatement(piece, tree, tree.sql(dialect=Oracle23ai), opaque=True, inner=inner)
     try:
         trees = [t for t in sqlglot.parse(piece, read=Oracle23ai) if t is not None]
@@ -606,6 +615,15 @@ def _split_oracle(sql: str) -> list[tuple[str, bool]]:
     return out
 
 
+#: The signature Oracle requires of a Virtual Private Database policy function (DBMS_RLS.ADD_POLICY's
+#: policy_function): two VARCHAR2 parameters, the object's schema and name, and a VARCHAR2 predicate.
+_POLICY_FUNCTION = re.compile(
+    r"\bFUNCTION\s+[\w.$#]+\s*\(\s*\w+\s+(?:IN\s+)?VARCHAR2\s*,\s*\w+\s+(?:IN\s+)?VARCHAR2\s*\)"
+    r"\s*RETURN\s+VARCHAR2\b",
+    re.IGNORECASE,
+)
+
+
 def extract_oracle_macro_query(sql: str) -> str:
     """The query text of an Oracle SQL macro: its ``RETURN q'~ ... ~'`` (or ``q'[ ... ]'``, ``'...'``) string.
 
@@ -613,12 +631,33 @@ def extract_oracle_macro_query(sql: str) -> str:
     expands into the caller's statement, so that is what must be parsed.
     Raises SqlValidationError if ``sql`` is not a SQL macro returning one literal.
     """
-    try:
-        tokens = Oracle23ai().tokenize(sql)
-    except TokenError as e:
-        raise SqlValidationError(f"oracle SQL does not tokenize: {e}") from e
+    tokens = _tokens(sql)
     if not any(t.text.upper() == "SQL_MACRO" and t.token_type == TokenType.VAR for t in tokens):
         raise SqlValidationError("not a SQL macro (no SQL_MACRO clause)")
+    return _returned_literal(tokens, "the SQL macro", "query")
+
+
+def extract_oracle_policy_predicate(sql: str) -> str:
+    """The predicate text a VPD policy function returns: its one ``RETURN q'~ ... ~'`` string.
+
+    The function is PL/SQL, so sqlglot keeps it opaque; its predicate is what Oracle adds to every query of
+    the protected table, so that is what must be parsed. Raises SqlValidationError if ``sql`` is not a
+    policy function (see `_POLICY_FUNCTION`) returning one literal.
+    """
+    if not _POLICY_FUNCTION.search(_scrub(sql)):
+        raise SqlValidationError("not a VPD policy function ((VARCHAR2, VARCHAR2) RETURN VARCHAR2)")
+    return _returned_literal(_tokens(sql), "the policy function", "predicate")
+
+
+def _tokens(sql: str) -> list[Token]:
+    try:
+        return Oracle23ai().tokenize(sql)
+    except TokenError as e:
+        raise SqlValidationError(f"oracle SQL does not tokenize: {e}") from e
+
+
+def _returned_literal(tokens: list[Token], unit: str, what: str) -> str:
+    """The one quoted string a PL/SQL function RETURNs; a built (concatenated) text cannot be checked."""
     strings = (TokenType.RAW_STRING, TokenType.STRING, TokenType.NATIONAL_STRING)
     found: list[str] = []
     for k in range(1, len(tokens)):
@@ -627,11 +666,11 @@ def extract_oracle_macro_query(sql: str) -> str:
             after = tokens[k + 1] if k + 1 < len(tokens) else None
             if after is None or after.token_type != TokenType.SEMICOLON:
                 raise SqlValidationError(
-                    f"line {tok.line}: the SQL macro builds its query dynamically; only a literal can be checked"
+                    f"line {tok.line}: {unit} builds its {what} dynamically; only a literal can be checked"
                 )
             found.append(tok.text)
     if len(found) != 1:
-        raise SqlValidationError(f"expected one RETURN of a quoted query in the SQL macro, found {len(found)}")
+        raise SqlValidationError(f"expected one RETURN of a quoted {what} in {unit}, found {len(found)}")
     return found[0].strip()
 
 
