@@ -666,7 +666,7 @@ def test_oracle_vpd_predicate_logic_matches_the_postgres_policy_on_postgres_sql_
     assert pg_using == "acl IS NULL OR acl && current_principals()"
     pg_where = pg_using.replace("current_principals()", "%(principals)s::text[]")
     ora_where = _vpd_predicate().replace("SYS_CONTEXT('USERENV', 'CURRENT_USER')", "%(user)s::text")
-    ora_where = ora_where.replace("FROM session_roles r", "FROM unnest(%(roles)s::text[]) AS r(role)")
+    ora_where = ora_where.replace("FROM sys.session_roles r", "FROM unnest(%(roles)s::text[]) AS r(role)")
     assert "SYS_CONTEXT" not in ora_where and "session_roles" not in ora_where
     acls = (None, [], ["HR"], ["HR", "ENG"], ["X"], ["APP", "hr"], ["U42"])
     db.execute("CREATE TEMP TABLE pg_s (id int, acl text[])")

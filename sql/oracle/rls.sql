@@ -18,17 +18,24 @@
 --           filters the tables' owner too: only SYS and users granted EXEMPT
 --           ACCESS POLICY read every row, so a loader that reads the tables
 --           back (to skip unchanged documents) runs as such a user. The
---           policies cover SELECT only: inserts, updates and deletes are left
---           to grants, as in PostgreSQL.
+--           policies cover SELECT only: a user granted INSERT, UPDATE or
+--           DELETE can write and delete rows it cannot read (PostgreSQL, with
+--           only FOR SELECT policies, denies those commands to every role its
+--           policies apply to). Grant writes to the owner or the loader only.
+--           Each DBMS_RLS call commits the session's open transaction.
 --           This edition is validated by parsing (sqlglot, Oracle dialect) and
 --           golden files, NOT by execution: no Oracle server was available.
 -- Params    none: the principals are SYS_CONTEXT('USERENV', 'CURRENT_USER')
---           and SESSION_ROLES, read when a query runs. Oracle keeps unquoted
---           user and role names in upper case and the comparison is exact (as
---           in PostgreSQL): an acl names them as the data dictionary spells
---           them, '["HR"]', not '["hr"]'. In a definer's-rights procedure the
---           current user is its owner and roles are disabled, as PostgreSQL's
---           current_user is a SECURITY DEFINER function's owner.
+--           and SYS.SESSION_ROLES (schema-qualified: a predicate's names are
+--           resolved as the policy function's owner), read when a query runs.
+--           Oracle keeps unquoted user and role names in upper case and the
+--           comparison is exact (as in PostgreSQL): an acl names them as the
+--           data dictionary spells them, '["HR"]', not '["hr"]'. Only SQL
+--           NULL is public: an acl of '[]' (as an empty array in PostgreSQL)
+--           or JSON null is readable by no one. In a definer's-rights
+--           procedure the current user is its owner and roles are disabled,
+--           as PostgreSQL's current_user is a SECURITY DEFINER function's
+--           owner.
 -- Policy    acl_read_predicate returns one predicate text for every caller
 --           and both tables, so the policies are STATIC: Oracle calls it once
 --           per policy and caches the text; the user and the roles in it are
@@ -47,6 +54,10 @@
 --           source and metadata):
 --           UPDATE documents SET acl = JSON('["HR"]') WHERE doc_id = 'salaries.md';
 --           UPDATE sections SET acl = JSON('["HR"]') WHERE doc_id = 'salaries.md';
+--           Oracle parses the predicate when a query first uses it, not when
+--           the policy is added: check it once after this file, as a user the
+--           policy applies to (a broken predicate fails every query, ORA-28113):
+--           SELECT count(*) FROM sections;
 -- =============================================================================
 CREATE OR REPLACE FUNCTION acl_read_predicate (
     object_schema IN VARCHAR2,
@@ -57,7 +68,7 @@ BEGIN
     RETURN q'~acl IS NULL
     OR JSON_EXISTS(acl, '$[*]?(@ == $p)' PASSING SYS_CONTEXT('USERENV', 'CURRENT_USER') AS "p")
     OR EXISTS (SELECT 1
-                 FROM session_roles r
+                 FROM sys.session_roles r
                 WHERE JSON_EXISTS(acl, '$[*]?(@ == $p)' PASSING r.role AS "p"))~';
 END;
 /
