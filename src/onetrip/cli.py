@@ -329,8 +329,8 @@ def _print_hits(hits: list[Any], console: Any, hint: str = NOTHING_INGESTED) -> 
 
     def snippet(text: str, n: int = 300) -> str:
         text = " ".join(text.split())
-        if not text:  # a heading whose text is all in its subsections: said, not an empty line after the colon
-            return "(a heading only; its subsections hold the text)"
+        if not text:  # said, not an empty line after the colon; usually its subsections hold the text, but
+            return "(a heading with no text of its own)"  # a leaf can be empty too (`<h2>` left open in HTML)
         return text if len(text) <= n else text[: n - 1] + "…"
 
     for hit in hits:
