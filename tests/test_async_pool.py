@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 
 import numpy as np
 import psycopg
 from psycopg import conninfo
-from psycopg_pool import ConnectionPool
+from psycopg_pool import AsyncConnectionPool, ConnectionPool
 import pytest
 
 from onetrip import AsyncRetriever, Filters, Retriever, SchemaMissingError, init_schema, make_async_pool, make_pool
@@ -195,17 +195,12 @@ def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_ser
         assert pool.get_stats()["pool_size"] == 3
 
     async def main() -> tuple[list, list, dict]:
-        pool = make_async_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=3, max_size=3)
-        await pool.open(wait=True)
-        try:
-            r = await AsyncRetriever.create(pool, embedder=HashEmbedder())
+        async with _named_async_pool(dsn, name, 3) as (pool, r):
             want = _sig(await r.assemble(q, k=4))
             assert terminate(application_name=name) == 3
             with pytest.raises(ConnectionLostError, match=lost):
                 await r.assemble(q, k=4)
             return want, _sig(await r.assemble(q, k=4)), pool.get_stats()
-        finally:
-            await pool.close()
 
     want, got, stats = asyncio.run(main())
     assert got == want and stats["pool_size"] == 3
@@ -229,6 +224,19 @@ def _named_pool(dsn: str, name: str, size: int) -> Iterator[tuple[ConnectionPool
         yield pool, Retriever(pool, embedder=HashEmbedder())
     finally:
         pool.close()
+
+
+@contextlib.asynccontextmanager
+async def _named_async_pool(dsn: str, name: str,
+                            size: int) -> AsyncIterator[tuple[AsyncConnectionPool, AsyncRetriever]]:
+    """`_named_pool`'s async twin: an async pool of ``size`` connections named ``name``, opened and filled, and an
+    AsyncRetriever over it; the pool is closed afterwards."""
+    pool = make_async_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=size, max_size=size)
+    await pool.open(wait=True)
+    try:
+        yield pool, await AsyncRetriever.create(pool, embedder=HashEmbedder())
+    finally:
+        await pool.close()
 
 
 def _lost_call_beside_a_hung_idle_one(db, pool, name: str, terminate, call) -> BaseException | None:
@@ -289,10 +297,7 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
         assert _sig(r.search(q, k=5)) == want
 
     async def main() -> tuple[list, list]:
-        pool = make_async_pool(conninfo.make_conninfo(dsn, application_name=name), min_size=2, max_size=2)
-        await pool.open(wait=True)
-        try:
-            r = await AsyncRetriever.create(pool, embedder=HashEmbedder())
+        async with _named_async_pool(dsn, name, 2) as (pool, r):
             want = _sig(await r.search(q, k=5))
             held = await pool.getconn()
             stopped = held.info.backend_pid
@@ -306,8 +311,6 @@ def test_an_idle_pooled_connection_that_hangs_does_not_hold_the_lost_ones_error(
             finally:
                 os.kill(stopped, signal.SIGCONT)
             return want, _sig(await r.search(q, k=5))
-        finally:
-            await pool.close()
 
     want, got = asyncio.run(main())
     assert got == want
