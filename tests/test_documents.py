@@ -132,7 +132,10 @@ def test_cli_documents_and_delete(dsn, tmp_path):
     listed = json.loads(res.stdout)
     assert [d["doc_id"] for d in listed] == ["drop.md", "keep.md"]
     assert all(d["revision"] == 1 and d["section_count"] >= 1 and d["acl"] is None for d in listed)
-    assert "keep.md\trevision 1" in onetrip("documents", dsn=dsn).stdout
+    human = onetrip("documents", dsn=dsn).stdout.splitlines()
+    keep = next(line.split("\t") for line in human if line.startswith("keep.md\t"))
+    sections = next(d["section_count"] for d in listed if d["doc_id"] == "keep.md")
+    assert keep[1:3] == ["revision 1", f"{sections} section" + ("" if sections == 1 else "s")], keep
     with connect(dsn) as conn:  # drop.md readable by hr only, as `ingest --acl hr` stores it
         for table in ("documents", "sections"):
             conn.execute(f"UPDATE {table} SET acl = ARRAY['hr'] WHERE doc_id = 'drop.md'")

@@ -527,13 +527,19 @@ def cmd_documents(args: argparse.Namespace) -> int:
         for d in docs:
             acl = "everyone" if d.acl is None else ",".join(d.acl)
             warned = f"\twarning: {d.parse_warnings[0]}" if d.parse_warnings else ""  # a file cut short, say
-            print(f"{d.doc_id}\trevision {d.revision}\t{d.section_count} sections\t{d.token_count} tokens\t"
+            print(f"{d.doc_id}\trevision {d.revision}\t{_count(d.section_count, 'section')}\t"
+                  f"{_count(d.token_count, 'token')}\t"
                   f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\t"
                   f"embedder {d.embedder or '-'}{warned}")
         print(f"{len(docs)} document(s)", file=sys.stderr)
     if more:
         print(f"next page: --after={shlex.quote(docs[-1].doc_id)}", file=sys.stderr)  # '=': an id may start with -
     return 0
+
+
+def _count(n: int, noun: str) -> str:
+    """Say "1 section" and "2 sections": the listing is for people (scripts read --json)."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def cmd_delete(args: argparse.Namespace) -> int:
