@@ -241,9 +241,10 @@ async def _named_async_pool(dsn: str, name: str,
 
 def _lost_call_beside_a_hung_idle_one(db, pool, name: str, terminate, call) -> BaseException | None:
     """Stop (SIGSTOP) one of a 2-connection pool's backends and terminate the other, then make ``call`` in a
-    thread: what it raised, or None if it was still held after HANG_GUARD. psycopg_pool hands out idle connections first in, first out: the one
-    held back and put back after the other is idle behind it, so the call takes the other (lost), and the
-    pool's check finds this one (stopped). The backend is let go again before this returns."""
+    thread: what it raised, or None if it was still held after HANG_GUARD. psycopg_pool hands out idle
+    connections first in, first out: the one held back and put back after the other is idle behind it, so the
+    call takes the other (lost), and the pool's check finds this one (stopped). The backend is let go again
+    before this returns."""
     import os
     import signal
     import threading
