@@ -352,6 +352,9 @@ def test_ingest_of_only_missing_paths_is_bad_input_and_touches_nothing(dsn, tmp_
                   dsn=dsn)
     assert res.returncode == 3, res.stderr
     assert json.loads(res.stdout)["new"] == 1
+    (tmp_path / "b.md").write_text("# B\n\nOther text.\n")  # one section: the human summary says it in the singular
+    res = onetrip("ingest", str(tmp_path / "b.md"), "--prefix", "typo_", dsn=dsn)
+    assert res.returncode == 0 and "1 new, 0 changed, 0 unchanged, 0 failed; 1 section in " in res.stdout, res.stdout
     (tmp_path / "empty").mkdir()
     res = onetrip("ingest", str(tmp_path / "empty"), "--prefix", "typo_", dsn=dsn)
     assert res.returncode == 0 and "note: no files to ingest in" in res.stderr and ".md" in res.stderr

@@ -594,7 +594,7 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         # sections whose text was stored already keep their vector: say how many, or the rate would puzzle
         kept = f"{report.reused} kept their stored vector; " if report.reused else ""
         print(f"documents: {report.new} new, {report.changed} changed{access}, {report.unchanged} unchanged, "
-              f"{len(report.failed)} failed; {report.sections} sections in {report.seconds:.1f}s ({kept}"
+              f"{len(report.failed)} failed; {_count(report.sections, 'section')} in {report.seconds:.1f}s ({kept}"
               f"{rate:.1f}/s; parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, "
               f"load {report.load_seconds:.1f}s)")
         for path, reason in report.failed:
