@@ -271,7 +271,13 @@ def test_search_modes_and_refresh_term_stats(dsn):
         unbudgeted = api.assemble("tennis elbow", k=3, max_tokens=None)
         assert ctx["max_tokens"] is None and ctx["tokens"] == unbudgeted.tokens > 0
         text = onetrip("search", "tennis elbow", "-k", "3", "--assemble", "--max-tokens", "none", dsn=dsn)
-        assert text.returncode == 0 and f"{unbudgeted.tokens}/no budget tokens" in text.stderr, text.stderr
+        n = len(unbudgeted.passages)
+        assert text.returncode == 0, text.stderr
+        assert f"-- {n} passage{'' if n == 1 else 's'}, {unbudgeted.tokens}/no budget tokens" in text.stderr, text.stderr
+        hit = api.assemble("tennis elbow", k=1, max_tokens=None).passages  # a budget the top hit alone fills
+        fits = next(p.context_tokens for p in hit if "hit" in p.roles)
+        text = onetrip("search", "tennis elbow", "-k", "1", "--assemble", "--max-tokens", str(fits), dsn=dsn)
+        assert text.returncode == 0 and f"-- 1 passage, {fits}/{fits} tokens" in text.stderr, text.stderr
     dense = onetrip("search", "tennis", "--mode", "dense", "--hybrid", '{"lexical_weight": 5}', dsn=dsn)
     assert dense.returncode == 2 and "--hybrid is for hybrid and lexical mode" in dense.stderr, dense.stderr
     bad = onetrip("search", "tennis", "--hybrid", '{"bogus": 1}', dsn=dsn)

@@ -772,7 +772,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             else:
                 print(ctx.render())
                 budget = "no budget" if ctx.max_tokens is None else f"{ctx.max_tokens}"
-                print(f"\n-- {len(ctx.passages)} passages, {ctx.tokens}/{budget} tokens", file=sys.stderr)
+                print(f"\n-- {_count(len(ctx.passages), 'passage')}, {ctx.tokens}/{budget} tokens", file=sys.stderr)
             return 0
         hits = r.search(args.query, **({} if args.k is None else {"k": args.k}),  # none: search's own default
                         **options)
