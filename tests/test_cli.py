@@ -275,8 +275,8 @@ def test_search_modes_and_refresh_term_stats(dsn):
         assert text.returncode == 0, text.stderr
         passages = f"{n} passage{'' if n == 1 else 's'}"
         assert f"-- {passages}, {unbudgeted.tokens}/no budget tokens" in text.stderr, text.stderr
-        hit = api.assemble("tennis elbow", k=1, max_tokens=None).passages  # a budget the top hit alone fills
-        fits = next(p.context_tokens for p in hit if "hit" in p.roles)
+        top = api.assemble("tennis elbow", k=1, max_tokens=None).passages  # a budget the top hit alone fills
+        fits = next(p.context_tokens for p in top if "hit" in p.roles)
         text = onetrip("search", "tennis elbow", "-k", "1", "--assemble", "--max-tokens", str(fits), dsn=dsn)
         assert text.returncode == 0 and f"-- 1 passage, {fits}/{fits} tokens" in text.stderr, text.stderr
     dense = onetrip("search", "tennis", "--mode", "dense", "--hybrid", '{"lexical_weight": 5}', dsn=dsn)
