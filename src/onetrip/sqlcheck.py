@@ -494,14 +494,15 @@ def _parse_oracle_piece(piece: str, is_plsql: bool) -> CheckedStatement:
         tree = exp.Command(this=first.text.upper(), expression=" " + piece[first.end + 1 :].strip())
         tree.add_comments(first.comments)
         inner = None
-        if re.search(r"\bSQL_MACRO\b", _scrub(piece), re.IGNORECASE):
+        code = _scrub(piece)  # the block without its strings and comments: what decides which kind it is
+        if re.search(r"\bSQL_MACRO\b", code, re.IGNORECASE):
             query = extract_oracle_macro_query(piece)
             if query.endswith(";"):
                 raise SqlValidationError(f"a SQL macro's query must not end with ';': {query[-120:]}")
             inner = _parse_oracle_piece(query, False)
             if inner.opaque:
                 raise SqlValidationError(f"the query of a SQL macro is opaque to sqlglot: {query[:200]}")
-        elif _POLICY_FUNCTION.search(_scrub(piece)):
+        elif _POLICY_FUNCTION.search(code):
             predicate = extract_oracle_policy_predicate(piece)
             if ";" in _scrub(predicate):
                 raise SqlValidationError(f"a policy predicate must be one condition, without ';': {predicate[:200]}")
