@@ -226,14 +226,18 @@ def test_revisions_history_and_result_revision(db, dsn, tmp_path):
     replace_document(db, layout, dataclasses.replace(other.record, content_hash="o2"), other.sections,
                      other.embeddings, keep_history=True)
     res = onetrip("prune", "--doc-id", other.record.doc_id, dsn=dsn)
-    assert res.returncode == 0 and f"pruned {len(other.sections)} archived section rows" in res.stdout, res
+    assert res.returncode == 0, res
+    assert res.stdout.splitlines() == [f"pruned {len(other.sections)} archived section rows "
+                                       f"(kept 0 revisions of {other.record.doc_id})"], res
     assert db.execute("SELECT DISTINCT doc_id FROM section_history").fetchall() == [(rec.doc_id,)]
     typo = onetrip("prune", "--doc-id", other.record.doc_id + "x", dsn=dsn)  # as delete's unknown ids: exit 3
     assert typo.returncode == 3 and "has no archived revisions and is not a stored document" in typo.stderr, typo
     again = onetrip("prune", "--doc-id", other.record.doc_id, dsn=dsn)  # stored, its history pruned just now
     assert again.returncode == 3 and "has no archived revisions" in again.stderr, again
     assert "not a stored document" not in again.stderr, again
-    assert prune_history(db, layout, keep=1) == n
+    res = onetrip("prune", "--keep", "1", dsn=dsn)  # the CLI path to prune_history(keep=1): n rows, revision 1's
+    assert res.returncode == 0 and res.stdout.splitlines() == [
+        f"pruned {n} archived section rows (kept 1 revision per document)"], res
     assert db.execute("SELECT DISTINCT revision FROM section_history").fetchall() == [(2,)]
     assert prune_history(db, layout, keep=0) == n
 

@@ -494,7 +494,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             return 3
         n = prune_history(conn, layout, keep=args.keep, doc_id=args.doc_id)
     which = f"of {args.doc_id}" if args.doc_id is not None else "per document"
-    print(f"pruned {n} archived section rows (kept {args.keep} revision(s) {which})")
+    print(f"pruned {_count(n, 'archived section row')} (kept {_count(args.keep, 'revision')} {which})")
     return 0
 
 
@@ -531,7 +531,7 @@ def cmd_documents(args: argparse.Namespace) -> int:
                   f"{_count(d.token_count, 'token')}\t"
                   f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\t"
                   f"embedder {d.embedder or '-'}{warned}")
-        print(f"{len(docs)} document(s)", file=sys.stderr)
+        print(_count(len(docs), "document"), file=sys.stderr)
     if more:
         print(f"next page: --after={shlex.quote(docs[-1].doc_id)}", file=sys.stderr)  # '=': an id may start with -
     return 0
@@ -557,7 +557,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
             mark_term_stats_behind(conn, layout)
         elif deleted:
             refresh_term_stats(conn, layout)  # the deleted sections' words no longer count
-    print(f"deleted {deleted} document(s)" + (" (sections archived)" if args.keep_history and deleted else ""))
+    print(f"deleted {_count(deleted, 'document')}" + (" (sections archived)" if args.keep_history and deleted else ""))
     if deleted and args.no_recount:
         print(RECOUNT_LEFT, file=sys.stderr)
     for d in missing:
