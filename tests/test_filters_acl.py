@@ -344,6 +344,45 @@ def test_row_level_security_with_two_real_roles(db, dsn, acl_corpus):
         db.execute(f"DROP ROLE {bob}")
 
 
+def test_rls_policy_is_not_fooled_by_a_callers_own_pg_roles(db, dsn, acl_corpus):
+    """The policy function's body is parsed with the caller's search_path. It read a bare pg_roles, so a
+    temporary view of that name (any role may create one), or a view in a schema the caller puts first,
+    named every ACL role as the caller's and showed it every row. Its names are now pg_catalog's."""
+    subprocess.run([psql_binary(), "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f",
+                    str(SQL_DIR / "postgres" / "rls.sql")], check=True, capture_output=True)
+    role = f"mallory_{uuid.uuid4().hex[:8]}"
+    db.execute(f"CREATE ROLE {role}")
+    db.execute(f"CREATE SCHEMA {role} AUTHORIZATION {role}")
+    try:
+        db.execute(f"GRANT SELECT ON sections, documents TO {role}")
+        acls = _acl_table(db)
+        names = sorted({name for a in acls.values() if a for name in a})
+        visible = sum(1 for a in acls.values() if a is None)
+        assert names and visible < len(acls)
+        db.execute("UPDATE documents SET acl = %s WHERE doc_id = (SELECT min(doc_id) FROM documents)", (names[:1],))
+        documents = db.execute("SELECT count(*) FROM documents").fetchone()[0] - 1
+        fake = (f"AS SELECT unnest(ARRAY{names!r})::name AS rolname, oid FROM pg_catalog.pg_roles "
+                "WHERE rolname = current_user")
+        with connect(dsn) as conn:
+            conn.execute(f"SET ROLE {role}")
+            count = "SELECT count(*) FROM sections"
+            assert conn.execute(count).fetchone()[0] == visible
+            conn.execute(f"CREATE TEMP VIEW pg_roles {fake}")
+            assert conn.execute("SELECT count(*) FROM pg_roles").fetchone()[0] == len(names)  # the view is read
+            assert conn.execute(count).fetchone()[0] == visible
+            assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == documents
+            conn.execute("DROP VIEW pg_temp.pg_roles")
+            conn.execute(f"CREATE VIEW {role}.pg_roles {fake}")
+            conn.execute(f"SET search_path = {role}, pg_catalog, public")
+            assert conn.execute("SELECT count(*) FROM pg_roles").fetchone()[0] == len(names)
+            assert conn.execute(count).fetchone()[0] == visible
+            assert conn.execute("SELECT count(*) FROM documents").fetchone()[0] == documents
+            assert conn.execute("SELECT current_principals()").fetchone()[0] == [role]
+    finally:
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")
+
+
 def test_function_wrapper_filters_hits_and_expansions(db, dsn, acl_corpus):
     psql = psql_binary()
     subprocess.run([psql, "-X", "-q", "-v", "ON_ERROR_STOP=1", "-d", dsn, "-f",

@@ -14,7 +14,15 @@
 --           hybrid search (word counts only, no policy). section_history
 --           (archived revisions) gets no policy: grant it to auditors only.
 -- Params    none: principals are the current role and every role it belongs to,
---           from pg_roles / pg_has_role(..., 'MEMBER').
+--           from pg_roles / pg_has_role(..., 'MEMBER'). Every name in the
+--           function's body is qualified (pg_catalog.): the body is parsed
+--           with the caller's search_path, where a temporary view named
+--           pg_roles (any role may create one) would otherwise stand in for
+--           the catalog's and name every role.
+-- Re-run    Safe, in one transaction: no reader sees a table between its DROP
+--           POLICY and CREATE POLICY. ALTER TABLE and the policies take ACCESS
+--           EXCLUSIVE locks on both tables, so the run waits for queries
+--           already running and blocks new ones until it commits.
 -- Plan      For a role the policy applies to (not the owner):
 --           - every scan of sections gets the filter, and the HNSW scan
 --             filters after the index: enable iterative scans (SET
@@ -41,14 +49,16 @@
 --           UPDATE documents SET acl = ARRAY['hr'] WHERE doc_id = 'salaries.md';
 --           UPDATE sections SET acl = ARRAY['hr'] WHERE doc_id = 'salaries.md';
 -- =============================================================================
+BEGIN;
+
 CREATE OR REPLACE FUNCTION current_principals()
 RETURNS text[]
 LANGUAGE sql
 STABLE
 AS $function$
-    SELECT array_agg(r.rolname::text)
-      FROM pg_roles r
-     WHERE pg_has_role(current_user, r.oid, 'MEMBER')
+    SELECT pg_catalog.array_agg(r.rolname::pg_catalog.text)
+      FROM pg_catalog.pg_roles r
+     WHERE pg_catalog.pg_has_role(current_user, r.oid, 'MEMBER')
 $function$;
 
 ALTER TABLE sections ENABLE ROW LEVEL SECURITY;
@@ -66,3 +76,5 @@ DROP POLICY IF EXISTS documents_acl_read ON documents;
 CREATE POLICY documents_acl_read ON documents
     FOR SELECT
     USING (acl IS NULL OR acl && current_principals());
+
+COMMIT;
