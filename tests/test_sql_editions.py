@@ -193,6 +193,26 @@ def test_psql_runs_retrieve_sql_as_is_and_matches_the_api(db, dsn, loaded):
             assert float(row["distance"]) == pytest.approx(hit.distance, abs=1e-5)
 
 
+@pytest.mark.parametrize("name, variable", [("retrieve.sql", "k"), ("assemble.sql", "max_tokens"),
+                                            ("retrieve_hybrid.sql", "dense_weight")])
+def test_psql_number_variables_are_values_not_sql(db, dsn, loaded, name, variable):
+    """psql pastes a bare :k into the text as it is: -v k='1) ...; DROP TABLE ...' ran its DROP. The files
+    quote every variable and cast it (:'k'::integer), so a value that is not a number is an error naming it
+    and nothing of it runs; a number still works (the other tests pass them as -v k=5)."""
+    db.execute("CREATE TABLE canary (x int)")
+    binds = {"k": "5", "max_tokens": "2000", "neighbors": "1", "query_text": "Body", "query_terms": "{}",
+             "candidates": "50", "rrf_k": "60", "dense_weight": "1.0", "lexical_weight": "0.3",
+             "term_weight": "10.0", "max_term_share": "0.03", "rare_term_sections": "100", "tf_weight": "0",
+             "query_embedding": vec_literal(corpus_query_vectors(loaded, 1, seed=3)[0])}
+    binds[variable] = "1) AS x; DROP TABLE canary; SELECT (1"
+    args = [a for b, v in binds.items() for a in ("-v", f"{b}={v}")]
+    # no ON_ERROR_STOP, as in a script that does not set it: psql goes on past a failed statement
+    out = subprocess.run([psql_binary(), "-X", "-q", "-d", dsn, *args, "-f", str(SQL_DIR / "postgres" / name)],
+                         capture_output=True, text=True)
+    assert "invalid input syntax" in out.stderr and "DROP TABLE canary" in out.stderr, out.stderr
+    assert db.execute("SELECT to_regclass('canary')").fetchone()[0] == "canary"
+
+
 def test_headers_say_when_the_api_bucket_changes_the_hits_and_rows_agree_when_ef_search_covers_it(db, dsn, loaded,
                                                                                                     tmp_path):
     """The API scans k's bucket and keeps the k nearest; retrieve.sql keeps the first k the scan returns.

@@ -13,8 +13,8 @@
 --           sections_doc_parent_idx). The Oracle Database 23ai edition is
 --           oracle/assemble.sql.
 -- Params    :'query_embedding'::vector  vector(384)  the query embedding
---           :k  integer  number of hits
---           :max_tokens  integer  token budget (context_tokens: header line + content)
+--           :'k'::integer  integer  number of hits
+--           :'max_tokens'::integer  integer  token budget (context_tokens: header line + content)
 --           psql: psql -v k=8 -v max_tokens=2000 -v query_embedding='[...]' -f assemble.sql
 -- Settings  With iterative scans off (the server default) the HNSW scan returns
 --           at most hnsw.ef_search (40) hits: SET hnsw.iterative_scan =
@@ -48,7 +48,7 @@ WITH RECURSIVE hits AS MATERIALIZED (
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
      ORDER BY s.embedding <=> :'query_embedding'::vector
-     LIMIT :k
+     LIMIT :'k'::integer
 ),
 ranked AS (
     SELECT h.*,
@@ -131,7 +131,7 @@ packed (pick_order, used) AS (
     -- fits, in one step ...
     SELECT coalesce(max(p.pick_order), 0), coalesce(max(p.running), 0)
       FROM passages p
-     WHERE p.running <= :max_tokens
+     WHERE p.running <= :'max_tokens'::integer
     UNION ALL
     -- ... then each next section that still fits; those that do not are skipped
     SELECT n.pick_order, k.used + n.context_tokens
@@ -140,7 +140,7 @@ packed (pick_order, used) AS (
            SELECT p.pick_order, p.context_tokens
              FROM passages p
             WHERE p.pick_order > k.pick_order
-              AND p.context_tokens <= :max_tokens - k.used
+              AND p.context_tokens <= :'max_tokens'::integer - k.used
             ORDER BY p.pick_order
             LIMIT 1
            ) n
@@ -162,6 +162,6 @@ SELECT p.doc_id,
        p.distance,
        (SELECT count(*) FROM hits) AS hit_count
   FROM passages p
- WHERE p.running <= :max_tokens  -- the prefix; packed runs only if something did not fit
+ WHERE p.running <= :'max_tokens'::integer  -- the prefix; packed runs only if something did not fit
     OR p.pick_order IN (SELECT k.pick_order FROM packed k)
  ORDER BY p.doc_best, p.sequence_index

@@ -9,7 +9,7 @@
 --           Tables and indexes from schema.sql: sections with the HNSW
 --           index sections_embedding_hnsw and the unique index sections_doc_seq_key.
 -- Params    :'query_embedding'::vector  vector(384)   the query embedding, e.g. '[0.1, ...]'
---           :k  integer       number of hits (top-K)
+--           :'k'::integer  integer       number of hits (top-K)
 --           psql: psql -v k=5 -v query_embedding='[...]' -f retrieve.sql
 -- Settings  hnsw.ef_search (default 40) is the HNSW candidate list, and with
 --           iterative scans off (the server default) it is also the most rows
@@ -78,7 +78,7 @@ WITH hits AS MATERIALIZED (
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
      ORDER BY s.embedding <=> :'query_embedding'::vector
-     LIMIT :k
+     LIMIT :'k'::integer
 ),
 context_keys AS (
     -- UNION ALL is enough: EXCEPT returns distinct rows

@@ -13,18 +13,18 @@
 --           the GIN indexes sections_tsv_gin and sections_terms_gin, its primary key,
 --           and term_stats (the word weights).
 -- Params    :'query_embedding'::vector  vector(384)   the query embedding, e.g. '[0.1, ...]'
---           :k  integer       number of hits (top-K)
+--           :'k'::integer  integer       number of hits (top-K)
 --           :'query_text'  text  the query as typed; any of its stemmed words may match
 --           :'query_terms'::text[]  text[]  exact technical terms of the query, lower-case,
 --                      e.g. '{max_connections}' ('{}' if none)
---           :candidates  integer  candidates per list (N, e.g. 50)
---           :rrf_k  integer  RRF constant (60)
---           :dense_weight::float8, :lexical_weight::float8  float  list weights (1.0, 0.3)
---           :term_weight::float8  float  lexical score of an exact technical term (10.0)
---           :max_term_share::float8  float  skip words in more than this share of
+--           :'candidates'::integer  integer  candidates per list (N, e.g. 50)
+--           :'rrf_k'::integer  integer  RRF constant (60)
+--           :'dense_weight'::float8, :'lexical_weight'::float8  float  list weights (1.0, 0.3)
+--           :'term_weight'::float8  float  lexical score of an exact technical term (10.0)
+--           :'max_term_share'::float8  float  skip words in more than this share of
 --                      the sections (0.03) ...
---           :rare_term_sections  integer  ... and in more than this many (100)
---           :tf_weight::float8  float  term frequency's weight in the lexical score (0:
+--           :'rare_term_sections'::integer  integer  ... and in more than this many (100)
+--           :'tf_weight'::float8  float  term frequency's weight in the lexical score (0:
 --                      presence only, as this hybrid edition is tuned; 2.0 for lexical alone)
 --           Word weights come from term_stats: run `onetrip refresh-term-stats`
 --           (or the statements in schema.sql's header, Words) after loading rows
@@ -82,7 +82,7 @@ WITH dense AS MATERIALIZED (
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
      ORDER BY s.embedding <=> :'query_embedding'::vector
-     LIMIT :candidates
+     LIMIT :'candidates'::integer
 ),
 query_words AS MATERIALIZED (
     -- The query's distinct stemmed words, each searched on its own (any word
@@ -97,8 +97,8 @@ query_words AS MATERIALIZED (
       LEFT JOIN term_stats ts
         ON ts.lexeme = w.lexeme
      WHERE ts.lexeme IS NULL
-        OR ts.sections <= :rare_term_sections
-        OR ts.share <= :max_term_share::float8
+        OR ts.sections <= :'rare_term_sections'::integer
+        OR ts.share <= :'max_term_share'::float8
 ),
 lexical AS MATERIALIZED (
     -- lex_score: the summed idf of the query words a section holds (times
@@ -114,33 +114,33 @@ lexical AS MATERIALIZED (
             SELECT s.doc_id, s.section_id,
                    -- a repeated word counts more: ts_rank's saturating term frequency,
                    -- 1 for one occurrence (0.0607927 = ts_rank of one), up to 1.64
-                   w.idf * CASE WHEN :tf_weight::float8 > 0
-                                THEN 1 + :tf_weight::float8 * (ts_rank(s.tsv, w.query, 0) / 0.0607927 - 1)
+                   w.idf * CASE WHEN :'tf_weight'::float8 > 0
+                                THEN 1 + :'tf_weight'::float8 * (ts_rank(s.tsv, w.query, 0) / 0.0607927 - 1)
                                 ELSE 1 END AS weight
               FROM query_words w
               JOIN sections s
                 ON s.tsv @@ w.query
             UNION ALL
-            SELECT s.doc_id, s.section_id, :term_weight::float8
+            SELECT s.doc_id, s.section_id, :'term_weight'::float8
               FROM sections s
              WHERE s.terms && :'query_terms'::text[]
            ) m
      GROUP BY m.doc_id, m.section_id
      ORDER BY lex_score DESC, m.doc_id, m.section_id
-     LIMIT :candidates
+     LIMIT :'candidates'::integer
 ),
 fused AS (
     SELECT c.doc_id,
            c.section_id,
-           sum(c.weight / (:rrf_k + c.rank)) AS score
+           sum(c.weight / (:'rrf_k'::integer + c.rank)) AS score
       FROM (
             -- d.distance + 0: the real distance order (a relaxed-order HNSW scan returns rows slightly
             -- out of it, and PostgreSQL 17+ would take them as sorted and skip this sort)
-            SELECT d.doc_id, d.section_id, :dense_weight::float8 AS weight,
+            SELECT d.doc_id, d.section_id, :'dense_weight'::float8 AS weight,
                    row_number() OVER (ORDER BY d.distance + 0, d.doc_id, d.section_id) AS rank
               FROM dense d
             UNION ALL
-            SELECT l.doc_id, l.section_id, :lexical_weight::float8 AS weight,
+            SELECT l.doc_id, l.section_id, :'lexical_weight'::float8 AS weight,
                    row_number() OVER (ORDER BY l.lex_score DESC, l.doc_id, l.section_id) AS rank
               FROM lexical l
            ) c
@@ -166,7 +166,7 @@ hits AS MATERIALIZED (
         ON s.doc_id = f.doc_id
        AND s.section_id = f.section_id
      ORDER BY f.score DESC, distance, s.doc_id, s.sequence_index
-     LIMIT :k
+     LIMIT :'k'::integer
 ),
 context_keys AS (
     -- UNION ALL is enough: EXCEPT returns distinct rows

@@ -11,7 +11,7 @@
 --           index sections_embedding_hnsw and the unique index sections_doc_seq_key.
 -- Params    :'query_embeddings'::vector[]  vector(384)[]  the query embeddings,
 --                      e.g. '{"[0.1, ...]","[0.2, ...]"}'
---           :k  integer  number of hits (top-K) of each query
+--           :'k'::integer  integer  number of hits (top-K) of each query
 --           psql: psql -v k=5 -v query_embeddings='{"[...]","[...]"}' -f retrieve_many.sql
 -- Settings  As for retrieve.sql: with iterative scans off (the server default)
 --           each query's HNSW scan returns at most hnsw.ef_search (40) rows; SET
@@ -67,7 +67,7 @@ hits AS MATERIALIZED (
                   s.embedding <=> q.embedding AS distance
              FROM sections s
             ORDER BY s.embedding <=> q.embedding
-            LIMIT :k
+            LIMIT :'k'::integer
            ) n
 ),
 context_keys AS (

@@ -24,7 +24,7 @@
 --           The three arrays must have one entry per query: unnest pads a
 --           shorter one with NULLs, which adds a query (onetrip's Python API
 --           checks; this file does not).
---           :k  integer  number of hits (top-K) of each query
+--           :'k'::integer  integer  number of hits (top-K) of each query
 --           candidates, rrf_k, dense_weight, lexical_weight, term_weight,
 --           max_term_share, rare_term_sections, tf_weight: as in
 --           retrieve_hybrid.sql, for every query
@@ -87,10 +87,10 @@ dense AS MATERIALIZED (
                           s.embedding <=> q.embedding AS distance
                      FROM sections s
                     ORDER BY s.embedding <=> q.embedding
-                    LIMIT :candidates
+                    LIMIT :'candidates'::integer
                   ) c
             ORDER BY c.distance + 0, c.doc_id, c.section_id
-            LIMIT :candidates
+            LIMIT :'candidates'::integer
            ) n
 ),
 query_words AS MATERIALIZED (
@@ -111,8 +111,8 @@ query_words AS MATERIALIZED (
            ) ts
         ON true
      WHERE ts.lexeme IS NULL
-        OR ts.sections <= :rare_term_sections
-        OR ts.share <= :max_term_share::float8
+        OR ts.sections <= :'rare_term_sections'::integer
+        OR ts.share <= :'max_term_share'::float8
 ),
 lexical AS MATERIALIZED (
     SELECT r.query_ord,
@@ -130,32 +130,32 @@ lexical AS MATERIALIZED (
                                                m.doc_id, m.section_id) AS rank
               FROM (
                     SELECT w.query_ord, s.doc_id, s.section_id,
-                           w.idf * CASE WHEN :tf_weight::float8 > 0
-                                        THEN 1 + :tf_weight::float8 * (ts_rank(s.tsv, w.query, 0) / 0.0607927 - 1)
+                           w.idf * CASE WHEN :'tf_weight'::float8 > 0
+                                        THEN 1 + :'tf_weight'::float8 * (ts_rank(s.tsv, w.query, 0) / 0.0607927 - 1)
                                         ELSE 1 END AS weight
                       FROM query_words w
                       JOIN sections s
                         ON s.tsv @@ w.query
                     UNION ALL
-                    SELECT q.query_ord, s.doc_id, s.section_id, :term_weight::float8
+                    SELECT q.query_ord, s.doc_id, s.section_id, :'term_weight'::float8
                       FROM queries q
                       JOIN sections s
                         ON s.terms && string_to_array(q.query_terms, ' ')
                    ) m
              GROUP BY m.query_ord, m.doc_id, m.section_id
            ) r
-     WHERE r.rank <= :candidates
+     WHERE r.rank <= :'candidates'::integer
 ),
 fused AS (
     SELECT c.query_ord,
            c.doc_id,
            c.section_id,
-           sum(c.weight / (:rrf_k + c.rank)) AS score
+           sum(c.weight / (:'rrf_k'::integer + c.rank)) AS score
       FROM (
-            SELECT d.query_ord, d.doc_id, d.section_id, :dense_weight::float8 AS weight, d.rank
+            SELECT d.query_ord, d.doc_id, d.section_id, :'dense_weight'::float8 AS weight, d.rank
               FROM dense d
             UNION ALL
-            SELECT l.query_ord, l.doc_id, l.section_id, :lexical_weight::float8 AS weight, l.rank
+            SELECT l.query_ord, l.doc_id, l.section_id, :'lexical_weight'::float8 AS weight, l.rank
               FROM lexical l
            ) c
      GROUP BY c.query_ord, c.doc_id, c.section_id
@@ -187,7 +187,7 @@ hits AS MATERIALIZED (
                 ON s.doc_id = f.doc_id
                AND s.section_id = f.section_id
            ) r
-     WHERE r.hit_ord <= :k
+     WHERE r.hit_ord <= :'k'::integer
 ),
 context_keys AS (
     -- UNION ALL is enough: EXCEPT returns distinct rows

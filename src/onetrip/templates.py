@@ -2,7 +2,7 @@
 
 The templates are the single source of onetrip's SQL. Python renders them with
 psycopg binds (``%(name)s``) and runs the result; ``onetrip sql render`` writes
-the same templates with psql variables (``:'name'``) or Oracle binds
+the same templates with quoted psql variables (``:'name'``, cast to their type) or Oracle binds
 (``:name``) into ``sql/postgres``, ``sql/oracle`` and ``sql/citus`` for DBAs.
 
 Rules that keep the output safe and predictable:
@@ -61,9 +61,12 @@ def _param_renderer(binds: BindStyle, dialect: Dialect, vector_type: str = "vect
             # every float through pgvector's text dumper, ~0.7 ms per 384-d query vector
             ph = f"%({name})b" if kind == "vector[]" else f"%({name})s"
         elif binds == "psql":
-            ph = f":{name}" if kind in ("int", "float") else f":'{name}'"
-            if kind == "float" and dialect == "postgres":
-                ph += "::float8"  # -v dense_weight=1 would be an integer: 1 / (60 + rank) is then 0
+            # quoted, then cast: psql pastes a bare :k as it is, so -v k='1; DROP TABLE ...' would run;
+            # a number given as text is read by its type, anything else is an error naming the value.
+            # float8, not numeric: -v dense_weight=1 would otherwise be an integer, 1 / (60 + rank) is 0
+            ph = f":'{name}'"
+            if kind in ("int", "float") and dialect == "postgres":
+                ph += "::integer" if kind == "int" else "::float8"
         else:
             ph = f":{name}"
         if dialect == "postgres" and kind == "vector":
