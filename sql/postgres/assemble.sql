@@ -25,6 +25,11 @@
 --           (parent_sequence_index) or by following
 --           parent links (sections_doc_parent_idx); each
 --           distinct passage is then one Index Scan using sections_doc_seq_key.
+--           The subtree's first step (the hit's split parts) reads the hit's
+--           whole document (sections_doc_parent_idx by doc_id alone: the OR
+--           keeps the rest of the key out of the index condition), so it costs
+--           the document's section count per hit: up to 130 index rows on the
+--           PostgreSQL manual (app-psql.html), more for a book-long document.
 --           The budget takes the longest prefix that fits (a running sum), then a
 --           short recursive CTE adds each next section that still fits; when
 --           everything fits, the recursion never runs.

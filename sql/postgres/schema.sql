@@ -41,6 +41,12 @@
 -- Re-run    Safe: every statement is IF NOT EXISTS. It never alters an existing
 --           table: tables from an older onetrip keep their columns (onetrip init
 --           says which are missing; `onetrip init --recreate` rebuilds them).
+--           Each CREATE INDEX IF NOT EXISTS still takes its SHARE lock on the
+--           table before it finds the index there, so on a live system a re-run
+--           waits for open write transactions and blocks new writes meanwhile;
+--           an index that is missing (say the HNSW one, dropped for a bulk load)
+--           is built without CONCURRENTLY, blocking writes for the whole build:
+--           on a live table create it with CREATE INDEX CONCURRENTLY first.
 -- =============================================================================
 CREATE EXTENSION IF NOT EXISTS vector;
 
