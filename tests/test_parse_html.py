@@ -395,6 +395,21 @@ def test_table_text_outside_cells_and_nested_captions_are_kept() -> None:
     assert [b.text for b in blocks] == ["T", "A | B\none | before inner after"]
 
 
+def test_an_unclosed_element_in_a_cell_does_not_read_the_rest_of_the_table_twice() -> None:
+    """Found by review: with end tags left out (valid HTML) and one unclosed <div> in a cell, lxml nests the
+    rest of the table in that div. The cell's text read every later row, and each row was read again as
+    its own: every row after it twice. Browsers close the cell at the next <td> or <tr>, as now here."""
+    _, blocks, _ = parse_html("<h2>Plans</h2><table><tr><th>Plan<th>Price<th>Billing"
+                              "<tr><td>Basic<div class=badge>new<td>10 USD<td>monthly"
+                              "<tr><td>Pro<td>20 USD<td>yearly<tr><td>Team<td>50 USD<td>yearly</table><p>Tax.")
+    assert [b.text for b in blocks] == [
+        "Plans", "Plan | Price | Billing\nBasic new | 10 USD | monthly\nPro | 20 USD | yearly\nTeam | 50 USD | yearly",
+        "Tax."]
+    # a cell inside a cell is its row's next cell; a table inside a cell stays the cell's
+    _, blocks, _ = parse_html("<table><tr><td>a<div>b<td>c</div><td>d<table><tr><td>e</table></table>")
+    assert [b.text for b in blocks] == ["a b | c | d e"]
+
+
 def test_sphinx_sections_take_the_heading_after_their_empty_anchor_span(tmp_path) -> None:
     """Sphinx writes <span id=...></span> before each section's heading: the container got no title, its text
     went under a second section of the same id, and empty sections were stored."""

@@ -188,29 +188,33 @@ class _Text:
         return any(p.strip() for p in self.parts)
 
 
-def _flat_text(tag: Tag) -> str:
-    """Text of a table cell on one line: block boundaries become spaces."""
-    return _flat_text_until(tag, None)[0]
+def _flat_text(tag: Tag, *, cell: bool = False) -> str:
+    """Text of a table cell on one line: block boundaries become spaces. With ``cell``, the rows and cells
+    nested in it outside any table inside it are left out: they are its table's own (an unclosed <div> in a
+    cell holds the rest of the table under lxml; browsers close the cell), which `_own_rows` reads."""
+    return _flat_text_until(tag, None, cell=cell)[0]
 
 
-def _flat_text_until(tag: Tag, stop: Callable[[Tag], bool] | None) -> tuple[str, Tag | None, Iterator[PageElement]]:
+def _flat_text_until(tag: Tag, stop: Callable[[Tag], bool] | None, *,
+                     cell: bool = False) -> tuple[str, Tag | None, Iterator[PageElement]]:
     """`_flat_text` of ``tag`` up to its first descendant that ``stop`` accepts; that descendant (None when there
     is none), and it with every node after it inside ``tag``, in document order."""
     out: list[str] = []
-    # open elements: (their remaining children, what to add when they end)
-    stack: list[tuple[Iterator[PageElement], str]] = [(iter(tag.contents), "")]
+    # open elements: (their remaining children, what to add when they end, whether a table inside tag holds them)
+    stack: list[tuple[Iterator[PageElement], str, bool]] = [(iter(tag.contents), "", False)]
     while stack:
-        children, after = stack[-1]
+        children, after, in_table = stack[-1]
         for child in children:
             if isinstance(child, Tag):
-                if _dropped(child):
+                if _dropped(child) or (cell and not in_table and child.name in _ROW_OR_CELL):
                     continue
                 if stop is not None and stop(child):  # the rest: it, its following siblings, then each open element's
-                    return _collapse("".join(out)), child, itertools.chain((child,), *(it for it, _ in reversed(stack)))
+                    return (_collapse("".join(out)), child,
+                            itertools.chain((child,), *(it for it, _, _ in reversed(stack))))
                 breaking = child.name in _BREAKING
                 if breaking:
                     out.append(" ")
-                stack.append((iter(child.contents), " " if breaking else ""))
+                stack.append((iter(child.contents), " " if breaking else "", in_table or child.name == "table"))
                 break  # read the child's content first
             elif _is_text(child):
                 out.append(str(child))
@@ -270,26 +274,39 @@ def _fostered(table: Tag) -> str:
 
 
 _CELLS = ("td", "th")
+_ROW_OR_CELL = frozenset({"tr", *_CELLS})
 
 
 def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
     """The table's rows as (the element holding the row, its cells), in document order, not those of tables
-    inside it (one pass; asking each row for its table, find_parent, costs rows times depth). Cells outside
-    any <tr> (lxml keeps them where they stand; browsers make a row of them) make a row of their own, one
-    per run of such cells under one parent with no <tr> between them."""
+    inside it (one pass; asking each row for its table, find_parent, costs rows times depth). A cell belongs
+    to the nearest <tr> above it, also when it sits inside another cell (`<td>a<div>b<td>c`: lxml nests what
+    an unclosed element leaves open, browsers close the cell: a row a b | c). Cells outside any <tr> (lxml
+    keeps them where they stand; browsers make a row of them) make a row of their own, one per run of such
+    cells under one parent with no <tr> between them."""
     rows: list[tuple[Tag, list[Tag]]] = []
+    cells_of: dict[int, list[Tag]] = {}  # by id of each <tr>
+    row_of: dict[int, Tag | None] = {id(table): None}  # by id of each element walked: its nearest <tr>
     loose: tuple[Tag, list[Tag]] | None = None  # the open row of cells outside any <tr>
     for child in _preorder(table, lambda tag: tag.name != "table"):
-        if not isinstance(child, Tag) or child.name == "table":
+        if not isinstance(child, Tag):
             continue
+        parent = child.parent
+        row_of[id(child)] = (None if child.name == "table" else child if child.name == "tr"
+                             else row_of.get(id(parent)) if parent is not None else None)
         if child.name == "tr":
-            rows.append((child, child.find_all(_CELLS, recursive=False)))
+            cells_of[id(child)] = []
+            rows.append((child, cells_of[id(child)]))
             loose = None
-        elif child.name in _CELLS and child.parent is not None and child.parent.name not in ("tr", *_CELLS):
-            if loose is None or loose[0] is not child.parent:
-                loose = (child.parent, [])
-                rows.append(loose)
-            loose[1].append(child)
+        elif child.name in _CELLS:
+            row = row_of[id(parent)] if parent is not None else None
+            if row is not None:
+                cells_of[id(row)].append(child)
+            else:
+                if loose is None or loose[0] is not parent:
+                    loose = (parent, [])
+                    rows.append(loose)
+                loose[1].append(child)
     return rows
 
 
@@ -316,7 +333,7 @@ def _table(table: Tag) -> tuple[str, int]:
     header = 0
     for row in rows:
         cells = row[1]
-        texts = [_flat_text(c) for c in cells]
+        texts = [_flat_text(c, cell=True) for c in cells]
         if not any(texts):
             continue
         if rank(row) == 0 or (not lines and cells and all(c.name == "th" for c in cells)):
