@@ -124,6 +124,26 @@ def test_front_matter_fallback_parser() -> None:
     assert parse_front_matter("- a\n- b\n") == {"front_matter": ["a", "b"]}
 
 
+def test_a_document_opening_with_a_rule_keeps_what_follows_it() -> None:
+    """Found by review: the front matter plugin takes everything from an opening `---` rule to the next
+    `---`. A heading and paragraph there were lost (the paragraph became metadata, the title the file
+    name); invalid YAML kept its key: value lines and dropped the rest. A block that is no front matter
+    (a bare YAML string, or a line that is not key: value) is now read as CommonMark reads it."""
+    title, blocks, meta = parse_markdown("---\n\n# Release notes\n\nVersion 2.0 drops PostgreSQL 12.\n\n---\n\n"
+                                         "## Upgrading\n\nRun the script.\n")
+    assert meta == {} and title == "Release notes"
+    assert [b.text for b in blocks] == ["---", "Release notes", "Version 2.0 drops PostgreSQL 12.", "---",
+                                        "Upgrading", "Run the script."]
+    _, blocks, meta = parse_markdown("---\nNote: a draft\nSee the wiki for details.\n---\n\n# Guide\n\nBody.\n")
+    assert meta == {} and "See the wiki for details." in " ".join(b.text for b in blocks)
+    assert parse_front_matter("\n# Release notes\n\nVersion 2.0 drops PostgreSQL 12.\n") is None  # a YAML string
+    assert parse_front_matter("Note: a draft\nSee the wiki for details.\n") is None  # invalid YAML, not key: value
+    # front matter as it was: a mapping, a list, and invalid YAML whose lines are key: value
+    assert parse_markdown("---\ntitle: T\n---\n\nText.\n")[2] == {"title": "T"}
+    assert parse_markdown("---\n- a\n---\n\nText.\n")[2] == {"front_matter": ["a"]}
+    assert parse_markdown("---\ntitle: x: y\n---\n\nText.\n")[2] == {"title": "x: y"}
+
+
 def test_github_slugs() -> None:
     slug = GithubSlugger()
     assert slug("Hello, World!") == "hello-world"

@@ -62,8 +62,10 @@ def _inline_shallow(state: StateCore) -> None:
         options["maxNesting"] = block_limit
 
 
-def _parser() -> MarkdownIt:
-    md = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table").use(front_matter_plugin)
+def _parser(front_matter: bool = True) -> MarkdownIt:
+    md = MarkdownIt("commonmark", {"maxNesting": MAX_NESTING}).enable("table")
+    if front_matter:
+        md.use(front_matter_plugin)
     md.core.ruler.at("inline", _inline_shallow)
     return md
 
@@ -71,8 +73,15 @@ def _parser() -> MarkdownIt:
 @lru_cache(maxsize=1)
 def _tokens(text: str) -> list[Token]:
     """markdown-it's tokens of a text with \\n line ends; parsing is most of the cost, and `parse_file` asks
-    twice per file (`parse_markdown`, then `truncation_warning`). The tokens are only read."""
-    return _parser().parse(text)
+    twice per file (`parse_markdown`, then `truncation_warning`). The tokens are only read.
+
+    A document that opens with a `---` rule is read as front matter up to the next `---` by the plugin;
+    when that block is no front matter (prose, or lines that are not `key: value`) the text is parsed
+    again without it, as CommonMark reads it: a rule, then Markdown. Its heading and words were lost."""
+    tokens = _parser().parse(text)
+    if tokens and tokens[0].type == "front_matter" and parse_front_matter(tokens[0].content) is None:
+        return _parser(front_matter=False).parse(text)
+    return tokens
 
 
 class GithubSlugger:
@@ -124,18 +133,23 @@ def _jsonable(value: Any) -> Any:
     return str(value)
 
 
-def _simple_front_matter(raw: str) -> dict:
-    """`key: value` lines, for when PyYAML is missing or the YAML is invalid."""
+def _simple_front_matter(raw: str) -> dict | None:
+    """`key: value` lines, for when PyYAML is missing or the YAML is invalid; None when a line at the left
+    margin is neither such a line nor a comment or list item: prose, which is no front matter."""
     out: dict[str, str] = {}
     for line in raw.splitlines():
         key, sep, value = line.partition(":")
         if sep and key.strip() and not line.startswith((" ", "\t", "-", "#")):
             out[key.strip()] = value.strip().strip("'\"")
+        elif line.strip() and not line.startswith((" ", "\t", "-", "#")):
+            return None
     return out
 
 
-def parse_front_matter(raw: str) -> dict:
-    """YAML when PyYAML is importable, else simple `key: value` lines."""
+def parse_front_matter(raw: str) -> dict | None:
+    """YAML when PyYAML is importable, else simple `key: value` lines. None when the block is no front
+    matter: YAML that is a bare string or number (prose between two `---` rules), or lines that are not
+    `key: value`; `parse_markdown` then reads it as Markdown."""
     try:
         import yaml
     except ImportError:  # pragma: no cover - PyYAML is usually present
@@ -148,6 +162,8 @@ def parse_front_matter(raw: str) -> dict:
         data = yaml.safe_load(raw)
         if data is None:
             return {}
+        if isinstance(data, (str, int, float, bool, _dt.date)):
+            return None
         return _jsonable(data) if isinstance(data, dict) else {"front_matter": _jsonable(data)}
     except (yaml.YAMLError, ValueError):  # ValueError: a date such as 2024-02-30
         return _simple_front_matter(raw)
@@ -196,7 +212,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
         if start > covered:
             gap(covered, start)
         if tok.type == "front_matter":
-            metadata = parse_front_matter(tok.content)
+            metadata = parse_front_matter(tok.content) or {}  # None: `_tokens` parsed without the plugin
             covered = end
             continue
         if tok.type == "heading_open":
