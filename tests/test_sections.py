@@ -67,6 +67,21 @@ def test_count_tokens_is_not_truncated() -> None:
     assert count_tokens(text) == 1000
 
 
+def test_chinese_and_japanese_text_is_cut_at_sentence_ends() -> None:
+    """Found by review: a sentence end was . ! ? or 。！？ followed by whitespace, which Chinese and Japanese
+    text never has. Such a paragraph fell through to character windows, cut mid-word (数据库参 | 数) into
+    parts about half full. Now it is cut after 。, parts are near full, and counts stay exact."""
+    sentences = [f"第{i}条：数据库参数max_connections设置为{100 + i}。" for i in range(40)]
+    blocks = [HeadingBlock(1, "配置", "config", "# 配置"), ContentBlock("paragraph", "".join(sentences))]
+    secs = build_sections(blocks, min_tokens=0)
+    assert len(secs) == 3 and min(s.token_count for s in secs[:-1]) > 0.9 * DEFAULT_MAX_TOKENS
+    assert all(s.content.endswith("。") and s.token_count == count_tokens(s.content) for s in secs)
+    assert "".join(s.content for s in secs) == "".join(sentences)
+    # closing quotes stay with their sentence; a space after 。 is the joiner, as after .
+    secs = build_sections([ContentBlock("paragraph", "「好。」 " * 200)], min_tokens=0)
+    assert all(s.content.endswith("」") for s in secs) and len(secs) > 1
+
+
 def test_count_tokens_batch_matches_single() -> None:
     texts = ["hello world", "", "PostgreSQL's MVCC snapshots", "a" * 300]
     assert count_tokens_batch(texts) == [count_tokens(t) for t in texts]

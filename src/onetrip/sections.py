@@ -155,11 +155,15 @@ class _Piece:
     text: str
     tokens: int
     joiner: str  # text that precedes this piece when it is not first in a part
+    mid_word: bool = False  # a character window after the first: `_pack` never joins it to what precedes
 
 
 _PARAGRAPH_SEP = re.compile(r"(\n(?:[ \t]*\n)+)")
 _LINE_SEP = re.compile(r"(\n+)")
-_SENTENCE_SEP = re.compile(r"[.!?\u3002\uff01\uff1f][\"'\u201d\u2019)\]]*(\s+)")
+# a sentence ends at . ! ? before whitespace, or at Chinese/Japanese 。！？ (their text has no spaces: group 2
+# may match empty, and the tokenizer splits at that punctuation, so counts still add up across the cut)
+_SENTENCE_SEP = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(\s+)"
+                           r"|[\u3002\uff01\uff1f][\"'\u201d\u2019)\]\u300d\u300f\uff09\u3011]*(\s*)")
 _WORD_SEP = re.compile(r"(\s+)")
 
 _STRATEGIES: dict[str, tuple[str, ...]] = {
@@ -171,11 +175,11 @@ _DEFAULT_STRATEGY = ("paragraphs", "sentences", "wordgroups", "words", "chars")
 
 
 def _spans(text: str, sep: re.Pattern[str]) -> list[tuple[int, int]]:
-    """Non-blank stretches of `text` between separator matches (group 1)."""
+    """Non-blank stretches of `text` between separator matches (the group that matched)."""
     out: list[tuple[int, int]] = []
     pos = 0
     for m in sep.finditer(text):
-        start, end = m.span(1)
+        start, end = m.span(m.lastindex or 1)
         if text[pos:start].strip():
             out.append((pos, start))
         pos = end
@@ -232,7 +236,7 @@ def _char_pieces(text: str, counter: _Counter, max_tokens: int) -> list[_Piece]:
             while tokens > max_tokens and width > 1:
                 width //= 2
                 tokens = counter.one(text[i : i + width])
-        out.append(_Piece(text[i : i + width], tokens, ""))
+        out.append(_Piece(text[i : i + width], tokens, "", mid_word=bool(out)))
         i += width
     return out
 
@@ -311,7 +315,7 @@ def _pack(pieces: list[_Piece], max_tokens: int) -> list[list[_Piece]]:
     cur: list[_Piece] = []
     total = 0
     for p in pieces:
-        if cur and (total + p.tokens > max_tokens or not p.joiner):
+        if cur and (total + p.tokens > max_tokens or p.mid_word):
             parts.append(cur)
             cur, total = [], 0
         cur.append(p)
