@@ -410,6 +410,26 @@ def test_an_unclosed_element_in_a_cell_does_not_read_the_rest_of_the_table_twice
     assert [b.text for b in blocks] == ["a b | c | d e"]
 
 
+def test_a_container_titled_in_a_header_or_after_a_nav_nests_its_headings(tmp_path) -> None:
+    """Found by review: a container's title was only a leading heading or one in a titlepage. A blog post
+    (div.article, its h1 in a <header>) or a chapter with a <nav> breadcrumb before its h1 had no title, and
+    every heading inside an untitled container came out one level below it, siblings: h2 and h3 alike."""
+    p = tmp_path / "post.html"
+    p.write_text("<div class=article><header><h1>Tuning autovacuum</h1><p>by Alice</p></header><p>Intro.</p>"
+                 "<h2>Thresholds</h2><p>t</p><h3>Scale factor</h3><p>s</p><h2>Cost limits</h2><p>c</p></div>")
+    assert [(s.heading_path, s.content) for s in parse_file(p, min_tokens=0).sections] == [
+        (("Tuning autovacuum",), "by Alice\n\nIntro."), (("Tuning autovacuum", "Thresholds"), "t"),
+        (("Tuning autovacuum", "Thresholds", "Scale factor"), "s"), (("Tuning autovacuum", "Cost limits"), "c")]
+    p.write_text("<div class=chapter id=ch><nav>Docs / Admin</nav><h1>Backups</h1><p>Intro.</p>"
+                 "<div class=section id=dump><h2>pg_dump</h2><p>Logical.</p></div></div>")
+    assert [(s.section_id, s.parent_section_id, s.heading_path) for s in parse_file(p, min_tokens=0).sections] == [
+        ("ch", None, ("Backups",)), ("dump", "ch", ("Backups", "pg_dump"))]
+    # untitled for good: its first heading sets the scale, so the others nest by their numbers
+    _, blocks, _ = parse_html("<div class=article><p>Intro</p><h2>A</h2><p>a</p><h3>B</h3><p>b</p><h2>C</h2></div>")
+    assert [(b.level, b.text) for b in blocks if isinstance(b, HeadingBlock)] == [(1, ""), (2, "A"), (3, "B"),
+                                                                                  (2, "C")]
+
+
 def test_sphinx_sections_take_the_heading_after_their_empty_anchor_span(tmp_path) -> None:
     """Sphinx writes <span id=...></span> before each section's heading: the container got no title, its text
     went under a second section of the same id, and empty sections were stored."""

@@ -10,11 +10,14 @@ Rules:
   nesting depth among containers; its anchor is its id (a container without an
   id, like `refsynopsisdiv`, takes the id of the innermost enclosing one, since
   that is the source location of its text). Its title is the first heading in
-  its leading `div.titlepage`/`div.refnamediv` or a leading direct heading
-  (elements without text before it, such as Sphinx's `<span id>`, are skipped).
+  its leading `div.titlepage`/`div.refnamediv`/`<header>`/`<hgroup>` or a
+  leading direct heading (elements without text before it, such as Sphinx's
+  `<span id>`, and dropped ones, such as a `<nav>` breadcrumb, are skipped).
 * Other h1-h6 outside content blocks are headings too: level = h-number when no
   container is open, else depth + (h-number - container title h-number);
   anchor = own id, else an `<a id|name>` inside, else a GitHub-style slug.
+  In an untitled container the first such heading's h-number - 1 stands in
+  for the title's, so its h2 and h3 still nest.
 * Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
   are content, as are `p.title` captions of tables/examples/figures.
 * A heading's text ends where a heading or section container nested in it
@@ -486,8 +489,11 @@ class _Walker:
         """
         n = int(tag.name[1])
         if self.containers:
-            depth, _, title_hn = self.containers[-1]
-            level = depth + max(1, n - (title_hn if title_hn is not None else n - 1))
+            depth, anchor_of, title_hn = self.containers[-1]
+            if title_hn is None:  # an untitled container: its first heading sets the scale, so h2 > h3 nest
+                title_hn = n - 1
+                self.containers[-1] = (depth, anchor_of, title_hn)
+            level = depth + max(1, n - title_hn)
         else:
             level = n
         text, nested, rest = _heading_text(tag)
@@ -632,16 +638,20 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
 
 
 def _find_title(container: Tag, has_text: Callable[[Tag], bool]) -> Tag | None:
-    """The container's own title: in a leading titlepage/refnamediv, or a leading heading."""
+    """The container's own title: in a leading titlepage/refnamediv or <header>/<hgroup>, or a leading heading.
+    What the page drops (a <nav> breadcrumb, a script) is not in front of it."""
     for child in container.contents:
         if not isinstance(child, Tag):
             if _is_text(child) and str(child).strip():
                 return None
             continue
+        if _dropped(child):
+            continue
         if child.name in _HEADING_SET:
             return child
         classes = _classes(child)
-        if child.name == "div" and ("titlepage" in classes or "refnamediv" in classes):
+        if ((child.name == "div" and ("titlepage" in classes or "refnamediv" in classes))
+                or child.name in ("header", "hgroup")):
             found = child.find(HEADINGS)
             if isinstance(found, Tag):
                 return found
