@@ -430,6 +430,24 @@ def test_a_container_titled_in_a_header_or_after_a_nav_nests_its_headings(tmp_pa
                                                                                   (2, "C")]
 
 
+def test_text_after_a_nested_html5_section_is_its_parents(tmp_path) -> None:
+    """Found by review: <section> and <article> were transparent, so text after a nested <section> went to
+    the last subsection (pg_dump's closing line under Formats, the article's under it too). It now gets a
+    repeated heading of its own section, as text after a nested DocBook container does."""
+    p = tmp_path / "backups.html"
+    p.write_text("<article><h1>Backups</h1><section><h2>pg_dump</h2><p>Logical dumps.</p>"
+                 "<section><h3>Formats</h3><p>Plain, custom.</p></section><p>Never blocks writers.</p></section>"
+                 "<p>Test every backup.</p></article>")
+    assert [(s.heading_path, s.parent_section_id, s.content) for s in parse_file(p, min_tokens=0).sections
+            if s.content] == [
+        (("Backups", "pg_dump"), "backups", "Logical dumps."),
+        (("Backups", "pg_dump", "Formats"), "pg_dump", "Plain, custom."),
+        (("Backups", "pg_dump"), "backups", "Never blocks writers."), (("Backups",), None, "Test every backup.")]
+    # a section without a heading of its own has nothing to resume: its text stays where it was
+    _, blocks, _ = parse_html("<h2>A</h2><section><section><h3>B</h3><p>b</p></section><p>tail</p></section>")
+    assert [b.text for b in blocks] == ["A", "B", "b", "tail"]
+
+
 def test_sphinx_sections_take_the_heading_after_their_empty_anchor_span(tmp_path) -> None:
     """Sphinx writes <span id=...></span> before each section's heading: the container got no title, its text
     went under a second section of the same id, and empty sections were stored."""

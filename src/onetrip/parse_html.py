@@ -28,8 +28,9 @@ Rules:
   had been closed there. A heading with no text of its own before it makes no
   section.
 * Content that follows a nested container inside its parent (DocBook
-  footnotes) gets a repeated heading of the parent, so it is not attributed to
-  the last subsection.
+  footnotes), or a nested HTML5 `<section>` inside a `<section>`/`<article>`
+  that opened with a heading, gets a repeated heading of the parent, so it is
+  not attributed to the last subsection.
 * Dropped: head, script, style, navheader, navfooter, the in-page toc, <nav>.
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
   their captions, and text inside them but outside any cell (browsers show it
@@ -98,6 +99,7 @@ _BREAKING = frozenset(
     "blockquote h1 h2 h3 h4 h5 h6 hr br section article aside header footer main "
     "figure figcaption address details summary form fieldset center".split()
 )
+_HTML5_SECTIONS = frozenset({"section", "article"})
 _PARAGRAPH_BREAK = frozenset({"p", "li", "dt"})  # blank line: preferred split points
 _WS = re.compile(r"\s+")
 
@@ -431,9 +433,31 @@ class _Walker:
         return None
 
     def block(self, tag: Tag) -> Iterator[PageElement]:
-        """A transparent block container: its loose text is apart from what comes before and after it."""
+        """A transparent block container: its loose text is apart from what comes before and after it.
+
+        An HTML5 <section> or <article> is one too (levels stay the headings' numbers), but text after a
+        <section> nested in it is its own again: it gets a repeated heading of the one that opened it, as
+        text after a nested section container does, instead of going to the last subsection."""
         self.flush()
-        yield from list(tag.contents)
+        if tag.name not in _HTML5_SECTIONS:
+            yield from list(tag.contents)
+            self.flush()
+            return
+        own: HeadingBlock | None = None  # the heading this element's own children opened it with
+        after_nested = False
+        for child in list(tag.contents):
+            if isinstance(child, Tag) and child.name in _HTML5_SECTIONS:
+                yield child
+                after_nested = own is not None
+                continue
+            if after_nested and _has_text(child, self.has_text):
+                assert own is not None
+                self.heading(own.level, own.text, own.anchor)  # resume this section
+                after_nested = False
+            before = len(self.blocks)
+            yield child
+            if own is None and isinstance(child, Tag) and child.name in _HEADING_SET:
+                own = next((b for b in self.blocks[before:] if isinstance(b, HeadingBlock)), None)
         self.flush()
 
     @staticmethod
