@@ -625,6 +625,42 @@ def test_tables_from_an_older_version_are_named_not_half_migrated(db):
     assert init_schema(db, Layout(dim=32)).dim == 32
 
 
+def test_another_applications_tables_of_onetrips_names_are_neither_used_nor_dropped(db):
+    """Found by review: with the default empty prefix, any table named sections was taken for an older
+    onetrip's, and the advised `init --recreate` dropped it with CASCADE (its rows, a view on it, a foreign
+    key to it); a documents table was never checked, so `delete` deleted from another application's."""
+    from onetrip import ForeignTableError, OnetripError
+    from onetrip.schema import drop_schema
+
+    db.execute("CREATE TABLE sections (id int PRIMARY KEY, title text)")
+    db.execute("INSERT INTO sections VALUES (1, 'precious')")
+    db.execute("CREATE VIEW v AS SELECT * FROM sections")
+    for call in (lambda: init_schema(db, Layout(dim=32)), lambda: Retriever(db), lambda: drop_schema(db, Layout())):
+        with pytest.raises(ForeignTableError, match="sections exists but is not onetrip's: it has no columns "
+                                                    "doc_id, section_id, embedding.*another --prefix or --schema"):
+            call()
+    assert db.execute("SELECT title FROM v").fetchall() == [("precious",)]
+    db.execute("DROP VIEW v; DROP TABLE sections")
+    db.execute("CREATE TABLE documents (doc_id text PRIMARY KEY, owner text)")
+    with pytest.raises(ForeignTableError, match="documents exists .* no columns source_uri, content_hash"):
+        init_schema(db, Layout(dim=32))
+    assert db.execute("SELECT to_regclass('sections')").fetchone()[0] is None  # nothing made beside it
+    db.execute("DROP TABLE documents")
+    # onetrip's own tables: a view on them is named, nothing dropped; a documents column lacking is named
+    init_schema(db, Layout(dim=32))
+    db.execute("CREATE VIEW mine AS SELECT doc_id FROM sections")
+    with pytest.raises(OnetripError, match="not dropped: other objects depend on them .*view mine depends"):
+        drop_schema(db, Layout(dim=32))
+    db.execute("DROP VIEW mine; ALTER TABLE documents DROP COLUMN section_count")
+    with pytest.raises(SchemaMissingError, match=r"documents was created by an older onetrip .* lacks column "
+                                                 r"documents\.section_count"):
+        Retriever(db)
+    with pytest.raises(SchemaMissingError, match=r"documents\.section_count"):
+        init_schema(db, Layout(dim=32))
+    drop_schema(db, Layout(dim=32))
+    assert db.execute("SELECT to_regclass('sections'), to_regclass('documents')").fetchone() == (None, None)
+
+
 def _prepare_generic(db, statement: str, values: dict) -> str:
     """EXPLAIN of the statement's generic plan: PREPARE with a typed $n for each psycopg placeholder."""
     import re

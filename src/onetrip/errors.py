@@ -59,6 +59,11 @@ class SchemaMissingError(OnetripError):
     """The sections/documents tables are not there: run `onetrip init` first."""
 
 
+class ForeignTableError(OnetripError, ValueError):
+    """A table has onetrip's name but not onetrip's key columns: another application's ``sections`` or
+    ``documents`` (the default prefix is empty). onetrip neither writes, reads nor drops it."""
+
+
 class InputDocumentError(OnetripError, ValueError):
     """A document could not be read or parsed (empty, binary, bad UTF-8, missing)."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from .errors import DimensionMismatchError, SchemaMissingError
+from .errors import DimensionMismatchError, ForeignTableError, OnetripError, SchemaMissingError
 from .layout import Layout
 from .templates import render
 
@@ -16,24 +16,74 @@ def required_columns() -> tuple[str, ...]:
     return (*SECTION_COLUMNS, "tsv")
 
 
+#: columns every onetrip version gave its tables: a table of that name without them is another application's,
+#: which onetrip must neither fill, read as its own nor drop (the default prefix is empty: `sections`)
+IDENTITY_COLUMNS = {
+    "sections": ("doc_id", "section_id", "embedding"),
+    "documents": ("doc_id", "source_uri", "content_hash"),
+    "section_history": ("doc_id", "section_id", "revision"),
+    "term_stats": ("lexeme",),
+}
+
+_COLUMNS_QUERY = """
+    SELECT t.kind,
+           ARRAY(SELECT a.attname::text
+                   FROM pg_attribute a
+                  WHERE a.attrelid = to_regclass(t.name) AND a.attnum > 0 AND NOT a.attisdropped)
+      FROM unnest(%s::text[], %s::text[]) AS t (kind, name)
+     WHERE to_regclass(t.name) IS NOT NULL
+"""
+
+
+def existing_columns(conn: psycopg.Connection, layout: Layout) -> dict[str, set[str]]:
+    """The columns of each of the layout's tables that exists, by kind ("sections", ...): one catalog read."""
+    kinds = list(IDENTITY_COLUMNS)
+    rows = conn.execute(_COLUMNS_QUERY, (kinds, [layout.tables[k] for k in kinds])).fetchall()
+    return {kind: set(columns) for kind, columns in rows}
+
+
+def foreign_table_error(table: str, lacking: list[str]) -> ForeignTableError:
+    return ForeignTableError(
+        f"{table} exists but is not onetrip's: it has no column{'s' if len(lacking) > 1 else ''} "
+        f"{', '.join(lacking)}. onetrip neither uses nor drops it; give another --prefix or --schema")
+
+
+def check_ours(columns: dict[str, set[str]], layout: Layout) -> None:
+    """ForeignTableError for the first existing table that lacks onetrip's key columns."""
+    for kind, have in columns.items():
+        lacking = [c for c in IDENTITY_COLUMNS[kind] if c not in have]
+        if lacking:
+            raise foreign_table_error(layout.tables[kind], lacking)
+
+
 def missing_columns(conn: psycopg.Connection, layout: Layout) -> list[str]:
-    """Columns this version needs that an existing sections table lacks (empty if none, or no table)."""
-    rows = conn.execute(
-        "SELECT attname FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attnum > 0 AND NOT attisdropped",
-        (layout.tables["sections"],),
-    ).fetchall()
-    if not rows:
-        return []
-    have = {r[0] for r in rows}
-    return [c for c in required_columns() if c not in have]
+    """Columns this version needs that the existing sections and documents tables lack (empty if none, or no
+    tables), documents' named as documents.column; ForeignTableError if a table is not onetrip's at all."""
+    from .store import DOCUMENT_COLUMNS
+
+    columns = existing_columns(conn, layout)
+    check_ours(columns, layout)
+    missing = [c for c in required_columns() if "sections" in columns and c not in columns["sections"]]
+    return missing + [f"{layout.tables['documents']}.{c}" for c in DOCUMENT_COLUMNS
+                      if "documents" in columns and c not in columns["documents"]]
 
 
 def drop_schema(conn: psycopg.Connection, layout: Layout) -> None:
-    """Drop onetrip's tables for this layout, data included (for `onetrip init --recreate`)."""
+    """Drop onetrip's tables for this layout, data included (for `onetrip init --recreate`).
+
+    Only onetrip's: a table of the name without onetrip's key columns is refused (ForeignTableError), and
+    nothing is dropped by CASCADE: a view or foreign key of someone else's on them is an error naming it."""
     t = layout.tables
     with conn.transaction():
-        conn.execute(f"DROP TABLE IF EXISTS {t['term_stats']}, {t['section_history']}, {t['sections']}, "
-                     f"{t['documents']} CASCADE")
+        check_ours(existing_columns(conn, layout), layout)
+        try:
+            with conn.transaction():
+                conn.execute(f"DROP TABLE IF EXISTS {t['term_stats']}, {t['section_history']}, {t['sections']}, "
+                             f"{t['documents']}")
+        except psycopg.errors.DependentObjectsStillExist as e:
+            detail = (e.diag.message_detail or "").replace("\n", "; ")
+            raise OnetripError(f"onetrip's tables were not dropped: other objects depend on them ({detail}); "
+                               "drop or change those first") from None
 
 
 def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
@@ -46,8 +96,9 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
     """
     missing = missing_columns(conn, layout)
     if missing:
+        table = layout.tables["documents" if all("." in c for c in missing) else "sections"]
         raise SchemaMissingError(
-            f"{layout.tables['sections']} was created by an older onetrip and lacks column(s) {', '.join(missing)}; "
+            f"{table} was created by an older onetrip and lacks column(s) {', '.join(missing)}; "
             "run `onetrip init --recreate` (drops onetrip's tables and their data) or use another --prefix/--schema"
         )
     _check_existing(_existing_layout(conn, layout), layout)  # before the script: its indexes would fail on another type
@@ -91,41 +142,60 @@ def _check_existing(existing: Layout | None, layout: Layout) -> None:
 LAYOUT_QUERY = """
     SELECT a.atttypmod,
            format_type(a.atttypid, a.atttypmod),
-           (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = a.attrelid),
+           (SELECT count(*) FROM pg_inherits i WHERE i.inhparent = r.rel),
            ARRAY(SELECT c
                    FROM unnest(%s::text[]) WITH ORDINALITY AS needed (c, n)
                   WHERE NOT EXISTS (SELECT 1
                                       FROM pg_attribute p
-                                     WHERE p.attrelid = a.attrelid
+                                     WHERE p.attrelid = r.rel
+                                       AND p.attname = c
+                                       AND NOT p.attisdropped)
+                  ORDER BY n),
+           ARRAY(SELECT c
+                   FROM unnest(%s::text[]) WITH ORDINALITY AS needed (c, n)
+                  WHERE to_regclass(%s) IS NOT NULL
+                    AND NOT EXISTS (SELECT 1
+                                      FROM pg_attribute p
+                                     WHERE p.attrelid = to_regclass(%s)
                                        AND p.attname = c
                                        AND NOT p.attisdropped)
                   ORDER BY n)
-      FROM pg_attribute a
-     WHERE a.attrelid = to_regclass(%s)
+      FROM (SELECT to_regclass(%s) AS rel) r
+      LEFT JOIN pg_attribute a
+        ON a.attrelid = r.rel
        AND a.attname = 'embedding'
        AND NOT a.attisdropped
+     WHERE r.rel IS NOT NULL
 """
 
 
-def layout_query(schema: str | None, prefix: str) -> tuple[str, tuple[str]]:
-    """The catalog query (and its bind) that `layout_from_row` reads; shared by sync and async."""
+def layout_query(schema: str | None, prefix: str) -> tuple[str, tuple]:
+    """The catalog query (and its binds) that `layout_from_row` reads; shared by sync and async."""
+    from .store import DOCUMENT_COLUMNS
+
     probe = Layout(dim=1, schema=schema, prefix=prefix)  # validates names; dim is a placeholder
-    return LAYOUT_QUERY, (list(required_columns()), probe.tables["sections"])
+    documents = probe.tables["documents"]
+    return LAYOUT_QUERY, (list(required_columns()), list(DOCUMENT_COLUMNS), documents, documents,
+                          probe.tables["sections"])
 
 
 def layout_from_row(row: tuple | None, schema: str | None, prefix: str) -> Layout:
     """The Layout of an initialised installation, from `layout_query`'s row; a clear error if absent."""
-    table = Layout(dim=1, schema=schema, prefix=prefix).tables["sections"]
+    tables = Layout(dim=1, schema=schema, prefix=prefix).tables
+    table = tables["sections"]
     if row is None:
+        raise SchemaMissingError(f"table {table} does not exist in this database; run `onetrip init` first")
+    typmod, typename, parts, missing, missing_documents = row
+    for name, kind, lacking in ((table, "sections", missing), (tables["documents"], "documents", missing_documents)):
+        if foreign := [c for c in IDENTITY_COLUMNS[kind] if c in lacking]:
+            raise foreign_table_error(name, foreign)
+    if missing or missing_documents:  # one catalog read names them all, so no statement fails later on one
+        named = [*missing, *(f"{tables['documents']}.{c}" for c in missing_documents)]
         raise SchemaMissingError(
-            f"table {table} (with an embedding column) does not exist in this database; run `onetrip init` first"
-        )
-    typmod, typename, parts, missing = row
-    if missing:  # one catalog read names them all, so no statement fails later on a missing column
-        raise SchemaMissingError(
-            f"{table} was created by an older onetrip (or altered) and lacks column{'s' if len(missing) > 1 else ''} "
-            f"{', '.join(missing)} (the retrieval statements read them); run `onetrip init --recreate` (drops "
-            "onetrip's tables and their data) and ingest again, or use another --prefix/--schema"
+            f"{table if missing else tables['documents']} was created by an older onetrip (or altered) and lacks "
+            f"column{'s' if len(named) > 1 else ''} {', '.join(named)} (the retrieval statements read them); run "
+            "`onetrip init --recreate` (drops onetrip's tables and their data) and ingest again, or use another "
+            "--prefix/--schema"
         )
     if typmod is None or typmod <= 0:
         raise SchemaMissingError(f"{table}.embedding is {typename}, without a fixed dimension")
