@@ -144,6 +144,42 @@ def test_a_refused_connection_is_one_line():
     assert "\n" not in str(e.value) and "Is the server running" in str(e.value)
 
 
+def test_the_dsns_own_connect_timeout_holds(dsn, monkeypatch):
+    """Found by review: connect passed connect_timeout=5 as a keyword, which overrides the DSN's (and
+    $PGCONNECT_TIMEOUT): a server slower than 5 s to answer could never be reached, and the error quoted
+    the value it had ignored. Read back from the connection's own conninfo, sync, async and pooled."""
+    import asyncio
+
+    from onetrip import make_pool
+    from onetrip.connection import connect_async
+
+    monkeypatch.delenv("PGCONNECT_TIMEOUT", raising=False)
+
+    def used(conninfo: str) -> str:
+        return dict(p.split("=", 1) for p in conninfo.split() if "=" in p)["connect_timeout"]
+
+    with connect(f"{dsn} connect_timeout=17") as conn:
+        assert used(conn.info.dsn) == "17"
+    with connect(dsn) as conn:
+        assert used(conn.info.dsn) == "5"  # none named: 5, not libpq's wait forever
+    with connect(dsn, connect_timeout=3) as conn:
+        assert used(conn.info.dsn) == "3"
+
+    async def twin() -> str:
+        conn = await connect_async(f"{dsn} connect_timeout=17")
+        try:
+            return used(conn.info.dsn)
+        finally:
+            await conn.close()
+
+    assert asyncio.run(twin()) == "17"
+    with make_pool(f"{dsn} connect_timeout=17", min_size=1, max_size=1) as pool, pool.connection() as conn:
+        assert used(conn.info.dsn) == "17"
+    monkeypatch.setenv("PGCONNECT_TIMEOUT", "23")
+    with connect(dsn) as conn:
+        assert used(conn.info.dsn) == "23"
+
+
 def test_longest_prefix_builds_every_object_and_one_more_is_refused(db):
     from onetrip.identifiers import MAX_PREFIX_LENGTH
     from onetrip.schema import init_schema

@@ -233,6 +233,21 @@ def resolve_dsn(dsn: str | None = None) -> str:
     return embedded_dsn()
 
 
+def timeout_kwargs(target: str, connect_timeout: int | None = None) -> dict[str, int]:
+    """``{"connect_timeout": n}`` for psycopg, whose keyword overrides the DSN: the one given, else none when
+    the DSN or ``$PGCONNECT_TIMEOUT`` names one (theirs holds: a server slow to wake stays reachable), else
+    DEFAULT_CONNECT_TIMEOUT (libpq's own default is to wait forever on a host that never answers)."""
+    if connect_timeout is not None:
+        return {"connect_timeout": connect_timeout}
+    if os.environ.get("PGCONNECT_TIMEOUT", "").strip():
+        return {}
+    try:
+        given = conninfo.conninfo_to_dict(target).get("connect_timeout")
+    except psycopg.ProgrammingError:  # unreadable: psycopg.connect names that
+        given = None
+    return {} if given not in (None, "") else {"connect_timeout": DEFAULT_CONNECT_TIMEOUT}
+
+
 def _version_tuple(text: str) -> tuple[int, ...]:
     parts = []
     for piece in text.split("."):
@@ -283,17 +298,19 @@ def connect(
     *,
     autocommit: bool = True,
     create_extension: bool = True,
-    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    connect_timeout: int | None = None,
     **kwargs: Any,
 ) -> psycopg.Connection:
     """Open a connection with pgvector ready; errors name the server and the cause.
 
     Autocommit is the default because a retrieval is one statement: without it
     psycopg would send a separate BEGIN first, a second statement per search.
+    ``connect_timeout`` (seconds): the DSN's or ``$PGCONNECT_TIMEOUT`` when not
+    given, else 5 (`timeout_kwargs`).
     """
     target = resolve_dsn(dsn)
     try:
-        conn = psycopg.connect(target, autocommit=autocommit, connect_timeout=connect_timeout, **kwargs)
+        conn = psycopg.connect(target, autocommit=autocommit, **timeout_kwargs(target, connect_timeout), **kwargs)
     except psycopg.OperationalError as e:
         raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e
     try:
@@ -311,7 +328,7 @@ async def connect_async(
     dsn: str | None = None,
     *,
     autocommit: bool = True,
-    connect_timeout: int = DEFAULT_CONNECT_TIMEOUT,
+    connect_timeout: int | None = None,
     **kwargs: Any,
 ) -> psycopg.AsyncConnection:
     """Async twin of `connect` (the extension must already exist: run `onetrip init`)."""
@@ -320,7 +337,7 @@ async def connect_async(
     target = resolve_dsn(dsn)
     try:
         conn = await psycopg.AsyncConnection.connect(
-            target, autocommit=autocommit, connect_timeout=connect_timeout, **kwargs
+            target, autocommit=autocommit, **timeout_kwargs(target, connect_timeout), **kwargs
         )
     except psycopg.OperationalError as e:
         raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e

@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from .connection import DEFAULT_CONNECT_TIMEOUT, resolve_dsn
+from .connection import resolve_dsn, timeout_kwargs
 from .retrieve import POOL_SETTINGS, apply_settings, session_settings
 
 
@@ -72,9 +72,10 @@ def make_pool(
         register_adapters(conn)
         apply_settings(conn, settings)
 
+    target = resolve_dsn(dsn)
     pool = ConnectionPool(
-        resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=open,
-        configure=configure, kwargs={"connect_timeout": DEFAULT_CONNECT_TIMEOUT, **kwargs},
+        target, min_size=min_size, max_size=max_size, timeout=timeout, open=open,
+        configure=configure, kwargs={**timeout_kwargs(target), **kwargs},
     )
     setattr(pool, POOL_SETTINGS, settings)  # what a Retriever over it reports (retrieve.settings_of_pool)
     return pool
@@ -110,9 +111,10 @@ def make_async_pool(
         await apply_settings_async(conn, settings)
         opened.count += 1
 
+    target = resolve_dsn(dsn)
     pool = AsyncConnectionPool(
-        resolve_dsn(dsn), min_size=min_size, max_size=max_size, timeout=timeout, open=False,
-        configure=configure, kwargs={"connect_timeout": DEFAULT_CONNECT_TIMEOUT, **kwargs},
+        target, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
+        configure=configure, kwargs={**timeout_kwargs(target), **kwargs},
     )
     setattr(pool, POOL_SETTINGS, settings)
     setattr(pool, POOL_OPENED, opened)
