@@ -184,11 +184,19 @@ def test_sql_render_writes_both_editions(tmp_path):
     assert "VECTOR(768, FLOAT32)" in ora
     bad = onetrip("sql", "render", "--out", str(tmp_path), "--schema", "x;drop")
     assert bad.returncode == 2 and "schema name" in bad.stderr
-    # an option one edition cannot render is one line, not a template traceback
-    bad = onetrip("sql", "render", "--stdout", "--partitions", "2")
+    # an option the Oracle edition cannot render: asked for by name, one line, not a template traceback, and
+    # nothing written; with the default --dialect all (as the README's synopsis writes it), the editions that
+    # can (it had failed with exit 2 after writing postgres/ and an empty oracle/)
+    out = tmp_path / "partitioned"
+    bad = onetrip("sql", "render", "--out", str(out), "--dialect", "oracle", "--partitions", "2")
     assert bad.returncode == 2 and "Traceback" not in bad.stderr, bad.stderr
     assert bad.stderr.strip() == "onetrip: error: halfvec storage and hash partitioning are rendered for " \
-                                 "PostgreSQL only"
+                                 "the PostgreSQL and Citus editions only, not Oracle"
+    assert not out.exists()
+    res = onetrip("sql", "render", "--out", str(out), "--partitions", "2", "--vector-type", "halfvec")
+    assert res.returncode == 0 and "no Oracle edition" in res.stderr, res.stderr
+    assert sorted(p.name for p in out.iterdir()) == ["citus", "postgres"]
+    assert "PARTITION BY HASH" in (out / "postgres" / "schema.sql").read_text()
     # a folder that cannot be made (--out names a file) had been FileExistsError/NotADirectoryError's traceback
     (tmp_path / "afile").write_text("")
     for out in (tmp_path / "afile", tmp_path / "afile" / "sub"):

@@ -788,6 +788,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
 
     layout = _layout(args, args.dim)
     editions = ["postgres", "oracle", "citus"] if args.dialect == "all" else [args.dialect]
+    if args.dialect == "all" and (layout.vector_type != "vector" or layout.partitions):
+        editions.remove("oracle")  # all that apply: asked for by name (--dialect oracle), it is an error naming why
+        print("onetrip: note: no Oracle edition for halfvec storage or hash partitions (--vector-type, "
+              "--partitions): rendering the PostgreSQL and Citus editions", file=sys.stderr)
     if args.stdout:
         for d in editions:
             for name, text in render_edition(d, layout).items():

@@ -129,12 +129,14 @@ def check_edition(edition: str, files: Mapping[str, str]) -> int:
 
 
 def write_editions(out_dir: Path, editions: list[str], layout: Layout = Layout()) -> list[Path]:
-    """Render (and check) each edition and write its files under ``out_dir/<edition>/``."""
+    """Render (and check) every edition first, then write their files under ``out_dir/<edition>/``: an edition
+    that cannot be rendered for this layout leaves nothing written, not the editions before it."""
+    rendered = {d: render_edition(d, layout) for d in editions}
     written = []
-    for d in editions:
+    for d, files in rendered.items():
         folder = out_dir / d
         folder.mkdir(parents=True, exist_ok=True)
-        for name, text in render_edition(d, layout).items():
+        for name, text in files.items():
             path = folder / name
             path.write_text(text)
             written.append(path)
