@@ -62,6 +62,24 @@ def test_two_files_for_one_doc_id_are_refused_before_any_write(db, tmp_path):
     assert [p[2] for p in plan_files([tmp_path / "x" / "a.md", tmp_path / "y" / "a.md"])] == ["a.md", "a.md"]
 
 
+def test_a_link_to_a_file_outside_the_folder_is_named_by_its_own_path(tmp_path):
+    """Found by review: a symbolic link whose target lay outside the folder given got the bare file name as
+    its id ('link.md', not 'sub/link.md'), so two such links of one name in two subfolders were refused,
+    with a message saying to ingest their common folder, which is what had been done."""
+    from onetrip.ingest import plan_files
+
+    outside, corpus = tmp_path / "outside", tmp_path / "corpus"
+    for d in (outside, corpus / "a", corpus / "b", corpus / "c"):
+        d.mkdir(parents=True)
+    (outside / "x.md").write_text("# X\n\nx\n")
+    (outside / "y.md").write_text("# Y\n\ny\n")
+    (corpus / "a" / "link.md").symlink_to(outside / "x.md")
+    (corpus / "b" / "link.md").symlink_to(outside / "y.md")
+    (corpus / "c" / "in.md").write_text("# In\n\ni\n")
+    (corpus / "c" / "alias.md").symlink_to(corpus / "c" / "in.md")  # inside: one document, as before
+    assert sorted(p[2] for p in plan_files([corpus])) == ["a/link.md", "b/link.md", "c/in.md"]
+
+
 def test_a_document_moved_to_another_collection_is_reported(db, tmp_path):
     """Tenant B's file of the same relative path had replaced tenant A's document, counted as 'changed'."""
     init_schema(db)

@@ -184,9 +184,15 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
 
 
 def doc_id_for(path: Path, root: Path) -> str:
-    """A stable document id: the path relative to the folder it was found in."""
+    """A stable document id: the path relative to the folder it was found in. For a symbolic link whose
+    target lies outside that folder, the link's own path there (it had been the bare file name: two such
+    links of one name in two subfolders then collided, and the message said to ingest the folder given)."""
     try:
         return _resolve(path).relative_to(root.resolve()).as_posix()
+    except ValueError:
+        pass
+    try:
+        return Path(os.path.abspath(path)).relative_to(os.path.abspath(root)).as_posix()
     except ValueError:
         return path.name
 
