@@ -448,6 +448,23 @@ def test_text_after_a_nested_html5_section_is_its_parents(tmp_path) -> None:
     assert [b.text for b in blocks] == ["A", "B", "b", "tail"]
 
 
+def test_a_headings_link_to_itself_is_not_part_of_its_text() -> None:
+    """Found by review: Sphinx and MkDocs (¶), rustdoc (§) and Node's docs (#) put a link to the heading in
+    the heading, and its glyph became part of the heading text, path, slug and embedding text: 'Install¶'."""
+    pages = {"<h1>Install<a class=headerlink href='#install' title='Link to this heading'>\u00b6</a></h1>": "Install",
+             "<h2 id=m>Macros<a href='#m' class=anchor>\u00a7</a></h2>": "Macros",
+             "<h2><span><a class=mark href='#os_os'>#</a></span> OS</h2>": "OS",
+             "<h2>C#<a href='#c'>#</a></h2>": "C#",  # one glyph goes, the word's own # stays
+             "<h2>C#</h2>": "C#", "<h2>The \u00b6 sign</h2>": "The \u00b6 sign",
+             "<h2>Next<a href='next.html'>\u00b6</a></h2>": "Next\u00b6"}  # a link elsewhere: words, kept
+    for html, heading in pages.items():
+        assert [(b.text, b.anchor) for b in parse_html(html)[1]][0][0] == heading, html
+    _, blocks, _ = parse_html("<div class=section id=s><h2>Title<a class=headerlink href='#s'>\u00b6</a></h2>"
+                              "<p>x</p></div>")
+    assert [b.text for b in blocks] == ["Title", "x"]
+    assert parse_html("<h2>Install<a class=headerlink href='#i'>\u00b6</a></h2>")[1][0].anchor == "install"
+
+
 def test_sphinx_sections_take_the_heading_after_their_empty_anchor_span(tmp_path) -> None:
     """Sphinx writes <span id=...></span> before each section's heading: the container got no title, its text
     went under a second section of the same id, and empty sections were stored."""

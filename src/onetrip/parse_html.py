@@ -16,6 +16,8 @@ Rules:
 * Other h1-h6 outside content blocks are headings too: level = h-number when no
   container is open, else depth + (h-number - container title h-number);
   anchor = own id, else an `<a id|name>` inside, else a GitHub-style slug.
+  A permalink glyph (a link to the heading itself: Sphinx's and MkDocs' ¶,
+  rustdoc's §, Node's #) is not part of the heading's text.
   In an untitled container the first such heading's h-number - 1 stands in
   for the title's, so its h2 and h3 still nest.
 * Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
@@ -143,9 +145,30 @@ def _heading_text(tag: Tag) -> tuple[str, Tag | None, Iterator[PageElement]]:
         if _content_block(up):
             block = up
         up = up.parent
-    if block is None:
-        return text, nested, rest
-    return _flat_text_until(tag, lambda t: t is block)
+    if block is not None:
+        text, nested, rest = _flat_text_until(tag, lambda t: t is block)
+    return _without_permalink(tag, text), nested, rest
+
+
+#: what documentation generators put in a link from a heading to itself: Sphinx and MkDocs ¶, rustdoc §,
+#: Node's docs and many static sites #
+_PERMALINK_GLYPHS = frozenset({"\u00b6", "\u00a7", "#", "\U0001f517"})
+
+
+def _without_permalink(tag: Tag, text: str) -> str:
+    """The heading's text without its permalink glyph (`Install¶`, `Macros§`, `os.cpus()#`): the glyph is a
+    link to the heading itself (href="#..."), not one of its words, and it went into heading paths,
+    embedding texts and slugs."""
+    if text[-1:] not in _PERMALINK_GLYPHS and text[:1] not in _PERMALINK_GLYPHS:
+        return text
+    for a in tag.find_all("a", href=True):
+        glyph = a.get_text().strip()
+        if glyph in _PERMALINK_GLYPHS and str(a["href"]).startswith("#"):
+            if text.endswith(glyph):
+                return text[: -len(glyph)].rstrip()
+            if text.startswith(glyph):
+                return text[len(glyph):].lstrip()
+    return text
 
 
 def _is_text(node: PageElement) -> bool:
@@ -483,7 +506,7 @@ class _Walker:
                     at = next(i for i, child in enumerate(children) if child is title) + 1
                     children = itertools.chain(children[:at], rest, children[at:])
             else:  # in a titlepage, one content block that skips its title: the title keeps all its text
-                heading = _flat_text(title)
+                heading = _without_permalink(title, _flat_text(title))
         if anchor is None and heading:
             anchor = self.slugger(heading) or None
         hn = int(title.name[1]) if title is not None else None
