@@ -158,6 +158,18 @@ def test_cli_documents_and_delete(dsn, tmp_path):
     assert [d["doc_id"] for d in json.loads(onetrip("documents", "--json", dsn=dsn).stdout)] == ["keep.md"]
     res = onetrip("delete", "keep.md", "--prefix", "bad;name", dsn=dsn)
     assert res.returncode == 2 and "not allowed" in res.stderr
+    # tables from before term_stats and section_history: delete's recount fails after its deletion committed,
+    # which the output had not said (exit 1, an error alone); prune's raw UndefinedTable names the fix now
+    with connect(dsn) as conn:
+        conn.execute("DROP TABLE term_stats, section_history")
+    res = onetrip("delete", "keep.md", dsn=dsn)
+    assert res.returncode == 1 and res.stdout.splitlines() == ["deleted 1 document"], (res.stdout, res.stderr)
+    assert "term_stats" in res.stderr and "onetrip init" in res.stderr, res.stderr
+    res = onetrip("prune", dsn=dsn)
+    assert res.returncode == 1 and "section_history" in res.stderr and "run `onetrip init` first" in res.stderr \
+        and "UndefinedTable" not in res.stderr, res.stderr
+    res = onetrip("prune", "--doc-id", "keep.md", dsn=dsn)
+    assert res.returncode == 1 and "run `onetrip init` first" in res.stderr, res.stderr
 
 
 def test_cli_no_recount_on_ingest_and_delete(dsn, tmp_path):

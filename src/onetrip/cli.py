@@ -553,11 +553,14 @@ def cmd_delete(args: argparse.Namespace) -> int:
         doc_ids = list(dict.fromkeys(args.doc_ids))  # each once, in the order given
         missing = [d for d in doc_ids if not delete_document(conn, layout, d, keep_history=args.keep_history)]
         deleted = len(doc_ids) - len(missing)
+        # said before the recount: each deletion has committed, so an error in the recount (a term_stats
+        # table missing) must not read as if nothing had been deleted
+        print(f"deleted {_count(deleted, 'document')}" + (" (sections archived)" if args.keep_history and deleted
+                                                          else ""), flush=True)
         if deleted and args.no_recount:  # the next ingest run recounts
             mark_term_stats_behind(conn, layout)
         elif deleted:
             refresh_term_stats(conn, layout)  # the deleted sections' words no longer count
-    print(f"deleted {_count(deleted, 'document')}" + (" (sections archived)" if args.keep_history and deleted else ""))
     if deleted and args.no_recount:
         print(RECOUNT_LEFT, file=sys.stderr)
     for d in missing:

@@ -708,8 +708,11 @@ def check_key(value: Any, name: str) -> str:
 
 def _holds(conn: psycopg.Connection, table: str, doc_id: str) -> bool:
     check_key(doc_id, "doc_id")
-    return conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(sql.SQL(table)),
-                        (doc_id,)).fetchone()[0]
+    try:
+        return conn.execute(sql.SQL("SELECT EXISTS (SELECT 1 FROM {} WHERE doc_id = %s)").format(sql.SQL(table)),
+                            (doc_id,)).fetchone()[0]
+    except psycopg.errors.UndefinedTable as e:
+        raise missing_table_error(e) from None
 
 
 def has_history(conn: psycopg.Connection, layout: Layout, doc_id: str) -> bool:
@@ -739,8 +742,11 @@ def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, do
             WHERE x.doc_id = r.doc_id AND x.revision = r.revision AND r.age > %s
               AND (%s::text IS NULL OR x.doc_id = %s)"""
     ).format(h=hist)
-    with conn.transaction():
-        return conn.execute(q, (keep, doc_id, doc_id)).rowcount
+    try:
+        with conn.transaction():
+            return conn.execute(q, (keep, doc_id, doc_id)).rowcount
+    except psycopg.errors.UndefinedTable as e:  # tables from before section_history: `onetrip init` adds it
+        raise missing_table_error(e) from None
 
 
 @dataclass(frozen=True)
