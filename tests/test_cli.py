@@ -225,6 +225,14 @@ def test_init_layout_options_build_what_they_say(dsn):
     assert json.loads(ingested.stdout)["new"] == 3
     found = json.loads(onetrip("search", "descaling", "--prefix", "lay_", "-k", "1", "--json", dsn=dsn).stdout)
     assert len(found) == 1 and "escal" in found[0]["content"]
+    assert "HNSW" not in ingested.stderr
+    # an index dropped (for a bulk load, say) is built again by ingest with the defaults, which it says: its
+    # ef_construction=100 had been lost without a word
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("DROP INDEX lay_sections_embedding_hnsw")
+    again = onetrip("ingest", str(DEMO), "--prefix", "lay_", "--json", dsn=dsn)
+    assert again.returncode == 0 and "lay_sections had no HNSW index; built lay_sections_embedding_hnsw with " \
+        "m=16, ef_construction=64" in again.stderr, again.stderr
     bad = onetrip("init", "--prefix", "lay2_", "--hnsw-m", "40", "--hnsw-ef-construction", "64", dsn=dsn)
     assert bad.returncode == 2 and "hnsw_ef_construction must be at least 2 * hnsw_m = 80" in bad.stderr
     with psycopg.connect(dsn) as conn:  # nothing was created for the rejected layout

@@ -399,7 +399,7 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
     from .connection import connect
     from .errors import InputDocumentError, SchemaMissingError
     from .ingest import SUFFIXES, ingest_paths, plan_files, unreadable
-    from .schema import drop_schema, init_schema, missing_columns, read_layout
+    from .schema import drop_schema, hnsw_build_options, init_schema, missing_columns, read_layout
 
     doc_id = _doc_id_maker(getattr(args, "doc_id_prefix", ""))
     planned = plan_files(paths, doc_id)  # two files for one doc_id: refused before any table is made
@@ -424,6 +424,7 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
         if rebuild_outdated and missing_columns(conn, layout):
             console.print(f"{layout.tables['sections']} predates this onetrip; rebuilding the demo tables")
             drop_schema(conn, layout)
+        indexed = bool(hnsw_build_options(conn, layout)) if existed else True
         try:
             layout = init_schema(conn, layout)
         except psycopg.errors.InsufficientPrivilege:
@@ -432,6 +433,14 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
             # transaction, rolled back: nothing was created); a role that cannot make missing tables still fails
             if not existed:
                 raise
+        if not indexed and (built := hnsw_build_options(conn, layout)):
+            # the tables were there and their HNSW index was not (dropped for a bulk load, say): init's script
+            # built it, with the defaults, since the options it had were dropped with it; say so
+            name, m, ef = built[0]
+            print(f"onetrip: note: {layout.tables['sections']} had no HNSW index; built {name} with m={m}, "
+                  f"ef_construction={ef} before loading (to choose others: DROP INDEX it, then `onetrip init "
+                  "--hnsw-m/--hnsw-ef-construction`; for a bulk load, load first: schema.sql's header)",
+                  file=sys.stderr)
         with Progress(
             TextColumn("[bold]ingest"), BarColumn(), MofNCompleteColumn(), TextColumn("docs"),
             TextColumn("{task.fields[sections]} sections, {task.fields[rate]:.1f}/s"),
