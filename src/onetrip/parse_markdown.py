@@ -146,6 +146,21 @@ def _simple_front_matter(raw: str) -> dict | None:
     return out
 
 
+@lru_cache(maxsize=1)
+def _loader(yaml: Any) -> Any:
+    """PyYAML's SafeLoader with mapping keys as written: it reads `1:`, `true:` and `null:` as 1, True and None,
+    and 1 and True are one key in a dict, so `1: a` and `true: c` became {"1": "c"} and `null:` "None"."""
+
+    class KeysAsWritten(yaml.SafeLoader):
+        def construct_mapping(self, node: Any, deep: bool = False) -> dict:
+            if isinstance(node, yaml.MappingNode):
+                self.flatten_mapping(node)  # merge keys (<<) first, as SafeLoader does
+            return {(k.value if isinstance(k, yaml.ScalarNode) else self.construct_object(k, deep=True)):
+                    self.construct_object(v, deep=deep) for k, v in node.value}
+
+    return KeysAsWritten
+
+
 def parse_front_matter(raw: str) -> dict | None:
     """YAML when PyYAML is importable, else simple `key: value` lines. None when the block is no front
     matter: YAML that is a bare string or number (prose between two `---` rules), or lines that are not
@@ -159,7 +174,7 @@ def parse_front_matter(raw: str) -> dict | None:
         # as plain key: value lines, as invalid YAML is
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
             return _simple_front_matter(raw)
-        data = yaml.safe_load(raw)
+        data = yaml.load(raw, Loader=_loader(yaml))  # noqa: S506 - a SafeLoader subclass
         if data is None:
             return {}
         if isinstance(data, (str, int, float, bool, _dt.date)):
