@@ -54,14 +54,18 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, TokenCounter, count_tokens, count
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 3
+SECTIONING = 4
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
 documents an older onetrip stored without being asked (``--force`` had been the only way):
 1, to 2026-12-05 (never stored): a merged section kept its last part's heading;
 2: it is labelled with every part's heading (`merged_heading`);
-3: a heading lxml nested in a paragraph left open (``<p>x <b>y<h2>H``) is a heading, not the paragraph's text."""
+3: a heading lxml nested in a paragraph left open (``<p>x <b>y<h2>H``) is a heading, not the paragraph's text;
+4: (2026-12-05, found by review) HTML table rows after an unclosed element in a cell are read once; a
+container's title may sit in a <header> or after a <nav>, an untitled one's headings nest; text after a
+nested HTML5 <section> is its parent's; a heading's permalink glyph (¶ § #) is dropped; CJK text is cut
+after 。！？; a Markdown file opening with a `---` rule keeps what follows it; front matter keys as written."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
