@@ -65,7 +65,8 @@ documents an older onetrip stored without being asked (``--force`` had been the 
 4: (2026-12-05, found by review) HTML table rows after an unclosed element in a cell are read once; a
 container's title may sit in a <header> or after a <nav>, an untitled one's headings nest; text after a
 nested HTML5 <section> is its parent's; a heading's permalink glyph (¶ § #) is dropped; CJK text is cut
-after 。！？; a Markdown file opening with a `---` rule keeps what follows it; front matter keys as written."""
+after 。！？; a Markdown file opening with a `---` rule keeps what follows it; front matter keys as written;
+a block of many characters per token (deep indentation) that fits is no longer cut."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
@@ -73,6 +74,10 @@ _CHARS_PER_TOKEN_CAP = 16
 """A text longer than this many characters per budget token is taken to be over
 budget without counting it whole: it is cut first and only its pieces are counted
 (real text averages 4-6 characters per word piece)."""
+
+_CHARS_PER_TOKEN_RECHECK = 64
+"""A whole block up to this many characters per budget token is counted before it is cut (code indented by
+spaces runs to 18 characters per word piece and more); past it, cut unasked."""
 
 
 # --------------------------------------------------------------------------- model
@@ -461,6 +466,9 @@ def _split(node: _Node, counter: _Counter, max_tokens: int) -> list[tuple[str, i
         return [(text, total)]
     pieces: list[_Piece] = []
     for b, c in zip(node.blocks, node.counts):
+        if c is None and len(b.text) <= _CHARS_PER_TOKEN_RECHECK * max_tokens:
+            c = counter.one(b.text)  # over the cap, but maybe not over budget (deep indentation): a block that fits
+            # is never cut, which the cap alone had broken (a 4,429-character code block of 240 tokens, cut in two)
         if c is not None and c <= max_tokens:
             sub = [_Piece(b.text, c, "\n\n")]
         elif b.kind == "table":
