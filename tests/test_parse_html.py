@@ -465,6 +465,19 @@ def test_a_headings_link_to_itself_is_not_part_of_its_text() -> None:
     assert parse_html("<h2>Install<a class=headerlink href='#i'>\u00b6</a></h2>")[1][0].anchor == "install"
 
 
+def test_a_cell_less_table_in_a_wrapper_is_read_once_and_a_block_end_after_a_nested_heading_parts_words() -> None:
+    """Found by review: a table with text but no cells, inside an element inside a table, was read by the
+    outer table's stray-text pass and again as a table of its own; and text after a heading nested in a
+    heading ran into the text after the block around it ('tailmore')."""
+    _, blocks, _ = parse_html("<h1>T</h1><table><tr><td>a</td></tr><div>before<table>stray text</table>after</div>"
+                              "</table>")
+    assert [b.text for b in blocks] == ["T", "before after", "a", "stray text"]
+    _, blocks, _ = parse_html("<h2>A<div><h3>B</h3>tail</div>more</h2>")
+    assert [b.text for b in blocks] == ["A", "B", "tail", "more"]
+    _, blocks, _ = parse_html("<h3>A<b>x<h3>B</h3>y</b>z</h3>")  # an inline element's end parts nothing
+    assert [b.text for b in blocks] == ["Ax", "B", "yz"]
+
+
 def test_sphinx_sections_take_the_heading_after_their_empty_anchor_span(tmp_path) -> None:
     """Sphinx writes <span id=...></span> before each section's heading: the container got no title, its text
     went under a second section of the same id, and empty sections were stored."""

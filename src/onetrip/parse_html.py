@@ -237,8 +237,10 @@ def _flat_text_until(tag: Tag, stop: Callable[[Tag], bool] | None, *,
                 if _dropped(child) or (cell and not in_table and child.name in _ROW_OR_CELL):
                     continue
                 if stop is not None and stop(child):  # the rest: it, its following siblings, then each open element's
+                    # (a block element's end marked: `<h2>A<div><h3>B</h3>tail</div>more` read 'tailmore')
                     return (_collapse("".join(out)), child,
-                            itertools.chain((child,), *(it for it, _, _ in reversed(stack))))
+                            itertools.chain((child,), *(itertools.chain(it, (_BLOCK_END,)) if after else it
+                                                        for it, after, _ in reversed(stack))))
                 breaking = child.name in _BREAKING
                 if breaking:
                     out.append(" ")
@@ -258,6 +260,10 @@ _NOT_FOSTERED = frozenset({"td", "th", "caption", "colgroup", "col"})
 
 _DONE = object()
 
+#: in the nodes `_flat_text_until` leaves to walk: where a block element open at the stop ends (`_Walker.node`
+#: ends the loose text there, as a block's end does)
+_BLOCK_END = NavigableString("")
+
 
 def _preorder(root: Tag, descend: Callable[[Tag], bool]) -> Iterator[PageElement]:
     """Every node under ``root`` in document order, entering an element only where ``descend`` says so;
@@ -276,10 +282,11 @@ def _preorder(root: Tag, descend: Callable[[Tag], bool]) -> Iterator[PageElement
 def _fostered(table: Tag) -> str:
     """Text inside a table but outside its cells (template loops, stray words): browsers show it before the
     table; lxml keeps it where it was, which no cell reads, so it was lost."""
-    # elements with a tr, td or th inside, found in one pass: asking each element (find) costs the depth squared
-    # when rows sit under thousands of nested wrappers
+    # elements with a tr, td, th or table inside, found in one pass: asking each element (find) costs the depth
+    # squared when rows sit under thousands of nested wrappers. A table counts: one in no cell is read on its own
+    # (`_stray_tables`), so an element around it is read around it (its text had been read twice)
     holds_cells: set[int] = set()
-    for cell in table.find_all(("tr", "td", "th")):
+    for cell in table.find_all(("tr", "td", "th", "table")):
         up = cell.parent
         while up is not None and up is not table and id(up) not in holds_cells:
             holds_cells.add(id(up))
@@ -415,7 +422,9 @@ class _Walker:
     def node(self, node: PageElement) -> Iterator[PageElement] | None:
         """Handles one node; returns what `walk` should walk next, inside it."""
         if not isinstance(node, Tag):
-            if _is_text(node):
+            if node is _BLOCK_END:
+                self.flush()
+            elif _is_text(node):
                 self.loose.add(str(node))
             return None
         if _dropped(node):
