@@ -66,7 +66,8 @@ documents an older onetrip stored without being asked (``--force`` had been the 
 container's title may sit in a <header> or after a <nav>, an untitled one's headings nest; text after a
 nested HTML5 <section> is its parent's; a heading's permalink glyph (¶ § #) is dropped; CJK text is cut
 after 。！？; a Markdown file opening with a `---` rule keeps what follows it; front matter keys as written;
-a block of many characters per token (deep indentation) that fits is no longer cut."""
+a block of many characters per token (deep indentation) that fits is no longer cut; a cell-less table
+in a wrapper in a table is read once."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
