@@ -91,15 +91,24 @@ def reference_assemble(conn: psycopg.Connection, hits: list[Hit], exp, max_token
             for a in chain[1:] if exp.parent else chain:
                 add(d, a["sid"], "ancestor", h.rank, 1)
         if exp.neighbors:
-            path = list(me["path"])
+            scope = None  # scope "parent": the parent, its split parts and everything below it, by parent links
+            if exp.neighbor_scope == "parent" and chain:
+                top = chain[0]
+                scope = {s["sid"] for s in secs if s["sid"] == top["sid"] or (
+                    s["parent"] == top["parent"] and s["level"] == top["level"] and s["anchor"] == top["anchor"]
+                    and list(s["path"]) == list(top["path"]))}
+                frontier = set(scope)
+                while frontier:
+                    frontier = {s["sid"] for s in secs if s["parent"] in frontier and s["sid"] not in scope}
+                    scope |= frontier
             for s in secs:
                 if s["seq"] != me["seq"] and abs(s["seq"] - me["seq"]) <= exp.neighbors:
-                    if exp.neighbor_scope == "parent" and list(s["path"])[: len(path) - 1] != path[: len(path) - 1]:
+                    if scope is not None and s["sid"] not in scope:
                         continue
                     add(d, s["sid"], "neighbor", h.rank, 2)
         if exp.section:
             roots = [s for s in secs if s["sid"] == me["sid"] or (
-                me["anchor"] is not None and s["anchor"] == me["anchor"] and s["level"] == me["level"]
+                s["anchor"] == me["anchor"] and s["level"] == me["level"]  # None == None: anchorless parts too
                 and list(s["path"]) == list(me["path"]))]
             frontier = [r["sid"] for r in roots]
             seen = set(frontier)

@@ -288,3 +288,59 @@ def test_passages_render_with_their_header_and_a_blank_line_between() -> None:
     ps = [Passage("g.md", sid, i, 1, h, path, None, text, 2, 5, ("hit",), 1, 1, 0.1)
           for i, (sid, h, path, text) in enumerate([("s0", "", (), "Intro."), ("s1", "Setup", ("Setup",), "Do it.")])]
     assert render_context(ps) == "### (preface) [g.md]\nIntro.\n\n### Setup [g.md]\nDo it."
+
+
+def _words(tag: str, n: int = 30) -> str:
+    return " ".join(f"{tag}{i}" for i in range(n))
+
+
+def test_expansions_follow_the_section_tree_not_anchors_or_heading_names(db, tmp_path):
+    """Found by review: (1) the section expansion found a hit's split parts by anchor = anchor, never true for
+    NULL, so a plain-text file's section (or a preface) came back as the hit part alone; (2) neighbor_scope
+    "parent" compared heading paths, so a hit under the first of two '## Notes' took sections under the
+    second; (3) ancestors and subtrees stopped 32 levels away, where the parsers nest 100 deep."""
+    from onetrip.ingest import ingest_paths
+    from onetrip.retrieve import MAX_DEPTH
+    from onetrip.sections import MAX_LEVEL
+
+    from .embedders import HashEmbedder
+
+    init_schema(db)
+    (tmp_path / "plain.txt").write_text("\n\n".join(_words(f"p{j}x", 60) for j in range(30)))
+    (tmp_path / "guide.md").write_text(
+        f"# Guide\n\n{_words('g')}\n\n## Notes\n\n{_words('n')}\n\n### Alpha\n\n{_words('a')}\n\n"
+        f"## Notes\n\n{_words('m')}\n\n### Beta\n\n{_words('b')}\n")
+    depth = 40
+    (tmp_path / "deep.html").write_text(
+        "".join(f"<div class=section id=d{i}><h2>Level {i}</h2><p>{_words(f'l{i}x')}</p>" for i in range(depth))
+        + "</div>" * depth)
+    ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    r = Retriever(db)
+
+    def vector(doc_id: str, section_id: str) -> np.ndarray:
+        text = db.execute("SELECT embedding::text FROM sections WHERE doc_id = %s AND section_id = %s",
+                          (doc_id, section_id)).fetchone()[0]
+        return np.array([float(x) for x in text.strip("[]").split(",")], dtype=np.float32)
+
+    def ids(doc_id: str, section_id: str, expansion: Expansion) -> list[str]:
+        ctx = r.assemble(vector(doc_id, section_id), k=1, expand=expansion, max_tokens=None)
+        assert ctx.passages[0].doc_id == doc_id and section_id in [p.section_id for p in ctx.passages]
+        return [p.section_id for p in ctx.passages]
+
+    parts = [sid for (sid,) in db.execute("SELECT section_id FROM sections WHERE doc_id = 'plain.txt' "
+                                          "ORDER BY sequence_index")]
+    assert len(parts) > 3 and db.execute("SELECT count(anchor) FROM sections WHERE doc_id = 'plain.txt'"
+                                         ).fetchone()[0] == 0
+    assert ids("plain.txt", parts[2], CONTEXT_DEFAULT) == parts
+    tree = [sid for (sid,) in db.execute("SELECT section_id FROM sections WHERE doc_id = 'guide.md' "
+                                         "ORDER BY sequence_index")]
+    assert tree == ["guide", "notes", "alpha", "notes-1", "beta"]
+    scoped = Expansion(parent=False, neighbors=2, neighbor_scope="parent")
+    assert ids("guide.md", "alpha", scoped) == ["notes", "alpha"]
+    assert ids("guide.md", "beta", scoped) == ["notes-1", "beta"]
+    assert ids("guide.md", "notes-1", scoped) == ["notes", "alpha", "notes-1", "beta"]  # all under its parent
+    assert ids("guide.md", "alpha", Expansion(parent=False, neighbors=2)) == tree  # scope "any" crosses
+    assert MAX_DEPTH == MAX_LEVEL
+    levels = [f"d{i}" for i in range(depth)]
+    assert ids("deep.html", f"d{depth - 1}", Expansion(parent=True, ancestors=True, neighbors=0)) == levels
+    assert ids("deep.html", "d0", Expansion(parent=False, neighbors=0, section=True)) == levels

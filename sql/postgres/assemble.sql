@@ -61,13 +61,14 @@ ranked AS (
       FROM hits h
 ),
 subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
-    -- the hit with the other parts of its section (split parts share anchor and parent) ...
+    -- the hit with the other parts of its section (split parts share anchor and parent; a
+    -- section without an anchor, such as a plain-text file's, has NULL in each of its parts) ...
     SELECT x.doc_id, x.section_id, x.sequence_index, r.hit_rank, 0
       FROM ranked r
       JOIN sections x
         ON x.doc_id = r.doc_id
        AND (x.section_id = r.section_id
-            OR (x.anchor = r.anchor
+            OR (x.anchor IS NOT DISTINCT FROM r.anchor
                 AND x.heading_level = r.heading_level
                 AND x.heading_path = r.heading_path))
     UNION ALL
@@ -77,7 +78,7 @@ subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
       JOIN sections c
         ON c.doc_id = t.doc_id
        AND c.parent_section_id = t.section_id
-     WHERE t.depth < 32
+     WHERE t.depth < 100
 ),
 candidates AS (
     -- one row per (passage key, hit served, role); priority orders the budget fill;

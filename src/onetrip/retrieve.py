@@ -34,6 +34,7 @@ from .embedders import (
 from .errors import ConnectionLostError, missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
+from .sections import MAX_LEVEL
 from .store import check_text, nul_in, recorded_record
 from .templates import render
 
@@ -310,7 +311,9 @@ class HybridOptions:
 
 NEIGHBOR_SCOPES = ("any", "parent")
 MAX_NEIGHBORS = 50
-MAX_DEPTH = 32
+#: how far ancestors and a section's subtree are followed: as deep as the parsers nest (sections.MAX_LEVEL); at
+#: 32, a chain of 40 nested DocBook sections lost its top ancestors and its deepest subsections without a word
+MAX_DEPTH = MAX_LEVEL
 
 
 @dataclass(frozen=True)
