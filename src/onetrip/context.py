@@ -77,7 +77,9 @@ class Context:
 
     passages: list[Passage]
     max_tokens: int | None
-    hits: int                       # how many hits the search found (before the budget)
+    # how many hits the search found (before the budget), read from the passages' rows: 0 when the budget
+    # fits no passage at all (the one statement then returns no row), as when nothing matched
+    hits: int
     options: dict = field(default_factory=dict)
 
     @property
