@@ -106,3 +106,13 @@ def test_each_row_names_the_server_it_was_measured_on(dsn, tmp_path):
     (row,) = json.loads((tmp_path / "scale.json").read_text())["results"]
     assert row["sections"] == 300 and row["measured"] and row["cores"] >= 1
     assert set(row["server"]) == {"postgresql", "pgvector"} and all(row["server"].values())
+
+
+def test_replot_redraws_the_committed_results_into_another_folder(tmp_path):
+    """Found by review: --replot read scale.json from --out, so the committed results could only be redrawn
+    into benchmarks/results itself; --from-json names the file to redraw, --out where the drawing goes."""
+    committed = Path(__file__).resolve().parents[1] / "benchmarks" / "results"
+    run.replot(tmp_path / "scratch", committed / "scale.json")
+    assert (tmp_path / "scratch" / "scale.md").read_text() == (committed / "scale.md").read_text()
+    assert (tmp_path / "scratch" / "scale.png").stat().st_size > 0
+    assert build_parser().parse_args(["--replot", "--from-json", "x.json"]).from_json == "x.json"

@@ -99,11 +99,12 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--count-queries", type=int, default=10, help="queries per variant in the statement-count pass (default 10)")
     ap.add_argument("--rtt-samples", type=int, default=200, help="SELECT 1 pings per RTT measurement (default 200)")
     ap.add_argument("--diag-queries", type=int, default=100,
-                    help="queries for the A-vs-B cost breakdown and the fix preview at +1 ms (0: skip; default 100)")
+                    help="queries for the A-vs-B cost breakdown (EXPLAIN ANALYZE, result size, mapping cost) on a "
+                         "direct connection, at most 30 of them (0: skip; default 100)")
     ap.add_argument("--maintenance-work-mem", default="auto",
                     help="for the HNSW builds (default auto: sized to the corpus, 256MB..8GB)")
     ap.add_argument("--only-diagnostics", action="store_true",
-                    help="skip the timed levels: only the A-vs-B breakdown and the fix preview at +1 ms "
+                    help="skip the timed levels: only the A-vs-B breakdown, on a direct connection "
                          "(writes diagnostics_n<size>_k<k>.json/.md)")
     ap.add_argument("--reload", action="store_true",
                     help="load the corpora (and LlamaIndex's tables) again even when already loaded")

@@ -286,9 +286,10 @@ def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None
     fig.savefig(out / "scale.png", dpi=110)
 
 
-def replot(out: Path) -> None:
-    """Redraw scale.md and scale.png from scale.json without measuring again."""
-    doc = json.loads((out / "scale.json").read_text())
+def replot(out: Path, source: Path | None = None) -> None:
+    """Redraw scale.md and scale.png from scale.json (``source``, else out/scale.json) without measuring again."""
+    doc = json.loads((source or out / "scale.json").read_text())
+    out.mkdir(parents=True, exist_ok=True)
     write_report(doc["results"], doc["meta"], out)
     plot(doc["results"], doc["meta"], out)
 
@@ -326,6 +327,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", default="benchmarks/results", help="output folder for scale.json, .md and .png "
                     "(rows already in its scale.json are kept)")
     ap.add_argument("--replot", action="store_true", help="only redraw scale.md/.png from scale.json")
+    ap.add_argument("--from-json", default=None, help="with --replot: the scale.json to redraw (default: the one "
+                    "in --out), e.g. benchmarks/results/scale.json redrawn into a scratch --out")
     return ap
 
 
@@ -335,7 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.k >= min(args.sizes):
         ap.error(f"--k {args.k} must be smaller than the smallest corpus ({min(args.sizes)} sections)")
     if args.replot:
-        replot(Path(args.out))
+        replot(Path(args.out), Path(args.from_json) if args.from_json else None)
         return 0
     out = Path(args.out)
     dsn = resolve_dsn(args.dsn)
