@@ -1358,3 +1358,38 @@ def test_explain_is_refused_where_the_acl_limits_the_caller(db, dsn, corpus):
             assert_error(*call(base, "POST", "/search_many", {**many, "explain": bad})[:2], 422, "invalid_field",
                          "explain")
         assert_error(*search(base, {**body, "k": 51}), 422, "k_out_of_range")  # the same caps as a search
+
+
+def test_review_findings_surrogate_keys_empty_tokens_long_limits_context_k_and_health(db, dsn, corpus, monkeypatch):
+    """Found by a review of the service:
+    - an unknown key holding a lone surrogate ("\\ud800") made the error response itself fail: plain-text 500;
+    - an empty --token or $ONETRIP_TOKEN started a service without a token (one space was refused);
+    - a non-ASCII token could never match (headers are read as Latin-1), nor one with spaces at either end;
+    - GET /documents?limit= with 4,300 digits or more was a 500 (int() refuses such strings);
+    - with k absent, a 16,000-token budget asked for 64 hits past --max-k 50;
+    - /health said 200 after the tables were dropped, while /search said 503 schema_missing."""
+    from onetrip.http_service import token_from_env
+
+    monkeypatch.delenv("ONETRIP_TOKEN", raising=False)
+    for token in ("", " ", " padded", "p\u00e4ssw\u00f6rd", "tab\there"):
+        with pytest.raises(ValueError, match="bearer token"):
+            ServiceConfig(dsn=dsn, token=token_from_env(token))
+    monkeypatch.setenv("ONETRIP_TOKEN", "")
+    with pytest.raises(ValueError, match="bearer token is empty"):
+        ServiceConfig(dsn=dsn, token=token_from_env(None))
+    monkeypatch.delenv("ONETRIP_TOKEN")
+    assert token_from_env(None) is None  # neither given: no token, as before
+    with serving(dsn, max_tokens_cap=16000, principals=None) as base:  # no ACL: explain is allowed
+        raw = b'{"query": "pasta", "\\ud800": 1}'
+        status, data, headers = call(base, "POST", "/search", raw=raw)
+        assert_error(status, data, 422, "unknown_field", "\\ud800")
+        assert headers["content-type"] == "application/json"
+        status, data, _ = call(base, "POST", "/search", raw=b'{"query": "pasta", "filters": {"\\udfff": 1}}')
+        assert status == 422 and data["error"]["code"] == "unknown_filter_key", data
+        for limit in ("0" * 5000 + "5", "9" * 5000):
+            assert_error(*documents(base, f"limit={limit}"), 422, "invalid_field")
+        status, data = search(base, {"query": "pasta", "hits": False, "max_tokens": 16000, "explain": "plan"})
+        assert status == 200 and data["explain"]["context"]["params"]["k"] == 50, data
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("DROP TABLE term_stats, section_history, sections, documents")
+        assert_error(*call(base, "GET", "/health")[:2], 503, "schema_missing", "onetrip init")

@@ -56,7 +56,8 @@ async def apply_settings_async(conn: psycopg.AsyncConnection, settings: dict[str
         await conn.execute(*settings_statement(settings))
 
 
-async def _read_layout(conn: psycopg.AsyncConnection, schema: str | None, prefix: str) -> Layout:
+async def read_layout_async(conn: psycopg.AsyncConnection, schema: str | None, prefix: str) -> Layout:
+    """`schema.read_layout` on asyncio: one catalog read, a clear error when the tables are not (onetrip's)."""
     cur = await conn.execute(*layout_query(schema, prefix))
     return layout_from_row(await cur.fetchone(), schema, prefix)
 
@@ -123,7 +124,7 @@ class AsyncRetriever:
             if self.conn is not None:
                 await apply_settings_async(self.conn, self.settings)
             async with self._connection() as c:
-                self.layout = await _read_layout(c, schema, prefix)
+                self.layout = await read_layout_async(c, schema, prefix)
                 self.recorded_embedders, self.recorded_probe = await _recorded_record(c, self.layout)
         except BaseException:
             if self._owns_conn:

@@ -85,14 +85,14 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from .async_retrieve import AsyncRetriever
+from .async_retrieve import AsyncRetriever, read_layout_async
 from .cli import context_to_json, document_to_json, explained_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import (ConnectionFailedError, ConnectionLostError, EmbedderMismatchError, OnetripError,
                      SchemaMissingError, ServerRequirementError)
 from .explain import KINDS as EXPLAIN_KINDS
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT,
-                       Expansion, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
+                       Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
                        session_settings, statement_errors)
 from .search_many import MAX_QUERIES
 from .store import document_info, list_documents_query
@@ -168,6 +168,10 @@ class ServiceConfig:
         statement_timeout_setting(self.statement_timeout)  # a bad value: ValueError now, not when the pool opens
         if self.token is not None and not self.token.strip():
             raise ValueError("the bearer token is empty (unset it to run without one)")
+        if self.token is not None and (self.token != self.token.strip() or not self.token.isascii()
+                                       or not self.token.isprintable()):
+            # the header side is read as Latin-1 and stripped: such a token could never be matched
+            raise ValueError("the bearer token must be printable ASCII without spaces at either end")
         if self.principals is not None:
             object.__setattr__(self, "principals", tuple(self.principals))
 
@@ -188,10 +192,19 @@ def operator_principals(principals: list[str] | None, no_acl: bool) -> tuple[str
     return cleaned
 
 
+def _encodable(text: str) -> str:
+    """``text`` with what UTF-8 cannot encode (lone surrogates) written as escapes."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
 class ApiError(Exception):
     """An error the client caused or should know about, with its HTTP status."""
 
     def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+        # a lone surrogate from the request (a key "\\ud800" named in the message) cannot be encoded as UTF-8:
+        # the response had become a plain-text 500, outside every handler
+        message = _encodable(message)
+        extra = {k: _encodable(v) if isinstance(v, str) else v for k, v in extra.items()}
         super().__init__(message)
         self.status, self.code, self.message, self.extra = status, code, message, extra
 
@@ -544,7 +557,8 @@ def parse_documents(params: list[tuple[str, str]], cfg: ServiceConfig) -> Docume
     after = once("after", "the previous page's next_after")
     limit = DEFAULT_DOCUMENTS_LIMIT
     if raw_limit is not None:  # digits only: int() had also taken ' 5', '+5', '1_000' and '٥'
-        if not (raw_limit.isascii() and raw_limit.isdigit()) or not 1 <= int(raw_limit) <= MAX_DOCUMENTS_LIMIT:
+        if not (raw_limit.isascii() and raw_limit.isdigit() and len(raw_limit) <= 9) \
+                or not 1 <= int(raw_limit) <= MAX_DOCUMENTS_LIMIT:  # 4,300 digits and more: int() raised
             raise _invalid("limit", f"must be an integer from 1 to {MAX_DOCUMENTS_LIMIT}, got {raw_limit!r:.40}")
         limit = int(raw_limit)
     principals = [v for name, v in params if name == "principals"]
@@ -749,6 +763,9 @@ class Service:
         r = await self.retriever()
         with self._statement_errors():
             async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
+                # the tables are still there and still onetrip's (dropped ones had left /health at 200 while
+                # /search said 503 schema_missing): the same catalog read a retriever starts with
+                await read_layout_async(conn, self.cfg.schema, self.cfg.prefix)
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
         self._database_answered()
@@ -775,6 +792,9 @@ class Service:
         hit_options = {"parent": req.hit_expand.parent, "neighbors": req.hit_expand.neighbors > 0, **common}
         context_options = {"expand": req.expand, "max_tokens": req.max_tokens, **common}
         hit_k = DEFAULT_K if req.k is None else req.k
+        # k absent: one hit per TOKENS_PER_HIT tokens of budget, within --max-k (a 16,000-token budget had
+        # asked for 64 hits where a request's own k is refused past 50)
+        context_k = req.k if req.k is not None else min(assemble_k(None, req.max_tokens), self.cfg.max_k)
         out: dict[str, Any] = {}
         with self._statement_errors():
             if req.explain is not None:  # each shape's statement explained in its place: one EXPLAIN per shape
@@ -782,13 +802,13 @@ class Service:
                 if req.hits:
                     plans["hits"] = explained_to_json(await r.explain(query, hit_k, kind=req.explain, **hit_options))
                 if req.context:
-                    plans["context"] = explained_to_json(await r.explain(query, req.k, assemble=True,
+                    plans["context"] = explained_to_json(await r.explain(query, context_k, assemble=True,
                                                                          kind=req.explain, **context_options))
                 return {"explain": plans}
             if req.hits:
                 out["hits"] = [hit_to_json(h) for h in await r.search(query, hit_k, **hit_options)]
             if req.context:
-                out["context"] = context_to_json(await r.assemble(query, req.k, **context_options))
+                out["context"] = context_to_json(await r.assemble(query, context_k, **context_options))
         return out
 
     async def search_many(self, req: SearchManyRequest) -> dict[str, Any]:
@@ -1083,8 +1103,9 @@ def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_POR
 
 
 def token_from_env(token: str | None) -> str | None:
-    """--token, else $ONETRIP_TOKEN (preferred: a flag shows in the process list)."""
-    return token if token else (os.environ.get(ENV_TOKEN) or None)
+    """--token, else $ONETRIP_TOKEN (preferred: a flag shows in the process list). An empty one is kept, for
+    ServiceConfig to refuse: `--token "$SECRET"` with SECRET unset had started a service without a token."""
+    return token if token is not None else os.environ.get(ENV_TOKEN)
 
 
 # ---------------------------------------------------------------- OpenAPI
@@ -1232,7 +1253,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                           "description": "a query embedding of the table's dimension"},
             "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k,
                   "description": f"number of hits; default {DEFAULT_K} for hits and, for the context, "
-                                 f"one per {TOKENS_PER_HIT} tokens of max_tokens"},
+                                 f"one per {TOKENS_PER_HIT} tokens of max_tokens, at most {cfg.max_k}"},
             "mode": {"enum": list(MODE_CHOICES), "default": "auto",
                      "description": "auto: hybrid when query (text) is given, dense for an embedding alone"},
             "expand": _ref("Expand"),
