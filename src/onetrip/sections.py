@@ -467,9 +467,10 @@ def _split(node: _Node, counter: _Counter, max_tokens: int) -> list[tuple[str, i
         return [(text, total)]
     pieces: list[_Piece] = []
     for b, c in zip(node.blocks, node.counts):
+        # over the cap, but maybe not over budget (deep indentation): a block that fits is never cut, which the
+        # cap alone had broken (a 4,429-character code block of 240 tokens, cut in two)
         if c is None and len(b.text) <= _CHARS_PER_TOKEN_RECHECK * max_tokens:
-            c = counter.one(b.text)  # over the cap, but maybe not over budget (deep indentation): a block that fits
-            # is never cut, which the cap alone had broken (a 4,429-character code block of 240 tokens, cut in two)
+            c = counter.one(b.text)
         if c is not None and c <= max_tokens:
             sub = [_Piece(b.text, c, "\n\n")]
         elif b.kind == "table":
