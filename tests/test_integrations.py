@@ -457,6 +457,36 @@ def test_langchain_fields_changed_after_construction_apply(corpus):
             LCRetriever(retriever=api, k=bad)
 
 
+def test_langchain_fields_changed_in_place_apply_too(corpus):
+    """Found by review: the adapter kept the fields' own dicts and lists to tell whether they had changed, so
+    a change in place changed its record too: lc.filters["doc_ids"] = [...] or lc.principals.remove("hr")
+    kept the old Query, the old ACL included, for every later call."""
+    api = Retriever(corpus, embedder=HashEmbedder())
+    lc = LCRetriever(retriever=api, k=3, principals=["alice", "hr"], filters={"doc_ids": ["handbook"]})
+    assert SECRET in " ".join(d.page_content + str(d.metadata) for d in lc.invoke(BONUS))
+    lc.principals.remove("hr")  # access taken away in place
+    docs = lc.invoke(BONUS)
+    assert docs and all(SECRET not in d.page_content and SECRET not in str(d.metadata) for d in docs)
+    lc.filters["doc_ids"] = ["nothing-of-that-name"]
+    assert lc.invoke(BONUS) == []
+
+
+def test_an_embedder_that_is_not_one_is_refused_when_the_retriever_is_made(corpus, tmp_path):
+    """Found by review: a model folder's path passed as embedder= was taken, and the first text search failed
+    with AttributeError deep inside; sync, async and the adapters now refuse it when made, naming the fix."""
+    import asyncio
+
+    from onetrip import AsyncRetriever
+
+    for bad in (str(tmp_path), tmp_path, object()):
+        with pytest.raises(TypeError, match="embedder must be an Embedder .*has no (name, )?dim, embed_documents"):
+            Retriever(corpus, embedder=bad)
+        with pytest.raises(TypeError, match="embedder must be an Embedder"):
+            LCRetriever(retriever=Retriever(corpus), embedder=bad)
+    with pytest.raises(TypeError, match=r"SentenceTransformerEmbedder\(path\)"):
+        asyncio.run(AsyncRetriever.create(corpus, embedder=str(tmp_path)))
+
+
 def test_llamaindex_custom_embedding_strs_and_a_bare_embedding(corpus):
     from llama_index.core.schema import QueryBundle
 

@@ -20,7 +20,7 @@ from psycopg import pq
 
 from .connection import connect_async
 from .context import Context
-from .embedders import Embedder, SentenceTransformerEmbedder, as_vector
+from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder_object
 from .errors import ConnectionLostError
 from .retrieve import (
     Hit,
@@ -101,6 +101,7 @@ class AsyncRetriever:
         from .psycopg_adapters import register_adapters_async
 
         layout_query(schema, prefix)  # an invalid or hostile name is refused before anything is sent
+        check_embedder_object(embedder)
         self = object.__new__(cls)
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool = conn if isinstance(conn, AsyncConnectionPool) else None

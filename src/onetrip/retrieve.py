@@ -26,6 +26,7 @@ from .embedders import (
     SentenceTransformerEmbedder,
     as_vector,
     check_embedder,
+    check_embedder_object,
     check_length,
     check_recorded_probe,
     embedder_probe,
@@ -1031,6 +1032,7 @@ class Retriever:
         from psycopg_pool import ConnectionPool
 
         layout_query(schema, prefix)  # an invalid or hostile name is refused before anything is sent
+        check_embedder_object(embedder)
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool: ConnectionPool | None = conn if isinstance(conn, ConnectionPool) else None
         if self.pool is not None:

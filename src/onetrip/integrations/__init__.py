@@ -21,6 +21,7 @@ from typing import Any
 from ..async_retrieve import AsyncRetriever
 from ..connection import resolve_dsn
 from ..context import Context, Passage, passage_header, render_context
+from ..embedders import check_embedder_object
 from ..retrieve import (CONTEXT_DEFAULT, MAX_BUDGET, MODE_CHOICES, Expansion, Filters, Hit, HybridOptions, Retriever,
                         SectionRecord, as_filters, as_hybrid, check_hybrid_mode, check_k, resolve_mode)
 
@@ -249,6 +250,7 @@ class Source:
             hint = " (a sync Retriever: pass it as retriever=...)" if isinstance(async_retriever, Retriever) else ""
             raise TypeError(f"async_retriever must be an onetrip.AsyncRetriever, got "
                             f"{type(async_retriever).__name__}{hint}")
+        check_embedder_object(embedder)  # a model folder's path had failed at the first search, deep inside
         self.retriever = retriever
         self.given_async = async_retriever
         self.dsn = dsn

@@ -11,6 +11,8 @@ context) come back together. Install with ``pip install 'onetrip[langchain]'``.
 
 from __future__ import annotations
 
+import copy
+
 import dataclasses
 from typing import Any, Literal
 
@@ -96,7 +98,9 @@ class OnetripRetriever(BaseRetriever):
         fields = self._search_fields()
         if fields != self._built_from:
             self._query = Query.build(**dict(zip(SEARCH_FIELDS, fields)))
-            self._built_from = fields
+            # a copy: the fields' own dicts and lists, kept, changed with them in place (lc.filters["doc_ids"] =
+            # ..., lc.principals.remove(...)), so the old Query, old ACL included, had stayed in use
+            self._built_from = copy.deepcopy(fields)
         return self._query
 
     def _connection_fields(self) -> tuple:
