@@ -50,3 +50,21 @@ def test_a_repeated_query_is_not_embedded_again(monkeypatch):
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="query_cache"):
             SentenceTransformerEmbedder(query_cache=bad)
+
+
+def test_a_model_folder_under_home_loads_and_batch_size_is_checked_when_made(tmp_path, monkeypatch):
+    """Found by review: SentenceTransformerEmbedder('~/model') named the folder (its name expanded '~') but
+    handed the literal '~/model' to sentence-transformers, which read it as a hub id and failed; a
+    batch_size of the wrong type failed only at the first embedding, inside sentence-transformers."""
+    import os
+
+    from onetrip.embedders import default_model_path
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    os.symlink(default_model_path(), tmp_path / "mymodel")
+    e = SentenceTransformerEmbedder("~/mymodel")
+    assert e.model_path == str(tmp_path / "mymodel")
+    assert e.embed_query("hello").shape == (e.dim,) == (384,)
+    for bad in ("8", 0, True, 2.0):
+        with pytest.raises(ValueError, match="batch_size must be a positive integer"):
+            SentenceTransformerEmbedder(batch_size=bad)

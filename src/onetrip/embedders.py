@@ -183,8 +183,12 @@ class SentenceTransformerEmbedder:
 
     def __init__(self, model_path: str | None = None, *, device: str = "cpu", batch_size: int = 64,
                  query_cache: int = 1024) -> None:
-        self.model_path = model_path or default_model_path()
+        # expanded here: the name (`model_name`) expanded '~' and the load did not, so '~/model' was named
+        # but then sent to sentence-transformers as a hub id
+        self.model_path = str(Path(model_path).expanduser()) if model_path else default_model_path()
         self.device = device
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise ValueError(f"batch_size must be a positive integer, got {batch_size!r}")
         self.batch_size = batch_size
         if isinstance(query_cache, bool) or not isinstance(query_cache, int) or query_cache < 0:
             raise ValueError(f"query_cache must be a non-negative integer, got {query_cache!r}")
