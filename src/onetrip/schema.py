@@ -76,10 +76,9 @@ def drop_schema(conn: psycopg.Connection, layout: Layout) -> None:
     t = layout.tables
     with conn.transaction():
         check_ours(existing_columns(conn, layout), layout)
-        try:
-            with conn.transaction():
-                conn.execute(f"DROP TABLE IF EXISTS {t['term_stats']}, {t['section_history']}, {t['sections']}, "
-                             f"{t['documents']}")
+        try:  # the error leaves the transaction above, which rolls back
+            conn.execute(f"DROP TABLE IF EXISTS {t['term_stats']}, {t['section_history']}, {t['sections']}, "
+                         f"{t['documents']}")
         except psycopg.errors.DependentObjectsStillExist as e:
             detail = (e.diag.message_detail or "").replace("\n", "; ")
             raise OnetripError(f"onetrip's tables were not dropped: other objects depend on them ({detail}); "

@@ -12,7 +12,6 @@ context) come back together. Install with ``pip install 'onetrip[langchain]'``.
 from __future__ import annotations
 
 import copy
-
 import dataclasses
 from typing import Any, Literal
 
