@@ -160,6 +160,21 @@ def test_split_oracle_keeps_string_literals_whole():
     ]
 
 
+
+def test_split_oracle_refuses_lines_sqlplus_would_end_a_statement_at():
+    """SQL*Plus reads lines, not SQL: a ';' ending a comment or string line, or a blank line, ends the statement."""
+    header = "-- an example block:\n--   :k := 5;\n--   END;\nSELECT 1\n  FROM dual;\n"
+    assert split_statements(header, "oracle") == ["-- an example block:\n--   :k := 5;\n--   END;\nSELECT 1\n  FROM dual"]
+    with pytest.raises(SqlValidationError, match=r"line 1: ends in ';' inside a statement"):
+        split_statements("SELECT 1 -- one;\n  FROM dual;\n", "oracle")
+    with pytest.raises(SqlValidationError, match=r"line 2: ends in ';'"):
+        split_statements("SELECT 'a\nb;\nc' FROM dual;\n", "oracle")
+    with pytest.raises(SqlValidationError, match=r"line 2: a blank line inside a statement"):
+        split_statements("SELECT 1\n\n  FROM dual;\n", "oracle")
+    # PL/SQL blocks run at their '/' line: ';' ends and blank lines inside them are SQL*Plus's to keep
+    assert len(split_statements("BEGIN\n  NULL; -- x;\n\nEND;\n/\n", "oracle")) == 1
+
+
 # --------------------------------------------------------------------------- (d) the Oracle edition
 
 

@@ -81,7 +81,7 @@ subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
      WHERE t.depth < 100
 ),
 candidates AS (
-    -- one row per (passage key, hit served, role); priority orders the budget fill;
+    -- one row per (passage key, hit served, role); priority orders the budget fill
     -- role bits: 1 hit, 2 parent, 4 ancestor, 8 neighbor, 16 section, 32 document
     SELECT r.doc_id, r.sequence_index, r.hit_rank, 0 AS priority, 1 AS role_bit, r.distance
       FROM ranked r

@@ -605,6 +605,7 @@ def _split_oracle(sql: str) -> list[tuple[str, bool]]:
                 f"line {tokens[j].line}: a '/' line after a statement ended by ';' makes SQL*Plus run it twice"
             )
         end = tokens[j].start if j < len(tokens) else len(sql)
+        _check_sqlplus_lines(sql, tok.line, tokens[j].line if j < len(tokens) else tokens[-1].line + 1)
         piece = sql[start:end].strip()
         if _scrub(piece).strip():
             out.append((piece, False))
@@ -614,6 +615,25 @@ def _split_oracle(sql: str) -> list[tuple[str, bool]]:
     if _scrub(tail).strip():
         out.append((tail, False))
     return out
+
+
+def _check_sqlplus_lines(sql: str, first: int, last: int) -> None:
+    """Refuse a line SQL*Plus would end a plain statement at before its ';' (lines ``first`` to ``last``, from 1).
+
+    SQL*Plus reads a script line by line and does not parse SQL: a line ending in ';' runs the buffer even when
+    that ';' sits in a ``--`` comment or a string, and (SQLBLANKLINES OFF, the default) a blank line ends the
+    statement unrun. Either way the rest of the statement then runs as a broken statement of its own.
+    """
+    lines = sql.splitlines()
+    for n in range(first, min(last, len(lines) + 1)):
+        text = lines[n - 1]
+        if not text.strip():
+            raise SqlValidationError(f"line {n}: a blank line inside a statement ends it in SQL*Plus")
+        if text.rstrip().endswith(";"):
+            raise SqlValidationError(
+                f"line {n}: ends in ';' inside a statement (in a comment or a string), which SQL*Plus takes as the"
+                f" statement's end: {text.strip()[:80]}"
+            )
 
 
 #: The signature Oracle requires of a Virtual Private Database policy function (DBMS_RLS.ADD_POLICY's
