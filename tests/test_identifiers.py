@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import psycopg
 import pytest
 
@@ -199,6 +202,29 @@ def test_postgres_reserved_function_or_type_words_are_refused(word):
     syntax error, so an unquoted identifier must not be one of them."""
     with pytest.raises(InvalidIdentifierError, match="reserved"):
         Layout(schema=word)
+
+
+@pytest.mark.parametrize("word", ["date", "update", "by", "exists", "integer", "privileges"])
+def test_oracle_reserved_words_are_refused(word):
+    """Reserved in Oracle (V$RESERVED_WORDS): the Oracle edition writes the schema bare (`FROM date.sections`
+    had been rendered), so the name is refused for every edition, as PostgreSQL's reserved words are."""
+    with pytest.raises(InvalidIdentifierError, match="reserved"):
+        Layout(schema=word)
+
+
+def test_a_schema_oracle_cannot_write_bare_has_no_oracle_edition(tmp_path):
+    """`_kb` is a fine PostgreSQL name, but an unquoted Oracle name begins with a letter (`FROM _kb.sections`
+    had been rendered): the Oracle edition is refused naming why; `--dialect all` renders the others."""
+    from onetrip.editions import render_edition
+
+    assert "FROM _kb.sections s" in render_edition("postgres", Layout(schema="_kb"))["retrieve.sql"]
+    with pytest.raises(InvalidIdentifierError, match="schema name '_kb' cannot be written bare in Oracle"):
+        render_edition("oracle", Layout(schema="_kb"))
+    assert "FROM kb.sections s" in render_edition("oracle", Layout(schema="kb"))["retrieve.sql"]
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "sql", "render", "--out", str(tmp_path),
+                          "--schema", "_kb"], capture_output=True, text=True)
+    assert res.returncode == 0 and "no Oracle edition for schema '_kb'" in res.stderr, res.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["citus", "postgres"]
 
 
 @pytest.mark.parametrize("dim", ["384", None, [384], 384.0, True])

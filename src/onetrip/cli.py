@@ -804,6 +804,10 @@ def cmd_sql(args: argparse.Namespace) -> int:
         editions.remove("oracle")  # all that apply: asked for by name (--dialect oracle), it is an error naming why
         print("onetrip: note: no Oracle edition for halfvec storage or hash partitions (--vector-type, "
               "--partitions): rendering the PostgreSQL and Citus editions", file=sys.stderr)
+    elif args.dialect == "all" and layout.schema and not layout.schema[0].isalpha():
+        editions.remove("oracle")
+        print(f"onetrip: note: no Oracle edition for schema {layout.schema!r} (an unquoted Oracle name begins "
+              "with a letter): rendering the PostgreSQL and Citus editions", file=sys.stderr)
     if args.stdout:
         for d in editions:
             for name, text in render_edition(d, layout).items():

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .retrieve import CONTEXT_DEFAULT, MAX_K, assemble_template_options
+from .identifiers import check_oracle_identifier
 from .layout import Layout
 from .templates import Dialect, render
 
@@ -85,6 +86,8 @@ def render_edition(edition: str, layout: Layout = Layout()) -> dict[str, str]:
     if edition not in EDITION_DIALECT:
         raise ValueError(f"unknown edition {edition!r}: expected one of {sorted(EDITION_DIALECT)}")
     dialect = EDITION_DIALECT[edition]
+    if dialect == "oracle" and layout.schema:
+        check_oracle_identifier(layout.schema, "schema name")
     default_binds = "psql" if dialect == "postgres" else "oracle"
     out = {}
     files = ([EditionFile("schema.sql", "citus_schema", {})] if edition == "citus" else edition_files(dialect))  # type: ignore[arg-type]

@@ -41,7 +41,8 @@ _RESERVED = frozenset(
     immediate increment index level lock long maxextents minus mode modify noaudit nocompress
     nowait number of offline online option pctfree prior public raw rename resource row rowid
     rownum rows session set share size start successful synonym sysdate trigger uid validate
-    values varchar varchar2 view whenever
+    values varchar varchar2 view whenever add alter between by char current date decimal delete drop exists
+    float initial insert integer mlslabel privileges revoke smallint update
     authorization binary collation concurrently cross current_schema freeze full ilike inner is
     isnull join left like natural notnull outer overlaps right similar tablesample verbose""".split()
 )
@@ -64,6 +65,16 @@ def validate_identifier(name: object, what: str = "identifier") -> str:
         )
     if name in _RESERVED:
         raise InvalidIdentifierError(f"{what} {name!r} is a reserved SQL word")
+    return name
+
+
+def check_oracle_identifier(name: str, what: str = "identifier") -> str:
+    """``name`` if Oracle takes it unquoted too: a nonquoted Oracle identifier must begin with a letter."""
+    if not name[:1].isalpha():
+        raise InvalidIdentifierError(
+            f"{what} {name!r} cannot be written bare in Oracle, where an unquoted name begins with a letter:"
+            " no Oracle edition for it"
+        )
     return name
 
 
