@@ -104,6 +104,34 @@ def test_five_megabyte_single_paragraph(db, tmp_path):
     assert n > 1000 and max_tokens <= 256
 
 
+def test_the_sections_stored_are_parsed_from_the_bytes_hashed(db, tmp_path, monkeypatch):
+    """A file saved between ingest's read (which the hash is of) and its parse had been stored as the old bytes'
+    hash with the new bytes' sections; once the file went back to the old bytes, ingest said "unchanged" and
+    served text no file held. The parse now reads the bytes that were hashed; the edit is the next run's."""
+    import hashlib
+
+    import onetrip.ingest as ingest_module
+
+    init_schema(db)
+    page = tmp_path / "page.md"
+    page.write_text(DOC_V1)
+    parse = ingest_module.parse_file
+
+    def edited_meanwhile(path, *args, **kwargs):
+        page.write_text(DOC_V2)  # another writer saves the file after ingest read it
+        return parse(path, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "parse_file", edited_meanwhile)
+    assert ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder()).new == 1
+    monkeypatch.setattr(ingest_module, "parse_file", parse)
+    stored = " ".join(c for _, c in rows(db, "page.md"))
+    assert "version one" in stored and "version two" not in stored
+    assert db.execute("SELECT content_hash FROM documents").fetchone()[0] == hashlib.sha256(
+        DOC_V1.encode()).hexdigest()
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())  # the file is V2 now
+    assert report.changed == 1 and "version two" in " ".join(c for _, c in rows(db, "page.md"))
+
+
 def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
     init_schema(db)
     f = tmp_path / "guide.md"

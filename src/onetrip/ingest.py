@@ -543,7 +543,7 @@ def ingest_paths(
                     if on_progress:
                         on_progress(shown, report)
                     continue
-                parsed = parse_file(path)
+                parsed = parse_file(path, data=data)  # the bytes hashed above: an edit since is the next run's
                 report.warnings += [(shown, w) for w in parsed.warnings]
                 # kept with the document too, so a later look (onetrip documents, SQL) finds them
                 found = {PARSE_WARNINGS_KEY: list(parsed.warnings)} if parsed.warnings else {}

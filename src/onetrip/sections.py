@@ -590,17 +590,18 @@ HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 TEXT_SUFFIXES = {".txt", ".text", ".rst"}
 
 
-def _read_text(path: Path) -> str:
-    """Read a document as UTF-8, rejecting what cannot be a text document."""
+def _read_text(path: Path, data: bytes | None = None) -> str:
+    """Read a document as UTF-8 (from ``data``, its bytes, when given), rejecting what cannot be a text document."""
     shown = str(path)
-    if not path.exists():
-        raise InputDocumentError(shown, "path does not exist")
-    if path.is_dir():
-        raise InputDocumentError(shown, "is a directory, not a file")
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise InputDocumentError(shown, f"cannot read file: {exc.strerror or exc}") from exc
+    if data is None:
+        if not path.exists():
+            raise InputDocumentError(shown, "path does not exist")
+        if path.is_dir():
+            raise InputDocumentError(shown, "is a directory, not a file")
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            raise InputDocumentError(shown, f"cannot read file: {exc.strerror or exc}") from exc
     if not data:
         raise InputDocumentError(shown, "empty file (0 bytes)")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
@@ -675,10 +676,15 @@ def parse_file(
     count_tokens: TokenCounter = count_tokens,
     max_tokens: int = DEFAULT_MAX_TOKENS,
     min_tokens: int = DEFAULT_MIN_TOKENS,
+    data: bytes | None = None,
 ) -> ParsedDocument:
-    """Parse a markdown, HTML or plain-text file into sections (format by suffix)."""
+    """Parse a markdown, HTML or plain-text file into sections (format by suffix).
+
+    ``data``: the file's bytes when the caller has read them already (ingest hashes them), so that the
+    sections come from the bytes that were hashed, not from a second read of a file edited in between.
+    """
     path = Path(path)
-    text = _read_text(path)
+    text = _read_text(path, data)
     try:
         return _parse_text(path, text, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens)
     except RecursionError:  # a clear error for this file, not a crashed batch. None is known to get here: the HTML
