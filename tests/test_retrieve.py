@@ -282,6 +282,34 @@ def test_init_twice_is_harmless_and_dim_mismatch_is_refused(db):
         init_schema(db, Layout(dim=64))
 
 
+def test_two_inits_of_a_new_layout_at_once_both_succeed(db, dsn):
+    """Two first ingests (or `onetrip init`s) into a new prefix at once: both sessions' CREATE ... IF NOT EXISTS
+    found no table and one failed on a catalog index (UniqueViolation on pg_type_typname_nsp_index, in 7 of 20
+    calls). They now wait for each other, and the second finds everything made."""
+    import threading
+
+    failures: list[str] = []
+    for i in range(6):
+        layout = Layout(dim=8, prefix=f"twin{i}_")
+        barrier = threading.Barrier(2)
+
+        def init() -> None:
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                barrier.wait()
+                try:
+                    init_schema(conn, layout)
+                except Exception as e:  # noqa: BLE001 - collected, then asserted as a whole
+                    failures.append(f"{type(e).__name__}: {e}")
+
+        threads = [threading.Thread(target=init) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
+    assert db.execute("SELECT count(*) FROM pg_tables WHERE tablename LIKE 'twin%_sections'").fetchone()[0] == 6
+
+
 def test_init_names_another_vector_type_or_partitioning_before_touching_the_tables(db, dsn):
     """The schema script's index on another column type had failed with a raw DatatypeMismatch (a traceback)."""
     init_schema(db, Layout(dim=32))

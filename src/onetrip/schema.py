@@ -103,6 +103,10 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
     _check_existing(_existing_layout(conn, layout), layout)  # before the script: its indexes would fail on another type
     script = render("schema", layout=layout)
     with conn.transaction():
+        # Two sessions' CREATE ... IF NOT EXISTS at once can both find no table and one fail on a catalog unique
+        # index (pg_type_typname_nsp_index): inits wait for each other (the two-key lock space, apart from the
+        # documents' one-key locks); the second then finds everything made.
+        conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", ("onetrip init_schema",))
         conn.execute(script)  # no params: sent as one multi-statement script
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
     _check_existing(existing, layout)  # another init may have created it in between
