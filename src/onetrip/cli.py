@@ -555,7 +555,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
     """Exit 0 when every id was stored and is now gone, 3 when some were not stored (the others are deleted)."""
     from .connection import connect
     from .schema import read_layout
-    from .store import delete_document, mark_term_stats_behind, refresh_term_stats
+    from .store import delete_document, refresh_term_stats
 
     with connect(args.dsn) as conn:
         layout = read_layout(conn, schema=args.schema, prefix=args.prefix)
@@ -566,9 +566,7 @@ def cmd_delete(args: argparse.Namespace) -> int:
         # table missing) must not read as if nothing had been deleted
         print(f"deleted {_count(deleted, 'document')}" + (" (sections archived)" if args.keep_history and deleted
                                                           else ""), flush=True)
-        if deleted and args.no_recount:  # the next ingest run recounts
-            mark_term_stats_behind(conn, layout)
-        elif deleted:
+        if deleted and not args.no_recount:  # else the mark each deletion committed has the next ingest recount
             refresh_term_stats(conn, layout)  # the deleted sections' words no longer count
     if deleted and args.no_recount:
         print(RECOUNT_LEFT, file=sys.stderr)

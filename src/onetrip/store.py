@@ -863,7 +863,9 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
     re-ingest of the same document run one after the other, never interleaved.
     With ``keep_history`` the deleted revision's sections are archived first, as
     a re-ingest with keep_history does. Lexical word weights count the deleted
-    sections until `refresh_term_stats` runs (``onetrip delete`` runs it).
+    sections until `refresh_term_stats` runs (``onetrip delete`` runs it); the
+    delete commits with the TERM_STATS_BEHIND mark, so if that recount never
+    comes (a stopped command, a library caller), the next ingest run recounts.
     """
     check_key(doc_id, "doc_id")
     documents = sql.SQL(layout.tables["documents"])
@@ -873,7 +875,10 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
             if keep_history:
                 _archive_sections(conn, layout, doc_id)
             # the sections go with it: their foreign key is ON DELETE CASCADE
-            return conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(documents), (doc_id,)).rowcount > 0
+            gone = conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(documents), (doc_id,)).rowcount > 0
+            if gone:
+                mark_term_stats_behind(conn, layout)
+            return gone
         except psycopg.errors.UndefinedTable as e:
             raise missing_table_error(e) from None
 
