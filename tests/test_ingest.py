@@ -132,6 +132,18 @@ def test_the_sections_stored_are_parsed_from_the_bytes_hashed(db, tmp_path, monk
     assert report.changed == 1 and "version two" in " ".join(c for _, c in rows(db, "page.md"))
 
 
+def test_a_connection_without_autocommit_is_refused_before_any_write(db, dsn, tmp_path):
+    """On it, every document's transaction had been a savepoint of one the run's first statement opened: the
+    report said new 1 and another session saw nothing, and closing the connection lost the run."""
+    init_schema(db)
+    (tmp_path / "a.md").write_text(DOC_V1)
+    with connect(dsn, autocommit=False) as conn:
+        with pytest.raises(ValueError, match="autocommit mode"):
+            ingest_paths(conn, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder()).new == 1
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+
+
 def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
     init_schema(db)
     f = tmp_path / "guide.md"

@@ -407,7 +407,16 @@ def ingest_paths(
 
     A connection lost during the run ends it with IngestInterruptedError (its
     ``report``: what was done before); a document being written then is not stored.
+
+    ``conn`` must be in autocommit mode (`onetrip.connect` makes it so): each
+    document commits in a transaction of its own. On a connection without it,
+    the run's first statement opened a transaction that every document's became
+    a savepoint of: nothing was visible to others, other writers of those
+    documents waited for the whole run, and closing the connection lost it all.
     """
+    if not conn.autocommit:
+        raise ValueError("ingest_paths commits each document in a transaction of its own: give it a connection in "
+                         "autocommit mode (onetrip.connect() makes one; psycopg: connect(..., autocommit=True))")
     report = IngestReport()
     check_access_values(collection, acl)
     planned = plan_files(paths, doc_id)  # before any write: two files for one doc_id are refused
