@@ -144,6 +144,23 @@ def test_a_connection_without_autocommit_is_refused_before_any_write(db, dsn, tm
     assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
 
 
+def test_an_unchanged_file_found_in_a_moved_folder_keeps_its_revision_and_takes_its_new_source(db, tmp_path):
+    """The stored source_uri had kept the old path for good ("unchanged"), so a source_prefix filter on the new
+    folder found nothing; an access change did update it. Now the source follows the file, in place."""
+    old, new = tmp_path / "old" / "docs", tmp_path / "new" / "docs"
+    old.mkdir(parents=True)
+    (old / "a.md").write_text(DOC_V1)
+    init_schema(db)
+    assert ingest_paths(db, [old], layout=Layout(), embedder=HashEmbedder()).new == 1
+    (tmp_path / "old").rename(tmp_path / "new")
+    report = ingest_paths(db, [new], layout=Layout(), embedder=HashEmbedder())
+    assert (report.unchanged, report.changed, report.new) == (1, 0, 0)
+    uri, revision = db.execute("SELECT source_uri, revision FROM documents WHERE doc_id = 'a.md'").fetchone()
+    assert (uri, revision) == ((new / "a.md").resolve().as_uri(), 1)
+    r = Retriever(db, embedder=HashEmbedder())
+    assert r.search("Install it", k=1, filters=Filters(source_prefix=new.resolve().as_uri()))
+
+
 def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
     init_schema(db)
     f = tmp_path / "guide.md"

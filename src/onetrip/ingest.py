@@ -40,6 +40,7 @@ from .store import (
     check_doc_id,
     flush_word_indexes,
     set_document_access,
+    set_document_source,
     stored_state,
     recorded_models,
     recorded_probes,
@@ -373,7 +374,8 @@ def ingest_paths(
     """Ingest files and folders; returns counts of new/changed/unchanged/failed documents.
 
     A file is skipped as unchanged when its content hash, ``collection`` and
-    ``acl`` are all as stored. Another collection or ACL on an unchanged file
+    ``acl`` are all as stored (its stored ``source_uri`` follows it when the
+    file was found somewhere else: a moved folder). Another collection or ACL on an unchanged file
     is a new revision that keeps the sections and their vectors (no parsing or
     embedding), so an access change takes effect at once. An unchanged file
     that an onetrip which cut files differently stored (another
@@ -537,17 +539,21 @@ def ingest_paths(
                     raise InputDocumentError(shown, str(e)) from None
                 data = path.read_bytes()
                 digest = hashlib.sha256(data).hexdigest()
-                state = stored_state(conn, layout, did, digest, collection, acl, sectioning=SECTIONING)
+                uri = path.resolve().as_uri()
+                state = stored_state(conn, layout, did, digest, collection, acl, sectioning=SECTIONING,
+                                     source_uri=uri)
                 if force and state != "new":  # written whatever is stored; looked up all the same, so that a
                     state = "content"         # failure says "stays searchable" only of a document that is stored
-                if state == "unchanged":
+                if state == "source" and not set_document_source(conn, layout, did, digest, uri):
+                    state = "content"  # another writer stored other content meanwhile: this file's is stored
+                if state in ("unchanged", "source"):
                     report.unchanged += 1
                     report.parse_seconds += time.perf_counter() - t0
                     if on_progress:
                         on_progress(shown, report)
                     continue
                 if state == "access" and _store_access(conn, layout, did, digest, collection, acl, keep_history,
-                                                       path.resolve().as_uri(), shown, report):
+                                                       uri, shown, report):
                     report.load_seconds += time.perf_counter() - t0
                     if on_progress:
                         on_progress(shown, report)
@@ -557,7 +563,7 @@ def ingest_paths(
                 # kept with the document too, so a later look (onetrip documents, SQL) finds them
                 found = {PARSE_WARNINGS_KEY: list(parsed.warnings)} if parsed.warnings else {}
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
-                    doc_id=did, source_uri=path.resolve().as_uri(), title=parsed.title, content_hash=digest,
+                    doc_id=did, source_uri=uri, title=parsed.title, content_hash=digest,
                     metadata={**parsed.metadata, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name,
                               SECTIONING_KEY: SECTIONING, EMBEDDING_TEXT_KEY: EMBEDDING_TEXT,
                               **({} if probe is None else {EMBEDDER_PROBE_KEY: probe})},

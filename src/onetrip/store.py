@@ -167,14 +167,15 @@ def _access_change(stored_collection: str, stored_acl: Sequence[str] | None, col
             "moved_from": stored_collection if stored_collection != collection else None}
 
 
-StoredState = Literal["new", "content", "sectioning", "access", "unchanged"]
+StoredState = Literal["new", "content", "sectioning", "access", "source", "unchanged"]
 
 
 def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
                  collection: str | None, acl: Sequence[str] | None, *,
-                 sectioning: int | None = None) -> StoredState:
+                 sectioning: int | None = None, source_uri: str | None = None) -> StoredState:
     """How a document to be stored differs from the stored one: not stored, its content, how it was cut into
-    sections, only its access, nothing.
+    sections, only its access, only where its file is (``source_uri``, when given: `set_document_source`),
+    nothing.
 
     Access counts, not only content: a re-ingest of an unchanged file with
     another ``acl`` or ``collection`` must store it ("access": `set_document_access`,
@@ -185,7 +186,7 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
     number is left alone: a newer onetrip cut it, and an older one re-cutting
     it would make the two undo each other on every run.
     """
-    q = sql.SQL("SELECT content_hash, collection, acl, metadata ->> %s FROM {} WHERE doc_id = %s").format(
+    q = sql.SQL("SELECT content_hash, collection, acl, metadata ->> %s, source_uri FROM {} WHERE doc_id = %s").format(
         sql.SQL(layout.tables["documents"]))
     row = conn.execute(q, (SECTIONING_KEY, doc_id)).fetchone()
     if row is None:
@@ -194,7 +195,19 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
         return "content"
     if sectioning is not None and _cut_before(row[3], sectioning):
         return "sectioning"
-    return "unchanged" if _same_access(row[1], row[2], collection, acl) else "access"
+    if not _same_access(row[1], row[2], collection, acl):
+        return "access"
+    return "source" if source_uri is not None and row[4] != source_uri else "unchanged"
+
+
+def set_document_source(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
+                        source_uri: str) -> bool:
+    """Record where an unchanged document's file is now (a moved folder), in place: no new revision, as nothing
+    a search returns changed but the source (which a `Filters.source_prefix` reads, and which had kept the old
+    path for good). False if the stored content is no longer ``content_hash`` (another writer came first)."""
+    q = sql.SQL("UPDATE {} SET source_uri = %s WHERE doc_id = %s AND content_hash = %s").format(
+        sql.SQL(layout.tables["documents"]))
+    return conn.execute(q, (source_uri, doc_id, content_hash)).rowcount > 0
 
 
 def _cut_before(stored: str | None, sectioning: int) -> bool:
