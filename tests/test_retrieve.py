@@ -674,6 +674,16 @@ def test_another_applications_tables_of_onetrips_names_are_neither_used_nor_drop
         init_schema(db, Layout(dim=32))
     assert db.execute("SELECT to_regclass('sections')").fetchone()[0] is None  # nothing made beside it
     db.execute("DROP TABLE documents")
+    # term_stats had been told by its lexeme column alone: an application's word table passed for onetrip's,
+    # init said ready and `init --recreate` dropped it with its rows; section_history likewise by three columns
+    for table, ddl, lacking in (("term_stats", "lexeme text PRIMARY KEY, freq bigint", "sections, share, idf"),
+                                ("section_history", "doc_id text, section_id text, revision int", "archived_at")):
+        db.execute(f"CREATE TABLE {table} ({ddl})")
+        for call in (lambda: init_schema(db, Layout(dim=32)), lambda: drop_schema(db, Layout())):
+            with pytest.raises(ForeignTableError, match=f"{table} exists but is not onetrip's: .* {lacking}"):
+                call()
+        assert db.execute("SELECT to_regclass('sections')").fetchone()[0] is None
+        db.execute(f"DROP TABLE {table}")
     # onetrip's own tables: a view on them is named, nothing dropped; a documents column lacking is named
     init_schema(db, Layout(dim=32))
     db.execute("CREATE VIEW mine AS SELECT doc_id FROM sections")

@@ -21,8 +21,9 @@ def required_columns() -> tuple[str, ...]:
 IDENTITY_COLUMNS = {
     "sections": ("doc_id", "section_id", "embedding"),
     "documents": ("doc_id", "source_uri", "content_hash"),
-    "section_history": ("doc_id", "section_id", "revision"),
-    "term_stats": ("lexeme",),
+    "section_history": ("doc_id", "section_id", "revision", "archived_at"),
+    # all four: an application's own `term_stats (lexeme, freq)` had passed for onetrip's (and been dropped)
+    "term_stats": ("lexeme", "sections", "share", "idf"),
 }
 
 _COLUMNS_QUERY = """
