@@ -227,6 +227,21 @@ def test_a_schema_oracle_cannot_write_bare_has_no_oracle_edition(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["citus", "postgres"]
 
 
+@pytest.mark.parametrize("schema,dialect", [("describe", "postgres"), ("qualify", "postgres"),
+                                            ("systimestamp", "oracle")])
+def test_a_schema_sqlglot_reads_as_a_keyword_is_named_when_rendering(tmp_path, schema, dialect):
+    """PostgreSQL takes these schema names (onetrip runs on them), but sqlglot, which checks every rendered
+    statement, reads them as keywords: `sql render` had failed with a parse error naming neither."""
+    from onetrip.editions import render_edition
+
+    with pytest.raises(InvalidIdentifierError, match=f"schema name '{schema}' is a keyword to sqlglot"):
+        render_edition(dialect, Layout(schema=schema))
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "sql", "render", "--out", str(tmp_path),
+                          "--schema", schema, "--dialect", dialect], capture_output=True, text=True)
+    assert res.returncode == 2 and f"schema name '{schema}' is a keyword to sqlglot" in res.stderr, res.stderr
+    assert not list(tmp_path.iterdir())
+
+
 @pytest.mark.parametrize("dim", ["384", None, [384], 384.0, True])
 def test_a_dimension_that_is_not_an_integer_is_named(dim):
     with pytest.raises(ValueError, match="embedding dimension must be an integer"):

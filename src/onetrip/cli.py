@@ -794,18 +794,14 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from .editions import render_edition, write_editions
+    from .editions import no_oracle_edition, render_edition, write_editions
 
     layout = _layout(args, args.dim)
     editions = ["postgres", "oracle", "citus"] if args.dialect == "all" else [args.dialect]
-    if args.dialect == "all" and (layout.vector_type != "vector" or layout.partitions):
+    if args.dialect == "all" and (why := no_oracle_edition(layout)):
         editions.remove("oracle")  # all that apply: asked for by name (--dialect oracle), it is an error naming why
-        print("onetrip: note: no Oracle edition for halfvec storage or hash partitions (--vector-type, "
-              "--partitions): rendering the PostgreSQL and Citus editions", file=sys.stderr)
-    elif args.dialect == "all" and layout.schema and not layout.schema[0].isalpha():
-        editions.remove("oracle")
-        print(f"onetrip: note: no Oracle edition for schema {layout.schema!r} (an unquoted Oracle name begins "
-              "with a letter): rendering the PostgreSQL and Citus editions", file=sys.stderr)
+        print(f"onetrip: note: no Oracle edition for {why} (`--dialect oracle` says why): rendering the "
+              "PostgreSQL and Citus editions", file=sys.stderr)
     if args.stdout:
         for d in editions:
             for name, text in render_edition(d, layout).items():

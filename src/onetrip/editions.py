@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .retrieve import CONTEXT_DEFAULT, MAX_K, assemble_template_options
+from .errors import InvalidIdentifierError
 from .identifiers import check_oracle_identifier
 from .layout import Layout
 from .templates import Dialect, render
@@ -88,6 +89,8 @@ def render_edition(edition: str, layout: Layout = Layout()) -> dict[str, str]:
     dialect = EDITION_DIALECT[edition]
     if dialect == "oracle" and layout.schema:
         check_oracle_identifier(layout.schema, "schema name")
+    if layout.schema:
+        check_checkable_schema(layout.schema, dialect)
     default_binds = "psql" if dialect == "postgres" else "oracle"
     out = {}
     files = ([EditionFile("schema.sql", "citus_schema", {})] if edition == "citus" else edition_files(dialect))  # type: ignore[arg-type]
@@ -97,6 +100,43 @@ def render_edition(edition: str, layout: Layout = Layout()) -> dict[str, str]:
         out[f.name] = render(f.template, layout=layout, dialect=dialect, binds=binds, header=True, **options)
     check_edition(edition, out)
     return out
+
+
+def no_oracle_edition(layout: Layout) -> str | None:
+    """Why the Oracle edition cannot be rendered for ``layout`` (None if it can): for `sql render --dialect all`,
+    which then renders the others and says why, as rendering it by name is an error saying so."""
+    if layout.vector_type != "vector" or layout.partitions:
+        return "halfvec storage or hash partitions (--vector-type, --partitions)"
+    if layout.schema:
+        try:
+            check_oracle_identifier(layout.schema, "schema name")
+            check_checkable_schema(layout.schema, "oracle")
+        except InvalidIdentifierError:
+            return f"schema {layout.schema!r}"
+    return None
+
+
+def check_checkable_schema(schema: str, dialect: str) -> None:
+    """InvalidIdentifierError if sqlglot, which checks every rendered statement, cannot read ``schema`` as a name.
+
+    PostgreSQL takes a schema called ``describe`` or ``qualify`` (onetrip runs on it), but sqlglot reads such
+    words as keywords: the check then failed with a parse error naming neither the schema nor the cause.
+    """
+    import sqlglot
+    from sqlglot import exp
+
+    from .sqlcheck import dialect_for
+
+    try:
+        tree = sqlglot.parse_one(f"SELECT s.a FROM {schema}.sections s", dialect=dialect_for(dialect))
+        readable = {t.db for t in tree.find_all(exp.Table)} == {schema}
+    except sqlglot.errors.SqlglotError:
+        readable = False
+    if not readable:
+        raise InvalidIdentifierError(
+            f"schema name {schema!r} is a keyword to sqlglot, which checks every statement of the SQL editions: "
+            f"they cannot be rendered for it (onetrip itself runs on it); render them for another schema name"
+        )
 
 
 def check_edition(edition: str, files: Mapping[str, str]) -> int:
