@@ -173,6 +173,14 @@ def test_other_layouts(db, layout):
     r = Retriever(db)
     queries = list(corpus_query_vectors(docs, 3, seed=27))
     assert r.search_many(queries, k=5) == [r.search(q, k=5) for q in queries]
+    if layout.vector_type == "halfvec":
+        # a length within float32's range whose 16-bit numbers are all 0: search says the distance is NaN, and
+        # search_many had returned NaN distances in an arbitrary order
+        tiny = queries[1] / np.linalg.norm(queries[1]) * 1e-9
+        with pytest.raises(ValueError, match="undefined \\(NaN\\).*too small for a halfvec table"):
+            r.search(tiny, k=5)
+        with pytest.raises(ValueError, match="^query 1: the distance to section .* undefined \\(NaN\\)"):
+            r.search_many([queries[0], tiny], k=5)
 
 
 # --- text queries: lexical and hybrid batched, "auto" hybrid when every query is a text ---------------------------

@@ -369,7 +369,8 @@ def nan_distance_error(doc_id: str, section_id: str) -> ValueError:
     """A NaN distance in a result: an all-zero query embedding (the usual cause, unchecked on the hot path)
     or an all-zero stored one (loaded around `replace_document`, which refuses them)."""
     return ValueError(f"the distance to section {section_id!r} of {doc_id!r} is undefined (NaN): the query "
-                      "embedding has length zero (all zeros), or that section's stored embedding does")
+                      "embedding has length zero (all zeros, or too small for a halfvec table's 16-bit numbers), "
+                      "or that section's stored embedding does")
 
 
 def zero_query_error() -> ValueError:

@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from .embedders import as_vector
+from .embedders import as_vector, nan_distance_error
 from .errors import DimensionMismatchError
 from .retrieve import (MODES, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid, check_flag,
                        check_hybrid_mode, check_k, check_query_text, k_bucket, resolve_mode, retrieval_sql)
@@ -179,6 +179,8 @@ def _linker(names: tuple[str, ...], parent: bool, neighbors: bool) -> Any:
             by_seq[rec.doc_id, rec.sequence_index] = rec
             if row[ord_i] is not None:
                 d = row[dist_i]
+                if d is not None and d != d:  # a halfvec table: a tiny embedding passes its checks, then is all 0
+                    raise ValueError(f"query {row[ord_i] - 1}: {nan_distance_error(rec.doc_id, rec.section_id)}")
                 sc = None if score_i is None else row[score_i]
                 # the statement's order: score (lexical, hybrid), distance, doc_id, sequence_index
                 ranked[row[ord_i] - 1].append((0.0 if sc is None else -sc, 0.0 if d is None else d,
