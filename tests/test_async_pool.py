@@ -116,6 +116,29 @@ class RecordingEmbedder(HashEmbedder):
         return super().embed_query(text)
 
 
+def test_pool_makers_send_each_extra_keyword_where_it_belongs_and_name_an_unknown_one(db, dsn):
+    """Every extra keyword had gone to each new connection: make_pool(dsn, max_idle=60) failed every connection
+    and timed out opening with a PoolTimeout that did not name the keyword."""
+    with make_pool(dsn, min_size=1, max_size=1, timeout=5, max_idle=60, name="ot", application_name="ot_app") as pool:
+        assert pool.max_idle == 60 and pool.name == "ot"
+        with pool.connection() as conn:
+            assert conn.execute("SHOW application_name").fetchone()[0] == "ot_app"
+    for maker in (make_pool, make_async_pool):
+        with pytest.raises(TypeError, match=f"{maker.__name__}\\(\\) got 'max_idel': neither"):
+            maker(dsn, max_idel=60)
+
+    async def run() -> None:
+        with pytest.raises(TypeError, match="await pool.open"):
+            make_async_pool(dsn, open=True)
+        pool = make_async_pool(dsn, min_size=1, max_size=1, timeout=5, max_lifetime=120, prepare_threshold=None)
+        async with pool:
+            assert pool.max_lifetime == 120
+            async with pool.connection() as conn:
+                assert conn.prepare_threshold is None
+
+    asyncio.run(run())
+
+
 def test_pooled_retriever_settings_once_and_one_statement(db, dsn, corpus, statement_log):
     pool = make_pool(dsn, min_size=1, max_size=1, ef_search=60)
     try:

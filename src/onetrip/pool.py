@@ -42,6 +42,33 @@ def statement_timeout_setting(seconds: float | None) -> dict[str, str]:
     return {"statement_timeout": f"{max(1, round(seconds * 1000))}ms"}
 
 
+#: psycopg_pool's own options a caller may add (they go to the pool; the others are onetrip's to set)
+POOL_OPTIONS = frozenset({"check", "reset", "name", "close_returns", "max_waiting", "max_lifetime", "max_idle",
+                          "reconnect_timeout", "reconnect_failed", "num_workers", "connection_class"})
+#: psycopg's connect() options besides libpq's connection parameters
+_CONNECT_OPTIONS = frozenset({"prepare_threshold", "context", "row_factory", "cursor_factory"})
+
+
+def split_options(kwargs: dict[str, Any], maker: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A maker's extra keywords as (pool options, connection options); TypeError naming any that is neither.
+
+    Why: every extra keyword had gone to each new connection, so a pool option (``max_idle=60``) made every
+    connection fail and the pool time out opening, with a PoolTimeout that did not name the keyword.
+    """
+    from psycopg import pq
+
+    libpq = {o.keyword.decode() for o in pq.Conninfo.get_defaults()}
+    pool = {k: v for k, v in kwargs.items() if k in POOL_OPTIONS}
+    conn = {k: v for k, v in kwargs.items() if k in libpq or k in _CONNECT_OPTIONS}
+    unknown = [k for k in kwargs if k not in pool and k not in conn]
+    if unknown:
+        raise TypeError(
+            f"{maker}() got {', '.join(map(repr, unknown))}: neither one of its own options, a psycopg_pool option "
+            f"({', '.join(sorted(POOL_OPTIONS))}) nor a connection parameter (libpq's, or {', '.join(sorted(_CONNECT_OPTIONS))})"
+        )
+    return pool, conn
+
+
 def make_pool(
     dsn: str | None = None,
     *,
@@ -59,8 +86,12 @@ def make_pool(
 
     ``statement_timeout`` (seconds) has the server cancel a statement that runs
     longer (psycopg raises ``QueryCanceled``), so that a search blocked by a lock
-    gives its connection back instead of pinning it: a service's choice.
+    gives its connection back instead of pinning it: a service's choice. Other
+    keywords: psycopg_pool's options (`POOL_OPTIONS`: ``max_idle``, ``name``, ...)
+    go to the pool, connection parameters (``application_name``, ``sslmode``,
+    ``prepare_threshold``, ...) to each connection; anything else is a TypeError.
     """
+    pool_options, conn_options = split_options(kwargs, "make_pool")
     from psycopg_pool import ConnectionPool
 
     from .psycopg_adapters import register_adapters
@@ -75,7 +106,7 @@ def make_pool(
     target = resolve_dsn(dsn)
     pool = ConnectionPool(
         target, min_size=min_size, max_size=max_size, timeout=timeout, open=open,
-        configure=configure, kwargs={**timeout_kwargs(target), **kwargs},
+        configure=configure, kwargs={**timeout_kwargs(target), **conn_options}, **pool_options,
     )
     setattr(pool, POOL_SETTINGS, settings)  # what a Retriever over it reports (retrieve.settings_of_pool)
     return pool
@@ -94,7 +125,10 @@ def make_async_pool(
     **kwargs: Any,
 ) -> Any:
     """A `psycopg_pool.AsyncConnectionPool` for ``await AsyncRetriever.create(pool)``; open it first with
-    ``await pool.open()``. ``statement_timeout`` as in `make_pool`."""
+    ``await pool.open()``. ``statement_timeout`` and other keywords as in `make_pool`."""
+    if "open" in kwargs:
+        raise TypeError("make_async_pool() makes the pool closed (it has no open=): open it with await pool.open()")
+    pool_options, conn_options = split_options(kwargs, "make_async_pool")
     from psycopg_pool import AsyncConnectionPool
 
     from .psycopg_adapters import register_adapters_async
@@ -114,7 +148,7 @@ def make_async_pool(
     target = resolve_dsn(dsn)
     pool = AsyncConnectionPool(
         target, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
-        configure=configure, kwargs={**timeout_kwargs(target), **kwargs},
+        configure=configure, kwargs={**timeout_kwargs(target), **conn_options}, **pool_options,
     )
     setattr(pool, POOL_SETTINGS, settings)
     setattr(pool, POOL_OPENED, opened)
