@@ -58,6 +58,16 @@ def int_range(lo: int, hi: int | None = None) -> Callable[[str], int]:
 
 positive_int = int_range(1)
 nonneg_int = int_range(0)
+#: pgvector's hnsw.ef_search
+ef_search = int_range(1, 1000)
+
+
+def positive_number(text: str) -> float:
+    """A finite number over 0 (seconds, intervals)."""
+    x = _number(text)
+    if x <= 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: must be over 0")
+    return x
 #: pgvector's HNSW ef_construction: at least 2 * m (m = 16 in these benchmarks), at most 1000
 ef_construction = int_range(32, 1000)
 

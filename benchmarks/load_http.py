@@ -45,7 +45,8 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.args import run_cli
+from benchmarks.args import int_range, nonneg_int, positive_int, positive_number, run_cli
+from onetrip.retrieve import MAX_K
 
 ROOT = Path(__file__).resolve().parents[1]
 DEMO = ROOT / "src" / "onetrip" / "demo_corpus"
@@ -303,17 +304,17 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m benchmarks.load_http", description=__doc__.split("\n\n")[0])
     ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN, else the embedded server)")
     ap.add_argument("--prefix", default="load_", help="table prefix of the benchmark corpus (its own tables)")
-    ap.add_argument("--synthetic", type=int, default=20000, help="synthetic sections added to the demo corpus")
+    ap.add_argument("--synthetic", type=nonneg_int, default=20000, help="synthetic sections added to the demo corpus")
     ap.add_argument("--clients", type=int, default=20)
     ap.add_argument("--duration", type=float, default=30.0, help="seconds of load")
-    ap.add_argument("--max-requests", type=int, default=1_000_000, help="stop after this many requests")
-    ap.add_argument("--pool-size", type=int, default=10)
-    ap.add_argument("-k", type=int, default=5)
+    ap.add_argument("--max-requests", type=positive_int, default=1_000_000, help="stop after this many requests")
+    ap.add_argument("--pool-size", type=positive_int, default=10)
+    ap.add_argument("-k", type=int_range(1, MAX_K), default=5)
     ap.add_argument("--mode", choices=["dense", "lexical", "hybrid"], default="dense")
     ap.add_argument("--shape", choices=["both", "hits", "context"], default="both")
     ap.add_argument("--payload", choices=["text", "embedding"], default="text",
                     help="send question text (the service embeds it) or precomputed embeddings")
-    ap.add_argument("--sample-every", type=float, default=0.2, help="pool sampling interval in seconds")
+    ap.add_argument("--sample-every", type=positive_number, default=0.2, help="pool sampling interval in seconds")
     ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "load_http"),
                     help="output path without extension (.json and .md are written)")
     args = ap.parse_args(argv)

@@ -123,6 +123,15 @@ from .benchmark_cli import refused  # noqa: E402
     (("--sizes", ","), "--sizes"),
     (("--rtts", "0,nan"), "--rtts"),
     (("--rtts=-1",), "--rtts"),
+    # these had run the whole timed run, then failed writing nothing (KeyError 'E', no median of no pings), or
+    # (--e-queries 0) run E on every query
+    (("--e-queries=-1",), "--e-queries"),
+    (("--e-queries", "0"), "--e-queries"),
+    (("--rtt-samples", "0"), "--rtt-samples"),
+    (("--count-queries", "0"), "--count-queries"),
+    (("--dim", "0"), "--dim"),
+    (("--diag-queries=-1",), "--diag-queries"),
+    (("--k", "0"), "--k"),
 ])
 def test_latency_refuses_bad_flags_before_loading(flags, names, tmp_path):
     line = refused("benchmarks.latency.run", *flags, "--skip-e", "--out", str(tmp_path / "out"))
@@ -275,3 +284,22 @@ def test_report_redraws_a_committed_result_into_another_folder(tmp_path):
     assert report.main([str(committed), "--out", str(tmp_path / "redrawn")]) == 0
     assert (tmp_path / "redrawn" / "latency_n10000_k10.md").read_text() == committed.with_suffix(".md").read_text()
     assert (tmp_path / "redrawn" / "latency_n10000_k10.png").stat().st_size > 0
+
+
+def test_the_content_check_names_the_field_that_differs():
+    """B, C and D must agree; a parent whose content differs had been reported as "parent d/s != d/s"."""
+    from onetrip.retrieve import Hit, SectionRecord
+
+    def rec(sid: str, content: str = "text") -> SectionRecord:
+        return SectionRecord("d", sid, int(sid[1:]), 2, sid, ("Doc", sid), content, "s0", sid, 3, 1)
+
+    def hits(parent_content: str = "text", hit_content: str = "text") -> list[Hit]:
+        return [Hit(1, 0.25, rec("s2", hit_content), rec("s0", parent_content), rec("s1"), rec("s3"))]
+
+    assert variants.diff_hits(hits(), hits()) is None
+    assert variants.diff_hits(hits(), hits(parent_content="other")) == \
+        "rank 1 (d/s2): parent d/s0: content 'other' != 'text'"
+    assert variants.diff_hits(hits(), hits(hit_content="other")) == "rank 1: hit d/s2: content 'other' != 'text'"
+    missing = hits()
+    missing[0].next = None
+    assert variants.diff_hits(hits(), missing) == "rank 1 (d/s2): next None != d/s3"

@@ -51,6 +51,7 @@ def test_coverage_is_fraction_of_quotes():
     assert coverage(["alpha", "delta"], context) == 1.0
     assert coverage(["omega"], context) == 0.0
     assert coverage([], context) is None
+    assert coverage(["omega", "omega", "alpha"], context) == pytest.approx(1 / 3)  # each listed quote counts
 
 
 def test_empty_quote_never_counts_as_found():

@@ -44,7 +44,7 @@ from pgvector import Vector
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
-from ..args import rtts as _rtts, run_cli, sizes as _sizes
+from ..args import ef_construction, nonneg_int, positive_int, rtts as _rtts, run_cli, sizes as _sizes
 from ..versions import server_versions
 from . import corpus as corpus_mod
 from . import report
@@ -80,25 +80,26 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--questions", type=Path, default=Path("../shared/eval/pgdocs_tuning.jsonl"),
                     help="manual corpus: JSONL of questions used as the first queries (heading questions fill up; "
                          "default ../shared/eval/pgdocs_tuning.jsonl)")
-    ap.add_argument("--k", type=int, default=10, help="top-K (default 10)")
+    ap.add_argument("--k", type=positive_int, default=10, help="top-K (default 10)")
     ap.add_argument("--rtts", type=_rtts, default=list(DEFAULT_RTTS), help="added RTT levels in ms (default 0,0.5,1,2,5)")
-    ap.add_argument("--queries", type=int, default=200, help="timed queries per RTT level (default 200)")
-    ap.add_argument("--warmup", type=int, default=20, help="warm-up queries per RTT level, every variant (default 20)")
+    ap.add_argument("--queries", type=positive_int, default=200, help="timed queries per RTT level (default 200)")
+    ap.add_argument("--warmup", type=nonneg_int, default=20, help="warm-up queries per RTT level, every variant (default 20)")
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"),
                     help="output folder (default benchmarks/results)")
     ap.add_argument("--skip-e", action="store_true", help="skip variant E (LlamaIndex)")
     ap.add_argument("--extra", default="F,Af,G,H",
                     help="extra onetrip variants timed in the same interleaved run: F assembled, Af/G filtered, "
                          "H hybrid (default: all; '' for none)")
-    ap.add_argument("--e-queries", type=int, default=None, help="run E on only the first N queries of each level")
-    ap.add_argument("--hnsw-ef-construction", type=int, default=None,
+    ap.add_argument("--e-queries", type=positive_int, default=None,
+                    help="run E on only the first N queries of each level (--skip-e: none)")
+    ap.add_argument("--hnsw-ef-construction", type=ef_construction, default=None,
                     help="HNSW ef_construction of the corpus tables (default: pgvector's 64; the scale "
                          "benchmark builds with 200, and --hnsw-ef-construction 200 reuses its tables)")
     ap.add_argument("--seed", type=int, default=0, help="corpus, query and ordering seed (default 0)")
-    ap.add_argument("--dim", type=int, default=corpus_mod.DEFAULT_DIM, help="embedding dimension (default 384)")
-    ap.add_argument("--count-queries", type=int, default=10, help="queries per variant in the statement-count pass (default 10)")
-    ap.add_argument("--rtt-samples", type=int, default=200, help="SELECT 1 pings per RTT measurement (default 200)")
-    ap.add_argument("--diag-queries", type=int, default=100,
+    ap.add_argument("--dim", type=positive_int, default=corpus_mod.DEFAULT_DIM, help="embedding dimension (default 384)")
+    ap.add_argument("--count-queries", type=positive_int, default=10, help="queries per variant in the statement-count pass (default 10)")
+    ap.add_argument("--rtt-samples", type=positive_int, default=200, help="SELECT 1 pings per RTT measurement (default 200)")
+    ap.add_argument("--diag-queries", type=nonneg_int, default=100,
                     help="queries for the A-vs-B cost breakdown (EXPLAIN ANALYZE, result size, mapping cost) on a "
                          "direct connection, at most 30 of them (0: skip; default 100)")
     ap.add_argument("--maintenance-work-mem", default="auto",
@@ -117,10 +118,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = build_parser()
-    a = ap.parse_args(argv)
-    if a.k < 1 or a.queries < 1 or a.warmup < 0:
-        ap.error("--k and --queries must be >= 1, --warmup >= 0")
-    return a
+    return ap.parse_args(argv)
 
 
 def auto_maintenance_work_mem(n: int, dim: int) -> str:
@@ -480,7 +478,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
         "e_error": e_error if not args.skip_e else "skipped (--skip-e)",
         "queries_per_level": q,
         "warmup_per_level": w,
-        "e_queries_per_level": min(args.e_queries, q) if (use_e and args.e_queries) else (q if use_e else None),
+        "e_queries_per_level": min(args.e_queries or q, q) if use_e else None,
         "variants": {v: {"label": VARIANT_LABELS[v],
                          "round_trips": ROUND_TRIPS.get(v, "one per statement (psycopg2, no pipelining)")}
                      for v in names},

@@ -412,10 +412,22 @@ EXTRA_VARIANTS: dict[str, type[Variant]] = {
 # -- comparing answers -------------------------------------------------------------------
 
 
+#: What the check compares of a parent or neighbor: what C and D fetch of one. B's rows carry more of it
+#: (parent_section_id, anchor, token_count, revision), which C and D leave None, so those are not compared.
+_RELATED_FIELDS = ("doc_id", "section_id", "sequence_index", "heading_level", "heading", "heading_path", "content")
+
+
 def _rec_key(r: SectionRecord | None) -> tuple | None:
-    if r is None:
-        return None
-    return (r.doc_id, r.section_id, r.sequence_index, r.heading_level, r.heading, r.heading_path, r.content)
+    return None if r is None else tuple(getattr(r, f) for f in _RELATED_FIELDS)
+
+
+def _first_difference(x: tuple | None, y: tuple | None, fields: tuple[str, ...]) -> str:
+    """Which field of two records differs, in words (the ids alone read as equal when the content differs)."""
+    if x is None or y is None:
+        return f"{'None' if y is None else f'{y[0]}/{y[1]}'} != {'None' if x is None else f'{x[0]}/{x[1]}'}"
+    name = next(f for f, a, b in zip(fields, x, y) if a != b)
+    i = fields.index(name)
+    return f"{y[0]}/{y[1]}: {name} {str(y[i])[:60]!r} != {str(x[i])[:60]!r}"
 
 
 def _section_key(r: SectionRecord) -> tuple:
@@ -433,13 +445,13 @@ def diff_hits(expected: list[Hit], got: list[Hit], *, tol: float = 1e-9) -> str 
         if abs(a.distance - b.distance) > tol:
             return f"{where}: distance {b.distance!r} != {a.distance!r}"
         if _section_key(a.section) != _section_key(b.section):
-            return f"{where}: hit {b.section.doc_id}/{b.section.section_id} != {a.section.doc_id}/{a.section.section_id}"
+            return (f"{where}: hit "
+                    f"{_first_difference(_section_key(a.section), _section_key(b.section), _SECTION_FIELDS)}")
         for role in ("parent", "prev", "next"):
             x, y = _rec_key(getattr(a, role)), _rec_key(getattr(b, role))
             if x != y:
-                xs = "None" if x is None else f"{x[0]}/{x[1]}"
-                ys = "None" if y is None else f"{y[0]}/{y[1]}"
-                return f"{where} ({a.section.doc_id}/{a.section.section_id}): {role} {ys} != {xs}"
+                return f"{where} ({a.section.doc_id}/{a.section.section_id}): {role} " \
+                       f"{_first_difference(x, y, _RELATED_FIELDS)}"
     return None
 
 

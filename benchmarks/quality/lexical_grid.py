@@ -28,7 +28,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.args import run_cli
+from benchmarks.args import ef_search, positive_int, run_cli
 from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import covered_pairs, load_question_files, mean, section_recall
 from benchmarks.quality.run import load_rows, score_context
@@ -61,10 +61,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="table prefix of the ingested manual (python -m benchmarks.ingest_manual; default pg15_)")
     ap.add_argument("--mode", default="hybrid", choices=("hybrid", "lexical"),
                     help="search mode the options are tried in (default hybrid)")
-    ap.add_argument("--k", type=int, default=10, help="hits for section recall@K")
+    ap.add_argument("--k", type=positive_int, default=10, help="hits for section recall@K")
     ap.add_argument("--budgets", default="1000,2000,4000",
                     help="comma-separated token budgets of the default context scored (default 1000,2000,4000)")
-    ap.add_argument("--ef-search", type=int, default=200, help="hnsw.ef_search for every query (default 200)")
+    ap.add_argument("--ef-search", type=ef_search, default=200, help="hnsw.ef_search for every query (default 200)")
     ap.add_argument("--out", default="benchmarks/results",
                     help="folder for lexical_grid_MODE.json and .md (default benchmarks/results)")
     args = ap.parse_args(argv)

@@ -99,7 +99,8 @@ def quotes_found(quotes: Sequence[str], context_text: str) -> list[bool]:
 def coverage(quotes: Sequence[str], context_text: str) -> float | None:
     """Fraction of quotes present in the context; None when there are no quotes.
 
-    Each quote counts once even if the same text is listed twice.
+    Each listed quote counts, so a text listed twice counts twice, as in `run`'s per-question figures
+    (no question of the three sets lists a quote twice).
     """
     found = quotes_found(quotes, context_text)
     return sum(found) / len(found) if found else None
@@ -109,8 +110,8 @@ def passage_anchors(anchor: str | None, metadata: Mapping[str, Any] | str | None
     """Anchors a stored row holds text of: its own, those merged into it, and (windows) ``anchors``.
 
     Same rule as `onetrip.sections.section_anchors`, read from a row's columns. ``metadata``
-    may also be JSON text: `onetrip.store` currently writes it as a jsonb *string* holding
-    the JSON document (double-encoded), which psycopg hands back as str.
+    may also be JSON text: tables written before `onetrip.store` stored a jsonb object hold a jsonb
+    *string* holding the JSON document (double-encoded), which psycopg hands back as str.
     """
     meta: Any = metadata or {}
     if isinstance(meta, (str, bytes)):

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.args import run_cli
+from benchmarks.args import ef_search, positive_int, run_cli
 from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import (
     Question,
@@ -794,7 +794,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
                     help=f"comma-separated token budgets, {TUNE_BUDGET} among them (the tuning budget; default "
                          + ",".join(map(str, BUDGETS)) + ")")
-    ap.add_argument("--ef-search", type=int, default=200, help="hnsw.ef_search for every query (>= baseline k)")
+    ap.add_argument("--ef-search", type=ef_search, default=200, help="hnsw.ef_search for every query (>= baseline k)")
     ap.add_argument("--modes", default=None, help="comma-separated mode names (default: all)")
     ap.add_argument("--ks", default=None, help="comma-separated k values for the onetrip modes (default: "
                     + ",".join(map(str, KS)) + ")")
@@ -808,7 +808,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--held-out", action="store_true",
                     help="the questions were not used to choose the library's defaults: say so in the report, "
                          "whose 'tuned' rows are then only what tuning on this set would pick")
-    ap.add_argument("--threads", type=int, default=1, help="torch threads for embedding (machine is shared)")
+    ap.add_argument("--threads", type=positive_int, default=1, help="torch threads for embedding (machine is shared)")
     args = ap.parse_args(argv)
 
     import torch
