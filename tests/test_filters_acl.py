@@ -534,6 +534,31 @@ def test_an_access_change_keeps_a_sections_own_acl(db):
     assert acls() == [["hr"], ["staff"], None, ["staff"], ["staff"]]
 
 
+def test_a_sections_own_acl_or_metadata_changed_under_the_same_hash_is_stored(db):
+    """replace_document had called a document "unchanged" by its hash, collection and ACL alone: a section's
+    own ACL tightened (a caller's hash may cover the text only) kept the old one, readable by the public;
+    metadata a filter reads changed likewise. Stored as is: "unchanged", no write."""
+    init_schema(db, LAYOUT)
+    doc = next(iter(generate(5, dim=16, seed=8, sections_per_doc=(3, 3))))
+    rec, first = doc.record, doc.sections
+
+    def store(sections, record=rec):
+        return replace_document(db, LAYOUT, record, sections, doc.embeddings)
+
+    assert store(first).outcome == "new"
+    assert store(first).outcome == "unchanged"
+    tightened = [_AclSection(s, ("hr",)) if i == 1 else s for i, s in enumerate(first)]
+    res = store(tightened)
+    assert (res.outcome, res.revision) == ("changed", 2)
+    hidden = Retriever(db).search(doc.embeddings[1], k=3, filters=Filters(principals=()))
+    assert first[1].section_id not in {h.section.section_id for h in hidden}
+    assert store(tightened).outcome == "unchanged"
+    relabelled = dataclasses.replace(rec, metadata={**rec.metadata, "team": "db"})
+    assert store(tightened, relabelled).outcome == "changed"
+    assert Retriever(db).search(doc.embeddings[0], k=1, filters=Filters(metadata={"team": "db"}))
+    assert store(tightened, relabelled).outcome == "unchanged"
+
+
 def test_a_sections_own_acl_is_kept_when_the_document_passes_through_it(db):
     """A document for staff set to hr, then back to staff: its hr section stays hr's. Told apart by value, it held
     the document's ACL while that was hr, and went back to staff with the others: readable by all staff."""

@@ -655,7 +655,8 @@ def replace_document(
     """Store ``doc`` with ``sections`` as its new revision, atomically.
 
     Skips the write (outcome "unchanged") when the stored content hash,
-    collection and ACL are equal, unless ``force``. With ``keep_history`` the superseded revision's sections
+    collection and ACL are equal, and so are the document's metadata and its
+    sections' ids, own ACLs and metadata, unless ``force``. With ``keep_history`` the superseded revision's sections
     are copied to the section_history table (audit) in the same transaction.
     A section may carry its own ``acl`` attribute (its metadata then holds
     `OWN_ACL_KEY`, so that `set_document_access` keeps it); otherwise it gets
@@ -673,7 +674,7 @@ def replace_document(
         ).fetchone()
         unchanged = row is not None and row[0] == doc.content_hash and _same_access(row[2], row[3], doc.collection,
                                                                                      doc.acl)
-        if unchanged and not force:
+        if unchanged and not force and _same_labels(conn, layout, doc, sections, doc_meta, section_meta):
             return StoreResult(doc.doc_id, "unchanged", row[1], 0)
         # a document stored again after a delete continues past its archived revisions: starting at 1 again,
         # the audit trail held two revision 1s (an archive of the second had been dropped on the conflict)
@@ -706,6 +707,28 @@ def replace_document(
             write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections),
                        **({} if row is None else _access_change(row[2], row[3], doc.collection, doc.acl)))
+
+
+def _same_labels(conn: psycopg.Connection, layout: Layout, doc: DocumentRecord, sections: Sequence[SectionLike],
+                 doc_meta: Any, section_meta: Sequence[Any]) -> bool:
+    """Whether the stored document's metadata and its sections' ids, ACLs and metadata are the ones given.
+
+    The content hash is the caller's and may cover the text alone: a section's own ACL tightened (or the
+    metadata a filter reads changed) under the same hash had been "unchanged", and the old ACL stayed.
+    """
+    stored_meta = conn.execute(sql.SQL("SELECT metadata FROM {} WHERE doc_id = %s").format(
+        sql.SQL(layout.tables["documents"])), (doc.doc_id,)).fetchone()
+    if stored_meta is None or stored_meta[0] != doc_meta.obj:
+        return False
+    stored = conn.execute(sql.SQL("SELECT section_id, acl, metadata FROM {} WHERE doc_id = %s "
+                                  "ORDER BY sequence_index").format(sql.SQL(layout.tables["sections"])),
+                          (doc.doc_id,)).fetchall()
+
+    def principals(acl: Sequence[str] | None) -> frozenset[str] | None:
+        return None if acl is None else frozenset(acl)
+
+    given = [(s.section_id, principals(getattr(s, "acl", doc.acl)), m.obj) for s, m in zip(sections, section_meta)]
+    return [(sid, principals(acl), meta) for sid, acl, meta in stored] == given
 
 
 def check_key(value: Any, name: str) -> str:
