@@ -57,13 +57,21 @@ def reference_assemble(conn: psycopg.Connection, hits: list[Hit], exp, max_token
     """
     docs: dict[str, list[dict]] = {}
     doc_tokens: dict[str, int] = {}
+
+    def parts_of(secs: list[dict], one: dict) -> list[dict]:
+        """A section's split parts, itself included: the consecutive rows marked part 1..m (metadata), from the
+        first part on; not other sections of the same anchor and heading (two id-less sibling containers)."""
+        first = one["seq"] - one["part"] + 1
+        return [s for s in secs if first <= s["seq"] < first + one["parts"]]
     for h in hits:
         d = h.section.doc_id
         if d not in docs:
             rows = conn.execute(
                 """SELECT section_id, parent_section_id, sequence_index, heading_level, heading_path, anchor,
-                          context_tokens FROM sections WHERE doc_id = %s ORDER BY sequence_index""", (d,)).fetchall()
-            docs[d] = [dict(zip(("sid", "parent", "seq", "level", "path", "anchor", "ctx"), r)) for r in rows]
+                          context_tokens, coalesce((metadata ->> 'part')::int, 1), coalesce((metadata ->> 'parts')::int, 1)
+                     FROM sections WHERE doc_id = %s ORDER BY sequence_index""", (d,)).fetchall()
+            docs[d] = [dict(zip(("sid", "parent", "seq", "level", "path", "anchor", "ctx", "part", "parts"), r))
+                       for r in rows]
             doc_tokens[d] = conn.execute("SELECT token_count FROM documents WHERE doc_id = %s", (d,)).fetchone()[0]
     cand: dict[tuple[str, str], dict] = {}
 
@@ -93,10 +101,7 @@ def reference_assemble(conn: psycopg.Connection, hits: list[Hit], exp, max_token
         if exp.neighbors:
             scope = None  # scope "parent": the parent, its split parts and everything below it, by parent links
             if exp.neighbor_scope == "parent" and chain:
-                top = chain[0]
-                scope = {s["sid"] for s in secs if s["sid"] == top["sid"] or (
-                    s["parent"] == top["parent"] and s["level"] == top["level"] and s["anchor"] == top["anchor"]
-                    and list(s["path"]) == list(top["path"]))}
+                scope = {s["sid"] for s in parts_of(secs, chain[0])}
                 frontier = set(scope)
                 while frontier:
                     frontier = {s["sid"] for s in secs if s["parent"] in frontier and s["sid"] not in scope}
@@ -107,9 +112,7 @@ def reference_assemble(conn: psycopg.Connection, hits: list[Hit], exp, max_token
                         continue
                     add(d, s["sid"], "neighbor", h.rank, 2)
         if exp.section:
-            roots = [s for s in secs if s["sid"] == me["sid"] or (
-                s["anchor"] == me["anchor"] and s["level"] == me["level"]  # None == None: anchorless parts too
-                and list(s["path"]) == list(me["path"]))]
+            roots = parts_of(secs, me)
             frontier = [r["sid"] for r in roots]
             seen = set(frontier)
             while frontier:

@@ -344,3 +344,18 @@ def test_expansions_follow_the_section_tree_not_anchors_or_heading_names(db, tmp
     levels = [f"d{i}" for i in range(depth)]
     assert ids("deep.html", f"d{depth - 1}", Expansion(parent=True, ancestors=True, neighbors=0)) == levels
     assert ids("deep.html", "d0", Expansion(parent=False, neighbors=0, section=True)) == levels
+    # (4) found by a later review: two id-less sibling containers of one title take their enclosing container's
+    # anchor, so they share anchor, level and heading path; the section expansion took the other as a split part
+    # of the hit's section. Parts are the rows marked part n of m now.
+    (tmp_path / "twins.html").write_text(
+        "<html><body><div class=sect1 id=install><h2>Installing</h2><p>" + _words("i") + "</p>"
+        + "".join(f"<div class=sect2><h3>Example</h3><p>{_words(w)}</p></div>" for w in ("one", "two"))
+        + "</div></body></html>")
+    ingest_paths(db, [tmp_path / "twins.html"], layout=Layout(), embedder=HashEmbedder())
+    twins = db.execute("SELECT section_id, anchor, heading_path FROM sections WHERE doc_id = 'twins.html' "
+                       "ORDER BY sequence_index").fetchall()
+    assert len(twins) == 3 and twins[1][1:] == twins[2][1:]  # one anchor and heading path, two sections
+    section_only = Expansion(parent=False, neighbors=0, section=True)
+    assert ids("twins.html", twins[2][0], section_only) == [twins[2][0]]
+    assert ids("twins.html", twins[1][0], section_only) == [twins[1][0]]
+    assert ids("plain.txt", parts[2], section_only) == parts  # real split parts, anchorless, still come along

@@ -831,17 +831,17 @@ def _assert_no_oracle_left(sql: str, *also: str) -> None:
 
 def _oracle_assemble_on_postgres(text: str) -> str:
     """An Oracle rendering of assemble.sql, translated mechanically to PostgreSQL to run its LOGIC: the shared
-    steps (`_oracle_statement_on_postgres`), WITH -> WITH RECURSIVE, JSON_EQUAL(a, b) -> a = b (heading_path
-    is text[] here), DECODE(a, b, 1, 0) = 1 -> a IS NOT DISTINCT FROM b, BIT_OR_AGG -> bit_or. Not a check of Oracle itself: of its shape (the recursive subtree,
+    steps (`_oracle_statement_on_postgres`), WITH -> WITH RECURSIVE, NVL(JSON_VALUE(m, '$.key' RETURNING
+    NUMBER), 1) -> coalesce(CAST(m ->> 'key' AS integer), 1), BIT_OR_AGG -> bit_or. Not a check of Oracle itself: of its shape (the recursive subtree,
     the CASE aggregate, the budget's step-by-step recursion) on a real corpus. Every Oracle-only construct
     must be gone."""
     out = _oracle_statement_on_postgres(text)
     assert out.startswith("WITH hits AS ("), out[:80]
     out = "WITH RECURSIVE " + out[len("WITH "):]
-    out = re.sub(r"JSON_EQUAL\(([\w.]+), ([\w.]+)\)", r"\1 = \2", out)
-    out = re.sub(r"DECODE\(([\w.]+), ([\w.]+), 1, 0\) = 1", r"\1 IS NOT DISTINCT FROM \2", out)  # NULLs equal
+    out = re.sub(r"NVL\(JSON_VALUE\((\w+)\.metadata, '\$\.(\w+)' RETURNING NUMBER\), 1\)",
+                 r"coalesce(CAST(\1.metadata ->> '\2' AS integer), 1)", out)
     out = out.replace("BIT_OR_AGG(", "bit_or(")
-    _assert_no_oracle_left(out, "JSON_EQUAL", "BIT_OR_AGG", "DECODE")
+    _assert_no_oracle_left(out, "JSON_VALUE", "NVL", "BIT_OR_AGG")
     assert "s.embedding <=> %(query_embedding)s::vector(384)" in out
     # the translation keeps Oracle's forms that PostgreSQL also reads: no PostgreSQL-only construct crept in
     for pg_only in ("LATERAL", "LIMIT 1", "FILTER (WHERE", "AS MATERIALIZED", "generate_series", "::"):
@@ -858,7 +858,8 @@ def test_oracle_assemble_is_written_in_oracle_sql():
     assert "RECURSIVE" not in code and "LATERAL" not in code and "LIMIT" not in code and "FILTER" not in code
     assert "subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (" in code
     assert "packed (step, pick_order, used) AS (" in code
-    assert "AND JSON_EQUAL(x.heading_path, r.heading_path)))" in code
+    assert "AND x.sequence_index BETWEEN r.sequence_index + 1 - NVL(JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER), 1)" \
+        in code
     assert "BIT_OR_AGG(c.role_bit) AS role_bits" in code and "bit_or(" not in code
     assert "coalesce(min(CASE WHEN c.priority = 0 THEN c.hit_rank END), min(c.hit_rank)) AS pick_rank" in code
     assert "VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)" in code
@@ -915,27 +916,35 @@ def test_oracle_assemble_logic_matches_the_api_on_postgres(db, loaded, expansion
                       "       p.role_bits,\n       p.pick_order AS test_pick,\n       p.running AS test_running,\n"
                       "       p.best_rank,\n", 1)
     assert "test_pick" in sql
-    # split parts (the subtree's path comparison, JSON_EQUAL in Oracle): in each document with three root sections
-    # or more, the second root becomes a part of the first (same anchor, level and heading path: expanding either
-    # adds the other) and the third shares only their anchor and level (another path: it must not be added)
+    # split parts (the rows marked part n of m, JSON_VALUE in Oracle): in each document with two consecutive leaf
+    # siblings, they become parts 1 and 2 of one section (expanding either adds the other), and a third section
+    # takes their anchor, level and heading path without being a part (two id-less sibling HTML containers look
+    # so): it must not be added
     parts = {}
     for d in loaded:
-        roots = [i for i, x in enumerate(d.sections) if x.parent_section_id is None][:3]
-        if len(roots) < 3:
+        secs = d.sections
+        parents = {x.parent_section_id for x in secs}
+        pair = next((i for i in range(len(secs) - 2) if secs[i].parent_section_id == secs[i + 1].parent_section_id
+                     and secs[i].section_id not in parents and secs[i + 1].section_id not in parents), None)
+        if pair is None:
             continue
-        a, b, c = (d.sections[i] for i in roots)
-        parts[d.record.doc_id] = (a.sequence_index, b.sequence_index, d.embeddings[roots[0]], d.embeddings[roots[2]])
-        for other, path in ((b, True), (c, False)):
-            db.execute("UPDATE sections t SET anchor = f.anchor, heading_level = f.heading_level"
-                       + (", heading_path = f.heading_path" if path else "")
-                       + " FROM sections f WHERE f.doc_id = t.doc_id AND f.section_id = %s"
-                       " AND t.doc_id = %s AND t.section_id = %s", (a.section_id, d.record.doc_id, other.section_id))
-    assert len(parts) >= 4, "too few documents with three roots"
+        a, b = secs[pair], secs[pair + 1]
+        c = next((x for x in secs if x.sequence_index > b.sequence_index + 1), None)
+        if c is None:
+            continue
+        parts[d.record.doc_id] = (a.sequence_index, b.sequence_index, d.embeddings[pair], d.embeddings[c.sequence_index])
+        for one, n in ((a, 1), (b, 2)):
+            db.execute("UPDATE sections SET metadata = metadata || jsonb_build_object('part', %s, 'parts', 2)"
+                       " WHERE doc_id = %s AND section_id = %s", (n, d.record.doc_id, one.section_id))
+        db.execute("UPDATE sections t SET anchor = f.anchor, heading_level = f.heading_level, "
+                   "heading_path = f.heading_path FROM sections f WHERE f.doc_id = t.doc_id AND f.section_id = %s"
+                   " AND t.doc_id = %s AND t.section_id = %s", (a.section_id, d.record.doc_id, c.section_id))
+    assert len(parts) >= 4, "too few documents with two consecutive leaf siblings"
 
     r = Retriever(db, ef_search=DEFAULT_EF_SEARCH)
     queries = list(corpus_query_vectors(loaded, 5, seed=41))
     queries += [_unit(first) for _, _, first, _ in list(parts.values())[:2]]  # hits on a split part ...
-    queries += [_unit(third) for _, _, _, third in list(parts.values())[:2]]  # ... and on the root that is none
+    queries += [_unit(third) for _, _, _, third in list(parts.values())[:2]]  # ... and on the section that is none
     seen = {"skipped then taken": 0, "all fit": 0, "something left out": 0, "split part": 0,
             "exact fit after a skip": 0}
 

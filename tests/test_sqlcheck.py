@@ -310,14 +310,15 @@ def test_oracle_macro_keeps_its_json_filters():
 
 
 def test_oracle_assemble_keeps_its_oracle_constructs():
-    """assemble.sql's Oracle edition comes back from sqlglot with its search, its JSON path comparison and its
-    BIT_OR_AGG; recursive WITHs with their column lists and no RECURSIVE keyword; dropping either is caught."""
+    """assemble.sql's Oracle edition comes back from sqlglot with its search, its split-part numbers (JSON_VALUE)
+    and its BIT_OR_AGG; recursive WITHs with their column lists and no RECURSIVE keyword; dropping either is caught."""
     (st,) = check_oracle_roundtrip(render_edition("oracle")["assemble.sql"])
     found = oracle_constructs(st.roundtrip)
     assert found["FETCH APPROX"] == {"FETCH APPROX FIRST :K ROWS ONLY": 1}
     assert found["hint"] == {"MATERIALIZE": 2}  # the hits and the passages
     assert found["VECTOR_DISTANCE"] == {"VECTOR_DISTANCE(S.EMBEDDING,TO_VECTOR(:QUERY_EMBEDDING,384,FLOAT32),COSINE)": 2}
-    assert found["JSON_EQUAL"] == {"JSON_EQUAL(X.HEADING_PATH,R.HEADING_PATH)": 1}
+    assert found["JSON_VALUE"] == {"JSON_VALUE(H.METADATA,'$.part' RETURNING NUMBER)": 2,
+                                   "JSON_VALUE(H.METADATA,'$.parts' RETURNING NUMBER)": 1}
     assert found["BIT_OR_AGG"] == {"BIT_OR_AGG(C.ROLE_BIT)": 1}
     assert set(found["bind"]) == {"QUERY_EMBEDDING", "K", "MAX_TOKENS"}
     ctes = {c.alias: c for c in st.tree.find_all(exp.CTE)}
@@ -326,8 +327,9 @@ def test_oracle_assemble_keeps_its_oracle_constructs():
     assert [c.name for c in ctes["packed"].args["alias"].columns] == ["step", "pick_order", "used"]
     assert not st.tree.find(exp.With).args.get("recursive") and st.tree.find(exp.Lateral) is None
     src = st.sql
-    for lossy, name in ((src.replace("JSON_EQUAL(x.heading_path, r.heading_path)", "x.heading_path = r.heading_path"),
-                         "JSON_EQUAL"),
+    for lossy, name in ((src.replace("'$.parts' RETURNING NUMBER", "'$.parts'"), "JSON_VALUE"),
+                        (src.replace("JSON_VALUE(h.metadata, '$.part'", "JSON_VALUE(h.metadata, '$.Part'", 1),
+                         "JSON_VALUE"),
                         (src.replace("BIT_OR_AGG(c.role_bit)", "BIT_OR(c.role_bit)"), "BIT_OR_AGG")):
         with pytest.raises(SqlValidationError, match=name):
             assert_oracle_constructs_kept(src, lossy)

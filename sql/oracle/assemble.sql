@@ -67,9 +67,6 @@ WITH hits AS (
     SELECT /*+ MATERIALIZE */ s.doc_id,
            s.section_id,
            s.sequence_index,
-           s.heading_level,
-           s.heading_path,
-           s.anchor,
            s.parent_sequence_index,
            VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE) AS distance
       FROM sections s
@@ -82,16 +79,18 @@ ranked AS (
       FROM hits h
 ),
 subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
-    -- the hit with the other parts of its section (split parts share anchor and parent; a
-    -- section without an anchor, such as a plain-text file's, has NULL in each of its parts) ...
+    -- the hit with the other parts of its section: a section cut into parts is stored as
+    -- consecutive rows, each marked part n of m in its metadata, so they are the m rows from
+    -- the first part on (two sibling sections of one anchor and heading are not parts) ...
     SELECT x.doc_id, x.section_id, x.sequence_index, r.hit_rank, 0
       FROM ranked r
+      JOIN sections h
+        ON h.doc_id = r.doc_id
+       AND h.sequence_index = r.sequence_index
       JOIN sections x
         ON x.doc_id = r.doc_id
-       AND (x.section_id = r.section_id
-            OR (DECODE(x.anchor, r.anchor, 1, 0) = 1
-                AND x.heading_level = r.heading_level
-                AND JSON_EQUAL(x.heading_path, r.heading_path)))
+       AND x.sequence_index BETWEEN r.sequence_index + 1 - NVL(JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER), 1)
+                                AND r.sequence_index + NVL(JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER), 1) - NVL(JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER), 1)
     UNION ALL
     -- ... and everything below it
     SELECT c.doc_id, c.section_id, c.sequence_index, t.hit_rank, t.depth + 1

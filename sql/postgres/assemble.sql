@@ -26,9 +26,10 @@
 --           parent links (sections_doc_parent_idx); each
 --           distinct passage is then one Index Scan using sections_doc_seq_key.
 --           The subtree's first step (the hit's split parts) reads the hit's
---           whole document (sections_doc_parent_idx by doc_id alone: the OR
---           keeps the rest of the key out of the index condition), so it costs
---           the document's section count per hit: up to 130 index rows on the
+--           row for its part numbers, then the parts' sequence_index range;
+--           PostgreSQL 18 takes that range as a filter on the hit's document
+--           (sections_doc_parent_idx by doc_id alone), so it costs the
+--           document's section count per hit: up to 130 index rows on the
 --           PostgreSQL manual (app-psql.html), more for a book-long document.
 --           The budget takes the longest prefix that fits (a running sum), then a
 --           short recursive CTE adds each next section that still fits; when
@@ -46,9 +47,6 @@ WITH RECURSIVE hits AS MATERIALIZED (
     SELECT s.doc_id,
            s.section_id,
            s.sequence_index,
-           s.heading_level,
-           s.heading_path,
-           s.anchor,
            s.parent_sequence_index,
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
@@ -61,16 +59,18 @@ ranked AS (
       FROM hits h
 ),
 subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
-    -- the hit with the other parts of its section (split parts share anchor and parent; a
-    -- section without an anchor, such as a plain-text file's, has NULL in each of its parts) ...
+    -- the hit with the other parts of its section: a section cut into parts is stored as
+    -- consecutive rows, each marked part n of m in its metadata, so they are the m rows from
+    -- the first part on (two sibling sections of one anchor and heading are not parts) ...
     SELECT x.doc_id, x.section_id, x.sequence_index, r.hit_rank, 0
       FROM ranked r
+      JOIN sections h
+        ON h.doc_id = r.doc_id
+       AND h.sequence_index = r.sequence_index
       JOIN sections x
         ON x.doc_id = r.doc_id
-       AND (x.section_id = r.section_id
-            OR (x.anchor IS NOT DISTINCT FROM r.anchor
-                AND x.heading_level = r.heading_level
-                AND x.heading_path = r.heading_path))
+       AND x.sequence_index BETWEEN r.sequence_index + 1 - coalesce((h.metadata ->> 'part')::integer, 1)
+                                AND r.sequence_index + coalesce((h.metadata ->> 'parts')::integer, 1) - coalesce((h.metadata ->> 'part')::integer, 1)
     UNION ALL
     -- ... and everything below it
     SELECT c.doc_id, c.section_id, c.sequence_index, t.hit_rank, t.depth + 1

@@ -799,19 +799,19 @@ def oracle_constructs(sql: str) -> dict[str, Counter[str]]:
     """The Oracle-specific constructs in ``sql`` (outside strings and comments), normalised and counted.
 
     JSON_TABLE and JSON_EXISTS calls (the SQL macro's collection and access filters) are kept with their
-    string literals: a lost ERROR ON ERROR, PASSING clause or changed path is a changed filter. JSON_EQUAL
-    and BIT_OR_AGG (assemble.sql) and TO_VECTOR are counted too: sqlglot must not rewrite them into other
-    functions; so are CROSS / OUTER APPLY and LATERAL (retrieve_many.sql), which stock sqlglot writes as
-    INNER / LEFT JOIN LATERAL."""
+    string literals: a lost ERROR ON ERROR, PASSING clause or changed path is a changed filter; so are
+    JSON_VALUE calls (assemble.sql's split-part numbers: path and RETURNING type). BIT_OR_AGG (assemble.sql)
+    and TO_VECTOR are counted too: sqlglot must not rewrite them into other functions; so are CROSS / OUTER
+    APPLY and LATERAL (retrieve_many.sql), which stock sqlglot writes as INNER / LEFT JOIN LATERAL."""
     text = _scrub(sql, keep_hints=True)
     found = {name: Counter(_norm(m.group(0)) for m in pat.finditer(text)) for name, pat in _ORACLE_PATTERNS.items()}
     found["hint"] = Counter(_norm(h[3:-2]) for h in _ORACLE_PATTERNS["hint"].findall(text))
     found["VECTOR_DISTANCE"] = Counter(_norm(c) for c in _calls(text, "VECTOR_DISTANCE"))
-    # assemble.sql's Oracle spellings: heading paths compared as JSON, role bits OR-ed by BIT_OR_AGG; and
-    # retrieve_many.sql's query vectors, made by TO_VECTOR outside any VECTOR_DISTANCE
-    for fn in ("JSON_EQUAL", "BIT_OR_AGG", "TO_VECTOR"):
+    # assemble.sql's role bits OR-ed by BIT_OR_AGG; and retrieve_many.sql's query vectors, made by TO_VECTOR
+    # outside any VECTOR_DISTANCE
+    for fn in ("BIT_OR_AGG", "TO_VECTOR"):
         found[fn] = Counter(_norm(c) for c in _calls(text, fn))
-    for fn in ("JSON_TABLE", "JSON_EXISTS"):
+    for fn in ("JSON_TABLE", "JSON_EXISTS", "JSON_VALUE"):
         found[fn] = Counter(_norm_keep_quoted(c) for c in _json_calls(sql, fn))
     found["bind"] = Counter({b.upper(): 1 for b in _BIND.findall(_scrub(sql))})  # the set of names
     return found
