@@ -7,6 +7,15 @@
 --           member of (directly or through groups). Because the retrieval query
 --           reads parents and neighbors from the same table, RLS filters those
 --           rows too: an expansion can never show a row the role may not read.
+--           It returns what onetrip's Filters(principals=...) returns for the
+--           role's principals, except where a query must see a row it may not
+--           return: assemble's neighbor_scope = 'parent' ends the parent's
+--           window at the next section no deeper than the parent, and when
+--           the role may not read that section the window runs on into the
+--           next one (readable rows only); and the document expansion needs
+--           the documents row, which the policy hides when the
+--           document's acl excludes the role, even if some of its sections
+--           (an acl of their own) are readable.
 -- Requires  PostgreSQL 13+ (tested on 18); tables from schema.sql. Run as the
 --           tables' owner. Owners and superusers bypass RLS (add FORCE ROW
 --           LEVEL SECURITY if the owner must be filtered too); application roles
