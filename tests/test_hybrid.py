@@ -83,6 +83,8 @@ def test_technical_terms_survive_exactly(kb):
     assert technical_terms("max_connections") == ["max_connections"]
     # stored and matched lower-cased: a text that writes it in capitals is found by the usual spelling
     assert technical_terms("Set MAX_Connections and PG_STAT_ACTIVITY.") == ["max_connections", "pg_stat_activity"]
+    # a Markdown escape (pandoc, Notion) is the identifier it renders as; the backslash had ended the term
+    assert technical_terms(r"Set max\_connections and hnsw\.ef\_search.") == ["max_connections", "hnsw.ef_search"]
     # the stemmed english column alone would split it: 'max' & 'connect'
     row = kb.conn.execute("SELECT to_tsvector('english', 'max_connections')::text").fetchone()[0]
     assert "max_connections" not in row

@@ -522,10 +522,12 @@ def technical_terms(text: str) -> list[str]:
     """Identifiers a text search configuration would split: max_connections, pg_stat_activity, hnsw.ef_search.
 
     Stored whole (lower-cased) in ``terms`` so an exact identifier in a query
-    matches exactly; the same function runs on query text.
+    matches exactly; the same function runs on query text. A Markdown escape
+    (``max\\_connections``, as pandoc and Notion write it) is read as the
+    identifier it renders as: the backslash had ended the term, so none was stored.
     """
     seen: dict[str, None] = {}
-    for m in _TECH_TERM.finditer(text):
+    for m in _TECH_TERM.finditer(text.replace("\\_", "_").replace("\\.", ".")):
         term = m.group(0).lower().rstrip(".")
         if len(term) > MAX_TERM_CHARS:
             continue
