@@ -275,3 +275,21 @@ def test_a_backslash_u0000_in_a_metadata_filter_is_text_not_a_nul(r, db):
     assert hits and {h.section.doc_id for h in hits} == {d.record.doc_id}
     with pytest.raises(ValueError, match=r"filter metadata value 'a'\[1\] holds a NUL character"):
         r.search(vec(4), 3, filters={"metadata": {"a": ["ok", "x\x00"]}})
+
+
+def test_text_that_is_not_unicode_is_named_before_the_server_sees_it():
+    """A lone surrogate (a JSON "\\ud800" escape, a non-UTF-8 argv) in a metadata filter had reached jsonb and come
+    back as 'invalid input syntax for type json', naming no filter; in --collection or --acl every file of an
+    ingest had failed on its own with a UnicodeEncodeError."""
+    from onetrip import Filters
+    from onetrip.store import _json_object, check_access_values
+
+    with pytest.raises(ValueError, match="filter metadata is not valid Unicode"):
+        Filters(metadata={"a": "\ud800"})
+    assert Filters(metadata={"path": "C:\\udir"}).metadata == {"path": "C:\\udir"}  # a backslash and 'udir' is fine
+    with pytest.raises(ValueError, match="^metadata is not valid Unicode"):
+        _json_object({"title": "x\udcff"})
+    with pytest.raises(ValueError, match="^collection is not valid Unicode"):
+        check_access_values("t\udcffnant", None)
+    with pytest.raises(ValueError, match="^acl principal is not valid Unicode"):
+        check_access_values("default", ["hr", "\udcff"])

@@ -155,6 +155,39 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_1(dsn):
     assert "Traceback" not in res.stderr and "Started server process" not in res.stderr
 
 
+def test_bad_numbers_a_server_would_drop_or_a_socket_refuse_are_named_at_once(dsn, tmp_path):
+    """--port 70000 had passed the early port check and ended, after the model loaded, in uvicorn's OverflowError
+    traceback (--port -1 blamed --host); --max-scan-tuples past pgvector's 2147483647 was dropped by the server
+    for its default 20000, silently; a --model folder with a broken JSON file named neither."""
+    for port in ("70000", "-1"):
+        res = onetrip("serve", "--port", port, "--prefix", "demo_", dsn=dsn)
+        assert res.returncode == 2, res.stderr
+        assert res.stderr.strip() == f"onetrip: error: --port {port}: a TCP port is from 0 to 65535 (0: any free port)"
+    res = onetrip("search", "x", "--max-scan-tuples", "2147483648", dsn=dsn)
+    assert res.returncode == 2 and "max_scan_tuples must be an integer from 1 to 2147483647" in res.stderr, res.stderr
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "modules.json").write_text("{")
+    (tmp_path / "a.md").write_text("# A\n\ntext\n")
+    res = onetrip("ingest", str(tmp_path / "a.md"), "--model", str(model), dsn=dsn)
+    assert res.returncode == 2 and "Traceback" not in res.stderr, res.stderr
+    assert f"onetrip: error: model {model}: {model / 'modules.json'} is not valid JSON: " in res.stderr, res.stderr
+
+
+def test_doc_ids_and_queries_are_printed_as_written_not_as_markup(dsn, tmp_path):
+    """The text output read doc ids and queries as rich markup: '[bold]x.md' was shown as 'x.md', and a '[/]'
+    in a doc id or among several queries ended the command in a MarkupError traceback."""
+    (tmp_path / "x.md").write_text("# Espresso\n\nDescale the espresso machine every month with citric acid.\n")
+    for prefix in ("[bold]", "[/]"):
+        assert onetrip("ingest", str(tmp_path), "--doc-id-prefix", prefix, dsn=dsn).returncode == 0
+    res = onetrip("search", "descale espresso", "-k", "2", dsn=dsn, COLUMNS="200")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "[bold]x.md" in res.stdout and "[/]x.md" in res.stdout
+    res = onetrip("search", "[/]", "[bold red]espresso", "-k", "1", dsn=dsn, COLUMNS="200")
+    assert res.returncode == 0 and "Traceback" not in res.stderr, res.stderr
+    assert "[bold red]espresso" in res.stdout
+
+
 def test_ingest_refuses_an_empty_collection(dsn):
     """`--collection ""` (an unset "$TENANT", say) had been read as the default collection, moving documents
     stored in a tenant's collection there, while the README and the Python API refuse an empty collection."""

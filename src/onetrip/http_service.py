@@ -1074,8 +1074,11 @@ def check_listen(host: str, port: int) -> None:
     """An OnetripError unless this process can listen on host:port (tried and let go, as uvicorn binds it).
 
     uvicorn binds only after the startup (the model loaded, ~8 s), then logged the failure and exited with
-    its own code 3, which onetrip's exit codes give to "some files or ids failed".
+    its own code 3, which onetrip's exit codes give to "some files or ids failed". A port outside 0-65535
+    is a ValueError naming --port (70000 had passed this check and ended in uvicorn's OverflowError traceback).
     """
+    if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+        raise ValueError(f"--port {port!r}: a TCP port is from 0 to 65535 (0: any free port)")
     try:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
     except socket.gaierror as e:

@@ -103,6 +103,8 @@ class Filters:
             # "\\u0000": a NUL, or a backslash before "u0000" (a path, a regex): only the first fails
             if "\\u0000" in encoded and (where := nul_in(json.loads(encoded))) is not None:
                 raise ValueError(f"filter metadata {where} holds a NUL character, which PostgreSQL's jsonb cannot store")
+            if "\\ud" in encoded:  # a lone surrogate ("\\ud800" in JSON): jsonb refuses it, naming no filter
+                check_text(json.dumps(self.metadata, ensure_ascii=False), "filter metadata")
 
     @property
     def shape(self) -> tuple[str, ...]:
@@ -481,8 +483,10 @@ def session_settings(ef_search: int | None, iterative_scan: str | None,
             raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCANS}, got {iterative_scan!r}")
         out["hnsw.iterative_scan"] = iterative_scan
     if max_scan_tuples is not None:
-        if isinstance(max_scan_tuples, bool) or not isinstance(max_scan_tuples, int) or max_scan_tuples < 1:
-            raise ValueError(f"max_scan_tuples must be a positive integer, got {max_scan_tuples!r}")
+        # pgvector's range: a value past it had been dropped by the server for the default, silently
+        if isinstance(max_scan_tuples, bool) or not isinstance(max_scan_tuples, int) or \
+                not 1 <= max_scan_tuples <= 2**31 - 1:
+            raise ValueError(f"max_scan_tuples must be an integer from 1 to 2147483647, got {max_scan_tuples!r}")
         out["hnsw.max_scan_tuples"] = str(max_scan_tuples)
     return out
 

@@ -122,6 +122,7 @@ def check_access_values(collection: Any, acl: Any) -> None:
     """Refuse a collection or ACL that would be stored as something else: acl="hr" had become {h,r}."""
     if not isinstance(collection, str) or not collection:
         raise ValueError(f"collection must be a non-empty string, got {collection!r}")
+    check_text(collection, "collection")  # NUL, or not UTF-8 (from argv): every file had failed on its own
     check_acl(acl)
 
 
@@ -134,6 +135,8 @@ def check_acl(acl: Any) -> None:
                         "read as one principal per character)")
     if not all(isinstance(a, str) and a for a in acl):
         raise ValueError(f"acl must hold non-empty strings, got {list(acl)!r}")
+    for a in acl:
+        check_text(a, "acl principal")
 
 
 @dataclass(frozen=True)
@@ -494,6 +497,7 @@ def _json_object(metadata: Mapping[str, Any]) -> Any:
     if (where := nul_in(data)) is not None:  # jsonb refuses \u0000 with a multi-line 'unsupported Unicode escape'
         raise ValueError(f"metadata {where} holds a NUL character, which PostgreSQL's jsonb cannot store "
                          "(front matter: a \"\\0\" or \"\\x00\" escape)")
+    check_text(json.dumps(data, ensure_ascii=False), "metadata")  # a lone surrogate: jsonb's error named no field
     return Jsonb(data)
 
 
