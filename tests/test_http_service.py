@@ -351,6 +351,8 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
             ({"query": "x", "k": 51}, "k_out_of_range", ["50", "51"]),
             ({"query": "x", "k": "5"}, "invalid_field", ["k", "integer"]),
             ({"query": "x", "k": True}, "invalid_field", ["k"]),
+            ({"query": "x", "k": 2.5}, "invalid_field", ["k", "integer"]),
+            ({"query": "x", "k": 51.0}, "k_out_of_range", ["50", "51"]),  # a whole float is an integer ...
             ({"embedding": [0.1, 0.2, 0.3]}, "dimension_mismatch", ["3", "384"]),
             ({"embedding": [0.1, "a"]}, "invalid_field", ["embedding"]),
             ({"embedding": [1e39] * 384}, "invalid_field", ["embedding", "finite"]),
@@ -410,6 +412,9 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
         assert_error(*call(base, "GET", "/search")[:2], 405, "method_not_allowed")
         # The service still answers after all that.
         assert search(base, {"query": "pasta", "k": 1})[0] == 200
+        # ... as JSON Schema's "integer" (in /openapi.json) counts it: 2.0 had been 422 "must be an integer"
+        status, data = search(base, {"query": "pasta", "k": 2.0, "max_tokens": 300.0, "expand": {"neighbors": 1.0}})
+        assert status == 200 and len(data["hits"]) == 2, data
 
 
 # ---------------------------------------------------------------- token and principals
@@ -584,6 +589,21 @@ def test_lost_connection_is_503_then_recovers(db, dsn, corpus, terminate):
         assert_error(*documents(base), 503, "connection_lost", "administrator command")
         stats.wait_for_pool(lambda pool: pool["pool_available"] >= 1, "the replacement never opened")
         assert documents(base)[0] == 200
+
+
+def test_health_after_a_restart_answers_for_the_database_not_for_a_stale_connection(db, dsn, corpus, terminate):
+    """After every pooled connection died (a database restart), /health had said 503 database_unavailable, "the
+    database is not answering", once per stale connection (up to --pool-size times) while the database answered:
+    a probe took a healthy database for down. It now reports the lost one to the pool and checks once more."""
+    app_name = f"onetrip-health-{os.getpid()}"
+    with serving(dsn, pool_size=2, application_name=app_name) as base:
+        stats = Stats(base)
+        fill_pool(dsn, base, 2, stats)
+        assert call(base, "GET", "/health")[0] == 200
+        assert terminate(application_name=app_name) == 2  # both idle pooled connections, as in a restart
+        status, body = call(base, "GET", "/health")[:2]
+        assert status == 200, body
+        assert call(base, "GET", "/health")[0] == 200
 
 
 def test_more_requests_than_the_pool_wait_then_get_pool_exhausted_and_lost_connections_are_replaced(

@@ -682,6 +682,38 @@ def test_async_calls_from_two_event_loops_at_once(corpus, dsn):
     lc.close()
 
 
+def test_a_burst_of_first_async_calls_opens_one_connection(corpus, dsn, monkeypatch):
+    """Each of N concurrent first ainvoke/aretrieve calls of a loop had opened a connection of its own (then all
+    but one were closed): 120 at once went past the server's max_connections and 20 failed."""
+    from onetrip import AsyncRetriever
+
+    made: list[int] = []
+    create = AsyncRetriever.create.__func__
+
+    async def counted(cls, *args, **kwargs):
+        made.append(1)
+        await asyncio.sleep(0.05)  # a connection takes a while: the other calls arrive meanwhile
+        return await create(cls, *args, **kwargs)
+
+    monkeypatch.setattr(AsyncRetriever, "create", classmethod(counted))
+    lc = LCRetriever(dsn=dsn, embedder=HashEmbedder(), k=2, mode="dense")
+    li = LIRetriever(dsn=dsn, embedder=HashEmbedder(), k=2, mode="dense")
+
+    async def burst() -> list[int]:
+        try:
+            got = await asyncio.gather(*(lc.ainvoke(q) for q in QUERIES * 5),
+                                       *(li.aretrieve(q) for q in QUERIES * 5))
+            return [len(g) for g in got]
+        finally:
+            await lc.aclose()
+            await li.aclose()
+
+    assert asyncio.run(burst()) == [2] * (10 * len(QUERIES))
+    assert len(made) == 2  # one per adapter's source (one each: their embedders differ), not one per call
+    lc.close()
+    li.close()
+
+
 def test_aclose_leaves_another_running_loops_connection_alone(corpus, dsn):
     """aclose had closed every loop's connection: a loop still running in another thread then failed with
     'connection socket closed'."""

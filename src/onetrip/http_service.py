@@ -286,6 +286,10 @@ def _json_type(value: Any) -> str:
 
 
 def _int(value: Any, name: str, lo: int, hi: int, code: str = "invalid_field") -> int:
+    """An integer field: 2.0 is one too, as JSON Schema's "integer" (which /openapi.json publishes) counts it and
+    as some JSON encoders write it (it had been 422 "must be an integer" though the schema accepted it)."""
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
     if isinstance(value, bool) or not isinstance(value, int):
         raise _invalid(name, f"must be an integer, got {_json_type(value)}")
     if not lo <= value <= hi:
@@ -760,15 +764,26 @@ class Service:
         return [embed(t) for t in texts]
 
     async def health(self) -> None:
+        """The database answers on a pooled connection. One found lost (a database restarted since it was
+        pooled) is reported as such to the pool, which then checks the others, and the check is tried once
+        more: it had said 503 "the database is not answering" once per stale connection (up to --pool-size
+        times) to a probe, while the database answered and a search got 200."""
         r = await self.retriever()
         with self._statement_errors():
-            async with self.pool.connection(timeout=self.cfg.db_timeout) as conn:
+            try:
+                await self._health_check(r)
+            except ConnectionLostError:
+                await self._health_check(r)  # a second loss is the answer (connection_lost)
+        self._database_answered()
+
+    async def _health_check(self, r: AsyncRetriever) -> None:
+        async with r._connection() as conn:  # a lost one: ConnectionLostError, the pool checked, as a search
+            with statement_errors():
                 # the tables are still there and still onetrip's (dropped ones had left /health at 200 while
                 # /search said 503 schema_missing): the same catalog read a retriever starts with
                 await read_layout_async(conn, self.cfg.schema, self.cfg.prefix)
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
-        self._database_answered()
 
     async def search(self, req: SearchRequest) -> dict[str, Any]:
         """Embed once, then one statement per result shape asked for."""

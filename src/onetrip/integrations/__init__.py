@@ -261,6 +261,7 @@ class Source:
         self._lock = threading.Lock()
         self._owned_sync = False
         self._by_loop: dict[asyncio.AbstractEventLoop, AsyncRetriever] = {}
+        self._making: dict[asyncio.AbstractEventLoop, asyncio.Lock] = {}
         self._latest: AsyncRetriever | None = None
 
     def __deepcopy__(self, memo: dict) -> Source:
@@ -306,15 +307,21 @@ class Source:
             stale = [(lp, r) for lp, r in self._by_loop.items() if lp.is_closed()]
             for lp, _ in stale:
                 del self._by_loop[lp]
+            for lp in [lp for lp in self._making if lp.is_closed()]:
+                del self._making[lp]
+            making = self._making.setdefault(loop, asyncio.Lock())
         for _, r in stale:
             await r.close()
-        made = await AsyncRetriever.create(self.dsn, **self.options)
-        with self._lock:
-            first = self._by_loop.setdefault(loop, made)  # a concurrent call of this loop may have made one
-        if first is not made:
-            await made.close()
-        self._latest = first
-        return first
+        # the calls of one loop wait for its first to connect: a burst of 120 first calls had each opened a
+        # connection (then closed all but one), past the server's max_connections
+        async with making:
+            mine = self._by_loop.get(loop)
+            if mine is None:
+                mine = await AsyncRetriever.create(self.dsn, **self.options)
+                with self._lock:
+                    self._by_loop[loop] = mine
+            self._latest = mine
+            return mine
 
     def search(self, query: Any, q: Query, text: str | None = None) -> list[Item]:
         """One sync call; ``query`` is text (embedded by onetrip's embedder) or an embedding."""
