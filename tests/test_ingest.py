@@ -161,6 +161,27 @@ def test_an_unchanged_file_found_in_a_moved_folder_keeps_its_revision_and_takes_
     assert r.search("Install it", k=1, filters=Filters(source_prefix=new.resolve().as_uri()))
 
 
+def test_a_parsers_own_failure_fails_that_file_not_the_run(db, tmp_path, monkeypatch):
+    """A parser bug (a TypeError from front matter with a mapping as a key, since fixed) had ended the whole
+    ingest run with a traceback, storing none of the other files."""
+    import onetrip.ingest as ingest_module
+
+    init_schema(db)
+    (tmp_path / "bad.md").write_text(DOC_V1)
+    (tmp_path / "good.md").write_text(DOC_V2)
+    parse = ingest_module.parse_file
+
+    def breaks_on_bad(path, *args, **kwargs):
+        if path.name == "bad.md":
+            raise TypeError("unhashable type: 'dict'")
+        return parse(path, *args, **kwargs)
+
+    monkeypatch.setattr(ingest_module, "parse_file", breaks_on_bad)
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert report.new == 1 and dict(report.failed) == {
+        str(tmp_path / "bad.md"): "the parser failed (TypeError: unhashable type: 'dict')"}
+
+
 def test_unchanged_is_skipped_and_changed_replaces(db, tmp_path):
     init_schema(db)
     f = tmp_path / "guide.md"

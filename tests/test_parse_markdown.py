@@ -325,3 +325,25 @@ def test_an_unclosed_html_comment_or_raw_element_is_stored_with_a_warning(tmp_pa
     p = tmp_path / "doc.md"
     p.write_text("# A\n\nText.\n\n```\n")  # opened on the last line: nothing after it is lost
     assert parse_file(p, min_tokens=0).warnings == ()
+
+
+def test_anchors_are_githubs_for_marks_numbers_and_headings_in_quotes() -> None:
+    """Found by review: Python's \\w drops combining marks (a Hindi heading's vowel signs: 'हनद-भष' for GitHub's
+    'हिन्दी-भाषा') and keeps other numbers ('x²-and-½' for 'x-and-'); and a heading inside a quote or list, which
+    GitHub renders and numbers, was not counted, so the top-level repeat took the quoted one's anchor."""
+    slug = GithubSlugger()
+    assert [slug.slug(t) for t in ("हिन्दी भाषा", "ภาษาไทย ที่นี่", "x² and ½", "max_connections")] == [
+        "हिन्दी-भाषा", "ภาษาไทย-ที่นี่", "x-and-", "max_connections"]
+    _, blocks, _ = parse_markdown("> ## Note\n\n## Note\n\ntext\n\n- ## Install\n\n## Install\n\nmore\n")
+    assert [b.anchor for b in blocks if isinstance(b, HeadingBlock)] == ["note-1", "install-1"]
+
+
+def test_front_matter_with_a_mapping_as_a_key_is_read_as_markdown_not_a_crash(tmp_path: Path) -> None:
+    """Hugging Face's model-card templates open with `{{ card_data }}`: a mapping as a YAML key had raised a bare
+    TypeError (unhashable), which ended a whole ingest run; it is invalid front matter, read as the others are."""
+    for front in ("{{ card_data }}", "? [a, b]\n: c"):
+        page = tmp_path / "card.md"
+        page.write_text(f"---\n{front}\n---\n# Model card\n\nThis model embeds sentences.\n")
+        doc = parse_file(page, min_tokens=0)
+        text = " ".join(s.heading + " " + s.content for s in doc.sections)
+        assert "This model embeds sentences." in text and doc.metadata == {}

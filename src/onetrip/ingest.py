@@ -558,7 +558,13 @@ def ingest_paths(
                     if on_progress:
                         on_progress(shown, report)
                     continue
-                parsed = parse_file(path, data=data)  # the bytes hashed above: an edit since is the next run's
+                try:
+                    parsed = parse_file(path, data=data)  # the bytes hashed above: an edit since is the next run's
+                except (InputDocumentError, OSError, UnicodeError, ValueError):
+                    raise
+                except Exception as e:  # noqa: BLE001 - a parser's own failure fails this file, not the run
+                    # (front matter with a mapping as a key had raised TypeError and ended a whole ingest)
+                    raise InputDocumentError(shown, f"the parser failed ({type(e).__name__}: {e})") from e
                 report.warnings += [(shown, w) for w in parsed.warnings]
                 # kept with the document too, so a later look (onetrip documents, SQL) finds them
                 found = {PARSE_WARNINGS_KEY: list(parsed.warnings)} if parsed.warnings else {}

@@ -11,6 +11,7 @@ from __future__ import annotations
 import datetime as _dt
 import math
 import re
+import unicodedata
 from functools import lru_cache
 from typing import Any
 
@@ -32,7 +33,12 @@ _KINDS = {
     "table_open": "table",
 }
 
-_SLUG_DROP = re.compile(r"[^\w\- ]", re.UNICODE)
+def _slug_keeps(ch: str) -> bool:
+    """What github-slugger keeps of a heading: letters, marks (the vowel signs of Hindi or Thai, which Python's
+    \\w drops), decimal and letter numbers, connector punctuation ('_'), '-' and space; it drops the rest
+    (other numbers such as '²' and '½', which \\w keeps, punctuation, symbols, controls, format characters)."""
+    cat = unicodedata.category(ch)
+    return cat[0] in "LM" or cat in ("Nd", "Nl", "Pc") or ch in "- "
 
 
 #: markdown-it's nesting limit (its default, 20, is a list 10 deep): past it markdown-it silently
@@ -92,7 +98,7 @@ class GithubSlugger:
 
     @staticmethod
     def slug(text: str) -> str:
-        return _SLUG_DROP.sub("", text.strip().lower()).replace(" ", "-")
+        return "".join(ch for ch in text.strip().lower() if _slug_keeps(ch)).replace(" ", "-")
 
     def __call__(self, text: str) -> str:
         base = result = self.slug(text)
@@ -155,8 +161,16 @@ def _loader(yaml: Any) -> Any:
         def construct_mapping(self, node: Any, deep: bool = False) -> dict:
             if isinstance(node, yaml.MappingNode):
                 self.flatten_mapping(node)  # merge keys (<<) first, as SafeLoader does
-            return {(k.value if isinstance(k, yaml.ScalarNode) else self.construct_object(k, deep=True)):
-                    self.construct_object(v, deep=deep) for k, v in node.value}
+            out = {}
+            for k, v in node.value:
+                key = k.value if isinstance(k, yaml.ScalarNode) else self.construct_object(k, deep=True)
+                try:
+                    hash(key)
+                except TypeError:  # `{{ card_data }}` or `? [a, b]`: a TypeError had ended the whole ingest run
+                    raise yaml.constructor.ConstructorError(None, None, "found unhashable key", k.start_mark) \
+                        from None
+                out[key] = self.construct_object(v, deep=deep)
+            return out
 
     return KeysAsWritten
 
@@ -207,7 +221,11 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
                                    f"({MAX_NESTING - 3} of quotes); the rest of the document would be lost")
     top = _top_level(tokens)
     index = {id(t): i for i, t in enumerate(tokens)}
+    # every rendered heading takes its anchor in document order, as GitHub numbers repeats: a `> ## Note` (content
+    # here, a heading on the page) before a top-level `## Note` makes that one `note-1`
     slugger = GithubSlugger()
+    anchors = {id(t): slugger(_plain(tokens[i + 1])) or None
+               for i, t in enumerate(tokens) if t.type == "heading_open"}
 
     metadata: dict = {}
     blocks: list[Block] = []
@@ -234,7 +252,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
             level = int(tok.tag[1])
             inline = tokens[index[id(tok)] + 1]
             heading = _plain(inline)
-            anchor = slugger(heading) or None
+            anchor = anchors[id(tok)]
             raw = "\n".join(lines[start:end]).strip()
             blocks.append(HeadingBlock(level, heading, anchor, raw))
             if level == 1 and not first_h1:

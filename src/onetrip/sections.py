@@ -54,7 +54,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, TokenCounter, count_tokens, count
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 4
+SECTIONING = 5
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -67,7 +67,9 @@ container's title may sit in a <header> or after a <nav>, an untitled one's head
 nested HTML5 <section> is its parent's; a heading's permalink glyph (¶ § #) is dropped; CJK text is cut
 after 。！？; a Markdown file opening with a `---` rule keeps what follows it; front matter keys as written;
 a block of many characters per token (deep indentation) that fits is no longer cut; a cell-less table
-in a wrapper in a table is read once."""
+in a wrapper in a table is read once;
+5: (2026-12-06, found by review) heading anchors keep combining marks (Hindi, Thai) and drop other
+numbers (² ½), as GitHub's; a Markdown heading inside a quote or list counts for the -n of repeats."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
