@@ -485,6 +485,7 @@ def test_section_subtree_stops_at_a_section_the_caller_may_not_read(db):
     vecs = rng.standard_normal((7, 16)).astype(np.float32)
     vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
     g, pay, bonus = ("Guide",), ("Guide", "Pay"), ("Guide", "Bonus")
+    part = {"pay": {"part": 1, "parts": 2}, "pay-2": {"part": 2, "parts": 2}}  # split parts, as the parsers mark them
     rows = [  # section_id, parent, level, path, anchor, acl
         ("guide", None, 1, g, "guide", None),
         ("pay", "guide", 2, pay, "pay", ("hr",)),  # the first part of Pay, hidden; its child hangs below it
@@ -494,7 +495,8 @@ def test_section_subtree_stops_at_a_section_the_caller_may_not_read(db):
         ("rules", "bonus", 3, bonus + ("Rules",), "rules", ("hr",)),
         ("amounts", "rules", 4, bonus + ("Rules", "Amounts"), "amounts", None),
     ]
-    sections = [_AclSection(Section(sid, parent, i, level, path[-1], path, f"{path[-1]} text {i}.", 4, anchor), acl)
+    sections = [_AclSection(Section(sid, parent, i, level, path[-1], path, f"{path[-1]} text {i}.", 4, anchor,
+                                    metadata=part.get(sid, {})), acl)
                 for i, (sid, parent, level, path, anchor, acl) in enumerate(rows)]
     replace_document(db, LAYOUT, DocumentRecord("p.md", "file:p.md", "Guide", "h"), sections, vecs)
     r = Retriever(db)
