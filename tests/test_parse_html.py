@@ -527,3 +527,40 @@ def test_the_remembered_text_check_agrees_with_get_text():
     check = _TextCheck()
     for tag in [*tags[::-1], *tags]:  # inner elements first, then outer ones from what was remembered
         assert check(tag) == bool(tag.get_text().strip()), tag.name
+
+
+def _headings(html: str) -> list[tuple[str, str | None]]:
+    return [(b.text, b.anchor) for b in parse_html(html)[1] if isinstance(b, HeadingBlock)]
+
+
+def test_section_anchors_come_from_the_page_as_docbook_sphinx_and_rustdoc_write_them() -> None:
+    """Found by review: DocBook's default stylesheets mark a container by an <a name> in its title, with no id on
+    the div: every section of such a page (valgrind's manual) had the page title's slug, an anchor not on the
+    page. An HTML5 <section id> (Sphinx, rustdoc) had been ignored too, for a slug of its heading."""
+    docbook = ('<div class="chapter"><div class="titlepage"><h1 class="title"><a name="manual-core"></a>2. Using the '
+               'core</h1></div><p>Intro.</p><div class="sect1"><div class="titlepage"><h2 class="title"><a name='
+               '"manual-core.whatdoes"></a>2.1. What it does</h2></div><p>Non-intrusive.</p></div></div>')
+    assert _headings(docbook) == [("2. Using the core", "manual-core"), ("2.1. What it does", "manual-core.whatdoes")]
+    html5 = ('<section id="module-os"><h1>os — interfaces</h1><p>Portable.</p><section id="file-names">'
+             '<h2>File Names</h2><p>Strings.</p></section><section id="s3"><h2 id="own">Own id</h2><p>x</p>'
+             '<h3>Later</h3><p>y</p></section></section>')
+    assert _headings(html5) == [("os — interfaces", "module-os"), ("File Names", "file-names"), ("Own id", "own"),
+                                ("Later", "later")]  # a section's id goes to its first heading only
+
+
+def test_html5_text_after_a_nested_section_is_its_wrapped_headings_and_aria_navigation_is_dropped() -> None:
+    """Text after a nested <section> went to that subsection when the outer heading sat in a <header> (HTML5
+    themes); only a bare heading had counted as the one the element opened with. And navigation written as
+    role="navigation" (Sphinx's related bar, Node.js's toc) had been kept as sections' text, where <nav> is not."""
+    page = ('<article><header><h1>A</h1></header><p>a</p><section><h2>B</h2><p>b</p></section><p>tail of A</p>'
+            '</article>')
+    sections = build_sections(parse_html(page)[1], count_tokens=lambda t: len(t.split()), min_tokens=0)
+    assert [(s.heading_path, s.content) for s in sections] == [
+        (("A",), "a"), (("A", "B"), "b"), (("A",), "tail of A")]
+    nav = ('<div role="navigation"><h3>Previous topic</h3><ul><li><a href="a.html">a</a></li></ul></div>'
+           '<h1>zlib</h1><p>Compression.</p><details role="navigation" id="toc"><summary>Contents</summary>'
+           '<ul><li>zlib.gzip()</li></ul></details><h2>zlib.gzip()</h2><p>Compresses.</p>')
+    blocks = parse_html(nav)[1]
+    assert [(b.text, b.anchor) for b in blocks if isinstance(b, HeadingBlock)] == [("zlib", "zlib"),
+                                                                                   ("zlib.gzip()", "zlibgzip")]
+    assert [b.text for b in blocks if isinstance(b, ContentBlock)] == ["Compression.", "Compresses."]

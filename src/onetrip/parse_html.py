@@ -7,15 +7,17 @@ spaces or line breaks while block elements must start new lines.
 
 Rules:
 * A section container is a `div` with one of SECTION_CLASSES. Its level is its
-  nesting depth among containers; its anchor is its id (a container without an
-  id, like `refsynopsisdiv`, takes the id of the innermost enclosing one, since
-  that is the source location of its text). Its title is the first heading in
+  nesting depth among containers; its anchor is its id, else an id or an
+  `<a id|name>` in its title (DocBook's default stylesheets mark sections so),
+  else the id of the innermost enclosing container (`refsynopsisdiv`: that is
+  the source location of its text). Its title is the first heading in
   its leading `div.titlepage`/`div.refnamediv`/`<header>`/`<hgroup>` or a
   leading direct heading (elements without text before it, such as Sphinx's
   `<span id>`, and dropped ones, such as a `<nav>` breadcrumb, are skipped).
 * Other h1-h6 outside content blocks are headings too: level = h-number when no
   container is open, else depth + (h-number - container title h-number);
-  anchor = own id, else an `<a id|name>` inside, else a GitHub-style slug.
+  anchor = own id, else an `<a id|name>` inside, else the id of the HTML5
+  `<section>`/`<article>` it is the first heading of, else a GitHub-style slug.
   A permalink glyph (a link to the heading itself: Sphinx's and MkDocs' ¶,
   rustdoc's §, Node's #) is not part of the heading's text.
   In an untitled container the first such heading's h-number - 1 stands in
@@ -31,9 +33,10 @@ Rules:
   section.
 * Content that follows a nested container inside its parent (DocBook
   footnotes), or a nested HTML5 `<section>` inside a `<section>`/`<article>`
-  that opened with a heading, gets a repeated heading of the parent, so it is
-  not attributed to the last subsection.
-* Dropped: head, script, style, navheader, navfooter, the in-page toc, <nav>.
+  that opened with a heading (bare, or in a `<header>`/`<hgroup>`), gets a
+  repeated heading of the parent, so it is not attributed to the last subsection.
+* Dropped: head, script, style, navheader, navfooter, the in-page toc, <nav>
+  and what has role="navigation".
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
   their captions, and text inside them but outside any cell (browsers show it
   before the table), come first.
@@ -114,7 +117,9 @@ def _classes(tag: Tag) -> list[str]:
 
 
 def _dropped(tag: Tag) -> bool:
-    return tag.name in DROP_TAGS or not DROP_CLASSES.isdisjoint(_classes(tag))
+    # role="navigation" is <nav> written as an ARIA landmark (Sphinx's related bar and sidebar, Node.js's
+    # <details role="navigation" id="toc">): its links had been kept as sections' text
+    return tag.name in DROP_TAGS or not DROP_CLASSES.isdisjoint(_classes(tag)) or tag.get("role") == "navigation"
 
 
 def _is_container(tag: Tag) -> bool:
@@ -394,6 +399,7 @@ class _Walker:
         self.containers: list[tuple[int, str | None, int | None]] = []  # depth, anchor, title hN
         self.consumed: set[int] = set()  # id() of headings used as container titles
         self.slugger = GithubSlugger()
+        self.html5_ids: list[list[str | None]] = []  # per open HTML5 <section>/<article>: its id, until a heading takes it
         self.has_text = _TextCheck()
 
     # -- output helpers
@@ -477,6 +483,9 @@ class _Walker:
             return
         own: HeadingBlock | None = None  # the heading this element's own children opened it with
         after_nested = False
+        # its id is the anchor of the heading that opens it (Sphinx's <section id="module-os"><h1>, rustdoc's
+        # <section id="method.new"><h4>), as a section container's id is; it had been a slug of the heading
+        self.html5_ids.append([str(tag["id"]) if tag.get("id") else None])
         for child in list(tag.contents):
             if isinstance(child, Tag) and child.name in _HTML5_SECTIONS:
                 yield child
@@ -488,8 +497,11 @@ class _Walker:
                 after_nested = False
             before = len(self.blocks)
             yield child
-            if own is None and isinstance(child, Tag) and child.name in _HEADING_SET:
+            # its heading may be wrapped: <header><h1>A</h1></header> (HTML5 themes) or an <hgroup>; only a
+            # bare one had counted, and text after a nested <section> went to that subsection
+            if own is None and isinstance(child, Tag) and child.name in _HEADING_SET | {"header", "hgroup"}:
                 own = next((b for b in self.blocks[before:] if isinstance(b, HeadingBlock)), None)
+        self.html5_ids.pop()
         self.flush()
 
     @staticmethod
@@ -504,9 +516,9 @@ class _Walker:
         title = _find_title(tag, self.has_text)
         depth = (self.containers[-1][0] if self.containers else 0) + 1
         own_id = tag.get("id")
-        anchor = str(own_id) if own_id else (self.containers[-1][1] if self.containers else None)
         heading = ""
         children: Iterable[PageElement] = list(tag.contents)
+        nested = None
         if title is not None:
             self.consumed.add(id(title))
             if title.parent is tag:  # its text ends at a heading or section nested in it (see free_heading)
@@ -516,6 +528,12 @@ class _Walker:
                     children = itertools.chain(children[:at], rest, children[at:])
             else:  # in a titlepage, one content block that skips its title: the title keeps all its text
                 heading = _without_permalink(title, _flat_text(title))
+        if not own_id and title is not None:
+            # DocBook (xsltproc's default) marks a container by an <a name> in its title, not an id on the div:
+            # every section of such a page had taken the enclosing one's anchor (one slug, not on the page)
+            link = _anchor_link(title, nested)
+            own_id = title.get("id") or (link.get("id") or link.get("name") if link is not None else None)
+        anchor = str(own_id) if own_id else (self.containers[-1][1] if self.containers else None)
         if anchor is None and heading:
             anchor = self.slugger(heading) or None
         hn = int(title.name[1]) if title is not None else None
@@ -560,6 +578,9 @@ class _Walker:
             inner = _anchor_link(tag, nested)
             if inner is not None:
                 anchor = inner.get("id") or inner.get("name")
+        if self.html5_ids and self.html5_ids[-1][0]:  # the first heading of an HTML5 <section id>: its anchor,
+            section_id, self.html5_ids[-1][0] = self.html5_ids[-1][0], None  # unless the heading has one
+            anchor = anchor or section_id
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
         return rest if nested is not None else None
 

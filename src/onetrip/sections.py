@@ -69,7 +69,10 @@ after 。！？; a Markdown file opening with a `---` rule keeps what follows it
 a block of many characters per token (deep indentation) that fits is no longer cut; a cell-less table
 in a wrapper in a table is read once;
 5: (2026-12-06, found by review) heading anchors keep combining marks (Hindi, Thai) and drop other
-numbers (² ½), as GitHub's; a Markdown heading inside a quote or list counts for the -n of repeats."""
+numbers (² ½), as GitHub's; a Markdown heading inside a quote or list counts for the -n of repeats; an
+HTML container's anchor may be an <a name> in its title (DocBook), an HTML5 <section id> is its first
+heading's anchor; text after a nested <section> under a <header>-wrapped heading is its own; role="navigation"
+is dropped as <nav> is."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
