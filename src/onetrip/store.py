@@ -675,12 +675,13 @@ def replace_document(
     with conn.transaction():
         _lock_document(conn, doc.doc_id)
         row = conn.execute(
-            sql.SQL("SELECT content_hash, revision, collection, acl FROM {} WHERE doc_id = %s").format(documents),
-            (doc.doc_id,),
+            sql.SQL("SELECT content_hash, revision, collection, acl, metadata FROM {} WHERE doc_id = %s")
+            .format(documents), (doc.doc_id,),
         ).fetchone()
         unchanged = row is not None and row[0] == doc.content_hash and _same_access(row[2], row[3], doc.collection,
                                                                                      doc.acl)
-        if unchanged and not force and _same_labels(conn, layout, doc, sections, doc_meta, section_meta):
+        if unchanged and not force and row[4] == doc_meta.obj \
+                and _same_section_labels(conn, layout, doc, sections, section_meta):
             return StoreResult(doc.doc_id, "unchanged", row[1], 0)
         # a document stored again after a delete continues past its archived revisions: starting at 1 again,
         # the audit trail held two revision 1s (an archive of the second had been dropped on the conflict)
@@ -715,17 +716,14 @@ def replace_document(
                        **({} if row is None else _access_change(row[2], row[3], doc.collection, doc.acl)))
 
 
-def _same_labels(conn: psycopg.Connection, layout: Layout, doc: DocumentRecord, sections: Sequence[SectionLike],
-                 doc_meta: Any, section_meta: Sequence[Any]) -> bool:
-    """Whether the stored document's metadata and its sections' ids, ACLs and metadata are the ones given.
+def _same_section_labels(conn: psycopg.Connection, layout: Layout, doc: DocumentRecord,
+                         sections: Sequence[SectionLike], section_meta: Sequence[Any]) -> bool:
+    """Whether the stored sections' ids, ACLs and metadata are the ones given (the document's metadata is
+    compared by the caller, from the row it read).
 
     The content hash is the caller's and may cover the text alone: a section's own ACL tightened (or the
     metadata a filter reads changed) under the same hash had been "unchanged", and the old ACL stayed.
     """
-    stored_meta = conn.execute(sql.SQL("SELECT metadata FROM {} WHERE doc_id = %s").format(
-        sql.SQL(layout.tables["documents"])), (doc.doc_id,)).fetchone()
-    if stored_meta is None or stored_meta[0] != doc_meta.obj:
-        return False
     stored = conn.execute(sql.SQL("SELECT section_id, acl, metadata FROM {} WHERE doc_id = %s "
                                   "ORDER BY sequence_index").format(sql.SQL(layout.tables["sections"])),
                           (doc.doc_id,)).fetchall()
