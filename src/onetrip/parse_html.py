@@ -399,7 +399,7 @@ class _Walker:
         self.containers: list[tuple[int, str | None, int | None]] = []  # depth, anchor, title hN
         self.consumed: set[int] = set()  # id() of headings used as container titles
         self.slugger = GithubSlugger()
-        self.html5_ids: list[list[str | None]] = []  # per open HTML5 <section>/<article>: its id, until a heading takes it
+        self.html5_ids: list[str | None] = []  # per open HTML5 <section>/<article>: its id, until a heading takes it
         self.has_text = _TextCheck()
 
     # -- output helpers
@@ -485,7 +485,7 @@ class _Walker:
         after_nested = False
         # its id is the anchor of the heading that opens it (Sphinx's <section id="module-os"><h1>, rustdoc's
         # <section id="method.new"><h4>), as a section container's id is; it had been a slug of the heading
-        self.html5_ids.append([str(tag["id"]) if tag.get("id") else None])
+        self.html5_ids.append(str(tag["id"]) if tag.get("id") else None)
         for child in list(tag.contents):
             if isinstance(child, Tag) and child.name in _HTML5_SECTIONS:
                 yield child
@@ -578,8 +578,8 @@ class _Walker:
             inner = _anchor_link(tag, nested)
             if inner is not None:
                 anchor = inner.get("id") or inner.get("name")
-        if self.html5_ids and self.html5_ids[-1][0]:  # the first heading of an HTML5 <section id>: its anchor,
-            section_id, self.html5_ids[-1][0] = self.html5_ids[-1][0], None  # unless the heading has one
+        if self.html5_ids and self.html5_ids[-1]:  # the first heading of an HTML5 <section id>: its anchor,
+            section_id, self.html5_ids[-1] = self.html5_ids[-1], None  # unless the heading has one
             anchor = anchor or section_id
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
         return rest if nested is not None else None

@@ -582,6 +582,7 @@ def _split_oracle(sql: str) -> list[tuple[str, bool]]:
     except TokenError as e:
         raise SqlValidationError(f"oracle SQL does not tokenize: {e}") from e
     out: list[tuple[str, bool]] = []
+    lines = sql.splitlines()  # as SQL*Plus reads the script (`_check_sqlplus_lines`)
     start = 0  # character offset where the current statement begins
     i = 0
     while i < len(tokens):
@@ -605,7 +606,7 @@ def _split_oracle(sql: str) -> list[tuple[str, bool]]:
                 f"line {tokens[j].line}: a '/' line after a statement ended by ';' makes SQL*Plus run it twice"
             )
         end = tokens[j].start if j < len(tokens) else len(sql)
-        _check_sqlplus_lines(sql, tok.line, tokens[j].line if j < len(tokens) else tokens[-1].line + 1)
+        _check_sqlplus_lines(lines, tok.line, tokens[j].line if j < len(tokens) else tokens[-1].line + 1)
         piece = sql[start:end].strip()
         if _scrub(piece).strip():
             out.append((piece, False))
@@ -617,14 +618,13 @@ def _split_oracle(sql: str) -> list[tuple[str, bool]]:
     return out
 
 
-def _check_sqlplus_lines(sql: str, first: int, last: int) -> None:
+def _check_sqlplus_lines(lines: list[str], first: int, last: int) -> None:
     """Refuse a line SQL*Plus would end a plain statement at before its ';' (lines ``first`` to ``last``, from 1).
 
     SQL*Plus reads a script line by line and does not parse SQL: a line ending in ';' runs the buffer even when
     that ';' sits in a ``--`` comment or a string, and (SQLBLANKLINES OFF, the default) a blank line ends the
     statement unrun. Either way the rest of the statement then runs as a broken statement of its own.
     """
-    lines = sql.splitlines()
     for n in range(first, min(last, len(lines) + 1)):
         text = lines[n - 1]
         if not text.strip():

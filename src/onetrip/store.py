@@ -490,14 +490,15 @@ def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
 def _json_object(metadata: Mapping[str, Any]) -> Any:
     """Metadata as a jsonb object (not a JSON string), values JSON cannot hold as their str()."""
     try:
-        data = json.loads(json.dumps(dict(metadata), default=str, allow_nan=False))
+        text = json.dumps(dict(metadata), default=str, allow_nan=False, ensure_ascii=False)
+        data = json.loads(text)
     except ValueError as e:  # NaN/infinity: PostgreSQL's jsonb says only 'Token "NaN" is invalid'
         raise ValueError(f"metadata {str(dict(metadata))[:80]} holds a value JSON cannot (NaN or "
                          f"infinity): {e}") from None
     if (where := nul_in(data)) is not None:  # jsonb refuses \u0000 with a multi-line 'unsupported Unicode escape'
         raise ValueError(f"metadata {where} holds a NUL character, which PostgreSQL's jsonb cannot store "
                          "(front matter: a \"\\0\" or \"\\x00\" escape)")
-    check_text(json.dumps(data, ensure_ascii=False), "metadata")  # a lone surrogate: jsonb's error named no field
+    check_text(text, "metadata")  # a lone surrogate: jsonb's error had named no field
     return Jsonb(data)
 
 
