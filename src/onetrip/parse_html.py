@@ -781,18 +781,15 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
 
 # elements whose content is raw text: left open, they take in the rest of the page, which is then not read
 # (a comment, script, style, title) or read as plain text, its markup included (the others)
-_RAW_TEXT_OPEN = re.compile(r"<!--|<(script|style|title|textarea|xmp|iframe|noembed|noframes|plaintext)(?=[\s/>])",
-                            re.IGNORECASE)
+_RAW_TEXT = frozenset({"script", "style", "title", "textarea", "xmp", "iframe", "noembed", "noframes", "plaintext"})
 _HIDDEN = frozenset({"script", "style", "title"})
+# a comment's or a start tag's opening; a start tag runs to the first > outside a quoted attribute value
+_TAG_OPEN = re.compile(r"<(?:(!--)|([A-Za-z][^\s/>]*))")
+_TAG_REST = re.compile(r"""(?:[^>"'=]|=\s*"[^"]*"|=\s*'[^']*'|=)*>""")
 
 
 def _line_of(text: str, pos: int) -> int:
     return text.count("\n", 0, pos) + 1
-
-
-def _inside_a_tag(text: str, pos: int) -> bool:
-    """Whether ``pos`` is inside a tag's attributes (``<p title='<!--'>``): the last < before it is unclosed."""
-    return text.rfind("<", 0, pos) > text.rfind(">", 0, pos)
 
 
 def truncation_warning(text: str) -> str | None:
@@ -803,32 +800,31 @@ def truncation_warning(text: str) -> str | None:
     never closed takes in everything after it, and a page ending inside a tag
     lost its end. Unclosed ordinary elements (no ``</body>``) lose nothing and
     are not named; nor is a self-closed ``<script .../>`` (XHTML), which lxml
-    reads as closed.
+    reads as closed. The page is read forward tag by tag, as a browser does,
+    so a ``<!--`` or a ``>`` inside a quoted attribute value is no markup.
     """
     pos = 0
-    while m := _RAW_TEXT_OPEN.search(text, pos):
-        if _inside_a_tag(text, m.start()):
-            pos = m.end()
-            continue
-        tag = m.group(1)
-        if tag is None:
+    while m := _TAG_OPEN.search(text, pos):
+        if m.group(1):
             short = next((n for n in (">", "->") if text.startswith(n, m.end())), None)  # <!--> and <!---> end there
             c = None if short else re.compile(r"--!?>").search(text, m.end())
             end = m.end() + len(short) if short else (c.end() if c else -1)
             what, hidden, opened = "a comment (<!--)", True, m.end()
         else:
-            gt = text.find(">", m.end())
-            if gt >= 0 and text[gt - 1] == "/":  # <script src="x.js"/>, <title/> in SVG: closed
+            rest = _TAG_REST.match(text, m.end())
+            if rest is None:  # the page ends inside this tag: the check below names it
+                break
+            tag, gt = m.group(2).lower(), rest.end() - 1
+            if tag not in _RAW_TEXT or text[gt - 1] == "/":  # <script src="x.js"/>, <title/> in SVG: closed
                 pos = gt + 1
                 continue
-            c = re.compile(rf"</{tag}\s*>", re.IGNORECASE).search(text, m.end())
+            c = re.compile(rf"</{tag}\s*>", re.IGNORECASE).search(text, gt + 1)
             end = c.end() if c else -1
-            what, hidden = f"a <{tag.lower()}> element", tag.lower() in _HIDDEN
-            opened = gt + 1 if gt >= 0 else m.end()  # counted from the end of its opening tag
+            what, hidden, opened = f"a <{tag}> element", tag in _HIDDEN, gt + 1  # counted after its opening tag
         if end < 0:
-            rest = len(text) - opened
+            rest_len = len(text) - opened
             how = "not read as text" if hidden else "read as plain text, markup included"
-            return (f"{what} opened at line {_line_of(text, m.start())} is never closed: the {rest} characters "
+            return (f"{what} opened at line {_line_of(text, m.start())} is never closed: the {rest_len} characters "
                     f"after it are {how} (the file may be truncated)")
         pos = end
     tail = text.rstrip()
