@@ -810,10 +810,12 @@ def cmd_search(args: argparse.Namespace) -> int:
 
 
 def cmd_sql(args: argparse.Namespace) -> int:
-    from .editions import no_oracle_edition, render_edition, write_editions
+    from .editions import check_checkable_schema, no_oracle_edition, render_edition, write_editions
 
     layout = _layout(args, args.dim)
     editions = ["postgres", "oracle", "citus"] if args.dialect == "all" else [args.dialect]
+    if args.dialect == "all" and layout.schema:  # a schema no edition takes fails before a note on one of them
+        check_checkable_schema(layout.schema, "postgres")
     if args.dialect == "all" and (why := no_oracle_edition(layout)):
         editions.remove("oracle")  # all that apply: asked for by name (--dialect oracle), it is an error naming why
         print(f"onetrip: note: no Oracle edition for {why} (`--dialect oracle` says why): rendering the "
