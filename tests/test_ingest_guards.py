@@ -102,6 +102,84 @@ def test_a_document_moved_to_another_collection_is_reported(db, tmp_path):
         "handbook.md": "c", "tenantA/handbook.md": "tenantA", "tenantB/handbook.md": "tenantB"}
 
 
+def test_a_file_replacing_a_document_stored_from_another_file_still_there_is_reported(db, tmp_path):
+    """Found by review: tenant B's handbook.md, ingested alone in a later run of the same collection, replaced
+    tenant A's document (same id: the file's name) as an ordinary edit, with nothing said. A file that was
+    moved (the old one is gone) is the same document and is not reported."""
+    a, b = _tenants(tmp_path)
+    init_schema(db)
+    ingest_paths(db, [a], layout=Layout(), embedder=HashEmbedder())
+    report = ingest_paths(db, [b], layout=Layout(), embedder=HashEmbedder())
+    assert report.changed == 1 and report.replaced == [(str(b), str(a.resolve()))]
+    assert report.as_dict()["replaced"] == [{"path": str(b), "other_file": str(a.resolve())}]
+    moved = tmp_path / "tenantC" / "handbook.md"
+    moved.parent.mkdir()
+    b.rename(moved)
+    moved.write_text(_doc("an edited handbook"))
+    report = ingest_paths(db, [moved], layout=Layout(), embedder=HashEmbedder())
+    assert (report.changed, report.replaced) == (1, [])
+
+
+def test_documents_whose_files_left_a_folder_are_listed_and_deleted_on_request(db, tmp_path):
+    """Found by review: a renamed, moved or deleted file left its document stored and searchable, and a second
+    run said nothing of it (a rename is a new id: the old text was found twice, once under a path that is gone).
+    Only documents this run's ids would name are its to report: another id scheme's stay as they are."""
+    docs = tmp_path / "docs"
+    (docs / "a").mkdir(parents=True)
+    for name, text in (("a/zebra.md", "zebras gallop"), ("lion.md", "lions rest"), ("keep.md", "kept text")):
+        (docs / name).write_text(_doc(text))
+    init_schema(db)
+    emb = HashEmbedder()
+    ingest_paths(db, [docs], layout=Layout(), embedder=emb)
+    ingest_paths(db, [docs], layout=Layout(), embedder=emb, doc_id=lambda p, r: "t/" + p.relative_to(r).as_posix())
+    (docs / "a" / "zebra.md").rename(docs / "a" / "zebra-renamed.md")
+    (docs / "lion.md").unlink()
+    (docs / "lion.html").write_text("<h1>Lion</h1><p>Lions rest.</p>")
+    report = ingest_paths(db, [docs], layout=Layout(), embedder=emb)
+    gone = [("a/zebra.md", str((docs / "a" / "zebra.md").resolve())), ("lion.md", str((docs / "lion.md").resolve()))]
+    assert (report.new, report.gone, report.deleted) == (2, gone, [])
+    stored = {d.doc_id for d in list_documents(db, Layout())}
+    assert {"a/zebra.md", "lion.md", "t/a/zebra.md", "t/lion.md"} <= stored  # listed, not deleted
+    assert ingest_paths(db, [docs / "keep.md"], layout=Layout(), embedder=emb).gone == []  # a file: no folder
+    report = ingest_paths(db, [docs], layout=Layout(), embedder=emb, delete_missing=True, keep_history=True)
+    assert (report.unchanged, report.gone, report.deleted) == (3, gone, ["a/zebra.md", "lion.md"])
+    assert report.recounted  # the deleted sections' words no longer count
+    assert {d.doc_id for d in list_documents(db, Layout())} == stored - {"a/zebra.md", "lion.md"}
+    assert db.execute("SELECT count(DISTINCT doc_id) FROM section_history").fetchone()[0] == 2  # archived first
+    assert ingest_paths(db, [docs], layout=Layout(), embedder=emb, delete_missing=True).gone == []
+
+
+def test_delete_document_with_a_source_deletes_only_a_document_still_stored_from_it(db, tmp_path):
+    a, b = _tenants(tmp_path)
+    init_schema(db)
+    ingest_paths(db, [a], layout=Layout(), embedder=HashEmbedder())
+    assert not delete_document(db, Layout(), "handbook.md", source_uri=b.resolve().as_uri())
+    assert delete_document(db, Layout(), "handbook.md", source_uri=a.resolve().as_uri())
+    assert list_documents(db, Layout()) == []
+
+
+def test_cli_names_files_gone_and_replaced_documents(dsn, tmp_path):
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "old.md").write_text(_doc("old name"))
+    assert onetrip("ingest", str(docs), dsn=dsn).returncode == 0
+    (docs / "old.md").rename(docs / "new.md")
+    res = onetrip("ingest", str(docs), dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    assert "1 stored document came from files that are gone" in res.stderr and "--delete-missing" in res.stderr
+    assert f"  gone: old.md (was {(docs / 'old.md').resolve()})" in res.stderr
+    res = onetrip("ingest", str(docs), "--delete-missing", "--json", dsn=dsn)
+    assert res.returncode == 0 and json.loads(res.stdout)["deleted"] == ["old.md"], res.stderr
+    assert "deleted 1 document whose files are gone" in res.stderr
+    a, b = _tenants(tmp_path)
+    assert onetrip("ingest", str(a), dsn=dsn).returncode == 0
+    res = onetrip("ingest", str(b), "--collection", "other", dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    assert res.stderr.count("onetrip: note:") == 1, res.stderr  # one note: replaced, and from which collection
+    assert (f"replaced the document stored in collection 'default' from another file, which is still there "
+            f"({a.resolve()})") in res.stderr
+
+
 def test_cli_refuses_a_doc_id_conflict_before_making_tables_and_prefix_keeps_both(dsn, db, tmp_path):
     a, b = _tenants(tmp_path)
     res = onetrip("ingest", "--prefix", "guard_", str(a), str(b), dsn=dsn)
@@ -116,7 +194,11 @@ def test_cli_refuses_a_doc_id_conflict_before_making_tables_and_prefix_keeps_bot
     res = onetrip("ingest", "--prefix", "guard_", "--collection", "x", str(a), dsn=dsn)
     assert res.returncode == 0 and "note" not in res.stderr  # a new id 'handbook.md': nothing moved
     res = onetrip("ingest", "--prefix", "guard_", "--collection", "y", str(b), dsn=dsn)
-    assert f"note: {b}: its document moved from collection 'x' to 'y' (if that was another file" in res.stderr
+    assert f"note: {b} replaced the document stored in collection 'x' from another file, which is still there" \
+        in res.stderr  # one note naming both the other file and the collection
+    b.write_text(b.read_text() + "\nMore.\n")
+    res = onetrip("ingest", "--prefix", "guard_", "--collection", "z", str(b), dsn=dsn)
+    assert res.stderr.strip() == f"onetrip: note: {b}: its document moved from collection 'y' to 'z'", res.stderr
     assert sorted(r[0] for r in db.execute("SELECT doc_id FROM guard_documents")) == [
         "handbook.md", "tenantA/handbook.md", "tenantB/handbook.md"]
 

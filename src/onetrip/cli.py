@@ -132,6 +132,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "files of the same relative path from two folders or tenants stay two documents")
     p.add_argument("--no-recount", action="store_true",
                    help=f"{NO_RECOUNT_HELP}, for frequent small runs into a large table")
+    p.add_argument("--delete-missing", action="store_true",
+                   help="delete the stored documents whose files, under a folder given, are gone (renamed, moved "
+                        "or deleted); without it they are listed and stay searchable")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _model_option(p)
 
@@ -473,7 +476,8 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
                                   on_progress=on_progress, doc_id=doc_id, collection=getattr(args, "collection", "default"),  # "" is refused, not made "default"
                                   acl=_acl(getattr(args, "acl", None)),
                                   keep_history=getattr(args, "keep_history", False),
-                                  recount=not getattr(args, "no_recount", False))
+                                  recount=not getattr(args, "no_recount", False),
+                                  delete_missing=getattr(args, "delete_missing", False))
     return report
 
 
@@ -631,10 +635,37 @@ def cmd_ingest(args: argparse.Namespace) -> int:
         print(f"onetrip: warning: {path}: {warning}", file=sys.stderr)
     for path in report.made_public:  # a run without --acl over documents stored with one: say so
         print(f"onetrip: note: {path} had an ACL and is now readable by everyone (no --acl given)", file=sys.stderr)
+    replaced = dict(report.replaced)
+    moved = dict(report.moved)
     for path, old in report.moved:  # one doc_id is one document, whatever the collection: say it moved
-        print(f"onetrip: note: {path}: its document moved from collection {old!r} to {args.collection!r} (if that "
-              "was another file of the same id, it is replaced: --doc-id-prefix keeps both)", file=sys.stderr)
+        if path not in replaced:
+            print(f"onetrip: note: {path}: its document moved from collection {old!r} to {args.collection!r}",
+                  file=sys.stderr)
+    for path, other in report.replaced:  # one doc_id, two files: the other one's text is no longer stored
+        where = f" in collection {moved[path]!r}" if path in moved else ""
+        print(f"onetrip: note: {path} replaced the document stored{where} from another file, which is still there "
+              f"({other}): a document's id is its path relative to the folder given; --doc-id-prefix keeps both",
+              file=sys.stderr)
+    _print_gone(report, args.delete_missing)
     return 0 if not report.failed else 3
+
+
+def _print_gone(report: Any, delete_missing: bool) -> None:
+    """Stored documents whose files are gone from a folder given: deleted (--delete-missing), or named."""
+    deleted = set(report.deleted)
+    if deleted:
+        print(f"onetrip: note: deleted {_count(len(deleted), 'document')} whose files are gone:", file=sys.stderr)
+        for did, path in report.gone:
+            if did in deleted:
+                print(f"  deleted: {did} (was {path})", file=sys.stderr)
+    kept = [(d, p) for d, p in report.gone if d not in deleted]
+    if kept:
+        how = ("stored again from another file meanwhile, so not deleted" if delete_missing else
+               "they stay searchable: `onetrip delete ID ...`, or ingest again with --delete-missing")
+        print(f"onetrip: note: {_count(len(kept), 'stored document')} came from files that are gone (renamed, "
+              f"moved or deleted); {how}:", file=sys.stderr)
+        for did, path in kept:
+            print(f"  gone: {did} (was {path})", file=sys.stderr)
 
 
 def _budget(text: str) -> int | str:

@@ -15,6 +15,8 @@ import hashlib
 import json
 import os
 import time
+import urllib.parse
+import urllib.request
 from contextlib import contextmanager, suppress
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,9 +40,12 @@ from .store import (
     embedder_lock,
     check_access_values,
     check_doc_id,
+    delete_document,
+    documents_from,
     flush_word_indexes,
     set_document_access,
     set_document_source,
+    stored_source,
     stored_state,
     recorded_models,
     recorded_probes,
@@ -70,6 +75,9 @@ class IngestReport:
     made_public: list[str] = field(default_factory=list)  # stored with an ACL before, without one now
     moved: list[tuple[str, str]] = field(default_factory=list)  # (path, the other collection it was stored in)
     warnings: list[tuple[str, str]] = field(default_factory=list)  # (path, what parsing lost: ParsedDocument.warnings)
+    replaced: list[tuple[str, str]] = field(default_factory=list)  # (path, the other file, still there, it was from)
+    gone: list[tuple[str, str]] = field(default_factory=list)  # (doc_id, its file, gone from a folder given)
+    deleted: list[str] = field(default_factory=list)  # of `gone`: deleted (delete_missing=True)
     sections: int = 0
     reused: int = 0  # of `sections`: written with the vector stored for the same text (`_stored_vectors`), not embedded
     parse_seconds: float = 0.0
@@ -97,6 +105,8 @@ class IngestReport:
             "access_only": self.access_only, "recut": self.recut, "made_public": self.made_public,
             "moved": [{"path": p, "from_collection": c} for p, c in self.moved],
             "warnings": [{"path": p, "warning": w} for p, w in self.warnings],
+            "replaced": [{"path": p, "other_file": o} for p, o in self.replaced],
+            "gone": [{"doc_id": d, "path": p} for d, p in self.gone], "deleted": self.deleted,
             "sections": self.sections, "reused": self.reused, "parse_seconds": round(self.parse_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
             "recounted": self.recounted, "words_behind": self.words_behind,
@@ -125,6 +135,40 @@ def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
                     yield f, p
         else:
             yield p, p.parent
+
+
+def _path_of(uri: str | None) -> Path | None:
+    """The file a ``file:`` URI names (None for another scheme: a document loaded by the caller's own code)."""
+    if not uri:
+        return None
+    parts = urllib.parse.urlsplit(uri)
+    return Path(urllib.request.url2pathname(parts.path)) if parts.scheme == "file" else None
+
+
+def _other_file(stored_uri: str | None, uri: str) -> str | None:
+    """The file a stored document came from, when that is another file than ``uri`` and it is still there:
+    a file that replaces it is another one of the same id (a run of another folder), not the same one moved."""
+    other = _path_of(stored_uri) if stored_uri != uri else None
+    return str(other) if other is not None and other.is_file() else None
+
+
+def _gone_files(conn: psycopg.Connection, layout: Layout, folder: Path,
+                doc_id: Callable[[Path, Path], str]) -> list[tuple[str, str, Path]]:
+    """(doc_id, source_uri, file) of the stored documents from files under ``folder`` that no longer exist and
+    that a run of ``folder`` would give that id (so another id scheme's documents, a --doc-id-prefix run's, and
+    files named alone are not this run's to report)."""
+    gone = []
+    for did, uri in documents_from(conn, layout, folder.resolve().as_uri().rstrip("/") + "/"):
+        path = _path_of(uri)
+        if path is None or os.path.lexists(path):
+            continue
+        try:
+            if doc_id(path, folder) != did:
+                continue
+        except Exception:  # noqa: BLE001 - a caller's id function that cannot name a missing file: not ours
+            continue
+        gone.append((did, uri, path))
+    return gone
 
 
 def _resolve(path: Path) -> Path:
@@ -224,6 +268,7 @@ class _Pending:
     path: str
     recut: bool = False  # stored unchanged, but cut by another SECTIONING: written even though its hash matches
     stored: bool = False  # a revision is stored: its vectors may serve sections of the same text (`_stored_vectors`)
+    replaces: str | None = None  # the stored revision came from this other file, still there (report.replaced)
 
 
 def _stored_vectors(conn: psycopg.Connection, layout: Layout, doc_ids: Sequence[str],
@@ -370,6 +415,7 @@ def ingest_paths(
     acl: Sequence[str] | None = None,
     keep_history: bool = False,
     recount: bool = True,
+    delete_missing: bool = False,
 ) -> IngestReport:
     """Ingest files and folders; returns counts of new/changed/unchanged/failed documents.
 
@@ -384,8 +430,17 @@ def ingest_paths(
     an ACL and are stored without one are listed in ``report.made_public``, and
     documents stored in another collection before in ``report.moved``: a doc_id
     names one document across collections (give ``doc_id`` a prefix to keep both).
-    Two files of one run that would share a doc_id are refused before any write.
-    ``paths`` may be one path.
+    Two files of one run that would share a doc_id are refused before any write;
+    a file that replaces a document stored from another file, which is still
+    there, is stored and listed in ``report.replaced`` (another run's file of the
+    same relative path: a ``doc_id`` prefix keeps both). ``paths`` may be one path.
+
+    Files gone: for each folder given, the stored documents that came from a
+    file under it (``source_uri``) which no longer exists, and which this run
+    would have given the same id, are listed in ``report.gone`` (a file renamed,
+    moved to another subfolder or deleted: a rename is a new id, and the old
+    document stayed searchable without a word). ``delete_missing`` deletes them
+    (``report.deleted``; archived first under ``keep_history``).
 
     Ends by recounting the lexical search's word statistics (`refresh_term_stats`)
     when a document was added or changed, none were counted yet, or an earlier
@@ -421,7 +476,8 @@ def ingest_paths(
                          "autocommit mode (onetrip.connect() makes one; psycopg: connect(..., autocommit=True))")
     report = IngestReport()
     check_access_values(collection, acl)
-    planned = plan_files(paths, doc_id)  # before any write: two files for one doc_id are refused
+    given = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))]
+    planned = plan_files(given, doc_id)  # before any write: two files for one doc_id are refused
     # before any write: the tables as they are, not as the caller's Layout says. A Layout(dim=768) over a
     # vector(384) table had failed every file with COPY's multi-line 'expected 384 dimensions, not 768'; a prefix
     # with no tables with 'relation "x_term_stats" does not exist ... versions before it did not create'.
@@ -508,6 +564,8 @@ def ingest_paths(
                         report.changed += 1
                         if p.recut:
                             report.recut += 1
+                        if p.replaces:
+                            report.replaced.append((p.path, p.replaces))
                     else:
                         report.unchanged += 1
                     if res.outcome != "unchanged":
@@ -546,6 +604,7 @@ def ingest_paths(
                     state = "content"         # failure says "stays searchable" only of a document that is stored
                 if state == "source" and not set_document_source(conn, layout, did, digest, uri):
                     state = "content"  # another writer stored other content meanwhile: this file's is stored
+                replaces = _other_file(stored_source(conn, layout, did), uri) if state == "content" else None
                 if state in ("unchanged", "source"):
                     report.unchanged += 1
                     report.parse_seconds += time.perf_counter() - t0
@@ -587,11 +646,17 @@ def ingest_paths(
                 continue
             report.parse_seconds += time.perf_counter() - t0
             pending.append(_Pending(record, parsed, shown, recut=state == "sectioning",
-                                    stored=state in ("content", "sectioning")))
+                                    stored=state in ("content", "sectioning"), replaces=replaces))
             if sum(len(p.parsed.sections) for p in pending) >= batch_sections:
                 flush()
         flush()
         t0 = time.perf_counter()
+        for folder in (g for g in given if g.is_dir()):
+            for did, uri, path in _gone_files(conn, layout, folder, doc_id):
+                report.gone.append((did, str(path)))
+                if delete_missing and delete_document(conn, layout, did, keep_history=keep_history, source_uri=uri):
+                    report.deleted.append(did)
+                    marked[0] = True  # the deletion committed with the mark: the recount below is due
         # a recount is due when words changed, or marked: a write was tried, or an earlier run stopped
         due = bool(report.new or report.changed > report.access_only or marked[0])
         if due and recount:

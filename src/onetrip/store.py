@@ -897,7 +897,23 @@ def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str 
     return [document_info(row) for row in rows]
 
 
-def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, keep_history: bool = False) -> bool:
+def stored_source(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str | None:
+    """The ``source_uri`` a document is stored with (None if it is not stored, or has none)."""
+    q = sql.SQL("SELECT source_uri FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
+    row = conn.execute(q, (doc_id,)).fetchone()
+    return None if row is None else row[0]
+
+
+def documents_from(conn: psycopg.Connection, layout: Layout, uri_prefix: str) -> list[tuple[str, str]]:
+    """(doc_id, source_uri) of the documents whose source URI starts with ``uri_prefix`` (a folder's
+    ``file:`` URI and ``/``), in doc_id order: what an ingest of that folder checks for files gone."""
+    q = sql.SQL("SELECT doc_id, source_uri FROM {} WHERE starts_with(source_uri, %s) ORDER BY doc_id").format(
+        sql.SQL(layout.tables["documents"]))
+    return [(d, u) for d, u in conn.execute(q, (uri_prefix,)).fetchall()]
+
+
+def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, keep_history: bool = False,
+                    source_uri: str | None = None) -> bool:
     """Remove a document and all its sections in one transaction; True if it was stored.
 
     Takes the same per-document lock as `replace_document`, so a delete and a
@@ -907,12 +923,17 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
     sections until `refresh_term_stats` runs (``onetrip delete`` runs it); the
     delete commits with the TERM_STATS_BEHIND mark, so if that recount never
     comes (a stopped command, a library caller), the next ingest run recounts.
+    With ``source_uri``, only a document still stored from that source is
+    deleted (False otherwise): an ingest removing documents whose files are
+    gone must not remove one that another writer has stored from a file since.
     """
     check_key(doc_id, "doc_id")
     documents = sql.SQL(layout.tables["documents"])
     with conn.transaction():
         try:
             _lock_document(conn, doc_id)
+            if source_uri is not None and stored_source(conn, layout, doc_id) != source_uri:
+                return False
             if keep_history:
                 _archive_sections(conn, layout, doc_id)
             # the sections go with it: their foreign key is ON DELETE CASCADE
