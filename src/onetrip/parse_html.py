@@ -7,7 +7,9 @@ spaces or line breaks while block elements must start new lines.
 
 Rules:
 * A section container is a `div` with one of SECTION_CLASSES. Its level is its
-  nesting depth among containers; its anchor is its id, else an id or an
+  nesting depth among containers (an outermost one sits below the last heading
+  outside containers of a lower h-number than its title's: AsciiDoc's page <h1>);
+  its anchor is its id, else an id or an
   `<a id|name>` in its title (DocBook's default stylesheets mark sections so),
   else the id of the innermost enclosing container (`refsynopsisdiv`: that is
   the source location of its text). Its title is the first heading in
@@ -17,9 +19,11 @@ Rules:
 * Other h1-h6 outside content blocks are headings too: level = h-number when no
   container is open, else depth + (h-number - container title h-number);
   anchor = own id, else an `<a id|name>` inside, else the id of the HTML5
-  `<section>`/`<article>` it is the first heading of, else a GitHub-style slug.
-  A permalink glyph (a link to the heading itself: Sphinx's and MkDocs' ¶,
-  rustdoc's §, Node's #) is not part of the heading's text.
+  `<section>`/`<article>` it is the first heading of, else the id or name of an
+  empty `<a>`/`<span>` right before it (man2html, Doxygen, Texinfo), else a
+  GitHub-style slug. A permalink (a link within the page whose text is a symbol:
+  Sphinx's and MkDocs' ¶ or icon, rustdoc's §, Node's #, Doxygen's ◆) is not part
+  of the heading's text.
   In an untitled container the first such heading's h-number - 1 stands in
   for the title's, so its h2 and h3 still nest.
 * Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
@@ -35,8 +39,12 @@ Rules:
   footnotes), or a nested HTML5 `<section>` inside a `<section>`/`<article>`
   that opened with a heading (bare, or in a `<header>`/`<hgroup>`), gets a
   repeated heading of the parent, so it is not attributed to the last subsection.
-* Dropped: head, script, style, navheader, navfooter, the in-page toc, <nav>
-  and what has role="navigation".
+* Dropped (`_dropped`): head, script, style, <nav>, what has role="navigation"
+  or "contentinfo" or aria-hidden="true", DROP_CLASSES (DocBook's navheader,
+  navfooter and toc, Texinfo's tables of contents, Bootstrap's navbar, ...), a
+  page's footer (<footer>, .footer, #footer outside an article, section or main)
+  and Texinfo's "Next: / Up:" bar (a div.header whose links are all rel=next,
+  up, ... or have an accesskey).
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
   their captions, and text inside them but outside any cell (browsers show it
   before the table), come first.
@@ -63,9 +71,17 @@ from onetrip.sections import MAX_LEVEL, Block, ContentBlock, HeadingBlock
 SECTION_CLASSES = frozenset(
     "sect1 sect2 sect3 sect4 sect5 section simplesect chapter appendix preface "
     "refentry refsect1 refsect2 refsect3 refsynopsisdiv partintro part reference "
-    "book set article index bibliography glossary".split()
+    "book set article index bibliography glossary "
+    # Texinfo (makeinfo's HTML: the GNU manuals)
+    "subsection subsubsection appendixsec appendixsubsec appendixsubsubsec "
+    "unnumbered unnumberedsec unnumberedsubsec unnumberedsubsubsec".split()
 )
-DROP_CLASSES = frozenset({"navheader", "navfooter", "toc"})
+# DocBook's navigation bars and toc; Texinfo's tables of contents (the page's, each chapter's), its 7's nav bar
+# and its index-entry permalinks; Sphinx's and MkDocs' permalinks (a heading's, an API entry's ¶); Doxygen's
+# breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars
+DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "Overview_element", "section-toc",
+                          "mini-toc", "nav-panel", "copiable-anchor", "copiable-link", "headerlink", "navpath",
+                          "navbar", "topNav", "bottomNav", "subNav"})
 DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _HEADING_SET = frozenset(HEADINGS)
@@ -116,10 +132,47 @@ def _classes(tag: Tag) -> list[str]:
     return value if isinstance(value, list) else str(value).split()
 
 
+#: the rel of the links in a page's "Next: / Previous: / Up:" bar (Texinfo's div.header)
+_NAV_RELS = frozenset({"next", "prev", "previous", "up", "contents", "index", "top", "first", "last"})
+_MAIN_CONTENT = frozenset({"article", "section", "main"})
+
+
 def _dropped(tag: Tag) -> bool:
-    # role="navigation" is <nav> written as an ARIA landmark (Sphinx's related bar and sidebar, Node.js's
-    # <details role="navigation" id="toc">): its links had been kept as sections' text
-    return tag.name in DROP_TAGS or not DROP_CLASSES.isdisjoint(_classes(tag)) or tag.get("role") == "navigation"
+    """What the page shows around its text rather than as it: navigation, page footers, what is hidden.
+
+    role="navigation" is <nav> written as an ARIA landmark (Sphinx's related bar and sidebar, Node.js's
+    <details role="navigation" id="toc">), role="contentinfo" a page footer (Sphinx's); aria-hidden="true"
+    is what a screen reader skips (a closed dialog, icons). Their links and lines ("Last updated ...", which
+    changes on every build) had been kept as sections' text.
+    """
+    if tag.name in DROP_TAGS:
+        return True
+    classes = _classes(tag)
+    if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
+        return True
+    if tag.get("aria-hidden") == "true":
+        return True
+    if tag.name == "footer" or "footer" in classes or tag.get("id") == "footer":
+        return not _in_main_content(tag)  # a page's footer; an article's own <footer> is its text
+    return "header" in classes and tag.name == "div" and _nav_bar(tag)
+
+
+def _in_main_content(tag: Tag) -> bool:
+    up = tag.parent
+    while up is not None:
+        if up.name in _MAIN_CONTENT or up.get("role") == "main":
+            return True
+        up = up.parent
+    return False
+
+
+def _nav_bar(tag: Tag) -> bool:
+    """A bar of links to the next, previous and enclosing pages (Texinfo's div.header before each node: "Next:
+    Definitions, Up: Bash Features [Contents][Index]"), which had been each section's first line of text and,
+    being text, hid the title after it."""
+    links = tag.find_all("a")
+    return bool(links) and all(
+        a.get("accesskey") or not _NAV_RELS.isdisjoint(str(a.get("rel") or "").lower().split()) for a in links)
 
 
 def _is_container(tag: Tag) -> bool:
@@ -155,20 +208,21 @@ def _heading_text(tag: Tag) -> tuple[str, Tag | None, Iterator[PageElement]]:
     return _without_permalink(tag, text), nested, rest
 
 
-#: what documentation generators put in a link from a heading to itself: Sphinx and MkDocs ¶, rustdoc §,
-#: Node's docs and many static sites #
-_PERMALINK_GLYPHS = frozenset({"\u00b6", "\u00a7", "#", "\U0001f517"})
+def _is_glyph(text: str) -> bool:
+    """A few characters, none a letter or digit: a permalink's symbol, not a word."""
+    return 0 < len(text) <= 3 and not any(ch.isalnum() for ch in text)
 
 
 def _without_permalink(tag: Tag, text: str) -> str:
-    """The heading's text without its permalink glyph (`Install¶`, `Macros§`, `os.cpus()#`): the glyph is a
-    link to the heading itself (href="#..."), not one of its words, and it went into heading paths,
-    embedding texts and slugs."""
-    if text[-1:] not in _PERMALINK_GLYPHS and text[:1] not in _PERMALINK_GLYPHS:
+    """The heading's text without its permalink glyph (`Install¶`, `Macros§`, `os.cpus()#`, Doxygen's
+    `◆ CharReaderBuilder()`, an icon font's private-use character): a link within the page (href="#...")
+    whose text is a symbol is not one of the heading's words, and it went into heading paths, embedding
+    texts and slugs."""
+    if text[-1:].isalnum() and text[:1].isalnum():
         return text
     for a in tag.find_all("a", href=True):
         glyph = a.get_text().strip()
-        if glyph in _PERMALINK_GLYPHS and str(a["href"]).startswith("#"):
+        if _is_glyph(glyph) and str(a["href"]).startswith("#") and len(glyph) < len(text):
             if text.endswith(glyph):
                 return text[: -len(glyph)].rstrip()
             if text.startswith(glyph):
@@ -400,6 +454,7 @@ class _Walker:
         self.consumed: set[int] = set()  # id() of headings used as container titles
         self.slugger = GithubSlugger()
         self.html5_ids: list[str | None] = []  # per open HTML5 <section>/<article>: its id, until a heading takes it
+        self.open_free: list[int] = []  # the levels of the headings outside containers still open, outermost first
         self.has_text = _TextCheck()
 
     # -- output helpers
@@ -514,7 +569,14 @@ class _Walker:
     # -- sections
     def container(self, tag: Tag) -> Iterator[PageElement]:
         title = _find_title(tag, self.has_text)
-        depth = (self.containers[-1][0] if self.containers else 0) + 1
+        if self.containers:
+            depth = self.containers[-1][0] + 1
+        else:  # under the last heading outside containers of a lower h-number (AsciiDoc: the page's <h1>, then
+            # div.sect1 with an h2 title, beside a bare h2), as a heading of its h-number would be
+            hn = int(title.name[1]) if title is not None else 1
+            while self.open_free and self.open_free[-1] >= hn:
+                self.open_free.pop()
+            depth = (self.open_free[-1] if self.open_free else 0) + 1
         own_id = tag.get("id")
         heading = ""
         children: Iterable[PageElement] = list(tag.contents)
@@ -570,6 +632,9 @@ class _Walker:
             level = depth + max(1, n - title_hn)
         else:
             level = n
+            while self.open_free and self.open_free[-1] >= n:
+                self.open_free.pop()
+            self.open_free.append(n)
         text, nested, rest = _heading_text(tag)
         if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
             return rest
@@ -581,6 +646,7 @@ class _Walker:
         if self.html5_ids and self.html5_ids[-1]:  # the first heading of an HTML5 <section id>: its anchor,
             section_id, self.html5_ids[-1] = self.html5_ids[-1], None  # unless the heading has one
             anchor = anchor or section_id
+        anchor = anchor or _anchor_before(tag)
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
         return rest if nested is not None else None
 
@@ -657,6 +723,21 @@ def _anchor_link(heading: Tag, end: Tag | None) -> Tag | None:
             if with_name is None and el.get("name") is not None:
                 with_name = el
     return with_name
+
+
+def _anchor_before(heading: Tag) -> str | None:
+    """The id or name of an empty ``<a>`` or ``<span>`` right before the heading (man2html's ``<A NAME="lbAB">
+    &nbsp;</A><H2>``, Doxygen's ``<a id="details"></a><h2>``, Texinfo's ``<span id="X-1"></span><h3>``): the
+    page's own target for it, where a slug of its text is on no page."""
+    for sib in heading.previous_siblings:
+        if isinstance(sib, Tag):
+            if sib.name in ("a", "span") and not sib.get("href") and not sib.get_text().strip():
+                target = sib.get("id") or sib.get("name")
+                return str(target) if target else None
+            return None
+        if _is_text(sib) and str(sib).strip():
+            return None
+    return None
 
 
 def _has_text(node: PageElement, has_text: Callable[[Tag], bool]) -> bool:
