@@ -121,7 +121,20 @@ def test_title_falls_back_to_first_h1_then_empty() -> None:
 def test_front_matter_fallback_parser() -> None:
     assert parse_front_matter("title: x: y\n  bad: [") == {"title": "x: y"}
     assert parse_front_matter("") == {}
-    assert parse_front_matter("- a\n- b\n") == {"front_matter": ["a", "b"]}
+    assert parse_front_matter("# only a comment\n") is None and parse_front_matter("\n\n") == {}
+
+
+def test_a_table_of_contents_between_two_rules_is_markdown_not_front_matter() -> None:
+    """Found by review: a `---` block holding a list (valid YAML: stored as metadata["front_matter"]) or a
+    heading and links (invalid YAML with no key: value line: stored as {}) was taken as front matter, and its
+    heading and text were in no section. Front matter is a mapping; anything else there is Markdown."""
+    assert parse_front_matter("- a\n- b\n") is None
+    for toc in ("## Table of contents\n- [Install](#install)\n- [Usage](#usage)\n", "- item one\n- item two\n"):
+        title, blocks, meta = parse_markdown(f"---\n{toc}---\n\n# Guide\n\nText.\n")
+        assert meta == {} and title == "Guide", meta
+        text = "\n".join(b.text for b in blocks)
+        assert "item" in text or ("Table of contents" in text and "[Install](#install)" in text), text
+    assert parse_markdown("---\ntitle: Kept\ntags: [a]\n---\n\nText.\n")[2] == {"title": "Kept", "tags": ["a"]}
 
 
 def test_a_document_opening_with_a_rule_keeps_what_follows_it() -> None:
@@ -138,9 +151,9 @@ def test_a_document_opening_with_a_rule_keeps_what_follows_it() -> None:
     assert meta == {} and "See the wiki for details." in " ".join(b.text for b in blocks)
     assert parse_front_matter("\n# Release notes\n\nVersion 2.0 drops PostgreSQL 12.\n") is None  # a YAML string
     assert parse_front_matter("Note: a draft\nSee the wiki for details.\n") is None  # invalid YAML, not key: value
-    # front matter as it was: a mapping, a list, and invalid YAML whose lines are key: value
+    # front matter as it was: a mapping, and invalid YAML whose lines are key: value (a list is Markdown since
+    # SECTIONING 6: test_a_table_of_contents_between_two_rules_is_markdown_not_front_matter)
     assert parse_markdown("---\ntitle: T\n---\n\nText.\n")[2] == {"title": "T"}
-    assert parse_markdown("---\n- a\n---\n\nText.\n")[2] == {"front_matter": ["a"]}
     assert parse_markdown("---\ntitle: x: y\n---\n\nText.\n")[2] == {"title": "x: y"}
 
 
@@ -150,6 +163,15 @@ def test_github_slugs() -> None:
     assert slug("Hello, World!") == "hello-world-1"
     assert slug("`code` & Stuff_here") == "code--stuff_here"
     assert slug("Ünïcode 2") == "ünïcode-2"
+
+
+def test_an_anchor_keeps_every_space_of_its_heading_as_github_does() -> None:
+    """Found by review: runs of spaces were collapsed and a space next to inline HTML stripped, so the anchor
+    differed from GitHub's (github-slugger turns each space into '-': `# &#x20;a` is `-a`)."""
+    _, blocks, _ = parse_markdown('# Version 0.1  (2012-01-20)\n\n## <a name="ls"></a> `team.ls()`\n\n'
+                                  '## Install <a id="x"></a>\n\nText.\n')
+    assert [(b.text, b.anchor) for b in blocks if isinstance(b, HeadingBlock)] == [
+        ("Version 0.1 (2012-01-20)", "version-01--2012-01-20"), ("team.ls()", "-teamls"), ("Install", "install-")]
 
 
 def test_a_repeated_heading_skips_a_suffix_another_heading_already_took() -> None:

@@ -509,3 +509,28 @@ def test_boundaries_of_merging_splitting_and_counting() -> None:
 
     secs = build_sections([ContentBlock("paragraph", "abc"), ContentBlock("paragraph", "def")], count_tokens=len)
     assert secs[0].content == "abc\n\ndef" and secs[0].token_count == len(secs[0].content) == 8
+
+
+def test_the_model_reads_every_section_whole_with_the_title_and_heading_path_before_it(tmp_path: Path) -> None:
+    """Found by review: sections were cut to the model's 256 word pieces by their content alone, then embedded
+    with the title and heading path before it (`embedding_text`) and the model's [CLS]/[SEP]: a full section's
+    last words lay past what the model reads (2,477 of the PostgreSQL manual's 9,342 sections, 14 word pieces
+    each on average), so dense search could not find them."""
+    from onetrip.sections import embedding_text
+    from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS
+
+    sentence = "The checkpointer writes every dirty buffer to disk and then records a checkpoint record. "
+    p = tmp_path / "guide.md"
+    p.write_text("# A rather long document title about write ahead logging\n\n"
+                 "## Configuring checkpoints and the background writer in detail\n\n" + sentence * 60)
+    doc = parse_file(p)
+    assert len(doc.sections) > 1
+    for s in doc.sections:
+        seen = count_tokens(embedding_text(doc.title, s.heading_path, s.content)) + SPECIAL_TOKENS
+        assert seen <= DEFAULT_MAX_TOKENS, (s.section_id, seen)
+    assert max(s.token_count for s in doc.sections) > DEFAULT_MAX_TOKENS - 80  # still cut near the budget
+    # without a title (build_sections on its own) contents are cut to max_tokens, as before
+    from onetrip.parse_markdown import parse_markdown
+
+    _, blocks, _ = parse_markdown(p.read_text())
+    assert max(s.token_count for s in build_sections(blocks)) > max(s.token_count for s in doc.sections)

@@ -27,7 +27,15 @@ import psycopg
 
 from .embedders import Embedder, check_embedder, check_probe, embedder_probe, probe_differs
 from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumentError, OnetripError
-from .sections import HTML_SUFFIXES, MARKDOWN_SUFFIXES, SECTIONING, TEXT_SUFFIXES, ParsedDocument, parse_file
+from .sections import (
+    HTML_SUFFIXES,
+    MARKDOWN_SUFFIXES,
+    SECTIONING,
+    TEXT_SUFFIXES,
+    ParsedDocument,
+    embedding_text,
+    parse_file,
+)
 from .store import (
     EMBEDDER_KEY,
     EMBEDDER_PROBE_KEY,
@@ -246,12 +254,6 @@ EMBEDDING_TEXT = 1
 """The version of `embedding_text`, stored with each document (metadata ``onetrip_embedding_text``; none: 1, as
 every onetrip stored before 2026-12-05 made it). A stored vector is reused for a section whose text is the same
 (`_stored_vectors`) only under the same version: raise it whenever `embedding_text` changes."""
-
-
-def embedding_text(title: str, heading_path: Sequence[str], content: str) -> str:
-    """What the model sees: a context line (title and heading path), then the verbatim content."""
-    crumbs = " > ".join(h for h in (title, *heading_path) if h)
-    return f"{crumbs}\n\n{content}" if crumbs else content
 
 
 def _why(e: BaseException) -> str:

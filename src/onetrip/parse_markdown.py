@@ -98,7 +98,8 @@ class GithubSlugger:
 
     @staticmethod
     def slug(text: str) -> str:
-        return "".join(ch for ch in text.strip().lower() if _slug_keeps(ch)).replace(" ", "-")
+        """Each space is a '-', as github-slugger makes it: `Version 0.1  (2012)` is `version-01--2012`."""
+        return "".join(ch for ch in text.lower() if _slug_keeps(ch)).replace(" ", "-")
 
     def __call__(self, text: str) -> str:
         base = result = self.slug(text)
@@ -124,6 +125,22 @@ def _plain(inline: Token | None) -> str:
     return re.sub(r"\s+", " ", "".join(out)).strip()
 
 
+def _slug_source(inline: Token | None) -> str:
+    """A heading's text as GitHub slugs it: `_plain`'s, but with its spaces as written, none collapsed or
+    stripped (a space left by inline HTML, `## <a name="x"></a> Foo`, is the slug's leading '-')."""
+    if inline is None or not inline.children:
+        return _plain(inline)
+    out: list[str] = []
+    for child in inline.children:
+        if child.type in ("text", "code_inline"):
+            out.append(child.content)
+        elif child.type in ("softbreak", "hardbreak"):
+            out.append(" ")
+        elif child.type == "image":
+            out.append(_plain(child))
+    return "".join(out)
+
+
 def _jsonable(value: Any) -> Any:
     """Front matter goes into JSON columns: dates become ISO strings, the rest str()."""
     if isinstance(value, dict):
@@ -141,7 +158,8 @@ def _jsonable(value: Any) -> Any:
 
 def _simple_front_matter(raw: str) -> dict | None:
     """`key: value` lines, for when PyYAML is missing or the YAML is invalid; None when a line at the left
-    margin is neither such a line nor a comment or list item: prose, which is no front matter."""
+    margin is neither such a line nor a comment or list item (prose), or when no line is one (a table of
+    contents between two rules: `## Contents` and `- [Install](#install)`): no front matter."""
     out: dict[str, str] = {}
     for line in raw.splitlines():
         key, sep, value = line.partition(":")
@@ -149,7 +167,7 @@ def _simple_front_matter(raw: str) -> dict | None:
             out[key.strip()] = value.strip().strip("'\"")
         elif line.strip() and not line.startswith((" ", "\t", "-", "#")):
             return None
-    return out
+    return out if out or not raw.strip() else None
 
 
 @lru_cache(maxsize=1)
@@ -189,11 +207,11 @@ def parse_front_matter(raw: str) -> dict | None:
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
             return _simple_front_matter(raw)
         data = yaml.load(raw, Loader=_loader(yaml))  # noqa: S506 - a SafeLoader subclass
-        if data is None:
-            return {}
-        if isinstance(data, (str, int, float, bool, _dt.date)):
-            return None
-        return _jsonable(data) if isinstance(data, dict) else {"front_matter": _jsonable(data)}
+        if data is None:  # empty: front matter with nothing in it; comments alone (`## Contents`): Markdown
+            return {} if all(not line.strip() for line in raw.splitlines()) else None
+        # front matter is a mapping; anything else between two `---` rules is Markdown: prose (a string), a
+        # list (a table of contents), had been taken as front matter and its text lost
+        return _jsonable(data) if isinstance(data, dict) else None
     except (yaml.YAMLError, ValueError):  # ValueError: a date such as 2024-02-30
         return _simple_front_matter(raw)
     except RecursionError:  # nested hundreds of levels deep ([[[[...): PyYAML and _jsonable recurse
@@ -224,7 +242,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     # every rendered heading takes its anchor in document order, as GitHub numbers repeats: a `> ## Note` (content
     # here, a heading on the page) before a top-level `## Note` makes that one `note-1`
     slugger = GithubSlugger()
-    anchors = {id(t): slugger(_plain(tokens[i + 1])) or None
+    anchors = {id(t): slugger(_slug_source(tokens[i + 1])) or None
                for i, t in enumerate(tokens) if t.type == "heading_open"}
 
     metadata: dict = {}

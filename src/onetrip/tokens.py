@@ -25,6 +25,9 @@ TokenCounter = Callable[[str], int]
 DEFAULT_MAX_TOKENS = 256
 """all-MiniLM-L6-v2 was trained on 256 word pieces; longer inputs get truncated."""
 
+SPECIAL_TOKENS = 2
+"""What the model adds to every input ([CLS] and [SEP]), inside its DEFAULT_MAX_TOKENS: counts here exclude them."""
+
 _BATCH = 4096  # bounds the memory held by one encode_batch call
 
 
