@@ -324,6 +324,37 @@ def test_a_run_stopped_during_a_batchs_writes_is_recounted_by_the_next_run(db, t
     assert "zeppelin" in words and TERM_STATS_BEHIND not in words
 
 
+def test_a_document_committed_during_another_runs_recount_keeps_the_mark(db, dsn, tmp_path):
+    """Found by review: the mark was written outside each document's transaction (before and after a batch). A
+    recount that had begun before a document's commit (its snapshot without it) and committed after deleted the
+    mark; a run killed then left the document's words uncounted and unmarked, and plain re-runs never recounted.
+    The mark now commits with the document: its insert waits for the open recount, and lands after it."""
+    import threading
+
+    from onetrip.store import TERM_STATS_BEHIND, refresh_term_stats
+
+    layout = init_schema(db)
+    (tmp_path / "a.md").write_text(DOC_V1)
+    assert ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder()).recounted
+    parsed = parse_file(tmp_path / "a.md")
+    recount = connect(dsn, autocommit=False)
+    recount.execute("LOCK TABLE term_stats IN SHARE ROW EXCLUSIVE MODE")  # another run's recount, under way
+    recount.execute("DELETE FROM term_stats")
+    record = DocumentRecord(doc_id="b.md", source_uri="file:///b.md", title="B", content_hash="b")
+    vectors = HashEmbedder().embed_documents([s.content for s in parsed.sections])
+    stored = threading.Thread(target=replace_document, args=(db, layout, record, parsed.sections, vectors))
+    stored.start()
+    stored.join(2)
+    assert stored.is_alive()  # its mark waits for the recount's lock
+    recount.commit()  # the recount ends: every row, the mark among them, gone
+    stored.join(10)
+    assert not stored.is_alive() and db.execute("SELECT count(*) FROM documents").fetchone() == (2,)
+    assert TERM_STATS_BEHIND in counted_words(db)  # the document came after the recount: marked
+    refresh_term_stats(db, layout)
+    assert TERM_STATS_BEHIND not in counted_words(db)
+    recount.close()
+
+
 def test_a_run_whose_writes_all_failed_leaves_no_mark(db, tmp_path, monkeypatch):
     """A batch's writes are marked before they are tried; when every one failed (a database error per document),
     the run still recounts at its end, which deletes its mark: a mark left behind would have the next run

@@ -10,6 +10,7 @@ import json
 import os
 import threading
 
+import numpy as np
 import psycopg
 import pytest
 
@@ -682,3 +683,44 @@ def test_an_embedder_returning_too_few_vectors_stores_none_of_its_batch(db, tmp_
     assert list_documents(db, Layout()) == []
     report = ingest_paths(db, [tmp_path / "a.md", tmp_path / "c.md"], layout=Layout(), embedder=_DropsOne())
     assert report.new == 2 and report.failed == []
+
+
+def test_embeddings_halfvec_cannot_hold_are_refused_naming_the_section(db, tmp_path):
+    """Found by review: a halfvec table stored a vector of components ~1e-9 (length 2.8e-9, inside the range
+    float32 checks allow) as all zeros; dense search never found it and every hybrid search reaching it failed
+    with a NaN distance. A component past 65504 failed mid-write with pgvector's message naming no section."""
+    layout = init_schema(db, Layout(prefix="h_", vector_type="halfvec", dim=8))
+    path, parsed, _ = _parsed(tmp_path, "tiny.md", _doc("tiny vectors"))
+    record = DocumentRecord(doc_id="tiny.md", source_uri=path.as_uri(), title=parsed.title, content_hash="t")
+    n = len(parsed.sections)
+    first = parsed.sections[0].section_id
+    for scale, why in ((1e-9, "of its length lost to 16-bit rounding"), (1e5, "a component past 65504")):
+        with pytest.raises(ValueError, match=rf"section '{first}' does not fit halfvec: .*{why}"):
+            replace_document(db, layout, record, parsed.sections, np.full((n, 8), scale, np.float32))
+    assert list_documents(db, layout) == []
+    assert replace_document(db, layout, record, parsed.sections, np.full((n, 8), 0.35, np.float32)).outcome == "new"
+    # the same tiny vectors fit a float32 table
+    other = init_schema(db, Layout(prefix="f_", dim=8))
+    assert replace_document(db, other, record, parsed.sections, np.full((n, 8), 1e-9, np.float32)).outcome == "new"
+
+
+def test_an_embedder_returning_no_array_fails_its_files_not_the_run(db, tmp_path):
+    """Found by review: an embedder returning a dict or an object array ended the whole run with a bare
+    TypeError (slicing a dict; numpy's conversion), where other wrong outputs fail their batch's files."""
+    init_schema(db)
+    (tmp_path / "a.md").write_text(_doc("alpha"))
+
+    class Returns(HashEmbedder):
+        def __init__(self, make):
+            super().__init__()
+            self.make = make
+
+        def embed_documents(self, texts):
+            return self.make(super().embed_documents(texts))
+
+    for make, why in ((lambda a: {i: v for i, v in enumerate(a)}, "returned a dict"),
+                      (lambda a: np.array([object()] * len(a)), "not an array of numbers")):
+        report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=Returns(make))
+        (path, reason), = report.failed
+        assert why in reason, reason
+    assert list_documents(db, Layout()) == []

@@ -18,7 +18,7 @@ import time
 import urllib.parse
 import urllib.request
 from contextlib import contextmanager, suppress
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -521,8 +521,8 @@ def ingest_paths(
             t0 = time.perf_counter()
             made = embedder.embed_documents(todo) if todo else np.zeros((0, stored.dim), np.float32)
             report.embed_seconds += time.perf_counter() - t0
-            try:
-                n_vectors: int | None = len(made)
+            try:  # a mapping or a string has a length, but no vector per section in order (a dict had ended the
+                n_vectors: int | None = None if isinstance(made, (Mapping, str, bytes)) else len(made)  # whole run)
             except TypeError:
                 n_vectors = None
             if n_vectors != len(todo):  # each document's slice would take another's vectors: none is stored
@@ -536,8 +536,9 @@ def ingest_paths(
                         on_progress(p.path, report)
                 pending.clear()
                 return
-            # before each batch's writes and again after them, not once per run: another run's recount (or
-            # `onetrip delete`, refresh-term-stats) deletes the mark, counting only what was committed before it
+            # before each batch's writes (a run stopped in them recounts next time), and each stored document
+            # commits with the mark too (replace_document): another run's recount deletes it, counting only
+            # what was committed before it
             mark_term_stats_behind(conn, layout)
             marked[0] = True
             reused = [t in known for t in texts]
@@ -580,7 +581,6 @@ def ingest_paths(
                 offset += n
                 if on_progress:
                     on_progress(p.path, report)
-            mark_term_stats_behind(conn, layout)  # a recount made while the batch was written may have missed it
             pending.clear()
 
         for path, root, did in planned:

@@ -371,8 +371,12 @@ def embedder_lock(conn: psycopg.Connection, layout: Layout, *, unlock: bool = Fa
     conn.execute(f"SELECT {fn}(hashtext(%s))", ("onetrip embedder record " + layout.tables["documents"],))
 
 
-def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, dim: int) -> np.ndarray:
-    arr = np.asarray(embeddings, dtype=np.float32)
+def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, dim: int,
+                      vector_type: str = "vector") -> np.ndarray:
+    try:
+        arr = np.asarray(embeddings, dtype=np.float32)
+    except (TypeError, ValueError) as e:  # a dict, strings, objects: the embedder's fault, named as such
+        raise ValueError(f"embeddings are not an array of numbers ({type(embeddings).__name__}: {e})") from None
     if arr.ndim != 2 or arr.shape[0] != len(sections):
         raise ValueError(f"expected {len(sections)} embeddings, got an array of shape {arr.shape}")
     if arr.shape[1] != dim:
@@ -390,7 +394,27 @@ def _check_embeddings(sections: Sequence[SectionLike], embeddings: np.ndarray, d
                          f"{' (all zeros)' if norm == 0 else ''}: pgvector's cosine distance to it would be "
                          "undefined or meaningless (every search reaching it would fail or misorder); "
                          "normalise it" + (f" ({bad.size} such sections)" if bad.size > 1 else ""))
+    if vector_type == "halfvec":
+        _check_halfvec(sections, arr, norms)
     return arr
+
+
+def _check_halfvec(sections: Sequence[SectionLike], arr: np.ndarray, norms: np.ndarray) -> None:
+    """A ValueError unless 16-bit floats hold each embedding: halfvec had stored a vector of components under
+    ~6e-8 as all zeros (a length of 1e-9 passed LENGTH_RANGE), and every hybrid search reaching it failed with a
+    NaN distance; one over 65504 failed the write with pgvector's message naming no section."""
+    with np.errstate(over="ignore"):
+        half = arr.astype(np.float16).astype(np.float64)
+    finite = np.isfinite(half).all(axis=1)
+    error = np.where(finite, np.linalg.norm(np.where(np.isfinite(half), half, 0) - arr, axis=1) / norms, np.inf)
+    bad = np.flatnonzero(error > 0.01)
+    if bad.size:
+        s = sections[int(bad[0])]
+        how = ("a component past 65504, the largest 16-bit float" if not finite[bad[0]] else
+               f"{float(error[bad[0]]):.0%} of its length lost to 16-bit rounding (components under ~6e-5 "
+               "lose precision, under ~6e-8 become 0)")
+        raise ValueError(f"the embedding of section {s.section_id!r} does not fit halfvec: {how}; normalise it"
+                         + (f" ({bad.size} such sections)" if bad.size > 1 else ""))
 
 
 def _check_fields(doc_id: str, s: SectionLike) -> None:
@@ -459,12 +483,12 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
 
 
 def _checked(doc: DocumentRecord, sections: Sequence[SectionLike], embeddings: Any,
-             dim: int) -> tuple[np.ndarray, Any, list[Any]]:
+             dim: int, vector_type: str = "vector") -> tuple[np.ndarray, Any, list[Any]]:
     """Everything a write refuses, checked before it starts: the embeddings as float32, and the document's and
     each section's metadata as jsonb (made here, once, so NaN is refused before the write, not in it)."""
     if not sections:
         raise ValueError(f"{doc.doc_id}: a document needs at least one section")
-    arr = _check_embeddings(sections, embeddings, dim)
+    arr = _check_embeddings(sections, embeddings, dim, vector_type)
     _check_tree(doc.doc_id, sections)
     return arr, _json_object(doc.metadata), [_json_object(_section_metadata(s)) for s in sections]
 
@@ -620,7 +644,7 @@ def copy_documents(conn: psycopg.Connection, layout: Layout,
     rows (documents.token_count is the sum of the sections' context_tokens, as
     there). It neither replaces nor skips: the documents must not exist yet.
     """
-    docs = [(d, ss, *_checked(d, ss, e, layout.dim)) for d, ss, e in docs]
+    docs = [(d, ss, *_checked(d, ss, e, layout.dim, layout.vector_type)) for d, ss, e in docs]
     context_tokens = [passage_tokens(d.doc_id, ss) for d, ss, *_ in docs]
     with conn.cursor() as cur:
         with cur.copy(_binary_copy(layout.tables["documents"], DOCUMENT_COLUMNS)) as copy:
@@ -668,8 +692,11 @@ def replace_document(
     A section may carry its own ``acl`` attribute (its metadata then holds
     `OWN_ACL_KEY`, so that `set_document_access` keeps it); otherwise it gets
     the document's. Everything is validated before the transaction starts.
+    A stored revision commits with the TERM_STATS_BEHIND mark: its words count
+    in lexical search once `refresh_term_stats` runs (ingest runs it at its end;
+    else the next ingest run does).
     """
-    arr, doc_meta, section_meta = _checked(doc, sections, embeddings, layout.dim)
+    arr, doc_meta, section_meta = _checked(doc, sections, embeddings, layout.dim, layout.vector_type)
     context_tokens = passage_tokens(doc.doc_id, sections)
     documents = sql.SQL(layout.tables["documents"])
     table = sql.SQL(layout.tables["sections"])
@@ -713,6 +740,11 @@ def replace_document(
         with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
             copy.set_types(copy_types(layout))
             write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
+        # committed with the document, as a deletion's: a mark written outside it (before and after a batch, by
+        # ingest) was deleted by another run's recount that began before this commit and ended after it, and a
+        # run killed then left this document's words uncounted with no mark (found by review). Inside, the insert
+        # waits for such a recount (its lock) and marks after it; a recount that waits for this commit counts it
+        _mark_behind(conn, layout)
     return StoreResult(doc.doc_id, "new" if row is None else "changed", revision, len(sections),
                        **({} if row is None else _access_change(row[2], row[3], doc.collection, doc.acl)))
 
@@ -939,7 +971,7 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
             # the sections go with it: their foreign key is ON DELETE CASCADE
             gone = conn.execute(sql.SQL("DELETE FROM {} WHERE doc_id = %s").format(documents), (doc_id,)).rowcount > 0
             if gone:
-                mark_term_stats_behind(conn, layout)
+                _mark_behind(conn, layout)
             return gone
         except psycopg.errors.UndefinedTable as e:
             raise missing_table_error(e) from None
@@ -1009,9 +1041,9 @@ def _count_words(conn: psycopg.Connection, layout: Layout) -> int:
 
 
 TERM_STATS_BEHIND = ""
-"""The term_stats lexeme of the row that says the counts are behind the sections. An ingest run writes it
-(committed) before and after each batch of documents (another run's recount deletes it too, counting only what
-was committed before it) and the recount at the run's end deletes it with every other row, so a
+"""The term_stats lexeme of the row that says the counts are behind the sections. Each stored revision
+(`replace_document`) and deletion commits with it, an ingest run writes it before each batch of documents,
+and the recount at the run's end deletes it with every other row, so a
 run stopped before its recount (Ctrl-C, SIGTERM, a lost connection) leaves it, and the next run recounts even
 if it stores nothing: that had left the stopped run's documents' words uncounted until someone ran
 `onetrip refresh-term-stats`. No query word is empty, so searches never read it."""
@@ -1020,8 +1052,12 @@ if it stores nothing: that had left the stopped run's documents' words uncounted
 def mark_term_stats_behind(conn: psycopg.Connection, layout: Layout) -> None:
     """Write (and commit, unless a transaction of the caller's is open) the TERM_STATS_BEHIND row."""
     with conn.transaction():
-        conn.execute(f"INSERT INTO {layout.tables['term_stats']} (lexeme, sections, share, idf) "
-                     "VALUES (%s, 0, 0, 0) ON CONFLICT DO NOTHING", (TERM_STATS_BEHIND,))
+        _mark_behind(conn, layout)
+
+
+def _mark_behind(conn: psycopg.Connection, layout: Layout) -> None:
+    conn.execute(f"INSERT INTO {layout.tables['term_stats']} (lexeme, sections, share, idf) "
+                 "VALUES (%s, 0, 0, 0) ON CONFLICT DO NOTHING", (TERM_STATS_BEHIND,))
 
 
 def term_stats_behind(conn: psycopg.Connection, layout: Layout) -> bool:
