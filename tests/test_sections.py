@@ -534,3 +534,19 @@ def test_the_model_reads_every_section_whole_with_the_title_and_heading_path_bef
 
     _, blocks, _ = parse_markdown(p.read_text())
     assert max(s.token_count for s in build_sections(blocks)) > max(s.token_count for s in doc.sections)
+
+
+def test_an_unknown_word_counts_by_its_length_so_budgets_hold(tmp_path: Path) -> None:
+    """Found by review: WordPiece makes a word over 100 characters one [UNK], so a base64 blob counted one
+    token, passed every budget (sections, the context's max_tokens) and a 100-token context rendered 114,896
+    characters. It now counts one token per 4 characters; other unknown characters (an emoji) still count 1."""
+    from onetrip.tokens import count_tokens_batch
+
+    blob = "QUJD" * 4096
+    assert count_tokens(blob) == 4096 and count_tokens("🙂 ok") == 2
+    assert count_tokens_batch([blob, "a " + blob]) == [4096, 4097]  # counts still add across whitespace
+    p = tmp_path / "blob.md"
+    p.write_text(f"# Image\n\nThe logo, inlined: data:image/png;base64,{blob}\n")
+    doc = parse_file(p)
+    assert all(s.token_count == count_tokens(s.content) <= 256 for s in doc.sections)
+    assert all(len(s.content) <= 4 * 256 for s in doc.sections) and len(doc.sections) > 10
