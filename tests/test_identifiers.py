@@ -123,6 +123,25 @@ def test_a_dsn_libpq_cannot_read_is_named_without_its_password(dsn, monkeypatch)
         connect()
 
 
+def test_an_empty_dsn_and_a_value_libpq_cannot_read_are_named(monkeypatch):
+    """Found by review: `--dsn "$UNSET"` (an empty DSN) fell back to $ONETRIP_DSN or the embedded server and wrote
+    there without a word; connect_timeout=abc reached the caller as psycopg's ProgrammingError (CLI exit 1)."""
+    import asyncio
+
+    from onetrip import InvalidDsnError
+    from onetrip.connection import connect_async
+
+    monkeypatch.setenv("ONETRIP_DSN", "host=127.0.0.1 port=1")
+    for dsn in ("", "  "):
+        with pytest.raises(InvalidDsnError, match="the DSN given is empty"):
+            connect(dsn)
+    with pytest.raises(InvalidDsnError, match="a value psycopg cannot read .*connect_timeout") as e:
+        connect("host=127.0.0.1 password=hunter2 connect_timeout=abc")
+    assert "hunter2" not in str(e.value)
+    with pytest.raises(InvalidDsnError, match="connect_timeout"):
+        asyncio.run(connect_async("host=127.0.0.1 connect_timeout=abc"))
+
+
 def test_every_password_keyword_is_redacted():
     from onetrip.connection import redact
 

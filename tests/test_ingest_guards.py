@@ -724,3 +724,28 @@ def test_an_embedder_returning_no_array_fails_its_files_not_the_run(db, tmp_path
         (path, reason), = report.failed
         assert why in reason, reason
     assert list_documents(db, Layout()) == []
+
+
+def test_a_utf32_file_is_named_as_such(tmp_path):
+    """Found by review: a UTF-32 file (its byte-order mark FF FE 00 00 starts as UTF-16's) was called UTF-16."""
+    for name, bom, codec in (("le.txt", b"\xff\xfe\x00\x00", "utf-32-le"), ("be.txt", b"\x00\x00\xfe\xff", "utf-32-be")):
+        p = tmp_path / name
+        p.write_bytes(bom + "hello".encode(codec))
+        with pytest.raises(InputDocumentError, match=r"UTF-32 encoded \(byte-order mark\)"):
+            parse_file(p)
+
+
+def test_a_file_that_became_a_folder_mid_run_is_named_so(db, tmp_path):
+    """Found by review: it was reported as 'not a regular file (a FIFO, socket or device)'."""
+    init_schema(db)
+    (tmp_path / "a.md").write_text(_doc("alpha"))
+    ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    (tmp_path / "b.md").write_text(_doc("beta"))
+
+    def swap(path, report):  # a.md, unchanged, is reported at once, before b.md is read
+        if path.endswith("a.md"):
+            (tmp_path / "b.md").unlink()
+            (tmp_path / "b.md").mkdir()
+
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder(), on_progress=swap)
+    assert report.failed == [(str(tmp_path / "b.md"), "a folder now (it was a file when the run began)")]

@@ -224,7 +224,14 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
-    """The DSN to use: explicit, else ``$ONETRIP_DSN``, else the embedded server."""
+    """The DSN to use: explicit, else ``$ONETRIP_DSN``, else the embedded server.
+
+    An explicit empty DSN is refused: ``--dsn "$UNSET_VARIABLE"`` had fallen back to ``$ONETRIP_DSN`` or the
+    embedded server, and written there without a word.
+    """
+    if dsn is not None and not (isinstance(dsn, str) and dsn.strip()):
+        raise InvalidDsnError(f"the DSN given is empty ({dsn!r}: an unset variable?): give one, or none at all "
+                              f"for ${ENV_DSN} or the embedded server")
     if dsn:
         return check_dsn(dsn)
     env = os.environ.get(ENV_DSN)
@@ -313,6 +320,8 @@ def connect(
         conn = psycopg.connect(target, autocommit=autocommit, **timeout_kwargs(target, connect_timeout), **kwargs)
     except psycopg.OperationalError as e:
         raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e
+    except psycopg.ProgrammingError as e:  # a value libpq cannot read: connect_timeout=abc
+        raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
     try:
         ensure_pgvector(conn, create=create_extension)
         if not autocommit:
@@ -341,6 +350,8 @@ async def connect_async(
         )
     except psycopg.OperationalError as e:
         raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e
+    except psycopg.ProgrammingError as e:  # a value libpq cannot read: connect_timeout=abc
+        raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
     try:
         cur = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
         row = await cur.fetchone()

@@ -592,7 +592,8 @@ def ingest_paths(
                 if not path.exists():
                     raise InputDocumentError(shown, unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
-                    raise InputDocumentError(shown, "not a regular file (a FIFO, socket or device)")
+                    raise InputDocumentError(shown, "a folder now (it was a file when the run began)" if path.is_dir()
+                                             else "not a regular file (a FIFO, socket or device)")
                 try:  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
                     check_doc_id(did)
                 except ValueError as e:  # the file's fault, said as the others are: no exception's name

@@ -643,6 +643,8 @@ def _read_text(path: Path, data: bytes | None = None) -> str:
             raise InputDocumentError(shown, f"cannot read file: {exc.strerror or exc}") from exc
     if not data:
         raise InputDocumentError(shown, "empty file (0 bytes)")
+    if data.startswith((b"\xff\xfe\x00\x00", b"\x00\x00\xfe\xff")):  # before UTF-16's: FF FE starts both
+        raise InputDocumentError(shown, "UTF-32 encoded (byte-order mark); convert it to UTF-8")
     if data.startswith((b"\xff\xfe", b"\xfe\xff")):
         raise InputDocumentError(shown, "UTF-16 encoded (byte-order mark); convert it to UTF-8")
     nul = data.find(b"\x00")  # anywhere: PostgreSQL text cannot hold NUL, so a late one would fail at COPY
