@@ -238,6 +238,19 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
     assert all(float(r["score"]) > 0 for r in hits)
     assert [(r["doc_id"], r["section_id"]) for r in hits] == [(h.section.doc_id, h.section.section_id) for h in api]
 
+    # found by review: with k above :candidates the file returned :candidates hits at most, where the library
+    # binds max(candidates, k); the file now takes the larger itself
+    few = {**HybridOptions().params(8), "candidates": 2}
+    out = subprocess.run(
+        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+         "-v", "k=8", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
+         "-v", "query_terms={max_connections}", *[a for n, v in few.items() for a in ("-v", f"{n}={v}")],
+         "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
+    hits = [r for r in csv.DictReader(io.StringIO(out)) if r["hit_rank"]]
+    api = kb.search(vec, k=8, mode="hybrid", text="max_connections", hybrid=HybridOptions(candidates=2))
+    assert len(hits) == 8
+    assert [(r["doc_id"], r["section_id"]) for r in hits] == [(h.section.doc_id, h.section.section_id) for h in api]
+
 
 def test_term_stats_count_every_word_of_every_section(kb):
     """The word weights are the exact section counts (computed here in Python from each tsv)."""

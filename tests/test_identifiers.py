@@ -246,6 +246,23 @@ def test_a_schema_oracle_cannot_write_bare_has_no_oracle_edition(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["citus", "postgres"]
 
 
+def test_the_public_schema_can_be_named_and_has_no_oracle_edition(db, tmp_path):
+    """Found by review: `--schema public`, PostgreSQL's default schema (where default tables are), was refused as
+    a reserved SQL word; it is reserved in Oracle only."""
+    from onetrip.editions import render_edition
+    from onetrip.schema import init_schema
+
+    layout = init_schema(db, Layout(schema="public", prefix="pub_"))
+    assert db.execute("SELECT to_regclass('public.pub_sections')").fetchone()[0] == "pub_sections"
+    assert "FROM public.sections s" in render_edition("postgres", Layout(schema="public"))["retrieve.sql"]
+    with pytest.raises(InvalidIdentifierError, match="schema name 'public' is a reserved word in Oracle"):
+        render_edition("oracle", Layout(schema="public"))
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "sql", "render", "--out", str(tmp_path),
+                          "--schema", "public"], capture_output=True, text=True)
+    assert res.returncode == 0 and "no Oracle edition for schema 'public'" in res.stderr, res.stderr
+    assert layout.schema == "public"
+
+
 @pytest.mark.parametrize("schema,dialect", [("describe", "postgres"), ("qualify", "postgres"),
                                             ("systimestamp", "oracle")])
 def test_a_schema_sqlglot_reads_as_a_keyword_is_named_when_rendering(tmp_path, schema, dialect):

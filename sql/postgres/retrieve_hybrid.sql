@@ -17,7 +17,7 @@
 --           :'query_text'  text  the query as typed; any of its stemmed words may match
 --           :'query_terms'::text[]  text[]  exact technical terms of the query, lower-case,
 --                      e.g. '{max_connections}' ('{}' if none)
---           :'candidates'::integer  integer  candidates per list (N, e.g. 50)
+--           :'candidates'::integer  integer  candidates per list (N, e.g. 50; k if larger)
 --           :'rrf_k'::integer  integer  RRF constant (60)
 --           :'dense_weight'::float8, :'lexical_weight'::float8  float  list weights (1.0, 0.3)
 --           :'term_weight'::float8  float  lexical score of an exact technical term (10.0)
@@ -82,7 +82,7 @@ WITH dense AS MATERIALIZED (
            s.embedding <=> :'query_embedding'::vector AS distance
       FROM sections s
      ORDER BY s.embedding <=> :'query_embedding'::vector
-     LIMIT :'candidates'::integer
+     LIMIT GREATEST(:'candidates'::integer, :'k'::integer)
 ),
 query_words AS MATERIALIZED (
     -- The query's distinct stemmed words, each searched on its own (any word
@@ -127,7 +127,7 @@ lexical AS MATERIALIZED (
            ) m
      GROUP BY m.doc_id, m.section_id
      ORDER BY lex_score DESC, m.doc_id, m.section_id
-     LIMIT :'candidates'::integer
+     LIMIT GREATEST(:'candidates'::integer, :'k'::integer)
 ),
 fused AS (
     SELECT c.doc_id,

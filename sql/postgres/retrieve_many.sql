@@ -69,6 +69,7 @@ hits AS MATERIALIZED (
             ORDER BY s.embedding <=> q.embedding
             LIMIT :'k'::integer
            ) n
+     WHERE q.embedding IS NOT NULL  -- a NULL one finds nothing (it had taken k rows, in no order)
 ),
 context_keys AS (
     -- UNION ALL is enough: EXCEPT returns distinct rows

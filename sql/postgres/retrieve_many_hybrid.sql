@@ -87,10 +87,10 @@ dense AS MATERIALIZED (
                           s.embedding <=> q.embedding AS distance
                      FROM sections s
                     ORDER BY s.embedding <=> q.embedding
-                    LIMIT :'candidates'::integer
+                    LIMIT GREATEST(:'candidates'::integer, :'k'::integer)
                   ) c
             ORDER BY c.distance + 0, c.doc_id, c.section_id
-            LIMIT :'candidates'::integer
+            LIMIT GREATEST(:'candidates'::integer, :'k'::integer)
            ) n
 ),
 query_words AS MATERIALIZED (
@@ -144,7 +144,7 @@ lexical AS MATERIALIZED (
                    ) m
              GROUP BY m.query_ord, m.doc_id, m.section_id
            ) r
-     WHERE r.rank <= :'candidates'::integer
+     WHERE r.rank <= GREATEST(:'candidates'::integer, :'k'::integer)
 ),
 fused AS (
     SELECT c.query_ord,

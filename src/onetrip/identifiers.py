@@ -39,7 +39,7 @@ _RESERVED = frozenset(
     some symmetric system_user table then to trailing true union unique user using variadic when
     where window with access audit cluster comment compress connect exclusive file identified
     immediate increment index level lock long maxextents minus mode modify noaudit nocompress
-    nowait number of offline online option pctfree prior public raw rename resource row rowid
+    nowait number of offline online option pctfree prior raw rename resource row rowid
     rownum rows session set share size start successful synonym sysdate trigger uid validate
     values varchar varchar2 view whenever add alter between by char current date decimal delete drop exists
     float initial insert integer mlslabel privileges revoke smallint update
@@ -68,13 +68,21 @@ def validate_identifier(name: object, what: str = "identifier") -> str:
     return name
 
 
+#: Reserved in Oracle only, and PostgreSQL's default schema: taken there, refused for the Oracle edition
+#: (`check_oracle_identifier`). It had been refused everywhere, so tables in public could not be named.
+_ORACLE_ONLY_RESERVED = frozenset({"public"})
+
+
 def check_oracle_identifier(name: str, what: str = "identifier") -> str:
-    """``name`` if Oracle takes it unquoted too: a nonquoted Oracle identifier must begin with a letter."""
+    """``name`` if Oracle takes it unquoted too: a nonquoted Oracle identifier must begin with a letter, and
+    not be one of Oracle's reserved words (those PostgreSQL reserves too are refused everywhere)."""
     if not name[:1].isalpha():
         raise InvalidIdentifierError(
             f"{what} {name!r} cannot be written bare in Oracle, where an unquoted name begins with a letter:"
             " no Oracle edition for it"
         )
+    if name in _ORACLE_ONLY_RESERVED:
+        raise InvalidIdentifierError(f"{what} {name!r} is a reserved word in Oracle: no Oracle edition for it")
     return name
 
 
