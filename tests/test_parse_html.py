@@ -644,7 +644,51 @@ def test_an_empty_anchor_right_before_a_heading_is_its_anchor() -> None:
 def test_a_permalink_symbol_is_dropped_from_a_heading_whatever_the_symbol() -> None:
     """Found by review: only ¶ § # and 🔗 were known; MkDocs' icon-font glyph (U+F0C1) and Doxygen's ◆ stayed
     in headings and spread into every heading path below them."""
-    html = ('<h1 id="d">Deploying your docs<a class="fa" href="#d">\uf0c1</a></h1><p>t</p>'
+    html = ('<h1 id="d">Deploying your docs<a class="fa" href="#d">\uf0c1</a></h1><p>t</p><a id="m"></a>'
             '<h2 class="memtitle"><span class="permalink"><a href="#m">&#9670;&nbsp;</a></span>CharReaderBuilder()'
-            '</h2><p>c</p><h2 id="v">Version <a href="#v">2</a></h2><p>v</p><h2 id="s"><a href="#s">*</a></h2>')
-    assert [t for _, t, _ in _outline(html)] == ["Deploying your docs", "CharReaderBuilder()", "Version 2", "*"]
+            '</h2><p>c</p><h2 id="v">Version <a href="#v">2</a></h2><p>v</p><h2 id="s"><a href="#s">*</a></h2>'
+            # a symbol linking elsewhere is a word of the heading (found by review: it had been dropped)
+            '<h2>Comparison with <a href="#ops">&lt;=&gt;</a></h2><h2><a href="#ops"><code>-&gt;</code></a> extracts'
+            '</h2><h2 id="u">Usage ¶</h2>')
+    assert [t for _, t, _ in _outline(html)] == ["Deploying your docs", "CharReaderBuilder()", "Version 2", "*",
+                                                 "Comparison with <=>", "-> extracts", "Usage ¶"]
+    assert _outline('<h2 id="i">Install<a href="#elsewhere">¶</a></h2>')[0][1] == "Install"  # the usual glyphs
+
+
+def test_what_the_new_drops_must_keep() -> None:
+    """Found by a second review of the drops above: aria-hidden only hides from screen readers (a page saved
+    with a dialog open marks its whole app so; an accordion its closed answers); a <footer> in a quote or a
+    figure is its attribution; a div.header with a title and a byline beside a rel=next link is no nav bar."""
+    app = ('<div id="app" aria-hidden="true"><h1>Refund policy</h1><p>Refunds within 30 days.</p></div>'
+           '<div role="dialog" aria-modal="true"><p>We use cookies. Accept?</p></div>')
+    assert _outline(app) == [(1, "Refund policy", "refund-policy")] and "Refunds within 30 days." in _text(app)
+    accordion = ('<h1>FAQ</h1><h3>Is acupuncture covered?</h3><div class="ui-accordion-content" aria-hidden="true">'
+                 '<p>Only with a referral from a GP.</p></div><span class="icon" aria-hidden="true">▸</span>')
+    assert _text(accordion) == "Only with a referral from a GP."  # the icon goes
+    quotes = ('<h1>Quotes</h1><blockquote><p>The reports of my death are greatly exaggerated.</p><footer>Mark Twain'
+              '</footer></blockquote><figure><figcaption>Revenue</figcaption><footer>Source: report 2023</footer>'
+              '</figure><footer>Site footer</footer>')
+    assert "Mark Twain" in _text(quotes) and "Source: report 2023" in _text(quotes)
+    assert "Site footer" not in _text(quotes)
+    header = ('<div class="header"><h1>Tuning autovacuum, part 2</h1><p>By Jane Doe. <a href="p3.html" rel="next">'
+              'Next part</a></p></div><p>Workers start.</p>')
+    assert _outline(header) == [(1, "Tuning autovacuum, part 2", "tuning-autovacuum-part-2")]
+    assert "By Jane Doe." in _text(header)
+
+
+def test_an_empty_heading_outside_containers_does_not_take_them_under_it() -> None:
+    """Found by review: a logo's <h1><a><img></a></h1> (no text) became the parent of every container."""
+    html = ('<div id="header"><h1><a href="/"><img src="logo.png" alt="Acme"></a></h1></div>'
+            '<div class="section" id="install"><h2>Install</h2><p>Run it.</p><h3>Linux</h3><p>apt.</p></div>'
+            '<div class="section" id="usage"><h2>Usage</h2><p>Run acme.</p></div>')
+    secs = build_sections(parse_html(html)[1], count_tokens=words, min_tokens=0)
+    assert [(s.section_id, s.parent_section_id, s.heading_path) for s in secs] == [
+        ("install", None, ("Install",)), ("linux", "install", ("Install", "Linux")), ("usage", None, ("Usage",))]
+
+
+def test_the_anchor_before_a_heading_is_found_past_a_dropped_nav_bar() -> None:
+    """Found by review: Texinfo writes <span id>, then its nav bar, then the heading; the walk stopped at the bar
+    and the heading took a slug on no page."""
+    html = ('<h1>Guide</h1><p>Intro.</p><span id="Creating-Scripts"></span><div class="header"><p>[<a href="#C" '
+            'rel="contents">Contents</a>]</p></div><h2>Creating Scripts</h2><p>Body.</p>')
+    assert _outline(html)[1] == (2, "Creating Scripts", "Creating-Scripts")

@@ -134,7 +134,11 @@ def _classes(tag: Tag) -> list[str]:
 
 #: the rel of the links in a page's "Next: / Previous: / Up:" bar (Texinfo's div.header)
 _NAV_RELS = frozenset({"next", "prev", "previous", "up", "contents", "index", "top", "first", "last"})
-_MAIN_CONTENT = frozenset({"article", "section", "main"})
+#: what a nav bar holds besides its links: labels and separators
+_NAV_LABELS = re.compile(r"(?i)\b(?:next|previous|prev|up|top|home|contents|index)\b|[\s:,;|\[\]()<>«»←→↑·•-]+")
+#: where a <footer> is its own content's (HTML: a footer belongs to its nearest sectioning root or content)
+_MAIN_CONTENT = frozenset({"article", "section", "main", "aside", "nav", "blockquote", "figure", "details",
+                           "dialog", "fieldset", "td", "th", "li", "dd"})
 
 
 def _dropped(tag: Tag) -> bool:
@@ -150,11 +154,21 @@ def _dropped(tag: Tag) -> bool:
     classes = _classes(tag)
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
         return True
-    if tag.get("aria-hidden") == "true":
+    if tag.get("aria-hidden") == "true" and _hidden_aside(tag, classes):
         return True
     if tag.name == "footer" or "footer" in classes or tag.get("id") == "footer":
-        return not _in_main_content(tag)  # a page's footer; an article's own <footer> is its text
+        return not _in_main_content(tag)  # a page's footer; an article's or a quote's own <footer> is its text
     return "header" in classes and tag.name == "div" and _nav_bar(tag)
+
+
+def _hidden_aside(tag: Tag, classes: list[str]) -> bool:
+    """An aria-hidden element that is no content: a closed dialog (role="dialog", a "modal"), or one with no
+    heading and a few characters of text (an icon, a glyph, a decorative copy). aria-hidden only hides from
+    screen readers: a page saved with a dialog open marks its whole app so, and an accordion its closed
+    answers, which a reader opens."""
+    if tag.get("role") in ("dialog", "alertdialog") or "modal" in classes:
+        return True
+    return tag.find(HEADINGS) is None and len(tag.get_text().strip()) <= 20
 
 
 def _in_main_content(tag: Tag) -> bool:
@@ -169,10 +183,14 @@ def _in_main_content(tag: Tag) -> bool:
 def _nav_bar(tag: Tag) -> bool:
     """A bar of links to the next, previous and enclosing pages (Texinfo's div.header before each node: "Next:
     Definitions, Up: Bash Features [Contents][Index]"), which had been each section's first line of text and,
-    being text, hid the title after it."""
+    being text, hid the title after it: every link a nav link (rel next, up, ... or an accesskey), no heading,
+    and no text outside the links but labels and separators (a header holding a title and a byline is kept)."""
     links = tag.find_all("a")
-    return bool(links) and all(
-        a.get("accesskey") or not _NAV_RELS.isdisjoint(str(a.get("rel") or "").lower().split()) for a in links)
+    if not links or tag.find(HEADINGS) is not None or not all(
+            a.get("accesskey") or not _NAV_RELS.isdisjoint(str(a.get("rel") or "").lower().split()) for a in links):
+        return False
+    rest = "".join(str(t) for t in tag.find_all(string=True) if _is_text(t) and t.find_parent("a") is None)
+    return not _NAV_LABELS.sub("", rest)
 
 
 def _is_container(tag: Tag) -> bool:
@@ -192,7 +210,7 @@ def _content_block(tag: Tag) -> bool:
             or (tag.name == "div" and _Walker.block_div_kind(tag) is not None))
 
 
-def _heading_text(tag: Tag) -> tuple[str, Tag | None, Iterator[PageElement]]:
+def _heading_text(tag: Tag, targets: frozenset[str] = frozenset()) -> tuple[str, Tag | None, Iterator[PageElement]]:
     """A heading's own text, up to the first heading or section container nested in it, or to the outermost
     content block inside it that holds that one (whose headings are content, as anywhere else); that element
     (None: none), and it with all after it inside the heading (`_flat_text_until`)."""
@@ -205,7 +223,7 @@ def _heading_text(tag: Tag) -> tuple[str, Tag | None, Iterator[PageElement]]:
         up = up.parent
     if block is not None:
         text, nested, rest = _flat_text_until(tag, lambda t: t is block)
-    return _without_permalink(tag, text), nested, rest
+    return _without_permalink(tag, text, targets), nested, rest
 
 
 def _is_glyph(text: str) -> bool:
@@ -213,16 +231,25 @@ def _is_glyph(text: str) -> bool:
     return 0 < len(text) <= 3 and not any(ch.isalnum() for ch in text)
 
 
-def _without_permalink(tag: Tag, text: str) -> str:
-    """The heading's text without its permalink glyph (`Install¶`, `Macros§`, `os.cpus()#`, Doxygen's
-    `◆ CharReaderBuilder()`, an icon font's private-use character): a link within the page (href="#...")
-    whose text is a symbol is not one of the heading's words, and it went into heading paths, embedding
-    texts and slugs."""
+#: what documentation generators put in a link from a heading to itself: Sphinx and MkDocs ¶, rustdoc §,
+#: Node's docs and many static sites #, some 🔗
+_PERMALINK_GLYPHS = frozenset({"\u00b6", "\u00a7", "#", "\U0001f517"})
+
+
+def _without_permalink(tag: Tag, text: str, targets: frozenset[str] = frozenset()) -> str:
+    """The heading's text without its permalink (`Install¶`, `Macros§`, `os.cpus()#`, Doxygen's
+    `◆ CharReaderBuilder()`, an icon font's private-use character): a link within the page whose text is
+    one of the usual glyphs, or any symbol when it links to the heading itself (``targets``: its own id,
+    the ids it or the empty anchor before it carries, its section's), is not one of the heading's words,
+    and it went into heading paths, embedding texts and slugs. A symbol linking elsewhere stays (`<=>` in
+    "Comparison with <=>", linking to the operators' table)."""
     if text[-1:].isalnum() and text[:1].isalnum():
         return text
     for a in tag.find_all("a", href=True):
         glyph = a.get_text().strip()
-        if _is_glyph(glyph) and str(a["href"]).startswith("#") and len(glyph) < len(text):
+        href = str(a["href"])
+        if (_is_glyph(glyph) and href.startswith("#") and len(glyph) < len(text)
+                and (glyph in _PERMALINK_GLYPHS or href[1:] in targets)):
             if text.endswith(glyph):
                 return text[: -len(glyph)].rstrip()
             if text.startswith(glyph):
@@ -583,13 +610,14 @@ class _Walker:
         nested = None
         if title is not None:
             self.consumed.add(id(title))
+            targets = _targets(title, tag.get("id"), self.containers[-1][1] if self.containers else None)
             if title.parent is tag:  # its text ends at a heading or section nested in it (see free_heading)
-                heading, nested, rest = _heading_text(title)
+                heading, nested, rest = _heading_text(title, targets)
                 if nested is not None:  # which, and all after it in the title, are the container's after the title
                     at = next(i for i, child in enumerate(children) if child is title) + 1
                     children = itertools.chain(children[:at], rest, children[at:])
             else:  # in a titlepage, one content block that skips its title: the title keeps all its text
-                heading = _without_permalink(title, _flat_text(title))
+                heading = _without_permalink(title, _flat_text(title), targets)
         if not own_id and title is not None:
             # DocBook (xsltproc's default) marks a container by an <a name> in its title, not an id on the div:
             # every section of such a page had taken the enclosing one's anchor (one slug, not on the page)
@@ -632,12 +660,14 @@ class _Walker:
             level = depth + max(1, n - title_hn)
         else:
             level = n
+        text, nested, rest = _heading_text(tag, _targets(
+            tag, self.html5_ids[-1] if self.html5_ids else None, self.containers[-1][1] if self.containers else None))
+        if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
+            return rest
+        if not self.containers and text:  # an empty one (a logo's <h1><img>) makes no section: nothing nests under it
             while self.open_free and self.open_free[-1] >= n:
                 self.open_free.pop()
             self.open_free.append(n)
-        text, nested, rest = _heading_text(tag)
-        if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
-            return rest
         anchor = tag.get("id")
         if not anchor:
             inner = _anchor_link(tag, nested)
@@ -725,12 +755,23 @@ def _anchor_link(heading: Tag, end: Tag | None) -> Tag | None:
     return with_name
 
 
+def _targets(heading: Tag, *more: str | None) -> frozenset[str]:
+    """The ids a link to this heading may name: its own, an <a id|name> in it, the empty anchor before it, and
+    ``more`` (its section's)."""
+    ids = {heading.get("id"), _anchor_before(heading), *more}
+    for a in heading.find_all("a"):
+        ids.update((a.get("id"), a.get("name")))
+    return frozenset(str(i) for i in ids if i)
+
+
 def _anchor_before(heading: Tag) -> str | None:
     """The id or name of an empty ``<a>`` or ``<span>`` right before the heading (man2html's ``<A NAME="lbAB">
     &nbsp;</A><H2>``, Doxygen's ``<a id="details"></a><h2>``, Texinfo's ``<span id="X-1"></span><h3>``): the
     page's own target for it, where a slug of its text is on no page."""
     for sib in heading.previous_siblings:
         if isinstance(sib, Tag):
+            if _dropped(sib):  # Texinfo: <span id="X"></span>, its nav bar, then the heading
+                continue
             if sib.name in ("a", "span") and not sib.get("href") and not sib.get_text().strip():
                 target = sib.get("id") or sib.get("name")
                 return str(target) if target else None
