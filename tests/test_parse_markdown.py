@@ -121,7 +121,10 @@ def test_title_falls_back_to_first_h1_then_empty() -> None:
 def test_front_matter_fallback_parser() -> None:
     assert parse_front_matter("title: x: y\n  bad: [") == {"title": "x: y"}
     assert parse_front_matter("") == {}
-    assert parse_front_matter("# only a comment\n") is None and parse_front_matter("\n\n") == {}
+    # YAML comments alone are empty front matter, as Jekyll reads them (found by review: a generator's "# do not
+    # edit" line had become the document's title)
+    assert parse_front_matter("# generated, do not edit\n") == {} and parse_front_matter("\n\n") == {}
+    assert parse_markdown("---\n# generated, do not edit\n---\n# Real Title\n\nText.\n")[0] == "Real Title"
 
 
 def test_a_table_of_contents_between_two_rules_is_markdown_not_front_matter() -> None:
@@ -172,6 +175,10 @@ def test_an_anchor_keeps_every_space_of_its_heading_as_github_does() -> None:
                                   '## Install <a id="x"></a>\n\nText.\n')
     assert [(b.text, b.anchor) for b in blocks if isinstance(b, HeadingBlock)] == [
         ("Version 0.1 (2012-01-20)", "version-01--2012-01-20"), ("team.ls()", "-teamls"), ("Install", "install-")]
+    # a setext heading over two lines: GitHub's text keeps the line break, which the slug drops; letter-like
+    # symbols (circled, squared letters) are kept, as github-slugger's Other_Symbol fixture has them
+    _, blocks, _ = parse_markdown("Foo\nbar\n===\n\ntext\n\n# a¦ Ⓔ ☎ 🄺b\n\nmore\n")
+    assert [b.anchor for b in blocks if isinstance(b, HeadingBlock)] == ["foobar", "a-ⓔ--🄺b"]
 
 
 def test_a_repeated_heading_skips_a_suffix_another_heading_already_took() -> None:

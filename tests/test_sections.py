@@ -536,17 +536,50 @@ def test_the_model_reads_every_section_whole_with_the_title_and_heading_path_bef
     assert max(s.token_count for s in build_sections(blocks)) > max(s.token_count for s in doc.sections)
 
 
-def test_an_unknown_word_counts_by_its_length_so_budgets_hold(tmp_path: Path) -> None:
-    """Found by review: WordPiece makes a word over 100 characters one [UNK], so a base64 blob counted one
-    token, passed every budget (sections, the context's max_tokens) and a 100-token context rendered 114,896
-    characters. It now counts one token per 4 characters; other unknown characters (an emoji) still count 1."""
-    from onetrip.tokens import count_tokens_batch
+def test_a_word_the_model_reads_as_one_token_costs_its_length_in_a_context_budget(tmp_path: Path) -> None:
+    """Found by review: WordPiece reads a word over 100 characters as one [UNK], so a base64 blob counted one
+    token in the context budget too (a 100-token context rendered 114,896 characters). Sections are still cut
+    by what the model reads (counting the blob by its length there cut it into many sections of one identical
+    vector each); its passage's context_tokens count one token per 4 of its characters."""
+    from onetrip.store import passage_tokens
+    from onetrip.tokens import count_tokens_batch, unknown_surplus
 
     blob = "QUJD" * 4096
-    assert count_tokens(blob) == 4096 and count_tokens("🙂 ok") == 2
-    assert count_tokens_batch([blob, "a " + blob]) == [4096, 4097]  # counts still add across whitespace
+    assert count_tokens(blob) == 1 and unknown_surplus(blob) == 4095 and unknown_surplus("🙂 ok " * 50) == 0
+    assert count_tokens_batch([blob, "a " + blob]) == [1, 2]
     p = tmp_path / "blob.md"
-    p.write_text(f"# Image\n\nThe logo, inlined: data:image/png;base64,{blob}\n")
+    p.write_text(f"# Image\n\nThe logo, inlined: data:image/png;base64,{blob}\n\n## Next\n\nText after it.\n")
+    doc = parse_file(p, min_tokens=0)
+    assert all(s.token_count == count_tokens(s.content) for s in doc.sections)
+    blobs = [s for s in doc.sections if "QUJD" in s.content]
+    assert len(blobs) <= 2  # not one section per 1,000 characters
+    for s, cost in zip(doc.sections, passage_tokens("blob.md", doc.sections)):
+        assert cost >= (len(s.content) // 4 if s in blobs else s.token_count)
+
+
+def test_control_characters_the_model_deletes_are_no_place_to_cut(tmp_path: Path) -> None:
+    """Found by review: Python's \\s matches form feeds and other separators the model's normalizer deletes;
+    a cut there glued two words back into one, so stored counts stopped adding up (11 of 15 sections off) and
+    one section's model input reached 257 word pieces."""
+    from onetrip.sections import embedding_text
+    from onetrip.tokens import SPECIAL_TOKENS
+
+    assert count_tokens("quick") + count_tokens("brown") == 2 < count_tokens("quick\x0cbrown")
+    p = tmp_path / "ff.txt"
+    p.write_text(" ".join(f"word{i}\x0cquick\x0cbrown fox" for i in range(600)))
     doc = parse_file(p)
-    assert all(s.token_count == count_tokens(s.content) <= 256 for s in doc.sections)
-    assert all(len(s.content) <= 4 * 256 for s in doc.sections) and len(doc.sections) > 10
+    assert len(doc.sections) > 3
+    for s in doc.sections:
+        assert s.token_count == count_tokens(s.content)
+        assert count_tokens(embedding_text(doc.title, s.heading_path, s.content)) + SPECIAL_TOKENS <= 256
+
+
+def test_the_budget_floor_leaves_room_for_the_special_tokens() -> None:
+    """Found by review: the floor (half of max_tokens, 128) let a section after a 127-token title reach 257."""
+    from onetrip.sections import _budgets, _Counter, _tree
+    from onetrip.tokens import SPECIAL_TOKENS
+
+    nodes = _tree([ContentBlock("paragraph", "x")])  # a preface: the model reads the title alone before it
+    for words, budget in ((100, 256 - SPECIAL_TOKENS - 100), (127, 127), (140, 127)):
+        assert _budgets(nodes, _Counter(count_tokens), 256, " ".join(["title"] * words)) == [budget]
+    assert 127 + 127 + SPECIAL_TOKENS == 256  # half of what is left besides the special tokens: it fits

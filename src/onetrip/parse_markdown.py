@@ -38,7 +38,13 @@ def _slug_keeps(ch: str) -> bool:
     \\w drops), decimal and letter numbers, connector punctuation ('_'), '-' and space; it drops the rest
     (other numbers such as '²' and '½', which \\w keeps, punctuation, symbols, controls, format characters)."""
     cat = unicodedata.category(ch)
-    return cat[0] in "LM" or cat in ("Nd", "Nl", "Pc") or ch in "- "
+    return cat[0] in "LM" or cat in ("Nd", "Nl", "Pc") or ch in "- " or _alphabetic_symbol(ch)
+
+
+def _alphabetic_symbol(ch: str) -> bool:
+    """Symbols Unicode calls alphabetic, which github-slugger keeps: circled and squared letters (ⓔ, 🄺)."""
+    o = ord(ch)
+    return 0x24B6 <= o <= 0x24E9 or 0x1F130 <= o <= 0x1F149 or 0x1F150 <= o <= 0x1F169 or 0x1F170 <= o <= 0x1F189
 
 
 #: markdown-it's nesting limit (its default, 20, is a list 10 deep): past it markdown-it silently
@@ -135,7 +141,7 @@ def _slug_source(inline: Token | None) -> str:
         if child.type in ("text", "code_inline"):
             out.append(child.content)
         elif child.type in ("softbreak", "hardbreak"):
-            out.append(" ")
+            out.append("\n")  # GitHub's heading text keeps the line break, which the slug then drops
         elif child.type == "image":
             out.append(_plain(child))
     return "".join(out)
@@ -207,8 +213,8 @@ def parse_front_matter(raw: str) -> dict | None:
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
             return _simple_front_matter(raw)
         data = yaml.load(raw, Loader=_loader(yaml))  # noqa: S506 - a SafeLoader subclass
-        if data is None:  # empty: front matter with nothing in it; comments alone (`## Contents`): Markdown
-            return {} if all(not line.strip() for line in raw.splitlines()) else None
+        if data is None:  # empty, or YAML comments alone (`# generated, do not edit`): front matter, as Jekyll's
+            return {}
         # front matter is a mapping; anything else between two `---` rules is Markdown: prose (a string), a
         # list (a table of contents), had been taken as front matter and its text lost
         return _jsonable(data) if isinstance(data, dict) else None

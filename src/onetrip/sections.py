@@ -80,8 +80,7 @@ heading path put before it (`embedding_text`), whose last words had not been emb
 space of its heading as a '-', none collapsed or stripped, as GitHub's; HTML: Texinfo's nav bars and tables of
 contents, page footers, Bootstrap navbars and aria-hidden elements are dropped, Texinfo's subsection divs are
 containers, an outermost container nests under a page heading outside containers (AsciiDoc), an empty anchor
-right before a heading is its anchor, any symbol link within the page is a permalink; a word WordPiece cannot
-read ([UNK], any word over 100 characters) counts one token per 4 characters, not 1 (`tokens.count_tokens`)."""
+right before a heading is its anchor, any symbol link within the page is a permalink."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
@@ -186,9 +185,12 @@ _PARAGRAPH_SEP = re.compile(r"(\n(?:[ \t]*\n)+)")
 _LINE_SEP = re.compile(r"(\n+)")
 # a sentence ends at . ! ? before whitespace, or at Chinese/Japanese 。！？ (their text has no spaces: group 2
 # may match empty, and the tokenizer splits at that punctuation, so counts still add up across the cut)
-_SENTENCE_SEP = re.compile(r"[.!?][\"'\u201d\u2019)\]]*(\s+)"
-                           r"|[\u3002\uff01\uff1f][\"'\u201d\u2019)\]\u300d\u300f\uff09\u3011]*(\s*)")
-_WORD_SEP = re.compile(r"(\s+)")
+# whitespace the model's normalizer keeps as a space: Python's \s also matches \x0b \x0c \x1c-\x1f \x85, which
+# it deletes as control characters, gluing the words a cut there had counted apart (found by review)
+_WS = r"[^\S\x0b\x0c\x1c-\x1f\x85]"
+_SENTENCE_SEP = re.compile(rf"[.!?][\"'\u201d\u2019)\]]*({_WS}+)"
+                           rf"|[\u3002\uff01\uff1f][\"'\u201d\u2019)\]\u300d\u300f\uff09\u3011]*({_WS}*)")
+_WORD_SEP = re.compile(rf"({_WS}+)")
 
 _STRATEGIES: dict[str, tuple[str, ...]] = {
     "code": ("lines", "wordgroups", "words", "chars"),
@@ -548,7 +550,7 @@ def _budgets(nodes: list[_Node], counter: _Counter, max_tokens: int, title: str 
     # a lone surrogate (a title from a file name that is not UTF-8) is counted as "?": the tokenizer refuses
     # it, and the file fails later with a message naming it (DocumentRecord)
     before = counter.many([embedding_text(title, n.path, "").encode("utf-8", "replace").decode() for n in nodes])
-    return [max(max_tokens - SPECIAL_TOKENS - b, max_tokens // 2, 1) for b in before]
+    return [max(max_tokens - SPECIAL_TOKENS - b, (max_tokens - SPECIAL_TOKENS) // 2, 1) for b in before]
 
 
 def build_sections(

@@ -620,13 +620,15 @@ def passage_tokens(doc_id: str, sections: Sequence[SectionLike]) -> list[int]:
 
     Stored as ``context_tokens`` so the budget enforced in SQL is exactly what
     `onetrip.context.render_context` produces (word-piece counts add across the
-    whitespace that joins header and content).
+    whitespace that joins header and content), except that a word over 100
+    characters, one [UNK] to the model, costs one token per 4 of its characters
+    (`tokens.unknown_surplus`): a base64 blob had passed every budget as one token.
     """
     from .context import passage_header
-    from .tokens import count_tokens_batch
+    from .tokens import count_tokens_batch, unknown_surplus
 
     headers = [passage_header(doc_id, s.anchor, s.heading_path) for s in sections]
-    return [h + s.token_count for h, s in zip(count_tokens_batch(headers), sections)]
+    return [h + s.token_count + unknown_surplus(s.content) for h, s in zip(count_tokens_batch(headers), sections)]
 
 
 #: The documents columns a load writes (ingested_at takes its default, now()).

@@ -13,11 +13,12 @@ additive across whitespace joins: count(a + "\\n\\n" + b) == count(a) + count(b)
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable, Sequence
 from functools import lru_cache
 from pathlib import Path
 
-from tokenizers import Encoding, Tokenizer
+from tokenizers import Tokenizer
 
 TokenCounter = Callable[[str], int]
 """Anything that maps a text to its token count (tests use word counters)."""
@@ -48,43 +49,42 @@ def get_tokenizer() -> Tokenizer:
     return tok
 
 
-CHARS_PER_UNKNOWN_TOKEN = 4
-"""An unknown word ([UNK]) counts one token per this many of its characters (at least one)."""
-
-
-def _count(encoding: Encoding, unknown: int | None) -> int:
-    """Word pieces, an [UNK] counted by its length: WordPiece makes any word over 100 characters one [UNK]
-    (a base64 blob, a hash, a minified line), so a 16,384-character word had counted 1 and passed every budget
-    (found by review: a 100-token context rendered 114,896 characters). Counts still add across whitespace."""
-    ids = encoding.ids
-    n = len(ids)
-    if unknown is None or unknown not in ids:
-        return n
-    for i, (start, end) in zip(ids, encoding.offsets):
-        if i == unknown:
-            n += max(0, -(-(end - start) // CHARS_PER_UNKNOWN_TOKEN) - 1)
-    return n
-
-
-@lru_cache(maxsize=1)
-def _unknown_id() -> int | None:
-    return get_tokenizer().token_to_id("[UNK]")
-
-
 def count_tokens(text: str) -> int:
-    """Word pieces in `text`, special tokens excluded (an unknown word: one per CHARS_PER_UNKNOWN_TOKEN chars)."""
+    """Word pieces in `text`, special tokens excluded: what the model reads (a word over 100 characters is one)."""
     if not text:
         return 0
-    return _count(get_tokenizer().encode(text, add_special_tokens=False), _unknown_id())
+    return len(get_tokenizer().encode(text, add_special_tokens=False).ids)
 
 
 def count_tokens_batch(texts: Sequence[str]) -> list[int]:
     """Like `count_tokens` for many texts; encode_batch runs in parallel in Rust."""
     tok = get_tokenizer()
-    unknown = _unknown_id()
     out: list[int] = []
     items = list(texts)
     for start in range(0, len(items), _BATCH):
         chunk = items[start : start + _BATCH]
-        out.extend(_count(e, unknown) for e in tok.encode_batch(chunk, add_special_tokens=False))
+        out.extend(len(e.ids) for e in tok.encode_batch(chunk, add_special_tokens=False))
     return out
+
+
+CHARS_PER_UNKNOWN_TOKEN = 4
+"""In a context budget, a word the model reads as one [UNK] costs one token per this many of its characters."""
+
+_LONG_WORD = re.compile(r"\S{101,}")
+
+
+def unknown_surplus(text: str) -> int:
+    """What a context budget adds to `count_tokens(text)` for its words over 100 characters.
+
+    WordPiece reads such a word (a base64 blob, a hash, a minified line) as one [UNK]: right for the
+    model, which is how sections are cut, but a context budget counted so let a 16,384-character word pass
+    as one token (found by review: a 100-token context rendered 114,896 characters). Each such [UNK]
+    counts one token per CHARS_PER_UNKNOWN_TOKEN characters here (`store.passage_tokens`).
+    """
+    if not _LONG_WORD.search(text):
+        return 0
+    tok = get_tokenizer()
+    unknown = tok.token_to_id("[UNK]")
+    encoding = tok.encode(text, add_special_tokens=False)
+    return sum(max(0, -(-(end - start) // CHARS_PER_UNKNOWN_TOKEN) - 1)
+               for i, (start, end) in zip(encoding.ids, encoding.offsets) if i == unknown)
