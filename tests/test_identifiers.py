@@ -135,11 +135,20 @@ def test_an_empty_dsn_and_a_value_libpq_cannot_read_are_named(monkeypatch):
     for dsn in ("", "  "):
         with pytest.raises(InvalidDsnError, match="the DSN given is empty"):
             connect(dsn)
-    with pytest.raises(InvalidDsnError, match="a value psycopg cannot read .*connect_timeout") as e:
+    with pytest.raises(InvalidDsnError, match="connect_timeout is not a number of seconds: 'abc'") as e:
         connect("host=127.0.0.1 password=hunter2 connect_timeout=abc")
     assert "hunter2" not in str(e.value)
     with pytest.raises(InvalidDsnError, match="connect_timeout"):
         asyncio.run(connect_async("host=127.0.0.1 connect_timeout=abc"))
+    from onetrip import make_pool  # a pool (onetrip serve) had retried it for ever
+    with pytest.raises(InvalidDsnError, match="connect_timeout"):
+        make_pool("host=127.0.0.1 connect_timeout=abc", open=False)
+    # a blank $ONETRIP_DSN is unset (the embedded server), not libpq's defaults
+    from onetrip.connection import resolve_dsn
+
+    monkeypatch.setenv("ONETRIP_DSN", "  ")
+    monkeypatch.setattr("onetrip.connection.embedded_dsn", lambda: "embedded")
+    assert resolve_dsn() == "embedded"
 
 
 def test_every_password_keyword_is_redacted():

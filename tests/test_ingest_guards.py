@@ -749,3 +749,42 @@ def test_a_file_that_became_a_folder_mid_run_is_named_so(db, tmp_path):
 
     report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder(), on_progress=swap)
     assert report.failed == [(str(tmp_path / "b.md"), "a folder now (it was a file when the run began)")]
+
+
+def test_files_gone_under_a_folder_whose_name_is_not_utf8_and_copies_elsewhere_delete_nothing_wrongly(db, tmp_path):
+    """Found by a second review: (1) a folder named in Latin-1 had every document under it reported gone at
+    once (its URI decoded as UTF-8 named no file) and --delete-missing deleted top-level ones whose files were
+    there; (2) the same text copied into another folder took the document's source over without a word, so
+    deleting the copy with --delete-missing deleted the document while the first file was still there;
+    (3) a folder given twice listed each gone document twice."""
+    init_schema(db)
+    emb = HashEmbedder()
+    latin = tmp_path / os.fsdecode(b"caf\xe9")
+    (latin / "sub").mkdir(parents=True)
+    (latin / "a.md").write_text(_doc("alpha"))
+    (latin / "sub" / "b.md").write_text(_doc("beta"))
+    first = ingest_paths(db, [latin], layout=Layout(), embedder=emb)
+    assert (first.new, first.gone) == (2, [])
+    again = ingest_paths(db, [latin], layout=Layout(), embedder=emb, delete_missing=True)
+    assert (again.unchanged, again.gone, again.deleted) == (2, [], [])
+    (latin / "a.md").unlink()
+    gone = ingest_paths(db, [latin, latin], layout=Layout(), embedder=emb)
+    assert [d for d, _ in gone.gone] == ["a.md"]  # once, and named by its real path
+    assert gone.gone[0][1] == str((latin / "a.md").resolve())
+
+    a, c = tmp_path / "A", tmp_path / "C"
+    for folder in (a, c):
+        folder.mkdir()
+        (folder / "h.md").write_text(_doc("the same handbook"))
+    ingest_paths(db, [a], layout=Layout(), embedder=emb)
+    copy = ingest_paths(db, [c], layout=Layout(), embedder=emb)
+    assert (copy.unchanged, copy.replaced) == (1, [])
+    assert db.execute("SELECT source_uri FROM documents WHERE doc_id = 'h.md'").fetchone()[0] == \
+        (a / "h.md").resolve().as_uri()  # still the first file's
+    (c / "h.md").unlink()
+    assert ingest_paths(db, [c], layout=Layout(), embedder=emb, delete_missing=True).deleted == []
+    assert "h.md" in {d.doc_id for d in list_documents(db, Layout())}
+    # the same text moving to another collection from another file is reported
+    (c / "h.md").write_text(_doc("the same handbook"))
+    moved = ingest_paths(db, [c], layout=Layout(), embedder=emb, collection="other")
+    assert moved.access_only == 1 and moved.replaced == [(str(c / "h.md"), str((a / "h.md").resolve()))]

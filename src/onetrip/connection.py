@@ -107,12 +107,18 @@ def check_dsn(dsn: str) -> str:
             "or '/' in the user name or password as %40 or %2F"
         )
     try:
-        conninfo.conninfo_to_dict(dsn)
+        params = conninfo.conninfo_to_dict(dsn)
     except psycopg.ProgrammingError as e:
         raise InvalidDsnError(
             f"the DSN is not a PostgreSQL connection string ({_scrub(_one_line(e), dsn)}); give a "
             "postgresql://user@host:port/dbname URI or key=value pairs such as 'host=... dbname=...'"
         ) from None
+    timeout = params.get("connect_timeout")
+    if timeout not in (None, ""):  # psycopg reads it before libpq: a pool (`onetrip serve`) retried it for ever
+        try:
+            int(str(timeout))
+        except ValueError:
+            raise InvalidDsnError(f"the DSN's connect_timeout is not a number of seconds: {timeout!r}") from None
     return dsn
 
 
@@ -234,8 +240,8 @@ def resolve_dsn(dsn: str | None = None) -> str:
                               f"for ${ENV_DSN} or the embedded server")
     if dsn:
         return check_dsn(dsn)
-    env = os.environ.get(ENV_DSN)
-    if env:
+    env = os.environ.get(ENV_DSN, "")
+    if env.strip():  # set but blank is unset: ' ' had reached libpq as its defaults (another database)
         return check_dsn(env)
     return embedded_dsn()
 

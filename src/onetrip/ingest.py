@@ -16,7 +16,6 @@ import json
 import os
 import time
 import urllib.parse
-import urllib.request
 from contextlib import contextmanager, suppress
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -146,11 +145,15 @@ def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
 
 
 def _path_of(uri: str | None) -> Path | None:
-    """The file a ``file:`` URI names (None for another scheme: a document loaded by the caller's own code)."""
+    """The file a ``file:`` URI names (None for another scheme: a document loaded by the caller's own code).
+
+    Decoded to bytes, then as the file system does: `Path.as_uri` percent-encodes a name that is not UTF-8
+    byte by byte, which url2pathname decoded as UTF-8 with replacement, naming a file that is not there (every
+    document under such a folder was "gone", and --delete-missing deleted them; found by review)."""
     if not uri:
         return None
     parts = urllib.parse.urlsplit(uri)
-    return Path(urllib.request.url2pathname(parts.path)) if parts.scheme == "file" else None
+    return Path(os.fsdecode(urllib.parse.unquote_to_bytes(parts.path))) if parts.scheme == "file" else None
 
 
 def _other_file(stored_uri: str | None, uri: str) -> str | None:
@@ -166,10 +169,11 @@ def _gone_files(conn: psycopg.Connection, layout: Layout, folder: Path,
     that a run of ``folder`` would give that id (so another id scheme's documents, a --doc-id-prefix run's, and
     files named alone are not this run's to report)."""
     gone = []
-    for did, uri in documents_from(conn, layout, folder.resolve().as_uri().rstrip("/") + "/"):
+    root = folder.resolve()
+    for did, uri in documents_from(conn, layout, root.as_uri().rstrip("/") + "/"):
         path = _path_of(uri)
-        if path is None or os.path.lexists(path):
-            continue
+        if path is None or os.path.lexists(path) or not path.is_relative_to(root):
+            continue  # (outside the folder, an id function may fall back to the bare file name)
         try:
             if doc_id(path, folder) != did:
                 continue
@@ -605,9 +609,14 @@ def ingest_paths(
                                      source_uri=uri)
                 if force and state != "new":  # written whatever is stored; looked up all the same, so that a
                     state = "content"         # failure says "stays searchable" only of a document that is stored
+                replaces = (_other_file(stored_source(conn, layout, did), uri)
+                            if state in ("content", "access", "source") else None)
+                if state == "source" and replaces:  # the same text from another file, which is still there: the
+                    state = "unchanged"  # document stays that file's (moving its source here, a --delete-missing
+                    # of this folder would delete it once this copy went, the other file still there)
                 if state == "source" and not set_document_source(conn, layout, did, digest, uri):
                     state = "content"  # another writer stored other content meanwhile: this file's is stored
-                replaces = _other_file(stored_source(conn, layout, did), uri) if state == "content" else None
+                    replaces = _other_file(stored_source(conn, layout, did), uri)
                 if state in ("unchanged", "source"):
                     report.unchanged += 1
                     report.parse_seconds += time.perf_counter() - t0
@@ -616,6 +625,8 @@ def ingest_paths(
                     continue
                 if state == "access" and _store_access(conn, layout, did, digest, collection, acl, keep_history,
                                                        uri, shown, report):
+                    if replaces:  # another tenant's file of the same id and text took it over: say so
+                        report.replaced.append((shown, replaces))
                     report.load_seconds += time.perf_counter() - t0
                     if on_progress:
                         on_progress(shown, report)
@@ -654,7 +665,7 @@ def ingest_paths(
                 flush()
         flush()
         t0 = time.perf_counter()
-        for folder in (g for g in given if g.is_dir()):
+        for folder in {g.resolve(): g for g in reversed(given) if g.is_dir()}.values():  # each folder once
             for did, uri, path in _gone_files(conn, layout, folder, doc_id):
                 report.gone.append((did, str(path)))
                 if delete_missing and delete_document(conn, layout, did, keep_history=keep_history, source_uri=uri):
