@@ -21,9 +21,9 @@ Rules:
   anchor = own id, else an `<a id|name>` inside, else the id of the HTML5
   `<section>`/`<article>` it is the first heading of, else the id or name of an
   empty `<a>`/`<span>` right before it (man2html, Doxygen, Texinfo), else a
-  GitHub-style slug. A permalink (a link within the page whose text is a symbol:
-  Sphinx's and MkDocs' ¶ or icon, rustdoc's §, Node's #, Doxygen's ◆) is not part
-  of the heading's text.
+  GitHub-style slug. A permalink (a link within the page whose text is ¶ § # 🔗,
+  or any symbol when it links to the heading itself: MkDocs' icon, Doxygen's ◆)
+  is not part of the heading's text; a symbol linking elsewhere is.
   In an untitled container the first such heading's h-number - 1 stands in
   for the title's, so its h2 and h3 still nest.
 * Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
@@ -40,11 +40,14 @@ Rules:
   that opened with a heading (bare, or in a `<header>`/`<hgroup>`), gets a
   repeated heading of the parent, so it is not attributed to the last subsection.
 * Dropped (`_dropped`): head, script, style, <nav>, what has role="navigation"
-  or "contentinfo" or aria-hidden="true", DROP_CLASSES (DocBook's navheader,
-  navfooter and toc, Texinfo's tables of contents, Bootstrap's navbar, ...), a
-  page's footer (<footer>, .footer, #footer outside an article, section or main)
-  and Texinfo's "Next: / Up:" bar (a div.header whose links are all rel=next,
-  up, ... or have an accesskey).
+  or "contentinfo", DROP_CLASSES (DocBook's navheader, navfooter and toc,
+  Texinfo's tables of contents, Bootstrap's navbar, ...), an aria-hidden="true"
+  dialog or icon (not one holding a heading or more than a few characters: a
+  page saved with a dialog open hides its whole app so), a page's footer
+  (<footer>, .footer, #footer with no article, section, main, quote, figure,
+  cell, ... around it) and Texinfo's "Next: / Up:" bar (a div.header of links
+  that are all rel=next, up, ... or have an accesskey, no heading, no other
+  text than labels). An empty heading outside containers nests nothing.
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
   their captions, and text inside them but outside any cell (browsers show it
   before the table), come first.
