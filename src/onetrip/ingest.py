@@ -439,7 +439,9 @@ def ingest_paths(
     Two files of one run that would share a doc_id are refused before any write;
     a file that replaces a document stored from another file, which is still
     there, is stored and listed in ``report.replaced`` (another run's file of the
-    same relative path: a ``doc_id`` prefix keeps both). ``paths`` may be one path.
+    same relative path: a ``doc_id`` prefix keeps both; the same text, in another
+    collection or ACL, too); the same text under the same access stays that other
+    file's document (unchanged, its source kept). ``paths`` may be one path.
 
     Files gone: for each folder given, the stored documents that came from a
     file under it (``source_uri``) which no longer exists, and which this run
