@@ -203,21 +203,25 @@ def test_hybrid_obeys_filters_on_both_lists(kb):
             assert rel is None or rel.doc_id == "cooking.md"
 
 
-def test_psql_runs_the_hybrid_edition(kb, dsn):
+def _psql_hybrid(dsn: str, vec, k: int, params: dict) -> list[dict[str, str]]:
+    """retrieve_hybrid.sql run as is in psql for the text max_connections, its rows as dicts."""
     import csv
     import io
 
-    from onetrip.embedders import as_vector
-
-    vec = as_vector(HashEmbedder().embed_query("max_connections"), 384)
     lit = "[" + ",".join(f"{x:.8f}" for x in vec) + "]"
     out = subprocess.run(
         [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
-         "-v", "k=3", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
-         "-v", "query_terms={max_connections}",
-         *[a for name, value in HybridOptions().params(3).items() for a in ("-v", f"{name}={value}")],
+         "-v", f"k={k}", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
+         "-v", "query_terms={max_connections}", *[a for n, v in params.items() for a in ("-v", f"{n}={v}")],
          "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
+    return list(csv.DictReader(io.StringIO(out)))
+
+
+def test_psql_runs_the_hybrid_edition(kb, dsn):
+    from onetrip.embedders import as_vector
+
+    vec = as_vector(HashEmbedder().embed_query("max_connections"), 384)
+    rows = _psql_hybrid(dsn, vec, 3, HybridOptions().params(3))
     api = kb.search(vec, k=3, mode="hybrid", text="max_connections")
     hits = [r for r in rows if r["hit_rank"]]  # then the hits' context rows, each section once
     assert [(r["doc_id"], r["section_id"]) for r in hits] == [(h.section.doc_id, h.section.section_id) for h in api]
@@ -228,25 +232,14 @@ def test_psql_runs_the_hybrid_edition(kb, dsn):
     # whole-number weights, as a DBA types them (-v lexical_weight=1): the file casts its float
     # parameters, so 1 / (60 + rank) is not integer division (every score 0, ranked by distance)
     ints = {**HybridOptions(lexical_weight=1.0).params(3), "dense_weight": 1, "lexical_weight": 1}
-    out = subprocess.run(
-        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
-         "-v", "k=3", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
-         "-v", "query_terms={max_connections}", *[a for n, v in ints.items() for a in ("-v", f"{n}={v}")],
-         "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
-    hits = [r for r in csv.DictReader(io.StringIO(out)) if r["hit_rank"]]
+    hits = [r for r in _psql_hybrid(dsn, vec, 3, ints) if r["hit_rank"]]
     api = kb.search(vec, k=3, mode="hybrid", text="max_connections", hybrid=HybridOptions(lexical_weight=1.0))
     assert all(float(r["score"]) > 0 for r in hits)
     assert [(r["doc_id"], r["section_id"]) for r in hits] == [(h.section.doc_id, h.section.section_id) for h in api]
 
     # found by review: with k above :candidates the file returned :candidates hits at most, where the library
     # binds max(candidates, k); the file now takes the larger itself
-    few = {**HybridOptions().params(8), "candidates": 2}
-    out = subprocess.run(
-        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
-         "-v", "k=8", "-v", f"query_embedding={lit}", "-v", "query_text=max_connections",
-         "-v", "query_terms={max_connections}", *[a for n, v in few.items() for a in ("-v", f"{n}={v}")],
-         "-f", str(SQL_DIR / "postgres" / "retrieve_hybrid.sql")], check=True, capture_output=True, text=True).stdout
-    hits = [r for r in csv.DictReader(io.StringIO(out)) if r["hit_rank"]]
+    hits = [r for r in _psql_hybrid(dsn, vec, 8, {**HybridOptions().params(8), "candidates": 2}) if r["hit_rank"]]
     api = kb.search(vec, k=8, mode="hybrid", text="max_connections", hybrid=HybridOptions(candidates=2))
     assert len(hits) == 8
     assert [(r["doc_id"], r["section_id"]) for r in hits] == [(h.section.doc_id, h.section.section_id) for h in api]
