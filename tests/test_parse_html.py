@@ -692,3 +692,17 @@ def test_the_anchor_before_a_heading_is_found_past_a_dropped_nav_bar() -> None:
     html = ('<h1>Guide</h1><p>Intro.</p><span id="Creating-Scripts"></span><div class="header"><p>[<a href="#C" '
             'rel="contents">Contents</a>]</p></div><h2>Creating Scripts</h2><p>Body.</p>')
     assert _outline(html)[1] == (2, "Creating Scripts", "Creating-Scripts")
+
+
+def test_a_heading_closed_by_another_levels_end_tag_ends_there() -> None:
+    """Found by review on sqlite.org's pages: <h2>Documentation</h1> closes the h2 in a browser; lxml kept it
+    open and the heading took in the rest of the page (headings of up to 19,212 word pieces)."""
+    html = ('<h3 align="center">Common Links</h3><ul><li>Features</li></ul>'
+            '<h2 align="center">Documentation</h1><p>Everything about it.</p><h2>Next</h2><p>More.</p>')
+    assert _outline(html) == [(3, "Common Links", "common-links"), (2, "Documentation", "documentation"),
+                              (2, "Next", "next")]
+    assert _text(html).split("\n") == ["Features", "Everything about it.", "More."]
+    from onetrip.parse_html import _matched_heading_ends
+
+    page = "<h1>A</h1><p>x</p><H2 id=b>B</H2>"
+    assert _matched_heading_ends(page) is page  # a well-formed page is left as it is
