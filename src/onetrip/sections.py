@@ -80,7 +80,9 @@ heading path put before it (`embedding_text`), whose last words had not been emb
 space of its heading as a '-', none collapsed or stripped, as GitHub's; HTML: Texinfo's nav bars and tables of
 contents, page footers, Bootstrap navbars and aria-hidden elements are dropped, Texinfo's subsection divs are
 containers, an outermost container nests under a page heading outside containers (AsciiDoc), an empty anchor
-right before a heading is its anchor, any symbol link within the page is a permalink."""
+right before a heading is its anchor, any symbol link within the page is a permalink, a heading end tag of
+another level closes the open heading (all within the session that introduced 6: no stored document was cut
+by one part of it and not the rest, but the PostgreSQL manual, which none of the HTML rules change)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
