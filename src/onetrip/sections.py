@@ -81,8 +81,8 @@ space of its heading as a '-', none collapsed or stripped, as GitHub's; HTML: Te
 contents, page footers, Bootstrap navbars and aria-hidden elements are dropped, Texinfo's subsection divs are
 containers, an outermost container nests under a page heading outside containers (AsciiDoc), an empty anchor
 right before a heading is its anchor, any symbol link within the page is a permalink, a heading end tag of
-another level closes the open heading (all within the session that introduced 6: no stored document was cut
-by one part of it and not the rest, but the PostgreSQL manual, which none of the HTML rules change)."""
+another level closes the open heading (added the same day as the rest of 6: the only HTML stored under 6
+before it, the PostgreSQL manual, has no such tag)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
