@@ -706,3 +706,17 @@ def test_a_heading_closed_by_another_levels_end_tag_ends_there() -> None:
 
     page = "<h1>A</h1><p>x</p><H2 id=b>B</H2>"
     assert _matched_heading_ends(page) is page  # a well-formed page is left as it is
+
+
+def test_third_review_nav_bars_in_any_language_footers_in_layout_cells_and_slug_permalinks() -> None:
+    """Found by a third review: Texinfo's bar in French ("Suivant: ... Monter:") was kept as text; a page footer
+    laid out in a table cell was kept; a self-link glyph on a heading with no id (linking to its slug) stayed."""
+    fr = ('<div class="header"><p>Suivant: <a href="#D" accesskey="n" rel="next">Definitions</a>, Précédent: '
+          '<a href="#I" accesskey="p" rel="prev">Introduction</a>, Monter: <a href="#Top" accesskey="u" rel="up">'
+          'Top</a> &nbsp; [<a href="#C" rel="contents">Table des matières</a>]</p></div><h2>1.2 Definitions</h2>'
+          '<p>Texte.</p>')
+    assert _text(fr) == "Texte."
+    layout = '<table><tr><td><h1>Guide</h1><p>Body text.</p></td></tr><tr><td><div class="footer">Copyright ACME.' \
+             '</div></td></tr></table>'
+    assert "Copyright" not in " ".join(b.text for b in parse_html(layout)[1])
+    assert _outline('<h2>Setup <a href="#setup">&#x2693;</a></h2><p>x</p>') == [(2, "Setup", "setup")]

@@ -583,3 +583,18 @@ def test_the_budget_floor_leaves_room_for_the_special_tokens() -> None:
     for words, budget in ((100, 256 - SPECIAL_TOKENS - 100), (127, 127), (140, 127)):
         assert _budgets(nodes, _Counter(count_tokens), 256, " ".join(["title"] * words)) == [budget]
     assert 127 + 127 + SPECIAL_TOKENS == 256  # half of what is left besides the special tokens: it fits
+
+
+def test_a_long_word_glued_by_control_characters_and_one_in_a_heading_cost_their_length() -> None:
+    """Found by a third review: words joined by form feeds (which the model deletes, gluing them into one [UNK])
+    were not seen as one long word, and a long word in the heading (repeated in the passage header) was not
+    counted either: a 100-token context rendered 16,096 characters."""
+    from onetrip.sections import Section
+    from onetrip.store import passage_tokens
+    from onetrip.tokens import unknown_surplus
+
+    glued = "\x0c".join(["x" * 99] * 160)
+    assert count_tokens(glued) == 1 and unknown_surplus(glued) >= len(glued) // 4 - 1
+    word = "y" * 3000
+    s = Section("s", None, 0, 1, word, (word,), "short text", 2, "s")
+    assert passage_tokens("d.md", [s])[0] >= 3000 // 4  # the heading path in the header

@@ -138,10 +138,13 @@ def _classes(tag: Tag) -> list[str]:
 #: the rel of the links in a page's "Next: / Previous: / Up:" bar (Texinfo's div.header)
 _NAV_RELS = frozenset({"next", "prev", "previous", "up", "contents", "index", "top", "first", "last"})
 #: what a nav bar holds besides its links: labels and separators
-_NAV_LABELS = re.compile(r"(?i)\b(?:next|previous|prev|up|top|home|contents|index)\b|[\s:,;|\[\]()<>«»←→↑·•-]+")
+# (a word or two before a colon: the bar's labels in any language Texinfo writes, "Suivant:", "Nächste:")
+_NAV_LABELS = re.compile(r"(?i)\b(?:next|previous|prev|up|top|home|contents|index)\b|[^\W\d_]+(?: [^\W\d_]+)?\s*:"
+                         r"|[\s:,;|\[\]()<>«»←→↑·•-]+")
 #: where a <footer> is its own content's (HTML: a footer belongs to its nearest sectioning root or content)
+# (not a table cell: old pages lay out their footer in one)
 _MAIN_CONTENT = frozenset({"article", "section", "main", "aside", "nav", "blockquote", "figure", "details",
-                           "dialog", "fieldset", "td", "th", "li", "dd"})
+                           "dialog", "fieldset", "li", "dd"})
 
 
 def _dropped(tag: Tag) -> bool:
@@ -252,7 +255,8 @@ def _without_permalink(tag: Tag, text: str, targets: frozenset[str] = frozenset(
         glyph = a.get_text().strip()
         href = str(a["href"])
         if (_is_glyph(glyph) and href.startswith("#") and len(glyph) < len(text)
-                and (glyph in _PERMALINK_GLYPHS or href[1:] in targets)):
+                and (glyph in _PERMALINK_GLYPHS or href[1:] in targets
+                     or href[1:] == GithubSlugger.slug(text.replace(glyph, "").strip()))):  # its slug: no id
             if text.endswith(glyph):
                 return text[: -len(glyph)].rstrip()
             if text.startswith(glyph):

@@ -628,7 +628,8 @@ def passage_tokens(doc_id: str, sections: Sequence[SectionLike]) -> list[int]:
     from .tokens import count_tokens_batch, unknown_surplus
 
     headers = [passage_header(doc_id, s.anchor, s.heading_path) for s in sections]
-    return [h + s.token_count + unknown_surplus(s.content) for h, s in zip(count_tokens_batch(headers), sections)]
+    return [h + unknown_surplus(header) + s.token_count + unknown_surplus(s.content)
+            for header, h, s in zip(headers, count_tokens_batch(headers), sections)]
 
 
 #: The documents columns a load writes (ingested_at takes its default, now()).

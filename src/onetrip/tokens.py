@@ -70,7 +70,9 @@ def count_tokens_batch(texts: Sequence[str]) -> list[int]:
 CHARS_PER_UNKNOWN_TOKEN = 4
 """In a context budget, a word the model reads as one [UNK] costs one token per this many of its characters."""
 
-_LONG_WORD = re.compile(r"\S{101,}")
+# a run of over 100 characters the model reads as one word: \S, and the control characters Python calls
+# whitespace but the model deletes, which glue what they separate (found by review)
+_LONG_WORD = re.compile(r"(?:\S|[\x0b\x0c\x1c-\x1f\x85]){101,}")
 
 
 def unknown_surplus(text: str) -> int:
