@@ -607,12 +607,11 @@ def ingest_paths(
                 data = path.read_bytes()
                 digest = hashlib.sha256(data).hexdigest()
                 uri = path.resolve().as_uri()
-                state = stored_state(conn, layout, did, digest, collection, acl, sectioning=SECTIONING,
-                                     source_uri=uri)
+                state, stored_uri = stored_state(conn, layout, did, digest, collection, acl, sectioning=SECTIONING,
+                                                 source_uri=uri)
                 if force and state != "new":  # written whatever is stored; looked up all the same, so that a
                     state = "content"         # failure says "stays searchable" only of a document that is stored
-                replaces = (_other_file(stored_source(conn, layout, did), uri)
-                            if state in ("content", "access", "source") else None)
+                replaces = _other_file(stored_uri, uri) if state in ("content", "access", "source") else None
                 if state == "source" and replaces:  # the same text from another file, which is still there: the
                     state = "unchanged"  # document stays that file's (moving its source here, a --delete-missing
                     # of this folder would delete it once this copy went, the other file still there)

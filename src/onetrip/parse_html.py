@@ -617,7 +617,8 @@ class _Walker:
         nested = None
         if title is not None:
             self.consumed.add(id(title))
-            targets = _targets(title, tag.get("id"), self.containers[-1][1] if self.containers else None)
+            targets = _targets(title, tag.get("id"), _anchor_before(title),
+                               self.containers[-1][1] if self.containers else None)
             if title.parent is tag:  # its text ends at a heading or section nested in it (see free_heading)
                 heading, nested, rest = _heading_text(title, targets)
                 if nested is not None:  # which, and all after it in the title, are the container's after the title
@@ -667,8 +668,10 @@ class _Walker:
             level = depth + max(1, n - title_hn)
         else:
             level = n
-        text, nested, rest = _heading_text(tag, _targets(
-            tag, self.html5_ids[-1] if self.html5_ids else None, self.containers[-1][1] if self.containers else None))
+        before = _anchor_before(tag)
+        section_id = self.html5_ids[-1] if self.html5_ids else None
+        container = self.containers[-1][1] if self.containers else None
+        text, nested, rest = _heading_text(tag, _targets(tag, before, section_id, container))
         if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
             return rest
         if not self.containers and text:  # an empty one (a logo's <h1><img>) makes no section: nothing nests under it
@@ -680,10 +683,10 @@ class _Walker:
             inner = _anchor_link(tag, nested)
             if inner is not None:
                 anchor = inner.get("id") or inner.get("name")
-        if self.html5_ids and self.html5_ids[-1]:  # the first heading of an HTML5 <section id>: its anchor,
-            section_id, self.html5_ids[-1] = self.html5_ids[-1], None  # unless the heading has one
+        if section_id:  # the first heading of an HTML5 <section id>: its anchor, unless the heading has one
+            self.html5_ids[-1] = None
             anchor = anchor or section_id
-        anchor = anchor or _anchor_before(tag)
+        anchor = anchor or before
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
         return rest if nested is not None else None
 
@@ -763,9 +766,9 @@ def _anchor_link(heading: Tag, end: Tag | None) -> Tag | None:
 
 
 def _targets(heading: Tag, *more: str | None) -> frozenset[str]:
-    """The ids a link to this heading may name: its own, an <a id|name> in it, the empty anchor before it, and
-    ``more`` (its section's)."""
-    ids = {heading.get("id"), _anchor_before(heading), *more}
+    """The ids a link to this heading may name: its own, an <a id|name> in it, and ``more`` (the empty anchor
+    before it, its section's)."""
+    ids = {heading.get("id"), *more}
     for a in heading.find_all("a"):
         ids.update((a.get("id"), a.get("name")))
     return frozenset(str(i) for i in ids if i)

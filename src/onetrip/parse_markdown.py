@@ -116,28 +116,10 @@ class GithubSlugger:
         return result
 
 
-def _plain(inline: Token | None) -> str:
-    """Rendered text of an inline token (markup dropped, code spans kept)."""
-    if inline is None or not inline.children:
-        return inline.content.strip() if inline is not None else ""
+def _inline_text(inline: Token) -> str:
+    """An inline token's text as written: markup dropped, code spans and image text kept, a line break "\n"."""
     out: list[str] = []
-    for child in inline.children:
-        if child.type in ("text", "code_inline"):
-            out.append(child.content)
-        elif child.type in ("softbreak", "hardbreak"):
-            out.append(" ")
-        elif child.type == "image":
-            out.append(_plain(child))
-    return re.sub(r"\s+", " ", "".join(out)).strip()
-
-
-def _slug_source(inline: Token | None) -> str:
-    """A heading's text as GitHub slugs it: `_plain`'s, but with its spaces as written, none collapsed or
-    stripped (a space left by inline HTML, `## <a name="x"></a> Foo`, is the slug's leading '-')."""
-    if inline is None or not inline.children:
-        return _plain(inline)
-    out: list[str] = []
-    for child in inline.children:
+    for child in inline.children or ():
         if child.type in ("text", "code_inline"):
             out.append(child.content)
         elif child.type in ("softbreak", "hardbreak"):
@@ -145,6 +127,21 @@ def _slug_source(inline: Token | None) -> str:
         elif child.type == "image":
             out.append(_plain(child))
     return "".join(out)
+
+
+def _plain(inline: Token | None) -> str:
+    """Rendered text of an inline token (markup dropped, code spans kept), its whitespace collapsed."""
+    if inline is None or not inline.children:
+        return inline.content.strip() if inline is not None else ""
+    return re.sub(r"\s+", " ", _inline_text(inline)).strip()
+
+
+def _slug_source(inline: Token | None) -> str:
+    """A heading's text as GitHub slugs it: `_plain`'s, but with its spaces as written, none collapsed or
+    stripped (a space left by inline HTML, `## <a name="x"></a> Foo`, is the slug's leading '-')."""
+    if inline is None or not inline.children:
+        return _plain(inline)
+    return _inline_text(inline)
 
 
 def _jsonable(value: Any) -> Any:

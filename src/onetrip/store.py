@@ -175,10 +175,10 @@ StoredState = Literal["new", "content", "sectioning", "access", "source", "uncha
 
 def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
                  collection: str | None, acl: Sequence[str] | None, *,
-                 sectioning: int | None = None, source_uri: str | None = None) -> StoredState:
+                 sectioning: int | None = None, source_uri: str | None = None) -> tuple[StoredState, str | None]:
     """How a document to be stored differs from the stored one: not stored, its content, how it was cut into
     sections, only its access, only where its file is (``source_uri``, when given: `set_document_source`),
-    nothing.
+    nothing; and the stored ``source_uri`` (None when not stored), read in the same statement.
 
     Access counts, not only content: a re-ingest of an unchanged file with
     another ``acl`` or ``collection`` must store it ("access": `set_document_access`,
@@ -193,14 +193,14 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
         sql.SQL(layout.tables["documents"]))
     row = conn.execute(q, (SECTIONING_KEY, doc_id)).fetchone()
     if row is None:
-        return "new"
+        return "new", None
     if row[0] != content_hash:
-        return "content"
+        return "content", row[4]
     if sectioning is not None and _cut_before(row[3], sectioning):
-        return "sectioning"
+        return "sectioning", row[4]
     if not _same_access(row[1], row[2], collection, acl):
-        return "access"
-    return "source" if source_uri is not None and row[4] != source_uri else "unchanged"
+        return "access", row[4]
+    return ("source" if source_uri is not None and row[4] != source_uri else "unchanged"), row[4]
 
 
 def set_document_source(conn: psycopg.Connection, layout: Layout, doc_id: str, content_hash: str,
