@@ -293,3 +293,38 @@ def test_text_that_is_not_unicode_is_named_before_the_server_sees_it():
         check_access_values("t\udcffnant", None)
     with pytest.raises(ValueError, match="^acl principal is not valid Unicode"):
         check_access_values("default", ["hr", "\udcff"])
+
+
+def test_a_refused_query_vector_says_when_it_aborted_the_callers_transaction(r, db, dsn):
+    """A NaN query embedding is refused by the server, and the ValueError read like a check made before sending:
+    on a connection without autocommit the caller's transaction was aborted with it, and a commit afterwards
+    silently rolled the caller's own writes back (found by review). The error now says so; on an autocommit
+    connection there is no transaction to speak of."""
+    from onetrip import AsyncRetriever, connect
+    from onetrip.async_retrieve import connect_async
+
+    bad = vec()
+    bad[3] = np.nan
+    with pytest.raises(ValueError, match="NaN or infinity") as plain:
+        r.search(bad, k=3)
+    assert "aborted" not in str(plain.value)
+    with connect(dsn, autocommit=False) as conn:
+        own = Retriever(conn, embedder=HashEmbedder(DIM))
+        conn.execute("SELECT 1")  # the caller's transaction, open
+        for call in (lambda: own.search(bad, k=3), lambda: own.assemble(bad, k=3)):
+            with pytest.raises(ValueError, match=r"NaN or infinity .*transaction open on this connection is "
+                                                 r"aborted, roll it back"):
+                call()
+            conn.rollback()
+
+    async def main() -> None:
+        conn = await connect_async(dsn, autocommit=False)
+        try:
+            own = await AsyncRetriever.create(conn, embedder=HashEmbedder(DIM))
+            await conn.execute("SELECT 1")
+            with pytest.raises(ValueError, match="NaN or infinity .*aborted, roll it back"):
+                await own.search(bad, k=3)
+        finally:
+            await conn.close()
+
+    asyncio.run(main())

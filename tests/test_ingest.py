@@ -144,6 +144,36 @@ def test_a_connection_without_autocommit_is_refused_before_any_write(db, dsn, tm
     assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
 
 
+def test_every_writer_refuses_a_connection_without_autocommit(db, dsn, tmp_path):
+    """delete_document, init_schema, refresh_term_stats, prune_history and drop_schema commit their own work, as
+    ingest_paths does. On a connection without autocommit any earlier statement (read_layout) had opened a
+    transaction their own became a savepoint of: delete_document returned True, the document stayed stored
+    for everyone else, and closing the connection undid it (found by review)."""
+    from onetrip import delete_document, read_layout, refresh_term_stats
+    from onetrip.schema import drop_schema
+    from onetrip.store import prune_history
+
+    init_schema(db)
+    (tmp_path / "a.md").write_text(DOC_V1)
+    assert ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder()).new == 1
+    words = db.execute("SELECT count(*) FROM term_stats").fetchone()[0]
+    with connect(dsn, autocommit=False) as conn:
+        layout = read_layout(conn)  # a read: the transaction is open from here on
+        calls = {"delete_document": lambda: delete_document(conn, layout, "a.md"),
+                 "init_schema": lambda: init_schema(conn, Layout(prefix="other_")),
+                 "refresh_term_stats": lambda: refresh_term_stats(conn, layout),
+                 "prune_history": lambda: prune_history(conn, layout),
+                 "drop_schema": lambda: drop_schema(conn, layout)}
+        for name, call in calls.items():
+            with pytest.raises(ValueError, match=f"^{name} commits its work .* autocommit mode"):
+                call()
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+    assert db.execute("SELECT count(*) FROM term_stats").fetchone()[0] == words
+    assert db.execute("SELECT to_regclass('other_documents')").fetchone()[0] is None
+    assert delete_document(db, read_layout(db), "a.md")  # the same calls on an autocommit connection work
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+
+
 def test_an_unchanged_file_found_in_a_moved_folder_keeps_its_revision_and_takes_its_new_source(db, tmp_path):
     """The stored source_uri had kept the old path for good ("unchanged"), so a source_prefix filter on the new
     folder found nothing; an access change did update it. Now the source follows the file, in place."""

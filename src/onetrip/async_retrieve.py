@@ -216,7 +216,7 @@ class AsyncRetriever:
         """Send the plan's ONE statement with these binds; map its rows."""
         async with self._connection() as c:  # a lost connection: ConnectionLostError (`_connection`)
             async with c.cursor() as cur:
-                with statement_errors():
+                with statement_errors(c):
                     await cur.execute(plan.statement, params, binary=True)  # as retrieve._fetch
                 rows = await cur.fetchall()
                 names = statement_columns(plan.statement, cur)

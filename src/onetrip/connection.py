@@ -38,6 +38,20 @@ MIN_PGVECTOR = (0, 8, 0)
 DEFAULT_CONNECT_TIMEOUT = 5
 
 
+def require_autocommit(conn: psycopg.Connection, what: str) -> None:
+    """Refuse a connection without autocommit for a writer that commits its own work (ingest, init, delete, ...).
+
+    On such a connection any earlier statement (a `read_layout`, the writer's
+    own checks) has opened a transaction, and the writer's ``conn.transaction()``
+    became a savepoint in it: the writer returned as if done, nothing was
+    visible to others, its locks were held, and closing the connection lost it.
+    """
+    if not conn.autocommit:
+        raise ValueError(f"{what} commits its work in a transaction of its own: give it a connection in autocommit "
+                         "mode (onetrip.connect() makes one; psycopg: connect(..., autocommit=True)); on this one "
+                         "it would be part of a transaction left open, lost unless you commit it")
+
+
 def home_dir() -> Path:
     """onetrip's own folder: ``$ONETRIP_HOME`` or the platform's user data dir."""
     env = os.environ.get(ENV_HOME)

@@ -161,7 +161,7 @@ def explain_statement(conn: psycopg.Connection, plan: Plan, params: dict[str, An
     these binds; "generic" plans it for any values, as a prepared statement may.
     """
     sql = _sql(plan, params, kind, layout.vector_type, conn.info.server_version)
-    with statement_errors(), conn.cursor() as cur:
+    with statement_errors(conn), conn.cursor() as cur:
         cur.execute(sql, None if kind == "generic" else params, prepare=False)
         text = "\n".join(row[0] for row in cur.fetchall())
     return Explained(plan.statement, _shown(params, layout.dim), _shown_plan(text), kind)
@@ -171,7 +171,7 @@ async def explain_statement_async(conn: psycopg.AsyncConnection, plan: Plan, par
                                   *, kind: str = "analyze") -> Explained:
     """`explain_statement` on an async connection."""
     sql = _sql(plan, params, kind, layout.vector_type, conn.info.server_version)
-    with statement_errors():
+    with statement_errors(conn):
         async with conn.cursor() as cur:
             await cur.execute(sql, None if kind == "generic" else params, prepare=False)
             text = "\n".join(row[0] for row in await cur.fetchall())

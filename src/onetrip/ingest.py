@@ -64,6 +64,7 @@ from .store import (
 )
 from .layout import Layout
 from .schema import read_layout
+from .connection import require_autocommit
 
 #: what a folder walk picks up (what `parse_file` reads by its suffix); a file named directly is read as it is
 SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | TEXT_SUFFIXES
@@ -479,9 +480,7 @@ def ingest_paths(
     a savepoint of: nothing was visible to others, other writers of those
     documents waited for the whole run, and closing the connection lost it all.
     """
-    if not conn.autocommit:
-        raise ValueError("ingest_paths commits each document in a transaction of its own: give it a connection in "
-                         "autocommit mode (onetrip.connect() makes one; psycopg: connect(..., autocommit=True))")
+    require_autocommit(conn, "ingest_paths")  # each document commits in a transaction of its own
     report = IngestReport()
     check_access_values(collection, acl)
     given = [Path(p) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))]

@@ -833,19 +833,28 @@ def adapter_error(error: psycopg.ProgrammingError) -> TypeError | None:
     return None
 
 
-def statement_error(e: psycopg.Error) -> Exception:
+def statement_error(e: psycopg.Error, conn: Any = None) -> Exception:
     """The error to raise for a failed retrieval statement: onetrip's own where it knows the cause (a refused
     query vector, a missing table, a query past PostgreSQL's limits, a connection without pgvector's
-    adapters), else ``e`` itself. The one mapping behind `statement_errors` and `_fetch`."""
+    adapters), else ``e`` itself. The one mapping behind `statement_errors` and `_fetch`.
+
+    onetrip's own error reads like a check made before sending; when the server refused the statement
+    inside a transaction of the caller's (``conn`` without autocommit), it says that transaction is now
+    aborted: its earlier writes are lost unless rolled back to a savepoint, and the next statement fails."""
     if isinstance(e, psycopg.errors.DataException):
-        return vector_value_error(e) or e
-    if isinstance(e, psycopg.errors.UndefinedTable):
-        return missing_table_error(e)
-    if isinstance(e, psycopg.errors.ProgramLimitExceeded):
-        return limit_error(e)
-    if isinstance(e, psycopg.ProgrammingError):
-        return adapter_error(e) or e
-    return e
+        mapped = vector_value_error(e) or e
+    elif isinstance(e, psycopg.errors.UndefinedTable):
+        mapped = missing_table_error(e)
+    elif isinstance(e, psycopg.errors.ProgramLimitExceeded):
+        mapped = limit_error(e)
+    elif isinstance(e, psycopg.ProgrammingError):
+        mapped = adapter_error(e) or e
+    else:
+        return e
+    if mapped is not e and conn is not None and conn.info.transaction_status == pq.TransactionStatus.INERROR:
+        mapped.args = (f"{mapped.args[0]} (the server refused the statement: the transaction open on this "
+                       "connection is aborted, roll it back)", *mapped.args[1:])
+    return mapped
 
 
 def check_model(r: Any, embedder: Embedder) -> bool:
@@ -937,13 +946,13 @@ def lost_connection_errors(conn: psycopg.Connection, pool: Any,
 
 
 @contextmanager
-def statement_errors() -> Iterator[None]:
+def statement_errors(conn: Any = None) -> Iterator[None]:
     """A failed statement's error as `statement_error` maps it (`_fetch`, the measured hot path, calls that
     inline rather than entering a context manager per search)."""
     try:
         yield
     except psycopg.Error as e:
-        raise statement_error(e) from None
+        raise statement_error(e, conn) from None
 
 
 def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> tuple[list[tuple], tuple[str, ...]]:
@@ -957,7 +966,7 @@ def _fetch(conn: psycopg.Connection, statement: str, params: dict[str, Any]) -> 
         try:
             cur.execute(statement, params, binary=True)
         except psycopg.Error as e:
-            raise statement_error(e) from None
+            raise statement_error(e, conn) from None
         return cur.fetchall(), statement_columns(statement, cur)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
+from .connection import require_autocommit
 from .errors import DimensionMismatchError, ForeignTableError, OnetripError, SchemaMissingError
 from .layout import Layout
 from .templates import render
@@ -74,6 +75,7 @@ def drop_schema(conn: psycopg.Connection, layout: Layout) -> None:
 
     Only onetrip's: a table of the name without onetrip's key columns is refused (ForeignTableError), and
     nothing is dropped by CASCADE: a view or foreign key of someone else's on them is an error naming it."""
+    require_autocommit(conn, "drop_schema")
     t = layout.tables
     with conn.transaction():
         check_ours(existing_columns(conn, layout), layout)
@@ -89,11 +91,13 @@ def drop_schema(conn: psycopg.Connection, layout: Layout) -> None:
 def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
     """Create extension, tables and indexes; harmless to run again.
 
-    Runs in one transaction, so a failure leaves nothing half-created. If the
+    Runs in one transaction of its own (``conn`` in autocommit mode), so a
+    failure leaves nothing half-created. If the
     tables already exist with another embedding dimension, or were created by
     an older onetrip without columns this version needs, that is an error
     naming the cause rather than a silent mismatch.
     """
+    require_autocommit(conn, "init_schema")
     missing = missing_columns(conn, layout)
     if missing:
         table = layout.tables["documents" if all("." in c for c in missing) else "sections"]

@@ -23,6 +23,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
+from .connection import require_autocommit
 from .embedders import LENGTH_RANGE, NAMED_IN_ERRORS
 from .errors import DimensionMismatchError, missing_table_error
 from .layout import Layout
@@ -810,6 +811,7 @@ def prune_history(conn: psycopg.Connection, layout: Layout, *, keep: int = 0, do
     if doc_id is not None:
         check_key(doc_id, "doc_id")
     hist = sql.SQL(layout.tables["section_history"])
+    require_autocommit(conn, "prune_history")
     q = sql.SQL(
         """DELETE FROM {h} x USING (
                SELECT doc_id, revision,
@@ -949,7 +951,7 @@ def documents_from(conn: psycopg.Connection, layout: Layout, uri_prefix: str) ->
 
 def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, keep_history: bool = False,
                     source_uri: str | None = None) -> bool:
-    """Remove a document and all its sections in one transaction; True if it was stored.
+    """Remove a document and all its sections in one transaction of its own; True if it was stored.
 
     Takes the same per-document lock as `replace_document`, so a delete and a
     re-ingest of the same document run one after the other, never interleaved.
@@ -962,6 +964,7 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
     deleted (False otherwise): an ingest removing documents whose files are
     gone must not remove one that another writer has stored from a file since.
     """
+    require_autocommit(conn, "delete_document")
     check_key(doc_id, "doc_id")
     documents = sql.SQL(layout.tables["documents"])
     with conn.transaction():
@@ -1021,6 +1024,7 @@ def refresh_term_stats(conn: psycopg.Connection, layout: Layout) -> int:
     per ingest run, not per document, and tolerates counts that are a run old.
     Then merges the full-text indexes' pending entries (`flush_word_indexes`).
     """
+    require_autocommit(conn, "refresh_term_stats")
     words = _count_words(conn, layout)
     flush_word_indexes(conn, layout)
     return words
