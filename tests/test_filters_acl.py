@@ -591,3 +591,37 @@ def test_a_sections_own_acl_is_kept_when_the_document_passes_through_it(db):
     db.execute("UPDATE sections SET metadata = metadata - 'onetrip_own_acl' WHERE doc_id = %s", (rec.doc_id,))
     set_document_access(db, LAYOUT, rec.doc_id, rec.content_hash, rec.collection, ["hr", "eng"])
     assert acls() == [["hr"], ["hr", "eng"], ["hr", "eng"]]
+
+
+def test_document_filters_read_only_documents_the_caller_may_read(db):
+    """A section readable by an ACL of its own, in a document hidden from the caller, must not answer a
+    metadata or source_prefix filter: those read the documents row, which list_documents hides from the
+    caller and rls.sql's policy hides too (found by review: a public caller recovered a hidden document's
+    source path one character at a time, and tested its metadata)."""
+    from onetrip.sections import Section
+    from onetrip.store import DocumentRecord
+
+    init_schema(db, LAYOUT)
+    rng = np.random.default_rng(9)
+    vecs = rng.standard_normal((2, 16)).astype(np.float32)
+    vecs /= np.linalg.norm(vecs, axis=1, keepdims=True)
+    sections = [Section(sid, None, i, 1, sid.title(), (sid.title(),), f"{sid} text.", 3, sid)
+                for i, sid in enumerate(("press", "minutes"))]
+    sections[0] = _AclSection(sections[0], None)  # its own ACL: public, in a document for the board only
+    rec = DocumentRecord("board.md", "file:///secret/board.md", "Board", "h", acl=("board",),
+                         metadata={"team": "board"})
+    replace_document(db, LAYOUT, rec, sections, vecs)
+    r = Retriever(db)
+
+    def found(principals, **filters):
+        hits = r.search(vecs[0], k=2, filters=Filters(principals=principals, **filters))
+        ctx = r.assemble(vecs[0], k=2, max_tokens=None, filters=Filters(principals=principals, **filters))
+        many = r.search_many([vecs[0]], k=2, filters=Filters(principals=principals, **filters))[0]
+        assert [h.section.section_id for h in many] == [h.section.section_id for h in hits]
+        return [h.section.section_id for h in hits], [p.section_id for p in ctx.passages]
+
+    assert found(("alice",)) == (["press"], ["press"])  # the section's own ACL lets anyone read it
+    for filters in ({"metadata": {"team": "board"}}, {"source_prefix": "file:///secret/"}):
+        assert found(("alice",), **filters) == ([], []), filters
+        assert found(("board",), **filters) == (["press", "minutes"], ["press", "minutes"]), filters
+        assert found(None, **filters) == (["press", "minutes"], ["press", "minutes"]), filters  # no check asked
