@@ -582,3 +582,22 @@ def test_each_lexical_weight_decides_the_order_it_should(kb, db):
         assert b > a * second, (b, a, second, factor)  # Bread stays above every other section holding 'connect'
         set_idf("dough", b)
         assert top2("connections dough", tf_weight=2.0) == want, share
+
+
+def test_weights_that_score_every_hit_zero_are_refused(kb):
+    """lexical_weight=0 in lexical mode (or both weights 0 in hybrid mode) made every score 0, and the hits came
+    in doc_id order whatever they held (found by review): refused, naming the weight, before anything is sent."""
+    q = "maximum number of concurrent connections"
+    calls = {"search": lambda mode, h: kb.search(q, k=3, mode=mode, hybrid=h),
+             "search_many": lambda mode, h: kb.search_many([q, "bread"], k=3, mode=mode, hybrid=h),
+             "assemble": lambda mode, h: kb.assemble(q, k=3, mode=mode, hybrid=h)}
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match="lexical_weight=0 in lexical mode"):
+            call("lexical", HybridOptions(lexical_weight=0))
+        with pytest.raises(ValueError, match="dense_weight and lexical_weight are both 0"):
+            call("hybrid", HybridOptions(lexical_weight=0, dense_weight=0))
+        assert call("hybrid", HybridOptions(lexical_weight=0)), name  # the dense list alone still ranks
+        assert call("lexical", HybridOptions(dense_weight=0)), name  # lexical mode has no dense list
+    weighted = kb.search(q, k=5, mode="lexical", hybrid=HybridOptions(lexical_weight=2))
+    assert [h.score for h in weighted] == sorted((h.score for h in weighted), reverse=True)
+    assert ids(weighted) == ids(kb.search(q, k=5, mode="lexical"))  # a weight scales lexical scores only

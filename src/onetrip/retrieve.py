@@ -305,6 +305,14 @@ class HybridOptions:
             raise ValueError(f"rare_term_sections must be a non-negative integer, got {v!r}")
 
     def params(self, k: int, mode: str = "hybrid") -> dict[str, Any]:
+        """The statement's binds for ``mode``; weights that would score every hit 0 are refused, since the
+        order would then be doc_id's alone (lexical mode has no distance to fall back on)."""
+        if mode == "lexical" and self.lexical_weight == 0:
+            raise ValueError("lexical_weight=0 in lexical mode scores every hit 0 and leaves them in doc_id order: "
+                             "give it a positive weight (in lexical mode it only scales the scores)")
+        if mode == "hybrid" and self.lexical_weight == 0 and self.dense_weight == 0:
+            raise ValueError("dense_weight and lexical_weight are both 0: every hit would score 0 and come in "
+                             "doc_id order; give either a positive weight")
         tf = self.tf_weight if self.tf_weight is not None else TF_WEIGHT_DEFAULT.get(mode, 0.0)
         return {"candidates": max(self.candidates, k), "rrf_k": self.rrf_k, "dense_weight": float(self.dense_weight),
                 "lexical_weight": float(self.lexical_weight), "term_weight": float(self.term_weight),
