@@ -151,23 +151,28 @@ def test_every_writer_refuses_a_connection_without_autocommit(db, dsn, tmp_path)
     for everyone else, and closing the connection undid it (found by review)."""
     from onetrip import delete_document, read_layout, refresh_term_stats
     from onetrip.schema import drop_schema
-    from onetrip.store import prune_history
+    from onetrip.store import DocumentRecord, prune_history, replace_document, set_document_access
 
     init_schema(db)
     (tmp_path / "a.md").write_text(DOC_V1)
     assert ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder()).new == 1
     words = db.execute("SELECT count(*) FROM term_stats").fetchone()[0]
+    stored_hash = db.execute("SELECT content_hash FROM documents").fetchone()[0]
     with connect(dsn, autocommit=False) as conn:
         layout = read_layout(conn)  # a read: the transaction is open from here on
         calls = {"delete_document": lambda: delete_document(conn, layout, "a.md"),
                  "init_schema": lambda: init_schema(conn, Layout(prefix="other_")),
                  "refresh_term_stats": lambda: refresh_term_stats(conn, layout),
                  "prune_history": lambda: prune_history(conn, layout),
-                 "drop_schema": lambda: drop_schema(conn, layout)}
+                 "drop_schema": lambda: drop_schema(conn, layout),
+                 "replace_document": lambda: replace_document(
+                     conn, layout, DocumentRecord("b.md", "file:///b.md", "B", "b"), [], np.zeros((0, 384))),
+                 "set_document_access": lambda: set_document_access(conn, layout, "a.md", stored_hash, "other",
+                                                                    ["hr"])}
         for name, call in calls.items():
             with pytest.raises(ValueError, match=f"^{name} commits its work .* autocommit mode"):
                 call()
-    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 1
+    assert db.execute("SELECT doc_id, collection, acl FROM documents").fetchall() == [("a.md", "default", None)]
     assert db.execute("SELECT count(*) FROM term_stats").fetchone()[0] == words
     assert db.execute("SELECT to_regclass('other_documents')").fetchone()[0] is None
     assert delete_document(db, read_layout(db), "a.md")  # the same calls on an autocommit connection work

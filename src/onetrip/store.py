@@ -239,6 +239,7 @@ def set_document_access(conn: psycopg.Connection, layout: Layout, doc_id: str, c
     if the stored content hash is no longer ``content_hash`` (another writer
     came first): store it in full instead.
     """
+    require_autocommit(conn, "set_document_access")
     check_access_values(collection, acl)
     documents, sections = sql.SQL(layout.tables["documents"]), sql.SQL(layout.tables["sections"])
     new_acl = None if acl is None else list(acl)
@@ -700,6 +701,7 @@ def replace_document(
     in lexical search once `refresh_term_stats` runs (ingest runs it at its end;
     else the next ingest run does).
     """
+    require_autocommit(conn, "replace_document")
     arr, doc_meta, section_meta = _checked(doc, sections, embeddings, layout.dim, layout.vector_type)
     context_tokens = passage_tokens(doc.doc_id, sections)
     documents = sql.SQL(layout.tables["documents"])
