@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import math
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from benchmarks.latency.corpus import MANUAL
 from onetrip.cli import report_error
@@ -175,6 +176,14 @@ def choice_list(choices: Iterable[str]) -> Callable[[str], list[str]]:
         return out
 
     return parse
+
+
+def output_file(out: str, name: str) -> Path:
+    """Where a one-file benchmark's --out writes: a path ending in .json is the file; anything else is a folder,
+    as every other benchmark's --out, and the file is ``name`` in it. A folder had been written to as a file
+    (ingest_manual: IsADirectoryError after the whole ingest) or taken as a stem (load_http: beside it)."""
+    p = Path(out)
+    return p if p.suffix.lower() == ".json" and not p.is_dir() else p / name
 
 
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):

@@ -18,17 +18,14 @@ import platform
 import time
 from pathlib import Path
 
-from benchmarks.args import run_cli
+from benchmarks.args import output_file, run_cli
 from benchmarks.pgdoc import find_manual
 from benchmarks.versions import server_versions
 
 
 def output_path(out: str) -> Path:
-    """Where --out writes: a path ending in .json is the file; anything else is a folder (every other
-    benchmark's --out is one), and the file is ingest_manual.json in it. A folder given here had been
-    written to as a file, failing with IsADirectoryError after the whole ingest."""
-    p = Path(out)
-    return p if p.suffix.lower() == ".json" and not p.is_dir() else p / "ingest_manual.json"
+    """Where --out writes (`benchmarks.args.output_file`): a .json path, or ingest_manual.json in a folder."""
+    return output_file(out, "ingest_manual.json")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.args import int_range, nonneg_int, positive_int, positive_number, run_cli
+from benchmarks.args import int_range, nonneg_int, output_file, positive_int, positive_number, run_cli
 from onetrip.retrieve import MAX_K
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -315,8 +315,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--payload", choices=["text", "embedding"], default="text",
                     help="send question text (the service embeds it) or precomputed embeddings")
     ap.add_argument("--sample-every", type=positive_number, default=0.2, help="pool sampling interval in seconds")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "load_http"),
-                    help="output path without extension (.json and .md are written)")
+    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results"),
+                    help="output folder for load_http.json and load_http.md, as the other benchmarks' --out; "
+                         "a path ending in .json names the JSON file (the .md goes beside it)")
     args = ap.parse_args(argv)
     if not 1 <= args.clients <= MAX_CLIENTS:
         ap.error(f"--clients must be from 1 to {MAX_CLIENTS}")
@@ -346,13 +347,13 @@ def main(argv: list[str] | None = None) -> int:
             print(f"onetrip serve exited with {proc.returncode}:\n{stderr}", file=sys.stderr)
 
     res = summarize(args, corpus, raw)
-    out = Path(args.out)
+    out = output_file(args.out, "load_http.json")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2) + "\n")
+    out.write_text(json.dumps(res, indent=2) + "\n")
     md = markdown(res)
     out.with_suffix(".md").write_text(md)
     print(md)
-    print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')}", file=sys.stderr)
+    print(f"wrote {out} and {out.with_suffix('.md')}", file=sys.stderr)
     return 0 if res["errors"] == 0 and res["pool"]["within_size"] else 1
 
 

@@ -34,3 +34,12 @@ def test_ingest_into_an_existing_out_folder(dsn, tmp_path):
     assert result["pages"] == 1 and result["sections_stored"] >= 1
     # the timings are the server's too: the result names it, as every other benchmark's does
     assert set(result["server"]) == {"postgresql", "pgvector"} and all(result["server"].values())
+
+
+def test_load_http_out_is_a_folder_or_a_json_file(tmp_path):
+    """load_http took --out as a stem: a folder given got outdir.json beside it, and run.v2 became run.json."""
+    from benchmarks.args import output_file
+
+    assert output_file(str(tmp_path), "load_http.json") == tmp_path / "load_http.json"
+    assert output_file(str(tmp_path / "run.v2"), "load_http.json") == tmp_path / "run.v2" / "load_http.json"
+    assert output_file(str(tmp_path / "mine.json"), "load_http.json") == tmp_path / "mine.json"

@@ -9,6 +9,8 @@ a deliberately wrong multi-call variant must fail with a non-zero exit.
 
 from __future__ import annotations
 
+import os
+
 import json
 
 import pytest
@@ -132,6 +134,9 @@ from .benchmark_cli import refused  # noqa: E402
     (("--dim", "0"), "--dim"),
     (("--diag-queries=-1",), "--diag-queries"),
     (("--k", "0"), "--k"),
+    # an unknown extra variant had failed with KeyError after the corpus load; F,F timed F twice into one list
+    (("--extra", "Z"), "--extra"),
+    (("--extra", "F,F"), "--extra"),
 ])
 def test_latency_refuses_bad_flags_before_loading(flags, names, tmp_path):
     line = refused("benchmarks.latency.run", *flags, "--skip-e", "--out", str(tmp_path / "out"))
@@ -303,3 +308,30 @@ def test_the_content_check_names_the_field_that_differs():
     missing = hits()
     missing[0].next = None
     assert variants.diff_hits(hits(), missing) == "rank 1 (d/s2): next None != d/s3"
+
+
+def test_latency_extra_takes_names_or_nothing():
+    from benchmarks.latency.run import build_parser
+
+    assert build_parser().parse_args([]).extra == ["F", "Af", "G", "H"]
+    assert build_parser().parse_args(["--extra", ""]).extra == []
+    assert build_parser().parse_args(["--extra", "H,F"]).extra == ["H", "F"]
+
+
+def test_latency_report_refuses_a_file_that_is_no_latency_result(tmp_path):
+    """A cost-split or other JSON had failed with KeyError 'variants' (a traceback), after writing earlier files."""
+    import subprocess
+    import sys
+
+    from .benchmark_cli import ROOT
+
+    good = tmp_path / "good.json"
+    good.write_text((ROOT / "benchmarks" / "results" / "latency_n10000_k10.json").read_text())
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)])}
+    for bad, why in ((ROOT / "benchmarks" / "results" / "cost_split.json", "has no 'variants'"),
+                     (ROOT / "README.md", "not JSON")):
+        r = subprocess.run([sys.executable, "-m", "benchmarks.latency.report", str(good), str(bad), "--out",
+                            str(tmp_path / "out")], cwd=ROOT, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+        assert r.stderr.splitlines()[-1].startswith("python -m benchmarks.latency.report: error: ") and why in r.stderr
+        assert not (tmp_path / "out" / "good.md").exists()  # nothing written before every file is checked

@@ -261,3 +261,20 @@ def test_lexical_grid_parses_every_combination():
     assert isinstance(grid[0]["candidates"], int)
     with pytest.raises(ValueError, match="name=v1"):
         parse_grid(["tf_weight"])
+    # checked before the model loads and every question is embedded (they had been tracebacks after)
+    with pytest.raises(ValueError, match="'bogus' is no HybridOptions field"):
+        parse_grid(["bogus=1"])
+    with pytest.raises(ValueError, match="the values must be numbers"):
+        parse_grid(["tf_weight=x"])
+    with pytest.raises(ValueError, match="tf_weight must be"):
+        parse_grid(["tf_weight=0,-1"])
+
+
+def test_lexical_grid_names_each_question_set_apart():
+    """Two files of one name in two folders had been one set, keyed by the stem: the other set was dropped."""
+    from benchmarks.quality.lexical_grid import set_names
+
+    assert set_names(["a/q3.jsonl", "b/x.jsonl,b/y.jsonl"]) == ["q3", "x+y"]
+    assert set_names(["a/q3.jsonl", "b/q3.jsonl"]) == ["a/q3.jsonl", "b/q3.jsonl"]
+    with pytest.raises(ValueError, match="the same set twice"):
+        set_names(["a/q3.jsonl", "a/q3.jsonl"])

@@ -62,3 +62,16 @@ def test_quality_refuses_budgets_without_the_tuning_budget(tmp_path, manual_and_
                    "--budgets", "1000", "--out", str(tmp_path / "out"))
     assert line.endswith("error: --budgets 1000: must include 2000, the budget the tuned configuration is chosen at")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("flags, names", [(("--ks", "0"), "--ks"), (("--ks", "x"), "--ks"),
+                                          (("--budgets", "2000,0"), "--budgets"), (("--budgets", "abc"), "--budgets")])
+def test_quality_refuses_bad_ks_and_budgets_before_ingesting(flags, names, tmp_path, manual_and_questions):
+    """--ks 0 or --budgets 2000,0 had failed with a traceback only after the ingest and the window build."""
+    from .benchmark_cli import refused
+
+    manual, questions = manual_and_questions
+    line = refused("benchmarks.quality.run", "--questions", str(questions), "--manual", str(manual), *flags,
+                   "--out", str(tmp_path / "out"))
+    assert f"argument {names}:" in line
+    assert not (tmp_path / "out").exists()

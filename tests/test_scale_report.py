@@ -116,3 +116,10 @@ def test_replot_redraws_the_committed_results_into_another_folder(tmp_path):
     assert (tmp_path / "scratch" / "scale.md").read_text() == (committed / "scale.md").read_text()
     assert (tmp_path / "scratch" / "scale.png").stat().st_size > 0
     assert build_parser().parse_args(["--replot", "--from-json", "x.json"]).from_json == "x.json"
+
+
+def test_scale_refuses_from_json_without_replot(tmp_path):
+    """--from-json alone had been ignored: a full measurement started."""
+    line = refused("benchmarks.scale.run", "--from-json", str(RESULTS), "--out", str(tmp_path / "out"))
+    assert "--from-json is read only with --replot" in line
+    assert not (tmp_path / "out").exists()

@@ -423,8 +423,16 @@ def main(argv: list[str] | None = None) -> int:
     out = None if args.out is None else Path(args.out)
     if out is not None:
         out.mkdir(parents=True, exist_ok=True)
-    for p in map(Path, args.results):
-        doc = json.loads(p.read_text())
+    docs = []
+    for p in map(Path, args.results):  # all read and checked before anything is written
+        try:
+            doc = json.loads(p.read_text())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            ap.error(f"{p}: not JSON ({e})")
+        if not isinstance(doc, dict) or ("variants" not in doc and doc.get("kind") != "diagnostics"):
+            ap.error(f"{p}: not a result of benchmarks.latency.run (it has no 'variants')")
+        docs.append((p, doc))
+    for p, doc in docs:
         target = p if out is None else out / p.name
         if doc.get("kind") == "diagnostics":
             md = diagnostics_document_markdown(doc)

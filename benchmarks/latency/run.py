@@ -44,7 +44,7 @@ from pgvector import Vector
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
-from ..args import ef_construction, nonneg_int, positive_int, rtts as _rtts, run_cli, sizes as _sizes
+from ..args import choice_list, ef_construction, nonneg_int, positive_int, rtts as _rtts, run_cli, sizes as _sizes
 from ..versions import server_versions
 from . import corpus as corpus_mod
 from . import report
@@ -57,6 +57,15 @@ from .variants import (
 DEFAULT_RTTS = (0.0, 0.5, 1.0, 2.0, 5.0)
 MULTI_CALL = ("C", "C2", "D")  # compared with B for identical content
 PRIME_RUNS = 7  # > psycopg's prepare_threshold (5): counted queries run prepared, as timed ones do
+
+
+EXTRA_VARIANTS = ("F", "Af", "G", "H")
+
+
+def extra_variants(text: str) -> list[str]:
+    """--extra: names among EXTRA_VARIANTS, no repeats, or '' for none (an unknown name had failed with a KeyError
+    after the corpus load, and F,F timed F twice per query into one list)."""
+    return choice_list(EXTRA_VARIANTS)(text) if text.strip() else []
 
 
 def log(msg: str) -> None:
@@ -87,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--out", type=Path, default=Path("benchmarks/results"),
                     help="output folder (default benchmarks/results)")
     ap.add_argument("--skip-e", action="store_true", help="skip variant E (LlamaIndex)")
-    ap.add_argument("--extra", default="F,Af,G,H",
+    ap.add_argument("--extra", type=extra_variants, default="F,Af,G,H",
                     help="extra onetrip variants timed in the same interleaved run: F assembled, Af/G filtered, "
                          "H hybrid (default: all; '' for none)")
     ap.add_argument("--e-queries", type=positive_int, default=None,
@@ -470,7 +479,7 @@ def run_size(args: argparse.Namespace, dsn: str, n: int | str, meta: dict[str, A
     if args.only_diagnostics:
         return run_diagnostics_only(args, dsn, layout, meta, corpus_info, timed_vecs)
 
-    names = ["A", "B", "C", "C2", "D"] + [x for x in args.extra.split(",") if x] + (["E"] if use_e else [])
+    names = ["A", "B", "C", "C2", "D"] + args.extra + (["E"] if use_e else [])
     doc: dict[str, Any] = {
         "meta": meta,
         "corpus": corpus_info,

@@ -19,6 +19,7 @@ timing claims (one pass, noisy machine).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import os
@@ -28,23 +29,50 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.args import ef_search, positive_int, run_cli
+from benchmarks.args import ef_search, int_list, positive_int, run_cli
 from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import covered_pairs, load_question_files, mean, section_recall
 from benchmarks.quality.run import load_rows, score_context
+from onetrip.retrieve import MAX_BUDGET
 
 
 def parse_grid(items: list[str]) -> list[dict[str, int | float]]:
-    """``name=v1,v2`` items -> every combination, as HybridOptions keyword dicts (integers stay int)."""
+    """``name=v1,v2`` items -> every combination, as HybridOptions keyword dicts (integers stay int).
+
+    Each combination is checked by building its HybridOptions, so a bad name or value is an error before
+    the model loads and the questions are embedded (it had been a traceback after)."""
+    from onetrip.retrieve import HybridOptions
+
+    fields = [f.name for f in dataclasses.fields(HybridOptions)]
     axes: list[tuple[str, list[int | float]]] = []
     for item in items:
         name, _, values = item.partition("=")
-        if not values:
+        name = name.strip()
+        if not values.strip():
             raise ValueError(f"grid item {item!r} is not name=v1,v2,...")
-        axes.append((name.strip(), [int(v) if v.strip().isdigit() else float(v)
-                                    for v in values.split(",") if v.strip()]))
+        if name not in fields:
+            raise ValueError(f"grid item {item!r}: {name!r} is no HybridOptions field ({', '.join(fields)})")
+        try:
+            axes.append((name, [int(v) if v.strip().isdigit() else float(v)
+                                for v in values.split(",") if v.strip()]))
+        except ValueError:
+            raise ValueError(f"grid item {item!r}: the values must be numbers") from None
     names = [n for n, _ in axes]
-    return [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in axes))]
+    grid = [dict(zip(names, combo)) for combo in itertools.product(*(v for _, v in axes))]
+    for point in grid:
+        HybridOptions(**point)  # ValueError naming the field and value
+    return grid
+
+
+def set_names(arguments: list[str]) -> list[str]:
+    """One name per --questions argument: its files' stems, '+'-joined; arguments whose stems are the same are
+    named by the paths as given (two q3.jsonl in two folders had been one set, the other dropped unsaid)."""
+    stems = ["+".join(Path(f).stem for f in arg.split(",")) for arg in arguments]
+    names = [s if stems.count(s) == 1 else arg for s, arg in zip(stems, arguments)]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise ValueError(f"--questions names the same set twice: {', '.join(repeated)}")
+    return names
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -62,22 +90,25 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mode", default="hybrid", choices=("hybrid", "lexical"),
                     help="search mode the options are tried in (default hybrid)")
     ap.add_argument("--k", type=positive_int, default=10, help="hits for section recall@K")
-    ap.add_argument("--budgets", default="1000,2000,4000",
+    ap.add_argument("--budgets", type=int_list(1, MAX_BUDGET), default="1000,2000,4000",
                     help="comma-separated token budgets of the default context scored (default 1000,2000,4000)")
     ap.add_argument("--ef-search", type=ef_search, default=200, help="hnsw.ef_search for every query (default 200)")
     ap.add_argument("--out", default="benchmarks/results",
                     help="folder for lexical_grid_MODE.json and .md (default benchmarks/results)")
     args = ap.parse_args(argv)
+    try:
+        grid, names = parse_grid(args.grid), set_names(args.questions)
+    except ValueError as e:
+        ap.error(str(e))
 
     from onetrip.connection import connect
     from onetrip.embedders import SentenceTransformerEmbedder
     from onetrip.retrieve import HybridOptions, Retriever
 
-    grid = parse_grid(args.grid)
-    budgets = [int(b) for b in args.budgets.split(",")]
+    budgets = args.budgets
     # each --questions argument is one set; comma-joined files are scored as one set
-    sets = {"+".join(Path(f).stem for f in files): [q for q in load_question_files(files) if q.answerable]
-            for files in (arg.split(",") for arg in args.questions)}
+    sets = {name: [q for q in load_question_files(arg.split(",")) if q.answerable]
+            for name, arg in zip(names, args.questions)}
     conn = connect(args.dsn)
     embedder = SentenceTransformerEmbedder()
     r = Retriever(conn, prefix=args.prefix, embedder=embedder, ef_search=args.ef_search)

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.args import ef_search, positive_int, run_cli
+from benchmarks.args import ef_search, int_list, positive_int, run_cli
 from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import (
     Question,
@@ -55,7 +55,7 @@ from benchmarks.quality.metrics import (
     quotes_found,
     section_recall,
 )
-from onetrip.retrieve import CONTEXT_DEFAULT, TOKENS_PER_HIT, assemble_k
+from onetrip.retrieve import CONTEXT_DEFAULT, MAX_BUDGET, MAX_K, TOKENS_PER_HIT, assemble_k
 
 BUDGETS = (1000, 2000, 4000)
 KS = (3, 4, 5, 8, 10, 16, 20, 30, 50)
@@ -791,12 +791,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="benchmarks/results", help="folder for quality.json and quality.md")
     ap.add_argument("--prefix", default="pg15_", help="table prefix of the ingested manual")
     ap.add_argument("--window-prefix", default="pg15win_", help="table prefix of the window baseline")
-    ap.add_argument("--budgets", default=",".join(map(str, BUDGETS)),
+    ap.add_argument("--budgets", type=int_list(1, MAX_BUDGET), default=",".join(map(str, BUDGETS)),
                     help=f"comma-separated token budgets, {TUNE_BUDGET} among them (the tuning budget; default "
                          + ",".join(map(str, BUDGETS)) + ")")
     ap.add_argument("--ef-search", type=ef_search, default=200, help="hnsw.ef_search for every query (>= baseline k)")
     ap.add_argument("--modes", default=None, help="comma-separated mode names (default: all)")
-    ap.add_argument("--ks", default=None, help="comma-separated k values for the onetrip modes (default: "
+    ap.add_argument("--ks", type=int_list(1, MAX_K), default=None,
+                    help="comma-separated k values for the onetrip modes (default: "
                     + ",".join(map(str, KS)) + ")")
     ap.add_argument("--search-mode", default="auto", choices=("auto", "dense", "hybrid", "lexical"),
                     help="how the onetrip modes find their hits (the library's mode option; default auto, the "
@@ -822,9 +823,9 @@ def main(argv: list[str] | None = None) -> int:
     from onetrip.layout import Layout
     from onetrip.retrieve import Retriever
 
-    budgets = [int(b) for b in args.budgets.split(",") if b.strip()]
+    budgets = args.budgets  # checked as they are read (int_list): a 0 had failed only after ingest and windows
     if TUNE_BUDGET not in budgets:  # the report's tuned rows are chosen at it; without it the run failed at the end
-        ap.error(f"--budgets {args.budgets}: must include {TUNE_BUDGET}, the budget the tuned configuration is "
+        ap.error(f"--budgets {','.join(map(str, budgets))}: must include {TUNE_BUDGET}, the budget the tuned configuration is "
                  "chosen at")
     questions = load_question_files(args.questions)
     answerable = {q.id for q in questions if q.answerable}
@@ -838,7 +839,7 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"unknown modes {sorted(unknown)}; known: {[m.name for m in modes]}")
         modes = [m for m in modes if m.name in wanted]
     if args.ks:
-        ks = tuple(int(k) for k in args.ks.split(",") if k.strip())
+        ks = tuple(args.ks)
         modes = [m if m.family == "baseline" else Mode(m.name, m.label, m.options, m.table, ks, m.document_budget,
                                                          m.packing, m.family) for m in modes]
     embedder = SentenceTransformerEmbedder()

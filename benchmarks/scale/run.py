@@ -335,6 +335,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    if args.from_json and not args.replot:  # it had been ignored: a full measurement started
+        ap.error("--from-json is read only with --replot (it names the scale.json to redraw)")
     if args.k >= min(args.sizes):
         ap.error(f"--k {args.k} must be smaller than the smallest corpus ({min(args.sizes)} sections)")
     if args.replot:
