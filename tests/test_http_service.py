@@ -415,6 +415,15 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
         # ... as JSON Schema's "integer" (in /openapi.json) counts it: 2.0 had been 422 "must be an integer"
         status, data = search(base, {"query": "pasta", "k": 2.0, "max_tokens": 300.0, "expand": {"neighbors": 1.0}})
         assert status == 200 and len(data["hits"]) == 2, data
+        # ... and so in "hybrid", whose integer fields had refused 60.0 (and named the library's cap, not the service's)
+        whole = {"rrf_k": 60.0, "candidates": 10.0, "rare_term_sections": 3.0}
+        status, data = search(base, {"query": "pasta", "k": 2, "mode": "hybrid", "hybrid": whole})
+        assert status == 200 and data == search(base, {"query": "pasta", "k": 2, "mode": "hybrid",
+                                                       "hybrid": {k: int(v) for k, v in whole.items()}})[1], data
+        assert_error(*search(base, {"query": "x", "mode": "hybrid", "hybrid": {"candidates": 60.0}}), 422,
+                     "k_out_of_range", "hybrid.candidates", "50")
+        assert_error(*search(base, {"query": "x", "mode": "hybrid", "hybrid": {"rrf_k": 60.5}}), 422,
+                     "invalid_field", "rrf_k must be a positive integer")
 
 
 # ---------------------------------------------------------------- token and principals
@@ -1015,6 +1024,63 @@ def test_cli_serve_subprocess(db, dsn, tmp_path):
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 0, err
     assert "Traceback" not in err
+
+
+def _serve_without_database(*flags: str) -> subprocess.Popen:
+    """`onetrip serve` over a DSN nothing answers (a closed port): it starts, and /health says 503."""
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", "serve", "--port", str(port), "--dsn",
+                             "host=127.0.0.1 port=1 dbname=x connect_timeout=1", "--db-timeout", "1", *flags],
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    proc.port = port  # type: ignore[attr-defined]
+    deadline = time.monotonic() + 120
+    while True:
+        assert proc.poll() is None, proc.communicate()[0]
+        try:
+            if call(f"127.0.0.1:{port}", "GET", "/health")[0] == 503:
+                return proc
+        except OSError:
+            pass
+        assert time.monotonic() < deadline, "onetrip serve did not start"
+        time.sleep(0.3)
+
+
+def test_cli_serve_logs_its_own_lines_at_the_log_level_given():
+    """Only uvicorn's loggers were configured: the service's own lines went to Python's last-resort handler,
+    so a client leaving mid-request (logged at info, the README says) never showed, and at --log-level critical
+    the pool's reconnect warnings still printed, unformatted, for as long as the database was down."""
+    proc = _serve_without_database()  # --log-level info, the default
+    try:
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as sock:
+            sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         b"Content-Length: 100\r\n\r\n{")
+            time.sleep(0.5)
+        deadline = time.monotonic() + 10
+        while call(f"127.0.0.1:{proc.port}", "GET", "/stats")[1]["responses"].get("499") is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=30)[0]
+    assert "INFO:     client disconnected during POST /search" in out, out
+    assert "WARNING:  database unavailable" in out, out  # formatted as uvicorn's own lines
+
+    proc = _serve_without_database("--log-level", "critical", "--no-access-log")
+    time.sleep(2)  # reconnect attempts, each a warning
+    proc.send_signal(signal.SIGTERM)
+    out = proc.communicate(timeout=30)[0]
+    assert "database unavailable" not in out and "error connecting" not in out, out
+
+
+def test_a_wrong_method_says_which_methods_the_path_takes(dsn):
+    """RFC 9110: a 405 carries Allow. The service's error body had replaced Starlette's response, header and all."""
+    with serving(dsn) as base:
+        for method, path, allowed in (("GET", "/search", "POST"), ("DELETE", "/health", "HEAD, GET"),
+                                      ("POST", "/documents", "HEAD, GET")):
+            status, data, headers = call(base, method, path)
+            assert_error(status, data, 405, "method_not_allowed", f"(allowed: {allowed}")
+            assert headers.get("allow") == allowed, headers
 
 
 def test_cli_serve_rejects_contradictory_flags():

@@ -64,6 +64,8 @@ leaves before its answer gets its running statement cancelled on the server
 from __future__ import annotations
 
 import asyncio
+import copy
+import dataclasses
 import hmac
 import json
 import logging
@@ -125,6 +127,7 @@ DOCUMENTS_PARAMS = ("collection", "principals", "limit", "after")
 DEFAULT_DOCUMENTS_LIMIT = 1000
 MAX_DOCUMENTS_LIMIT = 10000
 HYBRID_FIELDS = tuple(HybridOptions.__dataclass_fields__)
+HYBRID_INTEGERS = tuple(f.name for f in dataclasses.fields(HybridOptions) if f.type == "int")
 SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
 
 
@@ -432,6 +435,11 @@ def _hybrid(body: dict[str, Any], mode: str, cfg: ServiceConfig) -> HybridOption
     raw = _object(raw, "hybrid", HYBRID_FIELDS)
     if mode == "dense":  # as the library refuses text= in dense mode: options that would change nothing
         raise _invalid("hybrid", "is for hybrid and lexical mode; this request searches densely")
+    raw = dict(raw)
+    for name in HYBRID_INTEGERS:  # 60.0 is an integer to JSON Schema, as k's 2.0 is (`_int`)
+        value = raw.get(name)
+        if isinstance(value, float) and value.is_integer():
+            raw[name] = int(value)
     if "candidates" in raw:
         _int(raw["candidates"], "hybrid.candidates", 1, _candidates_cap(cfg), "k_out_of_range")
     try:
@@ -1059,7 +1067,13 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
     async def http_error(request: Request, exc: Exception) -> Response:
         assert isinstance(exc, HTTPException)
         code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
-        return ApiError(exc.status_code, code, f"{request.method} {request.url.path}: {exc.detail}").response()
+        detail = f"{request.method} {request.url.path}: {exc.detail}"
+        allow = (exc.headers or {}).get("Allow")
+        if allow:  # RFC 9110: a 405 says which methods the resource takes (Starlette's header had been dropped)
+            detail += f" (allowed: {allow})"
+        response = ApiError(exc.status_code, code, detail).response()
+        response.headers.update(exc.headers or {})
+        return response
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> Any:
@@ -1111,13 +1125,31 @@ def check_listen(host: str, port: int) -> None:
 def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "info",
         access_log: bool = True, embedder_factory: Callable[[], Embedder] | None = None) -> None:
     """Serve until interrupted (uvicorn: one process, one event loop)."""
+    import logging.config
+
     import uvicorn
 
+    config = log_config(log_level)
+    logging.config.dictConfig(config)  # before the warning below, which had gone to Python's last-resort handler
     check_listen(host, port)
     if cfg.token is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without a bearer token: anyone who can reach it can search", host)
     uvicorn.run(create_app(cfg, embedder_factory=embedder_factory), host=host, port=port, log_level=log_level,
-                access_log=access_log, server_header=False, lifespan="on")
+                access_log=access_log, server_header=False, lifespan="on", log_config=config)
+
+
+def log_config(log_level: str) -> dict[str, Any]:
+    """uvicorn's logging setup with the service's own loggers (onetrip.*, psycopg's pool) added at ``log_level``.
+
+    uvicorn configures only its own loggers: the service's lines went to Python's last-resort handler, which
+    prints warnings and above whatever --log-level says (the pool's reconnect warnings at critical) and drops
+    info (a client that left mid-request, which the README says is logged at info level)."""
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    for name in ("onetrip", "psycopg.pool"):
+        config["loggers"][name] = {"handlers": ["default"], "level": log_level.upper(), "propagate": False}
+    return config
 
 
 def token_from_env(token: str | None) -> str | None:
