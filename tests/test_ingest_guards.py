@@ -310,6 +310,27 @@ def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path, statement_l
         assert w.statements == [], why  # refused before the write, not rolled back after it
 
 
+def test_part_markers_that_are_no_whole_run_are_refused(db, tmp_path, statement_log):
+    """The context's section expansion reads metadata 'part'/'parts' as a cut section's part k of n: a caller's
+    own "part" (Part II of a manual) had moved the default context onto unrelated sections ({"part": 3}), or
+    failed with a raw cast error ({"part": "II"}). Only whole runs, as the parsers write them, are stored."""
+    from dataclasses import replace
+
+    init_schema(db)
+    path, parsed, vecs = _parsed(tmp_path, "t.md", _doc("tree"))
+    record = DocumentRecord("t.md", path.as_uri(), parsed.title, "h")
+    root, leave = parsed.sections
+    for meta, other in (({"part": 3}, {}), ({"part": "II"}, {}), ({"part": 1, "parts": 2}, {}),
+                        ({"part": 1, "parts": 2}, {"part": 1, "parts": 2}), ({"parts": 1}, {}),
+                        ({"part": True, "parts": 2}, {"part": 2, "parts": 2})):
+        sections = [replace(root, metadata={**root.metadata, **meta}), replace(leave, metadata=other)]
+        with statement_log.watch(db) as w, pytest.raises(ValueError, match="is no part of a run: the keys 'part'"):
+            replace_document(db, Layout(), record, sections, vecs)
+        assert w.statements == [], meta  # refused before the write
+    run = [replace(root, metadata={"part": 1, "parts": 2}), replace(leave, metadata={"part": 2, "parts": 2})]
+    assert replace_document(db, Layout(), record, run, vecs).outcome == "new"  # a whole run, as a parser cuts
+
+
 def test_a_database_error_in_the_cli_is_one_line(dsn, db):
     """psycopg's own errors (a read-only server, a timeout, a lost connection) had been tracebacks."""
     init_schema(db)

@@ -482,6 +482,30 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             chain[at] = None
             at = parents[at]
         rooted.update(chain)
+    _check_parts(doc_id, sections)
+
+
+PART_KEYS = ("part", "parts")
+"""Section metadata keys that mark a section cut into parts (`sections.build_sections`: part k of n, on n
+consecutive sections). The context's ``section`` expansion reads them to find a hit's other parts."""
+
+
+def _check_parts(doc_id: str, sections: Sequence[SectionLike]) -> None:
+    """Refuse part markers that are not whole runs: a caller's own "part" ("Part II" of a manual) had been read
+    as one, so the default context took unrelated sections, or failed with a raw cast error."""
+    marks: dict[int, tuple[Any, Any]] = {}
+    for s in sections:
+        meta = s.metadata
+        if any(k in meta for k in PART_KEYS):
+            marks[s.sequence_index] = (meta.get("part"), meta.get("parts"))
+    for seq, (k, n) in marks.items():
+        whole = all(isinstance(x, int) and not isinstance(x, bool) for x in (k, n)) and 1 <= k <= n and n >= 2
+        if not whole or any(marks.get(seq - k + j) != (j, n) for j in range(1, n + 1)):
+            sid = next(s.section_id for s in sections if s.sequence_index == seq)
+            raise ValueError(f"{doc_id}: section {sid}'s metadata part={k!r:.40}, parts={n!r:.40} is no part of "
+                             "a run: the keys 'part' and 'parts' mark a section cut into parts (part k of n on n "
+                             "consecutive sections, as onetrip's parsers write them); give your own value "
+                             "another key")
 
 
 def _checked(doc: DocumentRecord, sections: Sequence[SectionLike], embeddings: Any,
