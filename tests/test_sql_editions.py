@@ -438,6 +438,22 @@ def test_rendering_with_a_hostile_schema_never_reaches_sql():
             render_edition("postgres", Layout(schema=bad))
 
 
+def test_oracle_indexes_are_created_in_the_tables_schema():
+    """Oracle creates an unqualified index in the schema of whoever runs the file: with --schema app the tables
+    were app's and the indexes the installer's (and IF NOT EXISTS looked there, so a second user's re-run built
+    duplicates). PostgreSQL takes no schema in an index name: its indexes always live beside their table."""
+    layout = Layout(schema="app", prefix="ot_")
+    made = re.compile(r"^CREATE (?:UNIQUE |VECTOR )?INDEX IF NOT EXISTS (\S+)\s+ON (\S+)", re.M)
+    oracle = made.findall(render_edition("oracle", layout)["schema.sql"])
+    assert len(oracle) == 4 and all(name.startswith("app.ot_") and table.startswith("app.ot_")
+                                    for name, table in oracle), oracle
+    postgres = made.findall(render_edition("postgres", layout)["schema.sql"])
+    assert len(postgres) == 6 and all(name.startswith("ot_") and table.startswith("app.ot_")
+                                      for name, table in postgres), postgres
+    assert all(name.startswith("ot_") for name, _ in made.findall(render_edition("oracle", Layout(prefix="ot_"))
+                                                                  ["schema.sql"]))
+
+
 def _code(text: str) -> str:
     """SQL without -- comments (headers mention constructs by name)."""
     return "\n".join(line.split("--", 1)[0] for line in text.splitlines())
