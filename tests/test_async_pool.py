@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator, Iterator
 import numpy as np
 import psycopg
 from psycopg import conninfo
+from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 import pytest
 
@@ -126,6 +127,9 @@ def test_pool_makers_send_each_extra_keyword_where_it_belongs_and_name_an_unknow
     for maker in (make_pool, make_async_pool):
         with pytest.raises(TypeError, match=f"{maker.__name__}\\(\\) got 'max_idel': neither"):
             maker(dsn, max_idel=60)
+        # a retriever reads rows as tuples by position: a dict_row pool had failed in every Retriever unnamed
+        with pytest.raises(TypeError, match=f"{maker.__name__}\\(\\) got 'row_factory': neither"):
+            maker(dsn, row_factory=dict_row)
 
     async def run() -> None:
         with pytest.raises(TypeError, match="await pool.open"):
@@ -539,3 +543,31 @@ def test_connect_async_without_autocommit_is_idle_like_connect(dsn):
     with connect(dsn, autocommit=False) as sync_conn:
         assert sync_conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
     assert asyncio.run(run()) == psycopg.pq.TransactionStatus.IDLE
+
+
+
+def test_a_connection_or_pool_with_a_row_factory_is_refused_by_name(db, dsn):
+    """Retriever(psycopg.connect(dsn, row_factory=dict_row)) had failed with 'not enough values to unpack'."""
+    init_schema(db)
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:
+        with pytest.raises(TypeError, match="row_factory is dict_row: onetrip reads rows as psycopg's default"):
+            Retriever(conn)
+    with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"row_factory": dict_row}, open=True) as pool:
+        with pytest.raises(TypeError, match="row_factory is dict_row"):
+            Retriever(pool)
+
+    async def run() -> None:
+        conn = await psycopg.AsyncConnection.connect(dsn, autocommit=True, row_factory=dict_row)
+        try:
+            with pytest.raises(TypeError, match="row_factory is dict_row"):
+                await AsyncRetriever.create(conn)
+        finally:
+            await conn.close()
+        async with AsyncConnectionPool(dsn, min_size=1, max_size=1, kwargs={"row_factory": dict_row},
+                                       open=False) as pool:
+            with pytest.raises(TypeError, match="row_factory is dict_row"):
+                await AsyncRetriever.create(pool)
+
+    asyncio.run(run())
+    with psycopg.connect(dsn, autocommit=True) as conn:  # psycopg's default: tuples
+        Retriever(conn).close()

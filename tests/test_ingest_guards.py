@@ -331,6 +331,40 @@ def test_part_markers_that_are_no_whole_run_are_refused(db, tmp_path, statement_
     assert replace_document(db, Layout(), record, run, vecs).outcome == "new"  # a whole run, as a parser cuts
 
 
+def test_a_long_heading_cut_into_parts_keeps_every_id_within_the_limit(db, tmp_path):
+    """A 200-character anchor's later parts (and a repeated one) had ids of 202 characters: in 4-byte letters,
+    802 bytes, over the stored 800, and the parser's own file was refused. The base is cut to make room."""
+    from onetrip.sections import MAX_SECTION_ID
+    from onetrip.store import MAX_SECTION_ID_BYTES
+
+    init_schema(db)
+    heading = "\U00020000" * 210
+    body = "\n\n".join(" ".join(f"word{i}x{j}" for j in range(120)) for i in range(12))
+    (tmp_path / "b.md").write_text(f"# {heading}\n\n{body}\n\n# {heading}\n\nagain\n")
+    sections = parse_file(tmp_path / "b.md").sections
+    assert len(sections) > 3 and len({s.section_id for s in sections}) == len(sections)
+    assert all(len(s.section_id) <= MAX_SECTION_ID and len(s.section_id.encode()) <= MAX_SECTION_ID_BYTES
+               for s in sections), [len(s.section_id) for s in sections]
+    assert [s.section_id[-2:] for s in sections[1:3]] == ["~2", "~3"]
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert report.new == 1 and not report.failed, report.failed
+
+
+def test_a_section_too_large_for_the_full_text_index_is_named(db, tmp_path):
+    """PostgreSQL's 1 MB tsvector limit is the one check only the server makes: its raw ProgramLimitExceeded named
+    no document; now a ValueError names it and its longest section, and nothing is written."""
+    from onetrip.sections import Section
+
+    init_schema(db, Layout(dim=16))
+    text = " ".join(f"w{i:07d}" for i in range(160_000))  # distinct words: a tsvector far past 1 MB
+    sections = [Section("huge", None, 0, 1, "Huge", ("Huge",), text, 3, "huge")]
+    vec = np.ones((1, 16), dtype=np.float32) / 4
+    with pytest.raises(ValueError, match=r"^big\.md: string is too long for tsvector .*section huge, "
+                                         r"1,439,999 characters, is the longest.*nothing was written"):
+        replace_document(db, Layout(dim=16), DocumentRecord("big.md", "file:///big.md", "Big", "h"), sections, vec)
+    assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+
+
 def test_a_database_error_in_the_cli_is_one_line(dsn, db):
     """psycopg's own errors (a read-only server, a timeout, a lost connection) had been tracebacks."""
     init_schema(db)

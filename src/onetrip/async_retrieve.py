@@ -29,6 +29,7 @@ from .retrieve import (
     _split_search_kwargs,
     bind_vector,
     check_connection_kind,
+    check_row_factory,
     check_distance_range,
     check_model,
     check_query_text,
@@ -109,6 +110,7 @@ class AsyncRetriever:
             self.settings = settings_of_pool(self.pool, self.settings)
         elif not isinstance(conn, psycopg.AsyncConnection):
             check_connection_kind(conn, asynchronous=True)
+        check_row_factory(conn)
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.AsyncConnection)
         self._dsn = conn if self._owns_conn else None  # what a lost connection is reopened from (`_reopen`)
         self._closed = False

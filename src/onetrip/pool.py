@@ -46,7 +46,9 @@ def statement_timeout_setting(seconds: float | None) -> dict[str, str]:
 POOL_OPTIONS = frozenset({"check", "reset", "name", "close_returns", "max_waiting", "max_lifetime", "max_idle",
                           "reconnect_timeout", "reconnect_failed", "num_workers", "connection_class"})
 #: psycopg's connect() options besides libpq's connection parameters
-_CONNECT_OPTIONS = frozenset({"prepare_threshold", "context", "row_factory", "cursor_factory"})
+#: row_factory / cursor_factory are not among them: a retriever reads rows as tuples by position, through
+#: its own cursors (a dict_row pool had failed in every Retriever with an unnamed unpacking error)
+_CONNECT_OPTIONS = frozenset({"prepare_threshold", "context"})
 
 
 def split_options(kwargs: dict[str, Any], maker: str) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -368,8 +368,11 @@ class Expansion:
 
 #: What `Retriever.assemble` adds around each hit unless told otherwise: the parent and the
 #: section subtree (the hit's section, its split parts and everything below it). Tuned on
-#: the evidence-coverage set (benchmarks/results/quality.md): with k = budget/250 it scored
-#: 57.4/71.5/80.1% at 1,000/2,000/4,000 tokens, parent + +/-1 neighbors 54.8/69.2/78.8%.
+#: the evidence-coverage set in dense mode on the manual's earlier cut
+#: (benchmarks/results/quality_mode_dense.md): with k = budget/250 it scored 57.4/71.5/80.1%
+#: at 1,000/2,000/4,000 tokens, parent + +/-1 neighbors 54.8/69.2/78.8%. In the shipped auto
+#: mode on the current cut (quality.md) they are less than one question's weight (3.8 points)
+#: apart: 56.7/70.2/82.7% against 55.4/72.1/80.1%; it was not re-tuned there.
 #: The budget's priority keeps it cheap: the subtree only fills what hits and parents leave.
 CONTEXT_DEFAULT = Expansion(parent=True, neighbors=0, section=True)
 
@@ -442,8 +445,10 @@ def bare_hits(names: tuple[str, ...], rows: list[tuple]) -> list[Hit]:
 #: `assemble` without k: one hit per this many tokens of budget (k=8 at the default 2,000).
 #: A fixed k=10 filled a 1,000-token budget with hits and left no room for their
 #: context, and left a 4,000-token one short of hits: on the tuning set, with the
-#: default expansion, k = budget/250 scored 57.4/71.5/80.1% evidence coverage at
-#: 1,000/2,000/4,000 tokens where k=10 scored 49.7/71.5/76.6% (benchmarks/results/quality.md).
+#: default expansion in dense mode, k = budget/250 scored 57.4/71.5/80.1% evidence coverage at
+#: 1,000/2,000/4,000 tokens where k=10 scored 49.7/71.5/76.6% (benchmarks/results/quality_mode_dense.md,
+#: the earlier cut; in auto mode on the current cut, quality.md, k=10 scores 57.1/72.4/84.6%
+#: against 56.7/70.2/82.7%: less than one question's weight apart, not re-tuned).
 TOKENS_PER_HIT = 250
 #: `assemble` without k and without a budget.
 ASSEMBLE_K_UNBUDGETED = 10
@@ -522,6 +527,20 @@ def settings_of_pool(pool: Any, asked: dict[str, str]) -> dict[str, str]:
             "iterative_scan and max_scan_tuples to onetrip.make_pool / make_async_pool, not to the retriever"
             + (f" (this pool's: {own})" if own is not None else " (this pool was not made by make_pool)"))
     return dict(own) if own is not None else {}
+
+
+def check_row_factory(conn: Any) -> None:
+    """Refuse a connection or pool whose rows are not psycopg's default tuples: onetrip reads every row by position
+    (the hot path maps tuples), so a dict_row connection had failed with an unnamed unpacking error."""
+    from psycopg.rows import tuple_row
+
+    factory = getattr(conn, "row_factory", tuple_row)
+    if factory is tuple_row and hasattr(conn, "kwargs"):  # a pool: what its connections will be given
+        factory = (conn.kwargs or {}).get("row_factory", tuple_row)
+    if factory is not tuple_row:
+        name = getattr(factory, "__name__", type(factory).__name__)
+        raise TypeError(f"this connection's row_factory is {name}: onetrip reads rows as psycopg's default tuples; "
+                        "give it a connection (or pool) without a row_factory")
 
 
 def check_connection_kind(conn: Any, *, asynchronous: bool) -> None:
@@ -1060,6 +1079,7 @@ class Retriever:
             self.settings = settings_of_pool(self.pool, self.settings)
         elif not isinstance(conn, psycopg.Connection):
             check_connection_kind(conn, asynchronous=False)
+        check_row_factory(conn)
         self._owns_conn = self.pool is None and not isinstance(conn, psycopg.Connection)
         self._dsn: str | None = conn if self._owns_conn else None  # what a lost connection is reopened from
         self._closed = False

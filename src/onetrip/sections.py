@@ -530,12 +530,19 @@ class _Ids:
         sid = base
         if sid in self.used:
             n = self.next_n.get(base, 2)
-            while f"{base}~{n}" in self.used:
+            while suffixed(base, n) in self.used:
                 n += 1
             self.next_n[base] = n + 1
-            sid = f"{base}~{n}"
+            sid = suffixed(base, n)
         self.used.add(sid)
         return sid
+
+
+def suffixed(base: str, n: int) -> str:
+    """``base~n`` within MAX_SECTION_ID characters, the base cut to make room: a 200-character anchor's later parts
+    had ids of 202 characters, over the stored limit in 4-byte letters, and the parser's own file was refused."""
+    suffix = f"~{n}"
+    return base[: MAX_SECTION_ID - len(suffix)] + suffix
 
 
 def embedding_text(title: str, heading_path: Sequence[str], content: str) -> str:
@@ -596,7 +603,7 @@ def build_sections(
         first_id[id(node)] = base_id
         parent_id = first_id[id(node.parent)] if node.parent is not None else None
         for k, (text, tokens) in enumerate(parts, start=1):
-            sid = base_id if k == 1 else ids.take(f"{base_id}~{k}")
+            sid = base_id if k == 1 else ids.take(suffixed(base_id, k))
             meta: dict = {}
             if len(parts) > 1:
                 meta.update(part=k, parts=len(parts))

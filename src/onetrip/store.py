@@ -720,7 +720,9 @@ def replace_document(
     are copied to the section_history table (audit) in the same transaction.
     A section may carry its own ``acl`` attribute (its metadata then holds
     `OWN_ACL_KEY`, so that `set_document_access` keeps it); otherwise it gets
-    the document's. Everything is validated before the transaction starts.
+    the document's. Everything is validated before the transaction starts, except
+    PostgreSQL's own limit on a section's full-text vector (1 MB), a ValueError naming
+    the document after the rollback.
     A stored revision commits with the TERM_STATS_BEHIND mark: its words count
     in lexical search once `refresh_term_stats` runs (ingest runs it at its end;
     else the next ingest run does).
@@ -767,9 +769,15 @@ def replace_document(
             (doc.doc_id, doc.source_uri, doc.title, revision, doc.content_hash, doc.collection,
              None if doc.acl is None else list(doc.acl), doc_meta, total_tokens, len(sections)),
         )
-        with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
-            copy.set_types(copy_types(layout))
-            write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
+        try:
+            with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
+                copy.set_types(copy_types(layout))
+                write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
+        except psycopg.errors.ProgramLimitExceeded as e:  # the one check only the server makes: rolled back
+            big = max(sections, key=lambda x: len(x.content))
+            raise ValueError(f"{doc.doc_id}: {e.diag.message_primary or e} (section {big.section_id}, "
+                             f"{len(big.content):,} characters, is the longest: cut it into smaller sections); "
+                             "nothing was written") from None
         # committed with the document, as a deletion's: a mark written outside it (before and after a batch, by
         # ingest) was deleted by another run's recount that began before this commit and ended after it, and a
         # run killed then left this document's words uncounted with no mark (found by review). Inside, the insert
