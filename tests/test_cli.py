@@ -113,6 +113,42 @@ def test_init_ingest_search_json(dsn, tmp_path):
     assert json.loads(onetrip(*q, "--principal", "hr", dsn=dsn).stdout)[0]["doc_id"] == "secret.md"
 
 
+def test_public_only_neighbor_conflict_prefix_encoding_and_json_on_an_ascii_stdout(dsn, tmp_path):
+    """Found by the CLI review: Filters(principals=()) had no CLI spelling (now --public-only, search and
+    documents); --neighbors N with --no-neighbors silently meant 0; a --doc-id-prefix in another encoding was
+    reported as every file's name; search --json on an ASCII stdout failed with exit 2 as if the input were bad."""
+    assert onetrip("ingest", str(DEMO), dsn=dsn).returncode == 0
+    secret = tmp_path / "secret.md"
+    secret.write_text("# Salaries\n\nThe salary bands for 2026 are confidential and stored here for HR only.\n")
+    assert onetrip("ingest", str(secret), "--acl", "hr", dsn=dsn).returncode == 0
+    q = ["search", "salary bands 2026", "-k", "20", "--json"]
+    assert "secret.md" in {h["doc_id"] for h in json.loads(onetrip(*q, dsn=dsn).stdout)}  # trusted: no check
+    public = json.loads(onetrip(*q, "--public-only", dsn=dsn).stdout)
+    assert public and "secret.md" not in {h["doc_id"] for h in public}
+    docs = json.loads(onetrip("documents", "--public-only", "--json", dsn=dsn).stdout)
+    assert docs and "secret.md" not in {d["doc_id"] for d in docs}
+    for args, why in (((*q, "--public-only", "--principal", "hr"), "--public-only and --principal contradict"),
+                      (("documents", "--public-only", "--principal", "hr"), "--public-only and --principal"),
+                      (("search", "x", "--assemble", "--neighbors", "2", "--no-neighbors"),
+                       "--neighbors 2 and --no-neighbors contradict")):
+        res = onetrip(*args, dsn=dsn)
+        assert res.returncode == 2 and why in res.stderr and "Traceback" not in res.stderr, (args, res.stderr)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    res = subprocess.run([os.fsencode(sys.executable), b"-m", b"onetrip.cli", b"ingest", os.fsencode(DEMO),
+                          b"--doc-id-prefix", b"caf\xe9/", b"--prefix", b"pfx_", b"--dsn", dsn.encode()],
+                         capture_output=True, env=env, timeout=300)
+    assert res.returncode == 2 and b"--doc-id-prefix" in res.stderr and b"not valid UTF-8" in res.stderr, res.stderr
+    assert b"Traceback" not in res.stderr
+    (tmp_path / "cafe.md").write_text("# Café Zürich\n\nThe café in Zürich serves crème brûlée.\n")
+    assert onetrip("ingest", str(tmp_path / "cafe.md"), dsn=dsn).returncode == 0
+    for encoding in ("ascii", "utf-8"):
+        out = onetrip("search", "café Zürich crème", "--mode", "lexical", "-k", "1", "--json", dsn=dsn,
+                      PYTHONIOENCODING=encoding)
+        assert out.returncode == 0, out.stderr
+        assert "crème brûlée" in json.loads(out.stdout)[0]["content"]
+        assert out.stdout.isascii() == (encoding == "ascii")  # characters as they are where stdout takes them
+
+
 def test_text_output_names_each_hits_section_at_80_columns(dsn):
     """The hit's heading path was only in its panel's title, which an 80-column terminal cut to the path's
     first words ("travel-insurance-policy.md :: Harbor"): the output did not say which section was hit."""

@@ -163,6 +163,8 @@ def build_parser() -> argparse.ArgumentParser:
     g = p.add_argument_group("filters (applied to hits and to every added section)")
     g.add_argument("--collection", action="append", help="only this collection (repeatable)")
     g.add_argument("--principal", action="append", help="the caller's principal/group (repeatable)")
+    g.add_argument("--public-only", action="store_true",
+                   help="only sections readable by everyone (no ACL): Filters(principals=()); not with --principal")
     g.add_argument("--doc-id", action="append", help="only this document (repeatable)")
     g.add_argument("--source-prefix", help="only documents whose source URI starts with this")
     g.add_argument("--metadata", help="only documents whose metadata contains this JSON object")
@@ -193,6 +195,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--principal", action="append",
                    help="only documents this principal/group may read, as search's --principal (repeatable; "
                         "without it: every document)")
+    p.add_argument("--public-only", action="store_true",
+                   help="only documents readable by everyone (no ACL): list_documents(principals=[]); "
+                        "not with --principal")
     p.add_argument("--limit", type=int, default=None, metavar="N",
                    help="at most N documents (a page; default: all); when more follow, stderr says "
                         "'next page: --after=DOC_ID'")
@@ -488,6 +493,19 @@ def _statement_timeout(seconds: float) -> float | None:
     return seconds or None
 
 
+def _principals(args: argparse.Namespace) -> tuple[str, ...] | None:
+    """--principal / --public-only as the library's principals: None (no check), () (public rows only), or names."""
+    if args.public_only and args.principal:
+        raise ValueError("--public-only and --principal contradict each other: give one or the other")
+    return () if args.public_only else (tuple(args.principal) if args.principal else None)
+
+
+def _utf8_stdout() -> bool:
+    """Whether stdout takes any text: --json writes characters as they are then, else as \\u escapes (an ASCII or
+    Latin-1 stdout had failed search --json with UnicodeEncodeError, exit 2, as if the input were bad)."""
+    return (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "") == "utf8"
+
+
 def _doc_id_maker(prefix: str) -> Any:
     """`ingest.doc_id_for`, with --doc-id-prefix before it."""
     from .ingest import doc_id_for
@@ -496,6 +514,11 @@ def _doc_id_maker(prefix: str) -> Any:
         return doc_id_for
     if prefix != prefix.strip() or "\x00" in prefix:
         raise ValueError(f"--doc-id-prefix {prefix!r}: no leading or trailing spaces, no NUL")
+    try:  # an argument in another encoding: each file had been reported as a file name that is not UTF-8
+        prefix.encode("utf-8")
+    except UnicodeEncodeError:
+        raise ValueError(f"--doc-id-prefix {prefix!r} is not valid UTF-8 (the shell passed bytes of "
+                         "another encoding): give it in UTF-8") from None
     return lambda path, root: prefix + doc_id_for(path, root)
 
 
@@ -546,7 +569,7 @@ def cmd_documents(args: argparse.Namespace) -> int:
     with connect(args.dsn) as conn:
         # one row more than the page: whether a next page follows, in the same statement
         docs = list_documents(conn, read_layout(conn, schema=args.schema, prefix=args.prefix),
-                              collection=args.collection, principals=args.principal,
+                              collection=args.collection, principals=_principals(args),
                               limit=None if limit is None else min(limit + 1, MAX_LIST_LIMIT), after=after)
     more = limit is not None and len(docs) > limit
     docs = docs[:limit]
@@ -704,7 +727,7 @@ def _filters(args: argparse.Namespace) -> Any:
         raise ValueError(f"--metadata must be a JSON object such as '{{\"team\": \"hr\"}}', got {args.metadata}")
     return Filters(
         collections=tuple(args.collection) if args.collection else None,
-        principals=tuple(args.principal) if args.principal else None,
+        principals=_principals(args),
         doc_ids=tuple(args.doc_id) if args.doc_id else None,
         source_prefix=args.source_prefix,
         metadata=metadata,
@@ -774,6 +797,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         ("--neighbor-scope", args.neighbor_scope is not None), ("--ancestors", args.ancestors),
         ("--[no-]section", args.section is not None), ("--document", args.document),
         ("--document-max-tokens", args.document_max_tokens is not None)) if given]
+    if args.neighbors is not None and args.no_neighbors:  # one had silently won (0)
+        raise ValueError(f"--neighbors {args.neighbors} and --no-neighbors contradict each other: give one")
     if assemble_only and not args.assemble:
         raise ValueError(f"{', '.join(assemble_only)} shape the assembled context: add --assemble "
                          "(search's hits take --no-parent / --no-neighbors)")
@@ -795,7 +820,7 @@ def cmd_search(args: argparse.Namespace) -> int:
                                  mode=args.mode, **hybrid)
         if args.json:
             print(json.dumps([{"query": q, "hits": [hit_to_json(h) for h in hits]}
-                              for q, hits in zip(args.query, many)], indent=2, ensure_ascii=False))
+                              for q, hits in zip(args.query, many)], indent=2, ensure_ascii=not _utf8_stdout()))
         else:
             console = _stdout_console()
             for q, hits in zip(args.query, many):
@@ -825,7 +850,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         if args.assemble:
             ctx = r.assemble(args.query, k=args.k, **options)
             if args.json:
-                print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=False))
+                print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=not _utf8_stdout()))
             else:
                 print(ctx.render())
                 budget = "no budget" if ctx.max_tokens is None else f"{ctx.max_tokens}"
@@ -834,7 +859,7 @@ def cmd_search(args: argparse.Namespace) -> int:
         hits = r.search(args.query, **({} if args.k is None else {"k": args.k}),  # none: search's own default
                         **options)
     if args.json:
-        print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=False))
+        print(json.dumps([hit_to_json(h) for h in hits], indent=2, ensure_ascii=not _utf8_stdout()))
     else:
         _print_hits(hits, _stdout_console(), _no_hits_hint(flt, args.mode))
     return 0
