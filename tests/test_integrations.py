@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import subprocess
 import sys
 import threading
@@ -605,6 +606,25 @@ def test_langchain_per_call_options_and_a_dump_round_trip(corpus):
 def test_langchain_dsn_stays_out_of_repr(dsn):
     lc = LCRetriever(dsn="postgresql://app:s3cret@db.example/prod", embedder=HashEmbedder())
     assert "s3cret" not in repr(lc) and "s3cret" not in str(lc.to_json().get("repr", ""))
+
+
+def test_langchain_refuses_unknown_keywords_and_keeps_the_password_out_of_errors(corpus, dsn):
+    """Found by the adapter review: pydantic's default extra="ignore" dropped a misspelt keyword or JSON config
+    key, so principal=["nobody"] searched with no access check (a section only "hr" may read came back); a bad
+    option's error showed the constructor's whole input, the DSN's password in it."""
+    api = Retriever(corpus, embedder=HashEmbedder())
+    for bad in ({"principal": ["nobody"]}, {"schema": "kb"}, {"search_kwargs": {"k": 1}}):
+        with pytest.raises(ValueError, match=f"{next(iter(bad))}\n  Extra inputs are not permitted"):
+            LCRetriever(retriever=api, k=3, **bad)
+        with pytest.raises(ValueError, match="Extra inputs are not permitted"):
+            LCRetriever.model_validate_json(json.dumps({"k": 3, **bad}))
+    with pytest.raises(TypeError, match="principal"):  # the LlamaIndex adapter's keywords: a TypeError, as before
+        LIRetriever(retriever=api, k=3, principal=["nobody"])
+    with pytest.raises(ValueError, match="k must be between") as e:
+        LCRetriever(dsn="postgresql://app:s3cret@db.example/prod", embedder=HashEmbedder(), k=0)
+    assert "s3cret" not in str(e.value)
+    docs = LCRetriever(retriever=api, k=10, content="section", principals=["nobody"]).invoke(BONUS)
+    assert docs and "handbook#salaries" not in {d.id for d in docs}  # the hr-only section stays hidden
 
 
 def test_adapters_made_again_from_one_dsn_share_a_source(corpus, dsn, monkeypatch):

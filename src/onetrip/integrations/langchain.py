@@ -18,7 +18,7 @@ from typing import Any, Literal
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
 from langchain_core.documents import Document
 from langchain_core.retrievers import BaseRetriever
-from pydantic import Field, PrivateAttr
+from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..async_retrieve import AsyncRetriever
 from ..retrieve import Filters, Retriever
@@ -64,6 +64,11 @@ class OnetripRetriever(BaseRetriever):
     made from the same dsn, db_schema, prefix and embedder share one model and connection
     (LangChain's ``configurable_fields`` makes an adapter per call).
     """
+
+    # extra: a misspelt keyword (principal=, schema=) or JSON config key had been dropped, so principal=[...]
+    # made a trusted caller with no access check; hide_input_in_errors: a bad option's error had shown the
+    # constructor's whole input, the DSN's password in it (pydantic's e.errors() still holds the input)
+    model_config = ConfigDict(extra="forbid", hide_input_in_errors=True)
 
     # connections and a model: left out of model_dump()/model_dump_json(), shared by deep copies
     retriever: Retriever | None = Field(None, exclude=True)
