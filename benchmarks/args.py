@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
@@ -176,6 +177,20 @@ def choice_list(choices: Iterable[str]) -> Callable[[str], list[str]]:
         return out
 
     return parse
+
+
+def memory_size(text: str) -> str:
+    """A PostgreSQL memory setting such as 512MB or 4GB (units kB, MB, GB, TB; none: kB), checked as it is read:
+    a bad value had failed only after the corpus was generated and copied, its HNSW index dropped."""
+    m = re.fullmatch(r"\s*(\d+)\s*(kB|MB|GB|TB)?\s*", text)
+    if not m or int(m.group(1)) == 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 512MB or 4GB (units kB, MB, GB, TB)")
+    return f"{m.group(1)}{m.group(2) or 'kB'}"
+
+
+def memory_size_or_auto(text: str) -> str:
+    """'auto' (the benchmark sizes it) or a `memory_size`."""
+    return "auto" if text.strip() == "auto" else memory_size(text)
 
 
 def output_file(out: str, name: str) -> Path:

@@ -569,5 +569,17 @@ def test_a_connection_or_pool_with_a_row_factory_is_refused_by_name(db, dsn):
                 await AsyncRetriever.create(pool)
 
     asyncio.run(run())
+    from onetrip import list_documents, read_layout, refresh_term_stats
+
+    layout = read_layout(db)
+    with psycopg.connect(dsn, autocommit=True, row_factory=dict_row) as conn:  # every reader and writer, not only
+        for call in (lambda: read_layout(conn), lambda: list_documents(conn, layout),  # retrievers (round 2)
+                     lambda: init_schema(conn, Layout(prefix="rf_")), lambda: refresh_term_stats(conn, layout)):
+            with pytest.raises(TypeError, match="row_factory is dict_row"):
+                call()
+    assert db.execute("SELECT to_regclass('rf_documents')").fetchone()[0] is None  # refused before creating
+    with psycopg.connect(dsn, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
+        with pytest.raises(TypeError, match="cursor_factory is ClientCursor: onetrip sends binds server-side"):
+            Retriever(conn)
     with psycopg.connect(dsn, autocommit=True) as conn:  # psycopg's default: tuples
         Retriever(conn).close()

@@ -147,6 +147,12 @@ def test_public_only_neighbor_conflict_prefix_encoding_and_json_on_an_ascii_stdo
         assert out.returncode == 0, out.stderr
         assert "crème brûlée" in json.loads(out.stdout)[0]["content"]
         assert out.stdout.isascii() == (encoding == "ascii")  # characters as they are where stdout takes them
+    # text output that an ASCII stdout cannot take is exit 1 naming stdout's encoding, not 2 (bad input)
+    for args in (("search", "café Zürich crème", "--mode", "lexical", "-k", "1"),
+                 ("search", "café Zürich crème", "--mode", "lexical", "--assemble")):
+        out = onetrip(*args, dsn=dsn, PYTHONIOENCODING="ascii")
+        assert out.returncode == 1 and "stdout's encoding (ascii) cannot write" in out.stderr, (args, out.stderr)
+        assert "PYTHONIOENCODING=utf-8" in out.stderr and "Traceback" not in out.stderr
 
 
 def test_text_output_names_each_hits_section_at_80_columns(dsn):

@@ -1026,6 +1026,19 @@ def test_cli_serve_subprocess(db, dsn, tmp_path):
     assert "Traceback" not in err
 
 
+def test_log_config_takes_every_level_uvicorn_does():
+    """uvicorn's 'trace' is no level of Python's logging: run(log_level="trace") had failed before serving."""
+    import logging.config
+
+    from onetrip.http_service import log_config
+
+    for level in ("critical", "error", "warning", "info", "debug", "trace"):
+        config = log_config(level)
+        logging.config.dictConfig(config)
+        assert config["loggers"]["onetrip"]["level"] == ("DEBUG" if level == "trace" else level.upper())
+    logging.config.dictConfig(log_config("warning"))
+
+
 def _serve_without_database(*flags: str) -> subprocess.Popen:
     """`onetrip serve` over a DSN nothing answers (a closed port): it starts, and /health says 503."""
     port = _free_port()

@@ -357,10 +357,12 @@ def test_a_section_too_large_for_the_full_text_index_is_named(db, tmp_path):
 
     init_schema(db, Layout(dim=16))
     text = " ".join(f"w{i:07d}" for i in range(160_000))  # distinct words: a tsvector far past 1 MB
-    sections = [Section("huge", None, 0, 1, "Huge", ("Huge",), text, 3, "huge")]
-    vec = np.ones((1, 16), dtype=np.float32) / 4
-    with pytest.raises(ValueError, match=r"^big\.md: string is too long for tsvector .*section huge, "
-                                         r"1,439,999 characters, is the longest.*nothing was written"):
+    repeated = " ".join(["again"] * 400_000)  # longer, but one lexeme: not the section to cut
+    sections = [Section("huge", None, 0, 1, "Huge", ("Huge",), text, 3, "huge"),
+                Section("long", None, 1, 1, "Long", ("Long",), repeated, 3, "long")]
+    vec = np.ones((2, 16), dtype=np.float32) / 4
+    with pytest.raises(ValueError, match=r"^big\.md: string is too long for tsvector .*section huge has the most "
+                                         r"distinct words.*nothing was written"):
         replace_document(db, Layout(dim=16), DocumentRecord("big.md", "file:///big.md", "Big", "h"), sections, vec)
     assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
 

@@ -137,6 +137,7 @@ from .benchmark_cli import refused  # noqa: E402
     # an unknown extra variant had failed with KeyError after the corpus load; F,F timed F twice into one list
     (("--extra", "Z"), "--extra"),
     (("--extra", "F,F"), "--extra"),
+    (("--maintenance-work-mem", "8gb"), "--maintenance-work-mem"),  # PostgreSQL's units are case-sensitive
 ])
 def test_latency_refuses_bad_flags_before_loading(flags, names, tmp_path):
     line = refused("benchmarks.latency.run", *flags, "--skip-e", "--out", str(tmp_path / "out"))

@@ -123,3 +123,10 @@ def test_scale_refuses_from_json_without_replot(tmp_path):
     line = refused("benchmarks.scale.run", "--from-json", str(RESULTS), "--out", str(tmp_path / "out"))
     assert "--from-json is read only with --replot" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_scale_refuses_a_memory_size_postgres_cannot_take(tmp_path):
+    """--maintenance-work-mem lots had failed after the corpus was generated and copied, its index dropped."""
+    line = refused("benchmarks.scale.run", "--maintenance-work-mem", "lots", "--out", str(tmp_path / "out"))
+    assert "argument --maintenance-work-mem:" in line and "512MB" in line
+    assert build_parser().parse_args(["--maintenance-work-mem", "2GB"]).maintenance_work_mem == "2GB"

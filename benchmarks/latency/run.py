@@ -44,7 +44,7 @@ from pgvector import Vector
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
-from ..args import choice_list, ef_construction, nonneg_int, positive_int, rtts as _rtts, run_cli, sizes as _sizes
+from ..args import choice_list, ef_construction, memory_size_or_auto, nonneg_int, positive_int, rtts as _rtts, run_cli, sizes as _sizes
 from ..versions import server_versions
 from . import corpus as corpus_mod
 from . import report
@@ -111,7 +111,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--diag-queries", type=nonneg_int, default=100,
                     help="queries for the A-vs-B cost breakdown (EXPLAIN ANALYZE, result size, mapping cost) on a "
                          "direct connection, at most 30 of them (0: skip; default 100)")
-    ap.add_argument("--maintenance-work-mem", default="auto",
+    ap.add_argument("--maintenance-work-mem", type=memory_size_or_auto, default="auto",
                     help="for the HNSW builds (default auto: sized to the corpus, 256MB..8GB)")
     ap.add_argument("--only-diagnostics", action="store_true",
                     help="skip the timed levels: only the A-vs-B breakdown, on a direct connection "

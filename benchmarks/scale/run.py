@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from benchmarks.args import (
-    HelpFormatter, run_cli, choice_list, ef_construction, int_list, int_range, nonneg_int, positive_int,
+    HelpFormatter, run_cli, choice_list, ef_construction, int_list, int_range, memory_size, nonneg_int, positive_int,
     rtts_among, synthetic_sizes,
 )
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
@@ -320,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--warmup", type=nonneg_int, default=20, help="untimed A/B query pairs per RTT, run first")
     ap.add_argument("--recall-queries", type=positive_int, default=100, help="queries for recall and bare latency")
     ap.add_argument("--seed", type=int, default=0, help="corpus and query seed")
-    ap.add_argument("--maintenance-work-mem", default="4GB", help="maintenance_work_mem for the HNSW builds")
+    ap.add_argument("--maintenance-work-mem", type=memory_size, default="4GB",
+                    help="maintenance_work_mem for the HNSW builds")
     ap.add_argument("--ef-construction", type=ef_construction, default=200,
                     help="HNSW ef_construction of every layout (pgvector's default 64 gives "
                          "recall@10 0.78-0.93 at 1M on this corpus; 64 reuses the latency benchmark's tables)")

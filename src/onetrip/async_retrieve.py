@@ -18,7 +18,7 @@ import numpy as np
 import psycopg
 from psycopg import pq
 
-from .connection import connect_async
+from .connection import check_row_factory, connect_async
 from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder_object
 from .errors import ConnectionLostError
@@ -29,7 +29,6 @@ from .retrieve import (
     _split_search_kwargs,
     bind_vector,
     check_connection_kind,
-    check_row_factory,
     check_distance_range,
     check_model,
     check_query_text,

@@ -500,6 +500,13 @@ def _principals(args: argparse.Namespace) -> tuple[str, ...] | None:
     return () if args.public_only else (tuple(args.principal) if args.principal else None)
 
 
+def _stdout_cannot_take(e: ValueError) -> bool:
+    """Whether ``e`` is stdout's encoding failing on the output (an ASCII or Latin-1 terminal), not a bad value."""
+    norm = (lambda name: (name or "").lower().replace("-", "").replace("_", ""))  # noqa: E731
+    return isinstance(e, UnicodeEncodeError) and norm(e.encoding) == norm(getattr(sys.stdout, "encoding", None)) \
+        and norm(e.encoding) != "utf8"
+
+
 def _utf8_stdout() -> bool:
     """Whether stdout takes any text: --json writes characters as they are then, else as \\u escapes (an ASCII or
     Latin-1 stdout had failed search --json with UnicodeEncodeError, exit 2, as if the input were bad)."""
@@ -1065,6 +1072,10 @@ def _run(args: argparse.Namespace) -> int:
         os.dup2(devnull, sys.stdout.fileno())  # Python's flush of stdout at exit would raise again
         return 141  # 128 + SIGPIPE, what a shell reports for a program the pipe killed
     except ValueError as e:  # the library's own checks of a value (identifiers and documents included)
+        if _stdout_cannot_take(e):  # the output, not the input: exit 1 (it had been 2, "bad input")
+            print(f"onetrip: error: stdout's encoding ({sys.stdout.encoding}) cannot write {e.object[e.start:e.end]!a}"
+                  " of the output: set PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or use --json", file=sys.stderr)
+            return 1
         print(f"onetrip: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:

@@ -38,14 +38,34 @@ MIN_PGVECTOR = (0, 8, 0)
 DEFAULT_CONNECT_TIMEOUT = 5
 
 
+def check_row_factory(conn: Any) -> None:
+    """Refuse a connection or pool whose rows are not psycopg's default tuples, or whose cursors are client-side:
+    onetrip reads every row by position (the hot path maps tuples) and asks for binary results, so a dict_row
+    connection had failed with an unnamed unpacking error and a ClientCursor one with NotSupportedError."""
+    from psycopg.rows import tuple_row
+
+    given = dict(getattr(conn, "kwargs", None) or {})  # a pool: what its connections will be given
+    factory = given.get("row_factory", getattr(conn, "row_factory", tuple_row))
+    if factory is not tuple_row:
+        name = getattr(factory, "__name__", type(factory).__name__)
+        raise TypeError(f"this connection's row_factory is {name}: onetrip reads rows as psycopg's default tuples; "
+                        "give it a connection (or pool) without a row_factory")
+    cursor = given.get("cursor_factory", getattr(conn, "cursor_factory", None))
+    if isinstance(cursor, type) and issubclass(cursor, (psycopg.ClientCursor, psycopg.AsyncClientCursor)):
+        raise TypeError(f"this connection's cursor_factory is {cursor.__name__}: onetrip sends binds server-side "
+                        "and reads binary results; give it a connection (or pool) without a cursor_factory")
+
+
 def require_autocommit(conn: psycopg.Connection, what: str) -> None:
-    """Refuse a connection without autocommit for a writer that commits its own work (ingest, init, delete, ...).
+    """Refuse a connection without autocommit for a writer that commits its own work (ingest, init, delete, ...)
+    (and one whose rows are no tuples: `check_row_factory`).
 
     On such a connection any earlier statement (a `read_layout`, the writer's
     own checks) has opened a transaction, and the writer's ``conn.transaction()``
     became a savepoint in it: the writer returned as if done, nothing was
     visible to others, its locks were held, and closing the connection lost it.
     """
+    check_row_factory(conn)
     if not conn.autocommit:
         raise ValueError(f"{what} commits its work in a transaction of its own: give it a connection in autocommit "
                          "mode (onetrip.connect() makes one; psycopg: connect(..., autocommit=True)); on this one "

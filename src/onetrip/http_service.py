@@ -1147,8 +1147,9 @@ def log_config(log_level: str) -> dict[str, Any]:
     from uvicorn.config import LOGGING_CONFIG
 
     config = copy.deepcopy(LOGGING_CONFIG)
+    level = "DEBUG" if log_level.lower() == "trace" else log_level.upper()  # uvicorn's own TRACE is below DEBUG
     for name in ("onetrip", "psycopg.pool"):
-        config["loggers"][name] = {"handlers": ["default"], "level": log_level.upper(), "propagate": False}
+        config["loggers"][name] = {"handlers": ["default"], "level": level, "propagate": False}
     return config
 
 

@@ -19,7 +19,7 @@ import numpy as np
 import psycopg
 from psycopg import pq
 
-from .connection import connect
+from .connection import check_row_factory, connect
 from .context import Context, Passage, roles_of
 from .embedders import (
     Embedder,
@@ -527,20 +527,6 @@ def settings_of_pool(pool: Any, asked: dict[str, str]) -> dict[str, str]:
             "iterative_scan and max_scan_tuples to onetrip.make_pool / make_async_pool, not to the retriever"
             + (f" (this pool's: {own})" if own is not None else " (this pool was not made by make_pool)"))
     return dict(own) if own is not None else {}
-
-
-def check_row_factory(conn: Any) -> None:
-    """Refuse a connection or pool whose rows are not psycopg's default tuples: onetrip reads every row by position
-    (the hot path maps tuples), so a dict_row connection had failed with an unnamed unpacking error."""
-    from psycopg.rows import tuple_row
-
-    factory = getattr(conn, "row_factory", tuple_row)
-    if factory is tuple_row and hasattr(conn, "kwargs"):  # a pool: what its connections will be given
-        factory = (conn.kwargs or {}).get("row_factory", tuple_row)
-    if factory is not tuple_row:
-        name = getattr(factory, "__name__", type(factory).__name__)
-        raise TypeError(f"this connection's row_factory is {name}: onetrip reads rows as psycopg's default tuples; "
-                        "give it a connection (or pool) without a row_factory")
 
 
 def check_connection_kind(conn: Any, *, asynchronous: bool) -> None:

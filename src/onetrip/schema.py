@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from .connection import require_autocommit
+from .connection import check_row_factory, require_autocommit
 from .errors import DimensionMismatchError, ForeignTableError, OnetripError, SchemaMissingError
 from .layout import Layout
 from .templates import render
@@ -216,6 +216,7 @@ def read_layout(conn: psycopg.Connection, *, schema: str | None = None, prefix: 
 
     Raises SchemaMissingError naming the table when `onetrip init` has not run.
     """
+    check_row_factory(conn)
     return layout_from_row(conn.execute(*layout_query(schema, prefix)).fetchone(), schema, prefix)
 
 

@@ -23,7 +23,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from .connection import require_autocommit
+from .connection import check_row_factory, require_autocommit
 from .embedders import LENGTH_RANGE, NAMED_IN_ERRORS
 from .errors import DimensionMismatchError, missing_table_error
 from .layout import Layout
@@ -531,6 +531,16 @@ def _section_metadata(s: SectionLike) -> dict[str, Any]:
     return meta
 
 
+def _word_vector_size(s: SectionLike) -> int:
+    """Roughly the bytes of a section's full-text vector: its distinct words (what PostgreSQL's tsvector holds
+    once each, with up to 256 positions) over its heading path and content. The longest text is not the
+    largest vector: a megabyte of one repeated word is one lexeme."""
+    counts: dict[str, int] = {}
+    for w in re.findall(r"\w+", " ".join(s.heading_path) + " " + s.content):
+        counts[w.lower()] = counts.get(w.lower(), 0) + 1
+    return sum(len(w.encode()) + 4 + 2 * min(n, 256) for w, n in counts.items())
+
+
 def _binary_copy(table: str, columns: Sequence[str]) -> sql.Composed:
     """``COPY table (columns) FROM STDIN`` in binary format (table: a quoted `Layout.tables` name)."""
     return sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
@@ -774,10 +784,10 @@ def replace_document(
                 copy.set_types(copy_types(layout))
                 write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
         except psycopg.errors.ProgramLimitExceeded as e:  # the one check only the server makes: rolled back
-            big = max(sections, key=lambda x: len(x.content))
-            raise ValueError(f"{doc.doc_id}: {e.diag.message_primary or e} (section {big.section_id}, "
-                             f"{len(big.content):,} characters, is the longest: cut it into smaller sections); "
-                             "nothing was written") from None
+            big = max(sections, key=_word_vector_size)
+            raise ValueError(f"{doc.doc_id}: {e.diag.message_primary or e} (section {big.section_id} has the "
+                             f"most distinct words, about {_word_vector_size(big):,} bytes of them: cut it into "
+                             "smaller sections); nothing was written") from None
         # committed with the document, as a deletion's: a mark written outside it (before and after a batch, by
         # ingest) was deleted by another run's recount that began before this commit and ended after it, and a
         # run killed then left this document's words uncounted with no mark (found by review). Inside, the insert
@@ -959,6 +969,7 @@ def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str 
     ``limit`` is the last; the next page of a full one starts ``after=page[-1].doc_id``. Only documents
     the principals may read are counted or returned, and ``after`` need not be a stored doc_id.
     """
+    check_row_factory(conn)
     q, params = list_documents_query(layout, collection=collection, principals=principals, limit=limit,
                                      after=after)
     try:
