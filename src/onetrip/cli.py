@@ -989,7 +989,7 @@ def cmd_embedded(args: argparse.Namespace) -> int:
 
     from .connection import ENV_DSN, connect, embedded_data_dir, embedded_dsn, embedded_psql, embedded_running
 
-    if os.environ.get(ENV_DSN):
+    if os.environ.get(ENV_DSN, "").strip():  # blank is unset, as every other command reads it (resolve_dsn)
         raise ValueError(f"${ENV_DSN} is set, so onetrip uses that server and runs no embedded one: connect to "
                          f"it directly (unset {ENV_DSN} to run the embedded server)")
     dsn = embedded_dsn()

@@ -13,6 +13,7 @@ once for pgvector >= 0.8 (iterative index scans arrived in 0.8.0).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import signal
@@ -73,13 +74,26 @@ def require_autocommit(conn: psycopg.Connection, what: str) -> None:
 
 
 def home_dir() -> Path:
-    """onetrip's own folder: ``$ONETRIP_HOME`` or the platform's user data dir."""
+    """onetrip's own folder: ``$ONETRIP_HOME``, else the platform's user data dir, else (when that path holds a
+    character the embedded server's tools cannot take: macOS's "Application Support") ``~/.onetrip``."""
     env = os.environ.get(ENV_HOME)
     if env:
         return Path(env).expanduser()
     import platformdirs
 
-    return Path(platformdirs.user_data_dir("onetrip"))
+    default = Path(platformdirs.user_data_dir("onetrip"))
+    return default if unsafe_path_character(default) is None else Path.home() / ".onetrip"
+
+
+#: Characters pgserver's start cannot take in the data folder's path: it hands ``-k <folder>`` to pg_ctl's shell
+#: unquoted (a space split it, ``&`` and ``;`` ran commands) and puts the folder in a URI unencoded (``#``, ``?``,
+#: ``%`` changed it).
+UNSAFE_PATH_CHARACTERS = frozenset(" \t\n\r\"'\\$`;&|<>()#?%*[]{}!")
+
+
+def unsafe_path_character(path: Path) -> str | None:
+    """The first character of ``path`` the embedded server cannot be started under, or None."""
+    return next((c for c in str(path) if c in UNSAFE_PATH_CHARACTERS), None)
 
 
 def redact(dsn: str) -> str:
@@ -211,7 +225,17 @@ def _forget_gone_handles(pgserver: Any, pgdata: Path) -> None:
 
 
 @contextmanager
-def _sigterm_after_start() -> Iterator[None]:
+def _signals_after_start() -> Iterator[None]:
+    """`_sigterm_after_start` for SIGTERM and SIGINT (Ctrl-C sent to this process alone: its KeyboardInterrupt
+    came out of initdb's subprocess.run, which killed initdb halfway). A Ctrl-C at a terminal also reaches
+    initdb itself, in the same process group: the half-made folder that leaves is named when the next
+    start finds it (`embedded_dsn`)."""
+    with _sigterm_after_start(), _sigterm_after_start(signal.SIGINT):
+        yield
+
+
+@contextmanager
+def _sigterm_after_start(signum: int = signal.SIGTERM) -> Iterator[None]:
     """A SIGTERM that arrives while the embedded server is being made and started reaches its Python handler
     once that is done (the server running and this process on its list), not inside it.
 
@@ -221,16 +245,16 @@ def _sigterm_after_start() -> Iterator[None]:
     "postgres" does not exist'). Python's default action (no handler) ends the process and leaves the child
     running to its end, as before; only a Python-level handler is held back, in the main thread.
     """
-    handler = signal.getsignal(signal.SIGTERM)
+    handler = signal.getsignal(signum)
     if threading.current_thread() is not threading.main_thread() or not callable(handler):
         yield
         return
     pending: list[tuple[int, Any]] = []
-    signal.signal(signal.SIGTERM, lambda signum, frame: pending.append((signum, frame)))
+    signal.signal(signum, lambda signum, frame: pending.append((signum, frame)))
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, handler)
+        signal.signal(signum, handler)
         if pending:
             handler(*pending[0])  # the CLI's raises Terminated here, with the server started and stoppable
 
@@ -243,24 +267,149 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     private to this machine. It keeps running while this process lives and is
     stopped at exit by pgserver when no other process uses it.
     """
-    pgdata = Path(data_dir) if data_dir else embedded_data_dir()
-    pgdata.parent.mkdir(parents=True, exist_ok=True)
-    pgserver = _import_pgserver()
-    try:
-        _forget_gone_handles(pgserver, pgdata)
-        with _sigterm_after_start():
-            server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
+    pgdata = (Path(data_dir) if data_dir else embedded_data_dir()).expanduser().absolute()
+    bad = unsafe_path_character(pgdata)
+    if bad is not None:
         raise ConnectionFailedError(
-            f"could not start the embedded PostgreSQL in {pgdata}: {e}. "
-            f"Its log is {pgdata / 'log'}; set {ENV_DSN} to use another server."
+            f"the embedded PostgreSQL cannot run in {pgdata}: its path holds {bad!r}, which pgserver's start "
+            f"cannot take; set {ENV_HOME} to a folder without it, or {ENV_DSN} (--dsn) to use another server")
+    try:
+        pgdata.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise ConnectionFailedError(f"{ENV_HOME} ({pgdata.parent}) must be a folder onetrip may write in: "
+                                    f"{e.strerror or e}") from None
+    pgserver = _import_pgserver()
+    kept = _KeptErrors()  # pgserver's multi-line dumps, kept for the one line the error gives, not printed
+    logger = logging.getLogger("pgserver")
+    logger.addHandler(kept)
+    try:
+        with _starting(pgdata):  # one start at a time: each reads the parents' modes before pgserver opens them
+            modes = _parent_modes(pgdata)
+            try:
+                _forget_gone_handles(pgserver, pgdata)
+                with pgserver.PostgresServer._lock:  # as pgserver reads the file, under its lock
+                    _forget_stale_postmaster(pgdata)
+                with _signals_after_start():
+                    server = pgserver.get_server(pgdata, cleanup_mode="stop")
+            finally:
+                _restore_parent_modes(modes)
+    except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
+        log = pgdata / "log"
+        raise ConnectionFailedError(
+            f"could not start the embedded PostgreSQL in {pgdata}: {_start_failure(e, kept.messages)}"
+            + (f"; its log is {log}" if log.is_file() else "") + f"; set {ENV_DSN} to use another server"
         ) from e
+    finally:
+        logger.removeHandler(kept)
     admin = server.get_uri()
-    with psycopg.connect(admin, autocommit=True) as conn:
-        exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
-        if not exists:
-            conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+    try:
+        with psycopg.connect(admin, autocommit=True) as conn:
+            exists = conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", (dbname,)).fetchone()
+            if not exists:
+                try:
+                    conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(dbname)))
+                except (psycopg.errors.DuplicateDatabase, psycopg.errors.UniqueViolation):
+                    pass  # another process's first start made it meanwhile (they had failed on it)
+    except psycopg.OperationalError as e:
+        if "does not exist" not in str(e):
+            raise
+        raise ConnectionFailedError(
+            f"the embedded data folder {pgdata} is half-made (a first start was interrupted, initdb with it: "
+            f"{str(e).strip().splitlines()[-1]}); nothing onetrip stores can be in it yet: delete the folder "
+            "and run again") from None
     return server.get_uri(dbname)
+
+
+class _KeptErrors(logging.Handler):
+    """pgserver's error records (its command's stderr, the server log it dumps), kept instead of printed."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.append(record.getMessage())
+
+
+def _start_failure(e: BaseException, messages: list[str]) -> str:
+    """One line for pgserver's failure: the command that failed and the line of its output that says why
+    (initdb's "error:", the server log's FATAL), not the dumps (README: errors are one line)."""
+    import subprocess
+
+    if not isinstance(e, subprocess.CalledProcessError):
+        return (str(e).strip().splitlines() or [type(e).__name__])[0]
+    name = Path(str(e.cmd[0] if isinstance(e.cmd, (list, tuple)) else e.cmd).split()[0]).name
+    lines = [line.strip() for m in messages for line in m.splitlines() if line.strip()]
+    why = next((line for line in reversed(lines) if any(k in line for k in ("FATAL:", "error:", "ERROR:"))), None)
+    return f"{name} exited with status {e.returncode}" + (f" ({why})" if why else "")
+
+
+@contextmanager
+def _starting(pgdata: Path) -> Iterator[None]:
+    """Hold ``ONETRIP_HOME/.starting.lock`` (an flock) while the embedded server is started: a second process
+    starting meanwhile had read the parents' modes as pgserver had just opened them, and kept them open."""
+    if os.name != "posix":
+        yield
+        return
+    import fcntl
+
+    with open(pgdata.parent / ".starting.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _forget_stale_postmaster(pgdata: Path) -> None:
+    """Remove a postmaster.pid whose process is no server of this folder (a crash, then its pid taken again).
+
+    pgserver takes any live process of that pid for the server: it then failed to connect, and at exit signalled
+    that process (as root, killed it). A running postmaster always holds its own folder's pid file, so a file
+    naming another process is stale; PostgreSQL itself writes a new one when it starts. Under pgserver's lock.
+    """
+    import psutil
+
+    pidfile = pgdata.expanduser().resolve() / "postmaster.pid"
+    try:
+        pid = int(pidfile.read_text().split("\n", 1)[0])
+        proc = psutil.Process(pid)
+        ours = proc.name() == "postgres" and str(pgdata.expanduser().resolve()) in " ".join(proc.cmdline())
+    except (OSError, ValueError, psutil.NoSuchProcess):
+        return  # no file, or no such process: pgserver handles that itself
+    except psutil.AccessDenied:
+        return  # another user's process: leave the decision to pgserver and PostgreSQL
+    if not ours:
+        pidfile.unlink(missing_ok=True)
+
+
+def _parent_modes(pgdata: Path) -> dict[Path, int]:
+    """The modes of the data folder's parents, when running as root (pgserver's start opens them to all users)."""
+    if os.name != "posix" or os.geteuid() != 0:
+        return {}
+    modes = {}
+    for parent in pgdata.expanduser().resolve().parents:
+        try:
+            modes[parent] = parent.stat().st_mode & 0o7777
+        except OSError:
+            pass
+    return modes
+
+
+def _restore_parent_modes(modes: dict[Path, int]) -> None:
+    """Undo pgserver's g+rx,o+rx on the data folder's parents, keeping only the g+x,o+x its server user needs to
+    reach the folder: as root it had made /root (and every folder above ONETRIP_HOME) listable by every user.
+    g+x too: pgserver starts PostgreSQL as its user but with root's supplementary groups, so the group bits
+    decide for folders of group root (with o+x alone the checkpointer could not open pg_control)."""
+    import stat
+
+    for parent, mode in modes.items():
+        keep = mode | stat.S_IXGRP | stat.S_IXOTH
+        try:
+            if parent.stat().st_mode & 0o7777 != keep:
+                parent.chmod(keep)
+        except OSError:
+            pass
 
 
 def resolve_dsn(dsn: str | None = None) -> str:
@@ -324,6 +473,8 @@ def ensure_pgvector(conn: psycopg.Connection, *, create: bool = True) -> str:
         try:
             with conn.transaction():
                 conn.execute("CREATE EXTENSION IF NOT EXISTS vector")
+        except (psycopg.errors.UniqueViolation, psycopg.errors.DuplicateObject):
+            pass  # another session created it at the same moment (IF NOT EXISTS does not cover that race)
         except psycopg.errors.InsufficientPrivilege as e:
             raise ServerRequirementError(
                 "the vector extension is not created in this database and this role may not create it; "
