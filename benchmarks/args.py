@@ -183,8 +183,11 @@ def memory_size(text: str) -> str:
     """A PostgreSQL memory setting such as 512MB or 4GB (units kB, MB, GB, TB; none: kB), checked as it is read:
     a bad value had failed only after the corpus was generated and copied, its HNSW index dropped."""
     m = re.fullmatch(r"\s*(\d+)\s*(kB|MB|GB|TB)?\s*", text)
-    if not m or int(m.group(1)) == 0:
+    if not m:
         raise argparse.ArgumentTypeError(f"{text!r} is not a memory size such as 512MB or 4GB (units kB, MB, GB, TB)")
+    kb = int(m.group(1)) * {"kB": 1, "MB": 1024, "GB": 1024**2, "TB": 1024**3}[m.group(2) or "kB"]
+    if not 64 <= kb <= 2147483647:  # maintenance_work_mem's range (64 kB to 2 TB - 1 kB)
+        raise argparse.ArgumentTypeError(f"{text!r} is outside maintenance_work_mem's range, 64kB to 2147483647kB")
     return f"{m.group(1)}{m.group(2) or 'kB'}"
 
 

@@ -578,8 +578,16 @@ def test_a_connection_or_pool_with_a_row_factory_is_refused_by_name(db, dsn):
             with pytest.raises(TypeError, match="row_factory is dict_row"):
                 call()
     assert db.execute("SELECT to_regclass('rf_documents')").fetchone()[0] is None  # refused before creating
-    with psycopg.connect(dsn, autocommit=True, cursor_factory=psycopg.ClientCursor) as conn:
-        with pytest.raises(TypeError, match="cursor_factory is ClientCursor: onetrip sends binds server-side"):
-            Retriever(conn)
+    for factory in (psycopg.ClientCursor, psycopg.RawCursor):  # client-side binds; positional binds only
+        with psycopg.connect(dsn, autocommit=True, cursor_factory=factory) as conn:
+            for call in (lambda: Retriever(conn), lambda: read_layout(conn)):
+                with pytest.raises(TypeError, match=f"cursor_factory is {factory.__name__}: onetrip sends"):
+                    call()
+
+    class Logged(psycopg.Cursor):  # a plain Cursor subclass is fine
+        pass
+
+    with psycopg.connect(dsn, autocommit=True, cursor_factory=Logged) as conn:
+        Retriever(conn).close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # psycopg's default: tuples
         Retriever(conn).close()

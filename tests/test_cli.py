@@ -148,10 +148,15 @@ def test_public_only_neighbor_conflict_prefix_encoding_and_json_on_an_ascii_stdo
         assert "crème brûlée" in json.loads(out.stdout)[0]["content"]
         assert out.stdout.isascii() == (encoding == "ascii")  # characters as they are where stdout takes them
     # text output that an ASCII stdout cannot take is exit 1 naming stdout's encoding, not 2 (bad input)
-    for args in (("search", "café Zürich crème", "--mode", "lexical", "-k", "1"),
-                 ("search", "café Zürich crème", "--mode", "lexical", "--assemble")):
-        out = onetrip(*args, dsn=dsn, PYTHONIOENCODING="ascii")
-        assert out.returncode == 1 and "stdout's encoding (ascii) cannot write" in out.stderr, (args, out.stderr)
+    (tmp_path / "dash.md").write_text("# Dash\n\nAn em dash \u2014 and a euro sign \u20ac in one line.\n")
+    assert onetrip("ingest", str(tmp_path / "dash.md"), dsn=dsn).returncode == 0
+    for args, encoding in ((("search", "café Zürich crème", "--mode", "lexical", "-k", "1"), "ascii"),
+                           (("search", "café Zürich crème", "--mode", "lexical", "--assemble"), "ascii"),
+                           (("search", "em dash euro sign", "--mode", "lexical", "-k", "1"), "latin-1"),
+                           (("search", "em dash euro sign", "--mode", "lexical", "-k", "1"), "iso-8859-15")):
+        out = onetrip(*args, dsn=dsn, PYTHONIOENCODING=encoding)  # Python names them iso8859-1, charmap, ...
+        assert out.returncode == 1 and "stdout's encoding (" in out.stderr and "cannot write" in out.stderr, (
+            args, encoding, out.stderr)
         assert "PYTHONIOENCODING=utf-8" in out.stderr and "Traceback" not in out.stderr
 
 

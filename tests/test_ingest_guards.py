@@ -358,11 +358,17 @@ def test_a_section_too_large_for_the_full_text_index_is_named(db, tmp_path):
     init_schema(db, Layout(dim=16))
     text = " ".join(f"w{i:07d}" for i in range(160_000))  # distinct words: a tsvector far past 1 MB
     repeated = " ".join(["again"] * 400_000)  # longer, but one lexeme: not the section to cut
+    pair = [a + b for a in "abcdefghijklmnopqrstuvwxyz" for b in "abcdefghijklmnopqrstuvwxyz"]
+    decoy = " ".join(f"{pair[i % 676]}_{pair[i // 676 % 676]}_{pair[i // 456976]}" for i in range(200_000))
     sections = [Section("huge", None, 0, 1, "Huge", ("Huge",), text, 3, "huge"),
-                Section("long", None, 1, 1, "Long", ("Long",), repeated, 3, "long")]
-    vec = np.ones((2, 16), dtype=np.float32) / 4
-    with pytest.raises(ValueError, match=r"^big\.md: string is too long for tsvector .*section huge has the most "
-                                         r"distinct words.*nothing was written"):
+                Section("long", None, 1, 1, "Long", ("Long",), repeated, 3, "long"),
+                Section("decoy", None, 2, 1, "Decoy", ("Decoy",), decoy, 3, "decoy")]  # 200,000 \w+ words, 676 lexemes
+    from onetrip.store import _word_vector_size
+
+    assert _word_vector_size(sections[2]) > _word_vector_size(sections[0])  # so only the server can tell them apart
+    vec = np.ones((3, 16), dtype=np.float32) / 4
+    with pytest.raises(ValueError, match=r"^big\.md: string is too long for tsvector .*\(section huge's words are "
+                                         r"too many for it: cut it into smaller sections\); nothing was written$"):
         replace_document(db, Layout(dim=16), DocumentRecord("big.md", "file:///big.md", "Big", "h"), sections, vec)
     assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
 

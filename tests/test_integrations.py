@@ -625,6 +625,11 @@ def test_langchain_refuses_unknown_keywords_and_keeps_the_password_out_of_errors
     assert "s3cret" not in str(e.value)
     docs = LCRetriever(retriever=api, k=10, content="section", principals=["nobody"]).invoke(BONUS)
     assert docs and "handbook#salaries" not in {d.id for d in docs}  # the hr-only section stays hidden
+    trusted = LCRetriever(retriever=api, k=10, content="section")
+    with pytest.raises(TypeError, match=r"model_copy\(update=...\) got unknown field\(s\) \['principal'\]"):
+        trusted.model_copy(update={"principal": ["nobody"]})  # pydantic writes update keys unchecked
+    narrowed = trusted.model_copy(update={"principals": ["nobody"]})
+    assert "handbook#salaries" not in {d.id for d in narrowed.invoke(BONUS)}
 
 
 def test_adapters_made_again_from_one_dsn_share_a_source(corpus, dsn, monkeypatch):

@@ -130,3 +130,6 @@ def test_scale_refuses_a_memory_size_postgres_cannot_take(tmp_path):
     line = refused("benchmarks.scale.run", "--maintenance-work-mem", "lots", "--out", str(tmp_path / "out"))
     assert "argument --maintenance-work-mem:" in line and "512MB" in line
     assert build_parser().parse_args(["--maintenance-work-mem", "2GB"]).maintenance_work_mem == "2GB"
+    for out_of_range in ("32kB", "63", "3TB"):  # PostgreSQL refuses them (64kB to 2147483647kB)
+        line = refused("benchmarks.scale.run", "--maintenance-work-mem", out_of_range, "--out", str(tmp_path / "o"))
+        assert "outside maintenance_work_mem's range" in line, line

@@ -501,10 +501,19 @@ def _principals(args: argparse.Namespace) -> tuple[str, ...] | None:
 
 
 def _stdout_cannot_take(e: ValueError) -> bool:
-    """Whether ``e`` is stdout's encoding failing on the output (an ASCII or Latin-1 terminal), not a bad value."""
-    norm = (lambda name: (name or "").lower().replace("-", "").replace("_", ""))  # noqa: E731
-    return isinstance(e, UnicodeEncodeError) and norm(e.encoding) == norm(getattr(sys.stdout, "encoding", None)) \
-        and norm(e.encoding) != "utf8"
+    """Whether ``e`` is stdout's encoding failing on the output (an ASCII or Latin-1 terminal), not a bad value:
+    the encodings compared by codec (Python names a Latin-1 stdout iso8859-1, its error latin-1; 8-bit code
+    pages report 'charmap'). onetrip encodes nothing else but UTF-8, whose errors are bad input."""
+    import codecs
+
+    def codec(name: str | None) -> str | None:
+        try:
+            return codecs.lookup(name or "").name
+        except LookupError:
+            return name
+
+    out = codec(getattr(sys.stdout, "encoding", None))
+    return isinstance(e, UnicodeEncodeError) and out != "utf-8" and codec(e.encoding) in (out, "charmap")
 
 
 def _utf8_stdout() -> bool:

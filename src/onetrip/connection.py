@@ -52,8 +52,12 @@ def check_row_factory(conn: Any) -> None:
         raise TypeError(f"this connection's row_factory is {name}: onetrip reads rows as psycopg's default tuples; "
                         "give it a connection (or pool) without a row_factory")
     cursor = given.get("cursor_factory", getattr(conn, "cursor_factory", None))
-    if isinstance(cursor, type) and issubclass(cursor, (psycopg.ClientCursor, psycopg.AsyncClientCursor)):
-        raise TypeError(f"this connection's cursor_factory is {cursor.__name__}: onetrip sends binds server-side "
+    odd = (psycopg.ClientCursor, psycopg.AsyncClientCursor, psycopg.RawCursor, psycopg.AsyncRawCursor)
+    if cursor is not None and (not isinstance(cursor, type) or not issubclass(cursor, (psycopg.Cursor,
+                                                                                       psycopg.AsyncCursor))
+                               or issubclass(cursor, odd)):
+        name = getattr(cursor, "__name__", type(cursor).__name__)
+        raise TypeError(f"this connection's cursor_factory is {name}: onetrip sends %(name)s binds server-side "
                         "and reads binary results; give it a connection (or pool) without a cursor_factory")
 
 

@@ -533,8 +533,8 @@ def _section_metadata(s: SectionLike) -> dict[str, Any]:
 
 def _word_vector_size(s: SectionLike) -> int:
     """Roughly the bytes of a section's full-text vector: its distinct words (what PostgreSQL's tsvector holds
-    once each, with up to 256 positions) over its heading path and content. The longest text is not the
-    largest vector: a megabyte of one repeated word is one lexeme."""
+    once each, with up to 256 positions) over its heading path and content; only an order to ask the server
+    in (`_too_big`). The longest text is not the largest vector: a megabyte of one repeated word is one lexeme."""
     counts: dict[str, int] = {}
     for w in re.findall(r"\w+", " ".join(s.heading_path) + " " + s.content):
         counts[w.lower()] = counts.get(w.lower(), 0) + 1
@@ -740,6 +740,35 @@ def replace_document(
     require_autocommit(conn, "replace_document")
     arr, doc_meta, section_meta = _checked(doc, sections, embeddings, layout.dim, layout.vector_type)
     context_tokens = passage_tokens(doc.doc_id, sections)
+    try:
+        return _store_revision(conn, layout, doc, sections, arr, doc_meta, section_meta, context_tokens, force,
+                               keep_history)
+    except psycopg.errors.ProgramLimitExceeded as e:  # the one check only the server makes: rolled back
+        culprit = _too_big(conn, sections)
+        raise ValueError(f"{doc.doc_id}: {e.diag.message_primary or e}"
+                         + (f" (section {culprit}'s words are too many for it: cut it into smaller sections)"
+                            if culprit else "") + "; nothing was written") from None
+
+
+def _too_big(conn: psycopg.Connection, sections: Sequence[SectionLike]) -> str | None:
+    """The section whose full-text vector is past PostgreSQL's 1 MB (None: another limit), asked of the server
+    section by section, the likeliest first (its parser and stemmer decide: a Python word count had named a
+    snake_case decoy). Only after such a failure, so the statements cost nothing otherwise."""
+    from .templates import TEXT_CONFIG
+
+    for s in sorted(sections, key=_word_vector_size, reverse=True):
+        try:
+            conn.execute("SELECT length(to_tsvector(%s::regconfig, %s))",
+                         (TEXT_CONFIG, " ".join(h for h in s.heading_path if h) + " " + s.content))
+        except psycopg.errors.ProgramLimitExceeded:
+            return s.section_id
+    return None
+
+
+def _store_revision(conn: psycopg.Connection, layout: Layout, doc: DocumentRecord, sections: Sequence[SectionLike],
+                    arr: np.ndarray, doc_meta: Any, section_meta: list[Any], context_tokens: list[int], force: bool,
+                    keep_history: bool) -> StoreResult:
+    """`replace_document`'s transaction, its input checked."""
     documents = sql.SQL(layout.tables["documents"])
     table = sql.SQL(layout.tables["sections"])
     with conn.transaction():
@@ -779,15 +808,9 @@ def replace_document(
             (doc.doc_id, doc.source_uri, doc.title, revision, doc.content_hash, doc.collection,
              None if doc.acl is None else list(doc.acl), doc_meta, total_tokens, len(sections)),
         )
-        try:
-            with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
-                copy.set_types(copy_types(layout))
-                write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
-        except psycopg.errors.ProgramLimitExceeded as e:  # the one check only the server makes: rolled back
-            big = max(sections, key=_word_vector_size)
-            raise ValueError(f"{doc.doc_id}: {e.diag.message_primary or e} (section {big.section_id} has the "
-                             f"most distinct words, about {_word_vector_size(big):,} bytes of them: cut it into "
-                             "smaller sections); nothing was written") from None
+        with conn.cursor() as cur, cur.copy(_binary_copy(layout.tables["sections"], SECTION_COLUMNS)) as copy:
+            copy.set_types(copy_types(layout))
+            write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
         # committed with the document, as a deletion's: a mark written outside it (before and after a batch, by
         # ingest) was deleted by another run's recount that began before this commit and ended after it, and a
         # run killed then left this document's words uncounted with no mark (found by review). Inside, the insert

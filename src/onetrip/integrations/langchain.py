@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from langchain_core.callbacks import AsyncCallbackManagerForRetrieverRun, CallbackManagerForRetrieverRun
@@ -124,6 +125,15 @@ class OnetripRetriever(BaseRetriever):
         super().model_post_init(context)
         self._current_query()  # bad options fail here, at construction
         self._current_source()
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> OnetripRetriever:
+        """pydantic's copy, refusing unknown ``update`` keys: it writes them unchecked, so ``principal=[...]``
+        (for principals) had made a copy with no access check."""
+        unknown = sorted(set(update or {}) - set(type(self).model_fields))
+        if unknown:
+            raise TypeError(f"model_copy(update=...) got unknown field(s) {unknown}; the fields are "
+                            f"{sorted(type(self).model_fields)}")
+        return super().model_copy(update=update, deep=deep)
 
     @property
     def source(self) -> Source:
