@@ -282,10 +282,43 @@ def test_a_stale_pid_file_naming_another_live_process_is_not_taken_for_the_serve
             bystander.kill()
 
 
+@pytest.mark.slow
+def test_a_stale_pid_file_naming_the_server_of_another_folder_leaves_that_server_alone(tmp_path):
+    """The first check compared path strings: a server of .../pgdata2 passed for one of .../pgdata (and a server
+    reached through a bind mount or a symlink failed it, its pid file removed under it; found by review). The
+    folder is now compared as a folder: the postmaster's working directory, by device and inode."""
+    home = tmp_path / "h"
+    other = home / "pgdata2"
+    env = embedded_env(home)
+    script = ("import sys, onetrip.connection as c\n"
+              "c.embedded_dsn(sys.argv[1]); print('up', flush=True); sys.stdin.read()\n")
+    with stopped_afterwards(home / "pgdata"), stopped_afterwards(other):
+        assert _cli(env, "init").returncode == 0
+        assert stops(home / "pgdata")
+        b = subprocess.Popen([sys.executable, "-c", script, str(other)], env=env, stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+        try:
+            assert b.stdout.readline() == "up\n"
+            pid = int((other / "postmaster.pid").read_text().split()[0])
+            (home / "pgdata" / "postmaster.pid").write_text(f"{pid}\n{home / 'pgdata'}\n")
+            res = _cli(env, "documents", "--json")
+            assert res.returncode == 0 and json.loads(res.stdout) == [], res.stderr
+            assert server_running(other), "the other folder's server was stopped"
+            (alias := tmp_path / "alias").symlink_to(other)  # the same folder by another path: not stale
+            from onetrip.connection import _forget_stale_postmaster
+
+            _forget_stale_postmaster(alias)
+            assert (other / "postmaster.pid").is_file()
+        finally:
+            b.stdin.close()
+            b.wait(timeout=60)
+        assert stops(other) and stops(home / "pgdata")
+
+
 def test_a_data_folder_path_the_server_cannot_take_is_named(tmp_path):
     """pgserver hands the folder to pg_ctl's shell unquoted and puts it in a URI unencoded: a space failed with
     pg_ctl's status, '#' connected elsewhere, '&' ran a command. Refused naming the character, before any start."""
-    for name, bad in (("with space", "' '"), ("hash#1", "'#'"), ("q?x=1&y", "'?'")):
+    for name, bad in (("with space", "' '"), ("hash#1", "'#'"), ("q?x=1&y", "'?'"), ("a,b", "','"), ("a=b", "'='")):
         res = _cli(embedded_env(tmp_path / name), "documents", timeout=120)
         assert res.returncode == 1 and f"its path holds {bad}" in res.stderr and "ONETRIP_HOME" in res.stderr, (
             name, res.stderr)
@@ -345,6 +378,45 @@ def test_as_root_the_folders_above_the_data_folder_are_not_left_listable(tmp_pat
         check = _cli(embedded_env(home), "documents", "--json")
         assert check.returncode == 0 and json.loads(check.stdout) == [], check.stderr
         assert stops(home / "pgdata")
+
+
+def test_a_start_failure_names_the_tools_reason_not_pgserver_labels():
+    """pgserver's own record says 'error:' on a line of its own; a killed initdb had been reported as
+    'exited with status -9 (error:)', and a failure chained behind pgserver's handler as that handler's."""
+    import subprocess as sp
+
+    from onetrip.connection import _start_failure
+
+    killed = sp.CalledProcessError(-9, ["/x/bin/initdb", "-D", "/d"])
+    label = "Failed postgres command (...):\nerror:\nCommand '...' died with <Signals.SIGKILL: 9>.\nstdout:\n\n---"
+    assert _start_failure(killed, [label]) == "initdb was killed by signal 9"
+    failed = sp.CalledProcessError(1, ["/x/bin/pg_ctl", "start"])
+    log = "pg_ctl: directory \"/d\" is not a database cluster directory\ninitdb: hint: remove it"
+    try:
+        try:
+            raise failed
+        except sp.CalledProcessError:
+            raise FileNotFoundError(2, "No such file or directory", "/d/log")  # pgserver's handler, failing
+    except FileNotFoundError as chained:
+        assert _start_failure(chained, [log]) == (
+            'pg_ctl exited with status 1 (pg_ctl: directory "/d" is not a database cluster directory)')
+
+
+@pytest.mark.skipif(not hasattr(os, "geteuid") or os.geteuid() != 0, reason="pgserver opens folders only as root")
+@pytest.mark.slow
+def test_first_starts_of_two_homes_beside_each_other_leave_their_parent_closed(tmp_path):
+    """The start lock was per home: a start in a sibling home read the shared parent's mode as the other's pgserver
+    had just opened it, and kept it open (755; found by review). The lock is one for all of a user's starts."""
+    shared = tmp_path / "shared"
+    shared.mkdir(mode=0o700)
+    code = "import onetrip; onetrip.connect().close(); print('ok')"
+    homes = [shared / "a", shared / "b"]
+    with stopped_afterwards(homes[0] / "pgdata"), stopped_afterwards(homes[1] / "pgdata"):
+        procs = [subprocess.Popen([sys.executable, "-c", code], env=embedded_env(h), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for h in homes]
+        assert [(p.wait(timeout=300), p.communicate()[0]) for p in procs] == [(0, "ok\n")] * 2
+        assert oct(shared.stat().st_mode & 0o777) == "0o711"
+        assert all(stops(h / "pgdata") for h in homes)
 
 
 def test_embedded_takes_a_blank_onetrip_dsn_as_unset(tmp_path):

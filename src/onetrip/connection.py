@@ -92,7 +92,7 @@ def home_dir() -> Path:
 #: Characters pgserver's start cannot take in the data folder's path: it hands ``-k <folder>`` to pg_ctl's shell
 #: unquoted (a space split it, ``&`` and ``;`` ran commands) and puts the folder in a URI unencoded (``#``, ``?``,
 #: ``%`` changed it).
-UNSAFE_PATH_CHARACTERS = frozenset(" \t\n\r\"'\\$`;&|<>()#?%*[]{}!")
+UNSAFE_PATH_CHARACTERS = frozenset(" \t\n\r\"'\\$`;&|<>()#?%*[]{}!,=")  # ,: -k and libpq's host are lists
 
 
 def unsafe_path_character(path: Path) -> str | None:
@@ -287,8 +287,8 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     logger = logging.getLogger("pgserver")
     logger.addHandler(kept)
     try:
-        with _starting(pgdata):  # one start at a time: each reads the parents' modes before pgserver opens them
-            modes = _parent_modes(pgdata)
+        with _starting(pgserver):  # one start at a time: each reads the parents' modes before pgserver opens them
+            modes = _parent_modes(pgdata, pgserver)
             try:
                 _forget_gone_handles(pgserver, pgdata)
                 with pgserver.PostgresServer._lock:  # as pgserver reads the file, under its lock
@@ -299,6 +299,11 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
                 _restore_parent_modes(modes)
     except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
         log = pgdata / "log"
+        if (pgdata / "PG_VERSION").is_file() and not (pgdata / "global" / "pg_control").is_file():
+            raise ConnectionFailedError(  # initdb killed before it wrote the control file (SIGKILL, OOM)
+                f"the embedded data folder {pgdata} is half-made (a first start was interrupted, initdb with it: "
+                "it has no global/pg_control); nothing onetrip stores can be in it yet: delete the folder and run "
+                "again") from e
         raise ConnectionFailedError(
             f"could not start the embedded PostgreSQL in {pgdata}: {_start_failure(e, kept.messages)}"
             + (f"; its log is {log}" if log.is_file() else "") + f"; set {ENV_DSN} to use another server"
@@ -340,24 +345,36 @@ def _start_failure(e: BaseException, messages: list[str]) -> str:
     (initdb's "error:", the server log's FATAL), not the dumps (README: errors are one line)."""
     import subprocess
 
-    if not isinstance(e, subprocess.CalledProcessError):
+    failed: BaseException | None = e
+    while failed is not None and not isinstance(failed, subprocess.CalledProcessError):
+        failed = failed.__cause__ or failed.__context__  # pgserver's handler may fail in turn (reading no log)
+    if failed is None:
         return (str(e).strip().splitlines() or [type(e).__name__])[0]
-    name = Path(str(e.cmd[0] if isinstance(e.cmd, (list, tuple)) else e.cmd).split()[0]).name
+    assert isinstance(failed, subprocess.CalledProcessError)
+    name = Path(str(failed.cmd[0] if isinstance(failed.cmd, (list, tuple)) else failed.cmd).split()[0]).name
     lines = [line.strip() for m in messages for line in m.splitlines() if line.strip()]
-    why = next((line for line in reversed(lines) if any(k in line for k in ("FATAL:", "error:", "ERROR:"))), None)
-    return f"{name} exited with status {e.returncode}" + (f" ({why})" if why else "")
+    # the tools' own lines ("initdb: error: ...", "pg_ctl: ...") and the server log's, not pgserver's labels
+    why = next((line for line in reversed(lines)
+                if re.search(r"\b(FATAL|PANIC|ERROR):|^(initdb|pg_ctl|postgres): ", line)
+                and not re.search(r"^\w+: (hint|detail):", line)), None)
+    status = (f"was killed by signal {-failed.returncode}" if failed.returncode < 0
+              else f"exited with status {failed.returncode}")
+    return f"{name} {status}" + (f" ({why})" if why else "")
 
 
 @contextmanager
-def _starting(pgdata: Path) -> Iterator[None]:
-    """Hold ``ONETRIP_HOME/.starting.lock`` (an flock) while the embedded server is started: a second process
-    starting meanwhile had read the parents' modes as pgserver had just opened them, and kept them open."""
+def _starting(pgserver: Any) -> Iterator[None]:
+    """Hold an flock while an embedded server is started, one for all of this user's data folders (in pgserver's
+    runtime folder, beside its own lock): a second start meanwhile, of the same home or of one beside it, had
+    read the shared parents' modes as pgserver had just opened them, and kept them open."""
     if os.name != "posix":
         yield
         return
     import fcntl
 
-    with open(pgdata.parent / ".starting.lock", "a") as lock:
+    runtime = Path(pgserver.PostgresServer.runtime_path)
+    runtime.mkdir(parents=True, exist_ok=True)
+    with open(runtime / "onetrip-starting.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
@@ -378,7 +395,9 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
     try:
         pid = int(pidfile.read_text().split("\n", 1)[0])
         proc = psutil.Process(pid)
-        ours = proc.name() == "postgres" and str(pgdata.expanduser().resolve()) in " ".join(proc.cmdline())
+        # a postmaster works in its data folder: the same folder (not the same path string: a bind mount, a
+        # symlink, a renamed folder or a relative -D spell it otherwise, and pgdata2 contains pgdata)
+        ours = proc.name() == "postgres" and os.path.samefile(proc.cwd(), pgdata)
     except (OSError, ValueError, psutil.NoSuchProcess):
         return  # no file, or no such process: pgserver handles that itself
     except psutil.AccessDenied:
@@ -387,12 +406,18 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
         pidfile.unlink(missing_ok=True)
 
 
-def _parent_modes(pgdata: Path) -> dict[Path, int]:
-    """The modes of the data folder's parents, when running as root (pgserver's start opens them to all users)."""
+def _parent_modes(pgdata: Path, pgserver: Any = None) -> dict[Path, int]:
+    """The modes of the data folder's parents and of pgserver's install's, when running as root (pgserver's start
+    opens both to all users: with it installed under /root, /root too)."""
     if os.name != "posix" or os.geteuid() != 0:
         return {}
     modes = {}
-    for parent in pgdata.expanduser().resolve().parents:
+    folders = list(pgdata.expanduser().resolve().parents)
+    if pgserver is not None:
+        from pgserver._commands import POSTGRES_BIN_PATH
+
+        folders += list(Path(POSTGRES_BIN_PATH).resolve().parents)
+    for parent in dict.fromkeys(folders):
         try:
             modes[parent] = parent.stat().st_mode & 0o7777
         except OSError:
