@@ -320,9 +320,16 @@ def test_a_data_folder_path_the_server_cannot_take_is_named(tmp_path):
     pg_ctl's status, '#' connected elsewhere, '&' ran a command. Refused naming the character, before any start."""
     for name, bad in (("with space", "' '"), ("hash#1", "'#'"), ("q?x=1&y", "'?'"), ("a,b", "','"), ("a=b", "'='")):
         res = _cli(embedded_env(tmp_path / name), "documents", timeout=120)
-        assert res.returncode == 1 and f"its path holds {bad}" in res.stderr and "ONETRIP_HOME" in res.stderr, (
+        assert res.returncode == 1 and f"holds {bad}" in res.stderr and "ONETRIP_HOME" in res.stderr, (
             name, res.stderr)
         assert not (tmp_path / name).exists()
+    target = tmp_path / "x$(touch INJ)y"  # a symlink's target is what pgserver hands to the shell
+    target.mkdir()
+    (tmp_path / "link").symlink_to(target)
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "documents"], env=embedded_env(tmp_path / "link"),
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert res.returncode == 1 and "(or the path it links to) holds '$'" in res.stderr, res.stderr
+    assert not (tmp_path / "INJ").exists() and not (target / "pgdata").exists()
     (tmp_path / "afile").write_text("")
     res = _cli(embedded_env(tmp_path / "afile"), "documents", timeout=120)
     assert res.returncode == 1 and "must be a folder onetrip may write in" in res.stderr, res.stderr

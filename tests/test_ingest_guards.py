@@ -371,6 +371,19 @@ def test_a_section_too_large_for_the_full_text_index_is_named(db, tmp_path):
                                          r"too many for it: cut it into smaller sections\); nothing was written$"):
         replace_document(db, Layout(dim=16), DocumentRecord("big.md", "file:///big.md", "Big", "h"), sections, vec)
     assert db.execute("SELECT count(*) FROM documents").fetchone()[0] == 0
+    # inside a transaction of the caller's the diagnosis probes in savepoints of their own: the caller's
+    # transaction stays usable (a probe failing in it had aborted it: the next write raised InFailedSqlTransaction)
+    from psycopg import pq
+
+    small = [Section("s", None, 0, 1, "S", ("S",), "small text", 3, "s")]
+    with db.transaction():
+        with pytest.raises(ValueError, match="section huge's words are too many"):
+            replace_document(db, Layout(dim=16), DocumentRecord("big.md", "file:///big.md", "Big", "h"), sections,
+                             vec)
+        assert db.info.transaction_status == pq.TransactionStatus.INTRANS
+        assert replace_document(db, Layout(dim=16), DocumentRecord("ok.md", "file:///ok.md", "Ok", "h"), small,
+                                vec[:1]).outcome == "new"
+    assert [r[0] for r in db.execute("SELECT doc_id FROM documents")] == ["ok.md"]
 
 
 def test_a_database_error_in_the_cli_is_one_line(dsn, db):

@@ -628,6 +628,8 @@ def test_langchain_refuses_unknown_keywords_and_keeps_the_password_out_of_errors
     trusted = LCRetriever(retriever=api, k=10, content="section")
     with pytest.raises(TypeError, match=r"model_copy\(update=...\) got unknown field\(s\) \['principal'\]"):
         trusted.model_copy(update={"principal": ["nobody"]})  # pydantic writes update keys unchecked
+    with pytest.raises(TypeError, match=r"^copy\(update=...\) got unknown"):
+        trusted.copy(update={"principal": ["nobody"]})  # pydantic v1's copy, deprecated but working
     narrowed = trusted.model_copy(update={"principals": ["nobody"]})
     assert "handbook#salaries" not in {d.id for d in narrowed.invoke(BONUS)}
 

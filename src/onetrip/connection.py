@@ -272,10 +272,13 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     stopped at exit by pgserver when no other process uses it.
     """
     pgdata = (Path(data_dir) if data_dir else embedded_data_dir()).expanduser().absolute()
-    bad = unsafe_path_character(pgdata)
+    # the path as given and as resolved: pgserver hands the resolved one to pg_ctl's shell (a symlink to a folder
+    # named x$(touch y) had run the command)
+    bad = unsafe_path_character(pgdata) or unsafe_path_character(pgdata.resolve())
     if bad is not None:
         raise ConnectionFailedError(
-            f"the embedded PostgreSQL cannot run in {pgdata}: its path holds {bad!r}, which pgserver's start "
+            f"the embedded PostgreSQL cannot run in {pgdata}: its path (or the path it links to) holds {bad!r}, "
+            "which pgserver's start "
             f"cannot take; set {ENV_HOME} to a folder without it, or {ENV_DSN} (--dsn) to use another server")
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)

@@ -758,8 +758,9 @@ def _too_big(conn: psycopg.Connection, sections: Sequence[SectionLike]) -> str |
 
     for s in sorted(sections, key=_word_vector_size, reverse=True):
         try:
-            conn.execute("SELECT length(to_tsvector(%s::regconfig, %s))",
-                         (TEXT_CONFIG, " ".join(h for h in s.heading_path if h) + " " + s.content))
+            with conn.transaction():  # a savepoint inside a caller's transaction: its failure must not abort it
+                conn.execute("SELECT length(to_tsvector(%s::regconfig, %s))",
+                             (TEXT_CONFIG, " ".join(h for h in s.heading_path if h) + " " + s.content))
         except psycopg.errors.ProgramLimitExceeded:
             return s.section_id
     return None

@@ -129,11 +129,19 @@ class OnetripRetriever(BaseRetriever):
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> OnetripRetriever:
         """pydantic's copy, refusing unknown ``update`` keys: it writes them unchecked, so ``principal=[...]``
         (for principals) had made a copy with no access check."""
+        self._check_update("model_copy", update)
+        return super().model_copy(update=update, deep=deep)
+
+    def copy(self, *args: Any, update: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
+        """pydantic v1's (deprecated) copy, checked as `model_copy`: it writes ``update`` unchecked too."""
+        self._check_update("copy", update)
+        return super().copy(*args, update=update, **kwargs)  # type: ignore[arg-type]
+
+    def _check_update(self, how: str, update: Mapping[str, Any] | None) -> None:
         unknown = sorted(set(update or {}) - set(type(self).model_fields))
         if unknown:
-            raise TypeError(f"model_copy(update=...) got unknown field(s) {unknown}; the fields are "
+            raise TypeError(f"{how}(update=...) got unknown field(s) {unknown}; the fields are "
                             f"{sorted(type(self).model_fields)}")
-        return super().model_copy(update=update, deep=deep)
 
     @property
     def source(self) -> Source:
