@@ -330,6 +330,9 @@ def test_a_data_folder_path_the_server_cannot_take_is_named(tmp_path):
                          capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert res.returncode == 1 and "(or the path it links to) holds '$'" in res.stderr, res.stderr
     assert not (tmp_path / "INJ").exists() and not (target / "pgdata").exists()
+    (tmp_path / "loop").symlink_to(tmp_path / "loop")  # Path.resolve raises RuntimeError (Python < 3.13)
+    res = _cli(embedded_env(tmp_path / "loop"), "documents", timeout=120)
+    assert res.returncode == 1 and "cannot be reached" in res.stderr and "Traceback" not in res.stderr, res.stderr
     (tmp_path / "afile").write_text("")
     res = _cli(embedded_env(tmp_path / "afile"), "documents", timeout=120)
     assert res.returncode == 1 and "must be a folder onetrip may write in" in res.stderr, res.stderr

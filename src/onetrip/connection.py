@@ -274,7 +274,12 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     pgdata = (Path(data_dir) if data_dir else embedded_data_dir()).expanduser().absolute()
     # the path as given and as resolved: pgserver hands the resolved one to pg_ctl's shell (a symlink to a folder
     # named x$(touch y) had run the command)
-    bad = unsafe_path_character(pgdata) or unsafe_path_character(pgdata.resolve())
+    try:
+        resolved = pgdata.resolve()
+    except (OSError, RuntimeError) as e:  # a symlink loop: RuntimeError before Python 3.13
+        raise ConnectionFailedError(f"the embedded data folder {pgdata} cannot be reached ({e}): set {ENV_HOME} to "
+                                    f"a folder, or {ENV_DSN} (--dsn) to use another server") from None
+    bad = unsafe_path_character(pgdata) or unsafe_path_character(resolved)
     if bad is not None:
         raise ConnectionFailedError(
             f"the embedded PostgreSQL cannot run in {pgdata}: its path (or the path it links to) holds {bad!r}, "

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
@@ -133,9 +134,17 @@ class OnetripRetriever(BaseRetriever):
         return super().model_copy(update=update, deep=deep)
 
     def copy(self, *args: Any, update: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:  # type: ignore[override]
-        """pydantic v1's (deprecated) copy, checked as `model_copy`: it writes ``update`` unchecked too."""
+        """pydantic v1's (deprecated) copy, checked as `model_copy`: it writes ``update`` unchecked too. Its
+        deprecation warning is raised here, pinned to the caller's line as pydantic's own is."""
+        from pydantic.warnings import PydanticDeprecatedSince20
+
+        warnings.warn("The `copy` method is deprecated; use `model_copy` instead. See the docstring of "
+                      "`BaseModel.copy` for details about how to handle `include` and `exclude`.",
+                      category=PydanticDeprecatedSince20, stacklevel=2)
         self._check_update("copy", update)
-        return super().copy(*args, update=update, **kwargs)  # type: ignore[arg-type]
+        with warnings.catch_warnings():  # pydantic's, which would now point at this line
+            warnings.simplefilter("ignore", PydanticDeprecatedSince20)
+            return super().copy(*args, update=update, **kwargs)  # type: ignore[arg-type]
 
     def _check_update(self, how: str, update: Mapping[str, Any] | None) -> None:
         unknown = sorted(set(update or {}) - set(type(self).model_fields))
