@@ -500,26 +500,28 @@ def _principals(args: argparse.Namespace) -> tuple[str, ...] | None:
     return () if args.public_only else (tuple(args.principal) if args.principal else None)
 
 
-def _stdout_cannot_take(e: ValueError) -> bool:
-    """Whether ``e`` is stdout's encoding failing on the output (an ASCII or Latin-1 terminal), not a bad value:
-    the encodings compared by codec (Python names a Latin-1 stdout iso8859-1, its error latin-1; 8-bit code
-    pages report 'charmap'). onetrip encodes nothing else but UTF-8, whose errors are bad input."""
+def _codec(name: str | None) -> str | None:
+    """An encoding's codec name (Python names a Latin-1 stdout iso8859-1, its encoder's errors latin-1)."""
     import codecs
 
-    def codec(name: str | None) -> str | None:
-        try:
-            return codecs.lookup(name or "").name
-        except LookupError:
-            return name
+    try:
+        return codecs.lookup(name or "").name
+    except LookupError:
+        return name
 
-    out = codec(getattr(sys.stdout, "encoding", None))
-    return isinstance(e, UnicodeEncodeError) and out != "utf-8" and codec(e.encoding) in (out, "charmap")
+
+def _stdout_cannot_take(e: ValueError) -> bool:
+    """Whether ``e`` is stdout's encoding failing on the output (an ASCII or Latin-1 terminal), not a bad value:
+    the encodings compared by codec (8-bit code pages report 'charmap'). onetrip encodes nothing else but
+    UTF-8, whose errors are bad input."""
+    out = _codec(getattr(sys.stdout, "encoding", None))
+    return isinstance(e, UnicodeEncodeError) and out != "utf-8" and _codec(e.encoding) in (out, "charmap")
 
 
 def _utf8_stdout() -> bool:
     """Whether stdout takes any text: --json writes characters as they are then, else as \\u escapes (an ASCII or
     Latin-1 stdout had failed search --json with UnicodeEncodeError, exit 2, as if the input were bad)."""
-    return (getattr(sys.stdout, "encoding", None) or "").lower().replace("-", "").replace("_", "") == "utf8"
+    return _codec(getattr(sys.stdout, "encoding", None)) == "utf-8"
 
 
 def _doc_id_maker(prefix: str) -> Any:
