@@ -139,6 +139,12 @@ def test_question_records(tmp_path):
     f.write_text('{"question": "no id"}\n')
     with pytest.raises(ValueError, match="q.jsonl:1"):
         load_questions(f)
+    # a line that is no object, or a quote that is no string, had passed or failed unnamed (found by review)
+    for line in ("[1, 2]", '"text"', json.dumps({**rows[0], "evidence": [{"page": "p.html", "section_id": "A",
+                                                                            "quote": None}]})):
+        f.write_text(json.dumps(rows[1]) + "\n" + line + "\n")
+        with pytest.raises(ValueError, match="q.jsonl:2: not a question record"):
+            load_questions(f)
 
 
 def test_several_question_files_are_one_set_with_unique_ids(tmp_path):

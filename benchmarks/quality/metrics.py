@@ -68,7 +68,12 @@ def load_questions(path: str | Path) -> list[Question]:
             continue
         try:
             obj = json.loads(line)
+            if not isinstance(obj, dict):  # a list or a string had been an AttributeError naming no line
+                raise TypeError(f"a JSON {type(obj).__name__}, not an object")
             ev = tuple(Evidence(e["page"], e["section_id"], e["quote"]) for e in obj.get("evidence") or ())
+            bad = [e.quote for e in ev if not isinstance(e.quote, str) or not isinstance(e.page, str)]
+            if bad or not isinstance(obj["question"], str):  # "quote": null failed only after ingest and windows
+                raise TypeError(f"question, page and quote must be strings, got {(bad or [obj['question']])[0]!r}")
             known = {"id", "question", "evidence", "needs", "why"}
             out.append(Question(str(obj["id"]), obj["question"], ev, obj.get("needs", ""), obj.get("why", ""),
                                 {k: v for k, v in obj.items() if k not in known}))

@@ -469,10 +469,10 @@ class Selector:
 
     Order of criteria: mean coverage at the budget; then "scaled" coverage, i.e. the mean
     over all budgets of the same mode with k scaled in proportion to the budget (k=8 at
-    2,000 -> 4 at 1,000 and 16 at 4,000), which favours settings that keep working when
-    max_tokens changes; then section recall; then a simpler mode (fewer expansion options);
-    then fewer tokens; then a smaller k. ``exclude`` leaves one question out (for the
-    leave-one-out check).
+    2,000 -> 4 at 1,000 and 16 at 4,000; where that k was not run, the same k: `scaled`),
+    which favours settings that keep working when max_tokens changes; then section recall; then
+    a simpler mode (fewer expansion options); then fewer tokens; then a smaller k. ``exclude``
+    leaves one question out (for the leave-one-out check).
     """
 
     def __init__(self, rows: Sequence[Row], modes: Sequence[Mode], answerable: set[str]) -> None:
@@ -499,6 +499,11 @@ class Selector:
                 + int(o.get("neighbors", 0)) + int(self.modes[mode].document_budget))
 
     def scaled(self, mode: str, k: int, budget: int, exclude: str | None = None) -> float:
+        """The mean over budgets of the mode's coverage with k scaled to each budget (``round(k * b / budget)``,
+        at least 1). Where that k was not run, the same k at that budget stands in for it (k=20 at 2,000 is
+        scored with k=20 at 4,000, as 40 is not among the ks run; k=5's round(2.5) = 2 at 1,000 likewise with
+        k=5). The published tie-breaks were made so; a nearest-k rule would pick otherwise on the held-out
+        sets' comparison-only "tuned" rows, so it is left as it is, to keep those results reproducible."""
         vals = []
         for b in self.budgets:
             kb = max(1, round(k * b / budget))
