@@ -337,6 +337,21 @@ def test_init_names_another_vector_type_or_partitioning_before_touching_the_tabl
     assert res.returncode == 0 and "note" not in res.stderr  # no HNSW flag given: nothing asked to change
 
 
+def test_a_table_of_a_partitions_name_is_refused_before_anything_is_made(db, dsn):
+    """CREATE TABLE IF NOT EXISTS ... PARTITION OF skipped a partition whose name another table had: init committed a
+    sections table without that remainder, said it had 2 of 3 partitions, and ingest then failed for every document
+    hashing there (found by review)."""
+    from onetrip.errors import ForeignTableError
+
+    db.execute("CREATE TABLE q_sections_p1 (id int, note text)")
+    with pytest.raises(ForeignTableError, match="q_sections_p1 exists but is not a partition of q_sections"):
+        init_schema(db, Layout(dim=16, prefix="q_", partitions=3))
+    assert db.execute("SELECT to_regclass('q_sections'), to_regclass('q_documents')").fetchone() == (None, None)
+    db.execute("DROP TABLE q_sections_p1")
+    assert init_schema(db, Layout(dim=16, prefix="q_", partitions=3)).partitions == 3
+    assert init_schema(db, Layout(dim=16, prefix="q_", partitions=3)).partitions == 3  # its own partitions: fine
+
+
 def test_a_retriever_ends_the_transaction_it_opened_on_a_callers_connection(db, dsn):
     """Without autocommit, its settings and reads had left the caller's connection in a transaction:
     a later rollback undid ef_search, and the catalog and documents locks stayed held."""

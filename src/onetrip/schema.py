@@ -112,10 +112,30 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
         # index (pg_type_typname_nsp_index): inits wait for each other (the two-key lock space, apart from the
         # documents' one-key locks); the second then finds everything made.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", ("onetrip init_schema",))
+        _check_partition_names(conn, layout)
         conn.execute(script)  # no params: sent as one multi-statement script
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
     _check_existing(existing, layout)  # another init may have created it in between
     return existing
+
+
+def _check_partition_names(conn: psycopg.Connection, layout: Layout) -> None:
+    """Refuse a table of a partition's name that is no partition of the sections table: the script's CREATE TABLE
+    IF NOT EXISTS ... PARTITION OF skipped it, and committed a sections table without that remainder (every
+    document hashing there then failed to store; found by review)."""
+    if not layout.partitions:
+        return
+    names = [layout.partition(i) for i in range(layout.partitions)]
+    taken = conn.execute(
+        """SELECT p.name FROM unnest(%s::text[]) WITH ORDINALITY AS p (name, n)
+            WHERE to_regclass(p.name) IS NOT NULL
+              AND NOT EXISTS (SELECT 1 FROM pg_inherits i
+                               WHERE i.inhrelid = to_regclass(p.name) AND i.inhparent = to_regclass(%s))
+            ORDER BY p.n""", (names, layout.tables["sections"])).fetchall()
+    if taken:
+        raise ForeignTableError(
+            f"{taken[0][0]} exists but is not a partition of {layout.tables['sections']}: onetrip neither uses nor "
+            "drops it, and cannot make its partition of that name; give another --prefix or --schema")
 
 
 def _existing_layout(conn: psycopg.Connection, layout: Layout) -> Layout | None:
