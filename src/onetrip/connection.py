@@ -230,18 +230,18 @@ def _forget_gone_handles(pgserver: Any, pgdata: Path) -> None:
 
 @contextmanager
 def _signals_after_start() -> Iterator[None]:
-    """`_sigterm_after_start` for SIGTERM and SIGINT (Ctrl-C sent to this process alone: its KeyboardInterrupt
+    """`_held_until_started` for SIGTERM and SIGINT (Ctrl-C sent to this process alone: its KeyboardInterrupt
     came out of initdb's subprocess.run, which killed initdb halfway). A Ctrl-C at a terminal also reaches
     initdb itself, in the same process group: the half-made folder that leaves is named when the next
     start finds it (`embedded_dsn`)."""
-    with _sigterm_after_start(), _sigterm_after_start(signal.SIGINT):
+    with _held_until_started(signal.SIGTERM), _held_until_started(signal.SIGINT):
         yield
 
 
 @contextmanager
-def _sigterm_after_start(signum: int = signal.SIGTERM) -> Iterator[None]:
-    """A SIGTERM that arrives while the embedded server is being made and started reaches its Python handler
-    once that is done (the server running and this process on its list), not inside it.
+def _held_until_started(signum: int) -> Iterator[None]:
+    """A ``signum`` (SIGTERM, SIGINT) that arrives while the embedded server is being made and started reaches its
+    Python handler once that is done (the server running and this process on its list), not inside it.
 
     With a handler that raises (the CLI's `sigterm_unwinds`: `kill`, `docker stop`), the exception came out of
     the subprocess.run of pgserver's initdb or pg_ctl, which kills the child on its way out: an initdb cut short
@@ -308,10 +308,8 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
         log = pgdata / "log"
         if (pgdata / "PG_VERSION").is_file() and not (pgdata / "global" / "pg_control").is_file():
-            raise ConnectionFailedError(  # initdb killed before it wrote the control file (SIGKILL, OOM)
-                f"the embedded data folder {pgdata} is half-made (a first start was interrupted, initdb with it: "
-                "it has no global/pg_control); nothing onetrip stores can be in it yet: delete the folder and run "
-                "again") from e
+            # initdb killed before it wrote the control file (SIGKILL, OOM)
+            raise _half_made(pgdata, "it has no global/pg_control") from e
         raise ConnectionFailedError(
             f"could not start the embedded PostgreSQL in {pgdata}: {_start_failure(e, kept.messages)}"
             + (f"; its log is {log}" if log.is_file() else "") + f"; set {ENV_DSN} to use another server"
@@ -330,11 +328,15 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     except psycopg.OperationalError as e:
         if "does not exist" not in str(e):
             raise
-        raise ConnectionFailedError(
-            f"the embedded data folder {pgdata} is half-made (a first start was interrupted, initdb with it: "
-            f"{str(e).strip().splitlines()[-1]}); nothing onetrip stores can be in it yet: delete the folder "
-            "and run again") from None
+        raise _half_made(pgdata, str(e).strip().splitlines()[-1]) from None
     return server.get_uri(dbname)
+
+
+def _half_made(pgdata: Path, why: str) -> ConnectionFailedError:
+    """The error for a data folder a cut-short first start left (initdb stopped halfway), found either way."""
+    return ConnectionFailedError(
+        f"the embedded data folder {pgdata} is half-made (a first start was interrupted, initdb with it: {why}); "
+        "nothing onetrip stores can be in it yet: delete the folder and run again")
 
 
 class _KeptErrors(logging.Handler):
