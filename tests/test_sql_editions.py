@@ -512,6 +512,35 @@ def test_psql_runs_assemble_sql_as_is_and_matches_the_api(db, dsn, loaded):
         assert rows, "budget left no passage"
 
 
+def test_assemble_header_says_the_api_buckets_k_and_rows_agree_when_ef_search_covers_it(db, dsn, loaded,
+                                                                                         tmp_path):
+    """Retriever.assemble scans k's bucket and keeps the k nearest, as search does; assemble.sql has LIMIT :k.
+    Its header once had no `onetrip` paragraph, so sql/README's "the differences its header lists" claimed
+    none, while at k = 35 on the default ef_search (40 < the bucket, 50) the hits could differ (a DBA
+    review: 4 of 20 queries on 5,000 synthetic sections). With ef_search at least the bucket they agree."""
+    from onetrip.retrieve import k_bucket, plan_assemble
+
+    k = 35
+    bucket = k_bucket(k)
+    assert bucket > k
+    sent = plan_assemble(Layout(), np.ones(384, dtype=np.float32), k, max_tokens=100000).statement
+    assert f"LIMIT {bucket}\n" in sent and "LIMIT %(k)s" in sent
+    note = _onetrip_note("assemble.sql")
+    assert "bucket" in note and "hnsw.ef_search at least the bucket" in note, note
+    db.execute("SET enable_seqscan = off")
+    r = Retriever(db, ef_search=bucket)
+    script = tmp_path / "assemble.sql"
+    script.write_text(f"SET hnsw.ef_search = {bucket};\nSET hnsw.iterative_scan = relaxed_order;\n"
+                      "SET enable_seqscan = off;\n" + (SQL_DIR / "postgres" / "assemble.sql").read_text())
+    for q in corpus_query_vectors(loaded, 4, seed=13):
+        rows = run_psql(dsn, "-q", "-v", f"k={k}", "-v", "max_tokens=100000",
+                        "-v", f"query_embedding={vec_literal(q)}", "-f", str(script))
+        ctx = r.assemble(q, k=k, max_tokens=100000)
+        assert [(x["doc_id"], x["section_id"], int(x["best_rank"])) for x in rows] == \
+            [(p.doc_id, p.section_id, p.best_rank) for p in ctx.passages]
+        assert sum(1 for x in rows if x["distance"]) == k
+
+
 def test_citus_edition_distributes_by_doc_id_and_says_how_it_was_validated():
     text = (SQL_DIR / "citus" / "schema.sql").read_text()
     assert parse_statements(text, "postgres")

@@ -42,6 +42,15 @@
 --           doc_rank, distance (the passage's own, when it is a hit; else
 --           NULL) and hit_count (how many hits the search found, before the
 --           budget; the same on every row).
+-- onetrip   The Python API sends this statement with one change: a constant
+--           HNSW LIMIT (k itself when k is a bucket of retrieve.K_BUCKETS: 4, 5,
+--           8, 10, 16, 20, 50, ...; else the next such bucket, then LIMIT :k in
+--           a second CTE), so a prepared statement keeps one generic plan. When
+--           the bucket exceeds hnsw.ef_search (on the default 40: a k above 20
+--           that is not itself a bucket) the API keeps the k nearest of the
+--           bucket's rows and this file the first k the scan returns, which can
+--           be other hits (see retrieve.sql); with hnsw.ef_search at least the
+--           bucket both return the same rows.
 -- =============================================================================
 WITH RECURSIVE hits AS MATERIALIZED (
     SELECT s.doc_id,
