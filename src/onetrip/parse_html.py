@@ -392,13 +392,31 @@ def _fostered(table: Tag) -> str:
         return not skipped(tag) and (tag.name in _TABLE_PARTS or id(tag) in holds_cells)
 
     out: list[str] = []
-    for child in _preorder(table, wrapper):
-        if isinstance(child, Tag):
-            if not skipped(child) and not wrapper(child):
-                out.append(_flat_text(child))
-        elif _is_text(child) and str(child).strip():
-            out.append(_collapse(str(child)))
+    # the table, then each row lxml nested in a cell (`<td><div>a<tr>stray<td>b`: an unclosed element in the
+    # cell holds the rest of the table; a browser closes the cell): its text outside its cells is fostered too,
+    # and no cell reads it (`_flat_text` leaves rows in a cell to `_own_rows`), so it had been lost
+    for root in (table, *_rows_in_cells(table)):
+        for child in _preorder(root, wrapper):
+            if isinstance(child, Tag):
+                if not skipped(child) and not wrapper(child):
+                    out.append(_flat_text(child))
+            elif _is_text(child) and str(child).strip():
+                out.append(_collapse(str(child)))
     return " ".join(t for t in out if t)
+
+
+def _rows_in_cells(table: Tag) -> list[Tag]:
+    """The table's own <tr> elements that lxml put inside one of its cells, in document order (one pass)."""
+    in_cell: dict[int, bool] = {id(table): False}
+    rows: list[Tag] = []
+    for child in _preorder(table, lambda tag: tag.name != "table"):
+        if not isinstance(child, Tag):
+            continue
+        inside = child.parent is not None and in_cell.get(id(child.parent), False)
+        in_cell[id(child)] = child.name != "table" and (inside or child.name in _CELLS)
+        if inside and child.name == "tr":
+            rows.append(child)
+    return rows
 
 
 _CELLS = ("td", "th")
@@ -441,8 +459,8 @@ def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
 def _stray_tables(table: Tag) -> list[Tag]:
     """Tables inside a table but in none of its cells (their parent's </table> left out: lxml nests them,
     browsers show them as tables of their own), which no row reads."""
-    def outside_cells(tag: Tag) -> bool:
-        return tag.name not in _CELLS and not _dropped(tag)
+    def outside_cells(tag: Tag) -> bool:  # a caption is read whole, a table inside it too (it had been read twice)
+        return tag.name not in _CELLS and tag.name != "caption" and not _dropped(tag)
 
     return [child for child in _preorder(table, lambda tag: outside_cells(tag) and tag.name != "table")
             if isinstance(child, Tag) and child.name == "table" and outside_cells(child)]
@@ -674,7 +692,9 @@ class _Walker:
         text, nested, rest = _heading_text(tag, _targets(tag, before, section_id, container))
         if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
             return rest
-        if not self.containers and text:  # an empty one (a logo's <h1><img>) makes no section: nothing nests under it
+        if not self.containers and not text:  # a logo's <h1><img>: no heading to show, so no section: nothing
+            return None  # nests under it (it had made an empty-titled section and the page's headings its children)
+        if not self.containers:
             while self.open_free and self.open_free[-1] >= n:
                 self.open_free.pop()
             self.open_free.append(n)
@@ -918,6 +938,10 @@ def _matched_heading_ends(text: str) -> str:
     return "".join([*out, text[pos:]]) if out else text
 
 
+#: elements whose content is another markup language's: a <title> inside is theirs, not the page's
+_FOREIGN_CONTENT = ("svg", "math")
+
+
 def parse_html(text: str) -> tuple[str, list[Block], dict]:
     """(title, blocks, metadata) for an HTML page; title is the <title> text."""
     text = _matched_heading_ends(text)
@@ -925,7 +949,9 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
         warnings.simplefilter("ignore")
         # class stays a plain string: building per-tag class lists costs ~15% of parse time
         soup = BeautifulSoup(text, "lxml", multi_valued_attributes=None)
-    title_tag = soup.find("title")
+    # the document's <title>, not an inline SVG's or MathML's (an accessible icon's "Home icon"), which is no
+    # title of the page to a browser (document.title) and had become the title of every section's path
+    title_tag = soup.find(lambda tag: tag.name == "title" and tag.find_parent(_FOREIGN_CONTENT) is None)
     title = _collapse(title_tag.get_text()) if isinstance(title_tag, Tag) else ""
     metadata = _metadata(soup, title)
     root = soup.body if isinstance(soup.body, Tag) else soup
