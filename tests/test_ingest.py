@@ -843,6 +843,27 @@ def test_front_matter_keys_are_kept_beside_onetrips_own(db, tmp_path):
     assert listed == {"cut.md": (report.warnings[0][1],), "whole.md": ()}
 
 
+def test_front_matter_keys_of_onetrips_prefix_are_dropped_with_a_warning(db, tmp_path):
+    """Found by review: `onetrip_parse_warnings` in a file's front matter showed as that file's warnings
+    (`onetrip documents`), and `onetrip_embedder` was overwritten without a word, though store.EMBEDDER_KEY's
+    comment says the prefix keeps a document's own metadata from being read as onetrip's or overwritten."""
+    (tmp_path / "fm.md").write_text("---\nonetrip_parse_warnings: [fake]\nonetrip_embedder: mine\nteam: a\n---\n"
+                                    "# Doc\n\ntext\n")
+    layout = Layout(dim=HashEmbedder().dim)
+    init_schema(db, layout)
+    report = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert report.new == 1 and not report.failed
+    assert [w for _, w in report.warnings] == [
+        "front matter key 'onetrip_embedder' dropped: the onetrip_ prefix is onetrip's own",
+        "front matter key 'onetrip_parse_warnings' dropped: the onetrip_ prefix is onetrip's own"]
+    (meta,) = db.execute("SELECT metadata FROM documents").fetchone()
+    assert meta["team"] == "a" and meta["onetrip_embedder"] == HashEmbedder().name
+    assert meta["onetrip_parse_warnings"] == [w for _, w in report.warnings]
+    from onetrip import list_documents
+
+    assert "fake" not in " ".join(list_documents(db, layout)[0].parse_warnings)
+
+
 def test_a_truncated_file_is_stored_and_its_loss_reported(db, dsn, tmp_path):
     """Stored as CommonMark and lxml read it (nothing fails), but the report, the CLI and the document name it."""
     from .test_cli import onetrip

@@ -408,6 +408,22 @@ def _store_access(conn: psycopg.Connection, layout: Layout, did: str, digest: st
     return True
 
 
+#: The prefix of the documents.metadata keys onetrip records (`store.EMBEDDER_KEY`, ...).
+RESERVED_PREFIX = "onetrip_"
+
+
+def _own_metadata(metadata: dict, warnings: Sequence[str]) -> tuple[dict, list[str]]:
+    """A file's front matter without keys of onetrip's prefix, and its warnings with one per key dropped.
+
+    Such a key would be read as onetrip's own (``onetrip_parse_warnings`` showed as the file's warnings) or
+    silently overwritten (``onetrip_embedder``); dropped with a warning, the file is still stored.
+    """
+    dropped = sorted(str(k) for k in metadata if str(k).startswith(RESERVED_PREFIX))
+    own = {k: v for k, v in metadata.items() if not str(k).startswith(RESERVED_PREFIX)}
+    return own, [*warnings, *(f"front matter key {k!r} dropped: the {RESERVED_PREFIX} prefix is onetrip's own"
+                              for k in dropped)]
+
+
 def ingest_paths(
     conn: psycopg.Connection,
     paths: Paths,
@@ -638,12 +654,13 @@ def ingest_paths(
                 except Exception as e:  # noqa: BLE001 - a parser's own failure fails this file, not the run
                     # (front matter with a mapping as a key had raised TypeError and ended a whole ingest)
                     raise InputDocumentError(shown, f"the parser failed ({type(e).__name__}: {e})") from e
-                report.warnings += [(shown, w) for w in parsed.warnings]
+                own, warned = _own_metadata(parsed.metadata, parsed.warnings)
+                report.warnings += [(shown, w) for w in warned]
                 # kept with the document too, so a later look (onetrip documents, SQL) finds them
-                found = {PARSE_WARNINGS_KEY: list(parsed.warnings)} if parsed.warnings else {}
+                found = {PARSE_WARNINGS_KEY: warned} if warned else {}
                 record = DocumentRecord(  # refuses a doc_id past the index limit: this file fails, not the run
                     doc_id=did, source_uri=uri, title=parsed.title, content_hash=digest,
-                    metadata={**parsed.metadata, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name,
+                    metadata={**own, **found, FORMAT_KEY: parsed.format, EMBEDDER_KEY: embedder.name,
                               SECTIONING_KEY: SECTIONING, EMBEDDING_TEXT_KEY: EMBEDDING_TEXT,
                               **({} if probe is None else {EMBEDDER_PROBE_KEY: probe})},
                     collection=collection, acl=acl,

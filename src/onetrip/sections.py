@@ -55,7 +55,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 6
+SECTIONING = 7
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -82,7 +82,11 @@ contents, page footers, Bootstrap navbars and aria-hidden elements are dropped, 
 containers, an outermost container nests under a page heading outside containers (AsciiDoc), an empty anchor
 right before a heading is its anchor, any symbol link within the page is a permalink, a heading end tag of
 another level closes the open heading (added the same day as the rest of 6: the only HTML stored under 6
-before it, the PostgreSQL manual, has no such tag)."""
+before it, the PostgreSQL manual, has no such tag);
+7: (2026-12-06, found by review) HTML: an inline SVG's or MathML's <title> is not the page's title; a table
+inside a caption is read once; the loose text of a row lxml nests in a cell is kept; an empty heading outside
+containers (a logo's <h1><img>) makes no section. Front matter keys of the ``onetrip_`` prefix are dropped
+with a warning (the PostgreSQL manual is cut as under 6)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
