@@ -300,7 +300,7 @@ def test_expansions_follow_the_section_tree_not_anchors_or_heading_names(db, tmp
     "parent" compared heading paths, so a hit under the first of two '## Notes' took sections under the
     second; (3) ancestors and subtrees stopped 32 levels away, where the parsers nest 100 deep."""
     from onetrip.ingest import ingest_paths
-    from onetrip.retrieve import MAX_DEPTH
+    from onetrip.retrieve import MAX_DEPTH, MAX_NEIGHBORS
     from onetrip.sections import MAX_LEVEL
 
     from .embedders import HashEmbedder
@@ -310,7 +310,7 @@ def test_expansions_follow_the_section_tree_not_anchors_or_heading_names(db, tmp
     (tmp_path / "guide.md").write_text(
         f"# Guide\n\n{_words('g')}\n\n## Notes\n\n{_words('n')}\n\n### Alpha\n\n{_words('a')}\n\n"
         f"## Notes\n\n{_words('m')}\n\n### Beta\n\n{_words('b')}\n")
-    depth = 40
+    depth = MAX_LEVEL  # as deep as the parsers nest (a mutation review: 40 let a depth cut of 39+ pass)
     (tmp_path / "deep.html").write_text(
         "".join(f"<div class=section id=d{i}><h2>Level {i}</h2><p>{_words(f'l{i}x')}</p>" for i in range(depth))
         + "</div>" * depth)
@@ -341,9 +341,21 @@ def test_expansions_follow_the_section_tree_not_anchors_or_heading_names(db, tmp
     assert ids("guide.md", "notes-1", scoped) == ["notes", "alpha", "notes-1", "beta"]  # all under its parent
     assert ids("guide.md", "alpha", Expansion(parent=False, neighbors=2)) == tree  # scope "any" crosses
     assert MAX_DEPTH == MAX_LEVEL
-    levels = [f"d{i}" for i in range(depth)]
-    assert ids("deep.html", f"d{depth - 1}", Expansion(parent=True, ancestors=True, neighbors=0)) == levels
-    assert ids("deep.html", "d0", Expansion(parent=False, neighbors=0, section=True)) == levels
+    # deep down, the heading path put before a section's text cuts it into parts; children hang on the first
+    rows = [sid for (sid,) in db.execute("SELECT section_id FROM sections WHERE doc_id = 'deep.html' "
+                                         "ORDER BY sequence_index")]
+    levels = [sid for (sid,) in db.execute("SELECT section_id FROM sections WHERE doc_id = 'deep.html' AND "
+                                           "coalesce((metadata ->> 'part')::integer, 1) = 1 ORDER BY sequence_index")]
+    assert len(levels) == depth and levels[0] == "d0" and levels[-1].startswith(f"d{depth - 1}")
+    assert ids("deep.html", levels[-1], Expansion(parent=True, ancestors=True, neighbors=0)) == levels
+    assert ids("deep.html", "d0", Expansion(parent=False, neighbors=0, section=True)) == rows
+    # the widest window reaches MAX_NEIGHBORS each way (a mutation review: windows of 3 at most were tested)
+    (tmp_path / "flat.md").write_text("".join(f"# H{i}\n\n{_words(f'f{i}x')}\n\n" for i in range(2 * MAX_NEIGHBORS + 3)))
+    ingest_paths(db, [tmp_path / "flat.md"], layout=Layout(), embedder=HashEmbedder())
+    flat = [sid for (sid,) in db.execute("SELECT section_id FROM sections WHERE doc_id = 'flat.md' "
+                                         "ORDER BY sequence_index")]
+    assert len(flat) == 2 * MAX_NEIGHBORS + 3
+    assert ids("flat.md", flat[MAX_NEIGHBORS + 1], Expansion(parent=False, neighbors=MAX_NEIGHBORS)) == flat[1:-1]
     # (4) found by a later review: two id-less sibling containers of one title take their enclosing container's
     # anchor, so they share anchor, level and heading path; the section expansion took the other as a split part
     # of the hit's section. Parts are the rows marked part n of m now.

@@ -402,6 +402,21 @@ def test_function_wrapper_filters_hits_and_expansions(db, dsn, acl_corpus):
         assert len(rows) == len(expected)
         for _, doc_id, sid in rows:
             assert _allowed(acls[(doc_id, sid)], ("hr",))
+    # its collections argument, which only a text assertion had covered (a mutation review: ignoring it
+    # passed every test), filters hits and context rows as Filters(collections=...) does
+    for q in corpus_query_vectors(acl_corpus, 6, seed=37):
+        rows = db.execute("SELECT hit_rank, doc_id, section_id FROM retrieve_sections("
+                          "%s::vector(16), 5, collections => ARRAY['odd'], principals => ARRAY['hr'])",
+                          (str(q.tolist()),)).fetchall()
+        api = r.search(q, k=5, filters=Filters(collections=("odd",), principals=("hr",)))
+        assert [(rank, doc_id, sid) for rank, doc_id, sid in rows if rank is not None] == \
+            [(h.rank, h.section.doc_id, h.section.section_id) for h in api]
+        assert {(doc_id, sid) for _, doc_id, sid in rows} == {
+            (h.section.doc_id, rec.section_id) for h in api for rec in (h.section, h.parent, h.prev, h.next)
+            if rec is not None}
+        got = [f"{doc_id}/{sid}" for _, doc_id, sid in rows]
+        assert got and db.execute("SELECT array_agg(DISTINCT collection) FROM sections "
+                                  "WHERE doc_id || '/' || section_id = ANY(%s)", (got,)).fetchone()[0] == ["odd"]
 
 
 def test_search_many_applies_each_callers_acl_like_search(db, acl_corpus):
