@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import psycopg
+import pytest
 
 from onetrip import Retriever
 
@@ -461,3 +462,14 @@ def test_ingest_of_only_missing_paths_is_bad_input_and_touches_nothing(dsn, tmp_
     (tmp_path / "empty").mkdir()
     res = onetrip("ingest", str(tmp_path / "empty"), "--prefix", "typo_", dsn=dsn)
     assert res.returncode == 0 and "note: no files to ingest in" in res.stderr and ".md" in res.stderr
+
+
+@pytest.mark.parametrize("args, names", [(("search", "x", "-k", "abc"), "argument -k: invalid int value: 'abc'"),
+                                         (("ingest",), "the following arguments are required: paths"),
+                                         (("sarch", "x"), "invalid choice: 'sarch'")])
+def test_a_usage_error_is_one_line_naming_it(args, names):
+    """Found by the README review: "Errors are one line naming the cause", but argparse printed its whole
+    usage block first (16 lines for `search -k abc`). Now one line, with where to read the options."""
+    res = onetrip(*args)
+    assert res.returncode == 2 and res.stdout == ""
+    assert len(res.stderr.splitlines()) == 1 and names in res.stderr and "--help)" in res.stderr, res.stderr

@@ -34,7 +34,7 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .errors import OnetripError
 
@@ -106,8 +106,16 @@ NO_RECOUNT_HELP = ("leave the lexical word weights (term_stats) as they are: the
                    "`onetrip refresh-term-stats`, recounts them (it reads every section: ~6 s at a million)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error on one line (the README's promise for every CLI error), not after the
+    whole usage block (16 lines for `search`); subcommands' parsers are of this class too (add_subparsers)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="onetrip", description=__doc__.split("\n\n")[0])
+    parser = _Parser(prog="onetrip", description=__doc__.split("\n\n")[0])
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"onetrip {__version__}")
