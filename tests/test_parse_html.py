@@ -742,6 +742,17 @@ def test_a_table_inside_a_caption_is_read_once() -> None:
     text = _text(html)
     assert text.count("inner cell") == 1 and "outer cell" in text and "Totals" in text
     assert _text(f"<ul><li>{html}</li></ul>").count("inner cell") == 1  # a table inside a content block
+    # a caption lxml leaves below a <tbody>, <form> or <colgroup> is the table's too (a browser moves it up): read
+    # once, with its table (a review of the fix above: only captions that were children were read, so these
+    # tables were lost, and their captions' text had always been)
+    for wrap in ("<tbody>{}</tbody>", "<form>{}</form>", "<colgroup><col>{}"):
+        cap = "<caption>Totals<table><tr><td>inner cell</td></tr></table></caption>"
+        page = f"<table>{wrap.format(cap)}<tr><td>outer cell</td></tr></table>"
+        for text in (_text(page), _text(f"<ul><li>{page}</li></ul>")):
+            assert (text.count("Totals"), text.count("inner cell"), text.count("outer cell")) == (1, 1, 1), page
+    # a row lxml nests in a cell inside a caption is the caption's, read with it once
+    text = _text("<table><caption>Cap<td>xx<div>yy<tr>rowtext<td>zz</caption><tr><td>last</table>")
+    assert [text.count(w) for w in ("Cap", "xx", "yy", "rowtext", "zz", "last")] == [1] * 6, text
 
 
 def test_text_of_a_row_lxml_nests_in_a_cell_is_kept() -> None:
@@ -754,6 +765,10 @@ def test_text_of_a_row_lxml_nests_in_a_cell_is_kept() -> None:
     # in a content block too, and a row nested two cells deep once each
     text = _text("<ul><li><table><tr><td><div>a<tr>one<td><div>b<tr>two<td>c</table></li></ul>")
     assert text.count("one") == 1 and text.count("two") == 1 and "a\nb\nc" in text
+    # a table right inside such a row is a table of its own, as a browser shows it (it had been lost)
+    blocks = [b.text for b in parse_html("<table><tr><td><div>a<tr>stray<table><tr><td>inner table cell</td></tr>"
+                                         "</table><td>b</table>")[1] if isinstance(b, ContentBlock)]
+    assert blocks == ["stray", "a\nb", "inner table cell"]
 
 
 def test_an_empty_heading_outside_containers_makes_no_section() -> None:
@@ -767,3 +782,11 @@ def test_an_empty_heading_outside_containers_makes_no_section() -> None:
     secs = build_sections(parse_html("<h1>Guide</h1><p>x</p><h2> </h2><p>y</p>")[1], count_tokens=words,
                           min_tokens=0)
     assert [(s.heading_path, norm(s.content)) for s in secs] == [(("Guide",), "x y")]
+    # one with an anchor is a link's target: its section stays, with that anchor (a review of the fix above:
+    # '#install' had mapped to no section), also an HTML5 <section id>'s or an empty <a id> right before it
+    for html in ('<h2>A</h2><p>a text</p><h2 id="install"></h2><p>install text</p>',
+                 '<h2>A</h2><p>a text</p><a id="install"></a><h2></h2><p>install text</p>',
+                 '<h2>A</h2><p>a text</p><section id="install"><h2><img src="i.png"></h2><p>install text</p>'
+                 '</section>'):
+        secs = build_sections(parse_html(html)[1], count_tokens=words, min_tokens=0)
+        assert [(s.anchor, s.content) for s in secs][-1] == ("install", "install text"), html

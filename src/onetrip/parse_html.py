@@ -47,7 +47,9 @@ Rules:
   (<footer>, .footer, #footer with no article, section, main, quote, figure,
   cell, ... around it) and Texinfo's "Next: / Up:" bar (a div.header of links
   that are all rel=next, up, ... or have an accesskey, no heading, no other
-  text than labels). An empty heading outside containers nests nothing.
+  text than labels). An empty heading outside containers makes no section
+  unless it has an anchor (a link's target: then it heads what follows, as any
+  heading does), and no container nests under it.
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
   their captions, and text inside them but outside any cell (browsers show it
   before the table), come first.
@@ -406,10 +408,11 @@ def _fostered(table: Tag) -> str:
 
 
 def _rows_in_cells(table: Tag) -> list[Tag]:
-    """The table's own <tr> elements that lxml put inside one of its cells, in document order (one pass)."""
+    """The table's own <tr> elements that lxml put inside one of its cells, in document order (one pass;
+    not inside a caption, which is read whole)."""
     in_cell: dict[int, bool] = {id(table): False}
     rows: list[Tag] = []
-    for child in _preorder(table, lambda tag: tag.name != "table"):
+    for child in _preorder(table, lambda tag: tag.name not in ("table", "caption")):
         if not isinstance(child, Tag):
             continue
         inside = child.parent is not None and in_cell.get(id(child.parent), False)
@@ -434,7 +437,7 @@ def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
     cells_of: dict[int, list[Tag]] = {}  # by id of each <tr>
     row_of: dict[int, Tag | None] = {id(table): None}  # by id of each element walked: its nearest <tr>
     loose: tuple[Tag, list[Tag]] | None = None  # the open row of cells outside any <tr>
-    for child in _preorder(table, lambda tag: tag.name != "table"):
+    for child in _preorder(table, lambda tag: tag.name not in ("table", "caption")):  # a caption is read whole
         if not isinstance(child, Tag):
             continue
         parent = child.parent
@@ -458,12 +461,23 @@ def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
 
 def _stray_tables(table: Tag) -> list[Tag]:
     """Tables inside a table but in none of its cells (their parent's </table> left out: lxml nests them,
-    browsers show them as tables of their own), which no row reads."""
-    def outside_cells(tag: Tag) -> bool:  # a caption is read whole, a table inside it too (it had been read twice)
+    browsers show them as tables of their own), which no row reads; also those in a row lxml nests in a cell
+    (`<td><div>a<tr><table>`)."""
+    def outside_cells(tag: Tag) -> bool:  # a caption is read whole (`_captions`), a table inside it too
         return tag.name not in _CELLS and tag.name != "caption" and not _dropped(tag)
 
-    return [child for child in _preorder(table, lambda tag: outside_cells(tag) and tag.name != "table")
+    return [child for root in (table, *_rows_in_cells(table))
+            for child in _preorder(root, lambda tag: outside_cells(tag) and tag.name != "table")
             if isinstance(child, Tag) and child.name == "table" and outside_cells(child)]
+
+
+def _captions(table: Tag) -> list[Tag]:
+    """The table's captions: its children, and those lxml leaves below a <tbody>, <form> or <colgroup> (a
+    browser moves them up), not those of a table or cell inside it. Each is read whole, a table in it too;
+    no other reader of the table enters one."""
+    return [child for child in _preorder(table, lambda tag: tag.name not in ("table", "caption", *_CELLS)
+                                         and not _dropped(tag))
+            if isinstance(child, Tag) and child.name == "caption" and not _dropped(child)]
 
 
 def _table(table: Tag) -> tuple[str, int]:
@@ -550,7 +564,7 @@ class _Walker:
                 return self.free_heading(node)
         elif name == "table":
             self.flush()
-            for cap in node.find_all("caption", recursive=False):
+            for cap in _captions(node):
                 self.content(cap, "paragraph")
             if fostered := _fostered(node):
                 self.blocks.append(ContentBlock("paragraph", fostered))
@@ -692,12 +706,6 @@ class _Walker:
         text, nested, rest = _heading_text(tag, _targets(tag, before, section_id, container))
         if nested is not None and not text:  # nothing of its own to show (<h2><h3>T</h3></h2>): the inner one heads
             return rest
-        if not self.containers and not text:  # a logo's <h1><img>: no heading to show, so no section: nothing
-            return None  # nests under it (it had made an empty-titled section and the page's headings its children)
-        if not self.containers:
-            while self.open_free and self.open_free[-1] >= n:
-                self.open_free.pop()
-            self.open_free.append(n)
         anchor = tag.get("id")
         if not anchor:
             inner = _anchor_link(tag, nested)
@@ -707,6 +715,13 @@ class _Walker:
             self.html5_ids[-1] = None
             anchor = anchor or section_id
         anchor = anchor or before
+        if not self.containers and not text and not anchor:  # a logo's <h1><img>: nothing to show or link to,
+            return None  # so no section (it had headed the page's sections with ''); one with an anchor is a
+            # link's target, so its section stays, to keep that anchor
+        if not self.containers and text:  # no container nests under an empty one
+            while self.open_free and self.open_free[-1] >= n:
+                self.open_free.pop()
+            self.open_free.append(n)
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
         return rest if nested is not None else None
 
@@ -839,7 +854,7 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
             elif name == "table":  # inside a content block (a list item, a note): caption and stray text too
                 text, _ = _table(child)
                 buf.newline(2)
-                for line in [*(_flat_text(c) for c in child.find_all("caption", recursive=False)), _fostered(child)]:
+                for line in [*(_flat_text(c) for c in _captions(child)), _fostered(child)]:
                     if line:
                         buf.add(line)
                         buf.newline(1)
