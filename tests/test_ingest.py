@@ -854,8 +854,8 @@ def test_front_matter_keys_of_onetrips_prefix_are_dropped_with_a_warning(db, tmp
     report = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
     assert report.new == 1 and not report.failed
     assert [w for _, w in report.warnings] == [
-        "front matter key 'onetrip_embedder' dropped: the onetrip_ prefix is onetrip's own",
-        "front matter key 'onetrip_parse_warnings' dropped: the onetrip_ prefix is onetrip's own"]
+        "metadata key 'onetrip_embedder' dropped: the onetrip_ prefix is onetrip's own",
+        "metadata key 'onetrip_parse_warnings' dropped: the onetrip_ prefix is onetrip's own"]
     (meta,) = db.execute("SELECT metadata FROM documents").fetchone()
     assert meta["team"] == "a" and meta["onetrip_embedder"] == HashEmbedder().name
     assert meta["onetrip_parse_warnings"] == [w for _, w in report.warnings]

@@ -60,7 +60,10 @@
 --           where this file keeps the first k the scan returns (10,000 synthetic
 --           sections, k = 35: another hit set for 18 of 100 queries, recall@k
 --           against an exact scan 0.993 for the API, 0.984 here). With
---           hnsw.ef_search at least the bucket both return the same rows.
+--           hnsw.ef_search at least the bucket both return the same rows,
+--           except where distances tie at the k-th place (copies of one text):
+--           the API keeps the tied rows first by doc_id and sequence_index,
+--           this file those the scan returns first.
 -- =============================================================================
 WITH hits AS MATERIALIZED (
     SELECT s.doc_id,

@@ -4,7 +4,8 @@
 -- Purpose   A function wrapper around retrieve.sql for callers that prefer
 --           SELECT * FROM retrieve_sections(...) to a parameterised query.
 --           Same rows as retrieve.sql run with these settings, and as onetrip's
---           Python API at hnsw.ef_search = 100 for k up to 100. Past that the
+--           Python API at hnsw.ef_search = 100 for k up to 100 (up to ties in
+--           distance at the k-th place: see retrieve.sql, onetrip). Past that the
 --           API's HNSW scan reads k's bucket (200, 500, 1000) and keeps the k
 --           nearest rows, where this keeps the first k the scan returns: the
 --           hit sets can differ (see retrieve.sql, onetrip).

@@ -413,14 +413,15 @@ RESERVED_PREFIX = "onetrip_"
 
 
 def _own_metadata(metadata: dict, warnings: Sequence[str]) -> tuple[dict, list[str]]:
-    """A file's front matter without keys of onetrip's prefix, and its warnings with one per key dropped.
+    """A file's own metadata (front matter, an HTML page's <meta>) without keys of onetrip's prefix, and its
+    warnings with one per key dropped.
 
     Such a key would be read as onetrip's own (``onetrip_parse_warnings`` showed as the file's warnings) or
     silently overwritten (``onetrip_embedder``); dropped with a warning, the file is still stored.
     """
     dropped = sorted(str(k) for k in metadata if str(k).startswith(RESERVED_PREFIX))
     own = {k: v for k, v in metadata.items() if not str(k).startswith(RESERVED_PREFIX)}
-    return own, [*warnings, *(f"front matter key {k!r} dropped: the {RESERVED_PREFIX} prefix is onetrip's own"
+    return own, [*warnings, *(f"metadata key {k!r} dropped: the {RESERVED_PREFIX} prefix is onetrip's own"
                               for k in dropped)]
 
 

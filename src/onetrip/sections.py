@@ -83,10 +83,11 @@ containers, an outermost container nests under a page heading outside containers
 right before a heading is its anchor, any symbol link within the page is a permalink, a heading end tag of
 another level closes the open heading (added the same day as the rest of 6: the only HTML stored under 6
 before it, the PostgreSQL manual, has no such tag);
-7: (2026-12-06, found by review) HTML: an inline SVG's or MathML's <title> is not the page's title; a table
-inside a caption is read once; the loose text of a row lxml nests in a cell is kept; an empty heading outside
-containers (a logo's <h1><img>) makes no section. Front matter keys of the ``onetrip_`` prefix are dropped
-with a warning (the PostgreSQL manual is cut as under 6)."""
+7: (2026-12-06, found by review) HTML: an inline SVG's or MathML's <title> is not the page's title; a table's
+captions (also those lxml leaves below a <tbody>) are read once, a table inside them too; the loose text of a
+row lxml nests in a cell, and a table right inside such a row, are kept; an empty heading outside containers
+with no anchor (a logo's <h1><img>) makes no section. Metadata keys of the ``onetrip_`` prefix (front matter,
+<meta>) are dropped with a warning (the PostgreSQL manual is cut as under 6)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
