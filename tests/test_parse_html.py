@@ -790,3 +790,33 @@ def test_an_empty_heading_outside_containers_makes_no_section() -> None:
                  '</section>'):
         secs = build_sections(parse_html(html)[1], count_tokens=words, min_tokens=0)
         assert [(s.anchor, s.content) for s in secs][-1] == ("install", "install text"), html
+
+
+def test_what_a_table_holds_outside_its_cells_is_read_once() -> None:
+    """Found by the review of the caption and stray-row fixes: a caption lxml leaves in a <div> or <form> with no
+    row in it was read twice (as a caption, and in the wrapper's loose text); a table in a row nested in a cell
+    nested in another such row was read twice, and that row's loose text too (each walk from a nested row went
+    on into the rows nested below it); a caption after a row nested in a cell was lost."""
+    for page, want in [
+            ("<table><div><caption>divcap</caption></div><tr><td>a</td></tr></table>", ["divcap", "a"]),
+            ("<table><form><caption>Totals</caption></form><tr><td>outer cell</td></tr></table>",
+             ["Totals", "outer cell"]),
+            ("<table><div>fost<caption>dc</caption></div><tr><td>a</td></tr></table>", ["dc", "fost", "a"]),
+            ("<table><tr><td><div>a<tr>s<div><tr>t<table><tr><td>T</td></tr></table><td>b</table>",
+             ["s t", "a\nb", "T"]),
+            ("<table><tr><td><div>a<tr>stray<caption>cap in row in cell</caption><td>b</table>",
+             ["cap in row in cell", "stray", "a\nb"])]:
+        assert [b.text for b in parse_html(page)[1]] == want, page
+    assert _text("<ul><li><table><div><caption>divcap in li</caption></div><tr><td>a</td></tr></table></li></ul>"
+                 ).count("divcap") == 1
+
+
+def test_an_empty_heading_with_an_anchor_ends_the_headings_above_its_level() -> None:
+    """Found by review: an anchored empty <h2> kept its section but left an <h3> before it open, so a container
+    after it nested under the empty heading (Guide > '' > C) where a container after a titled <h2> is its
+    sibling's child; now no container nests under an empty heading."""
+    html = ('<h1>Guide</h1><h3>X</h3><p>x</p><h2 id="e"></h2><p>e text</p>'
+            '<div class="sect3" id="c"><h4>C</h4><p>c text</p></div>')
+    secs = build_sections(parse_html(html)[1], count_tokens=words, min_tokens=0)
+    assert [(s.section_id, s.heading_path) for s in secs] == [
+        ("guide", ("Guide",)), ("x", ("Guide", "X")), ("e", ("Guide", "")), ("c", ("Guide", "C"))]

@@ -374,37 +374,66 @@ def _preorder(root: Tag, descend: Callable[[Tag], bool]) -> Iterator[PageElement
             stack.append(iter(child.contents))
 
 
-def _fostered(table: Tag) -> str:
-    """Text inside a table but outside its cells (template loops, stray words): browsers show it before the
-    table; lxml keeps it where it was, which no cell reads, so it was lost."""
-    # elements with a tr, td, th or table inside, found in one pass: asking each element (find) costs the depth
-    # squared when rows sit under thousands of nested wrappers. A table counts: one in no cell is read on its own
-    # (`_stray_tables`), so an element around it is read around it (its text had been read twice)
-    holds_cells: set[int] = set()
-    for cell in table.find_all(("tr", "td", "th", "table")):
-        up = cell.parent
-        while up is not None and up is not table and id(up) not in holds_cells:
-            holds_cells.add(id(up))
-            up = up.parent
+class _AroundCells:
+    """What a table holds outside its cells, each part read once: its captions, its loose text (template loops,
+    stray words; browsers show it before the table, lxml keeps it where it was, which no cell reads) and the
+    tables in it but in no cell (`stray_tables`).
 
-    def skipped(tag: Tag) -> bool:  # a cell is its row's (a table inside it too), a nested table its own
-        return tag.name in _NOT_FOSTERED or tag.name == "table" or _dropped(tag)
+    The table is walked from itself and from each row lxml nested in one of its cells (`<td><div>a<tr>stray<td>b`:
+    an unclosed element in the cell holds the rest of the table; a browser closes the cell), none of these walks
+    entering another's row, a cell, a caption (read whole) or a table inside it (read on its own); so each costs
+    what the table holds itself, however deep the tables nest in it (each nested table's walk had also walked
+    every table below it: the depth squared).
+    """
 
-    def wrapper(tag: Tag) -> bool:  # around rows (<form>, a template's <div>): its rows are the table's; read around them
-        return not skipped(tag) and (tag.name in _TABLE_PARTS or id(tag) in holds_cells)
+    def __init__(self, table: Tag) -> None:
+        self.roots = [table, *_rows_in_cells(table)]
+        self.starts = {id(root) for root in self.roots[1:]}
+        # elements with a row, cell, caption or table inside, found in one pass: asking each element (find)
+        # costs the depth squared when rows sit under thousands of nested wrappers. A table or caption counts:
+        # each is read on its own, so an element around it is read around it (its text had been read twice)
+        self.holders: set[int] = set()
+        for child in _preorder(table, lambda tag: tag.name not in ("table", "caption")):
+            if isinstance(child, Tag) and child.name in ("tr", "td", "th", "table", "caption"):
+                up = child.parent
+                while up is not None and up is not table and id(up) not in self.holders:
+                    self.holders.add(id(up))
+                    up = up.parent
 
-    out: list[str] = []
-    # the table, then each row lxml nested in a cell (`<td><div>a<tr>stray<td>b`: an unclosed element in the
-    # cell holds the rest of the table; a browser closes the cell): its text outside its cells is fostered too,
-    # and no cell reads it (`_flat_text` leaves rows in a cell to `_own_rows`), so it had been lost
-    for root in (table, *_rows_in_cells(table)):
-        for child in _preorder(root, wrapper):
+    def skipped(self, tag: Tag) -> bool:
+        """A cell is its row's (a table inside it too), a caption read whole, a nested table its own, a row
+        nested in a cell walked from itself."""
+        return tag.name in _NOT_FOSTERED or tag.name == "table" or _dropped(tag) or id(tag) in self.starts
+
+    def wrapper(self, tag: Tag) -> bool:
+        """Around rows (<form>, a template's <div>): its rows are the table's; read around them."""
+        return not self.skipped(tag) and (tag.name in _TABLE_PARTS or id(tag) in self.holders)
+
+    def walk(self, descend: Callable[[Tag], bool]) -> Iterator[PageElement]:
+        return itertools.chain.from_iterable(_preorder(root, descend) for root in self.roots)
+
+    def captions(self) -> list[Tag]:
+        """Its captions: its children, and those lxml leaves below a <tbody>, <form>, <colgroup> or a wrapper
+        (a browser moves them up), not those of a cell or a table inside it."""
+        return [child for child in self.walk(lambda tag: self.wrapper(tag) or tag.name in ("colgroup", "col"))
+                if isinstance(child, Tag) and child.name == "caption" and not _dropped(child)]
+
+    def fostered(self) -> str:
+        out: list[str] = []
+        for child in self.walk(self.wrapper):
             if isinstance(child, Tag):
-                if not skipped(child) and not wrapper(child):
+                if not self.skipped(child) and not self.wrapper(child):
                     out.append(_flat_text(child))
             elif _is_text(child) and str(child).strip():
                 out.append(_collapse(str(child)))
-    return " ".join(t for t in out if t)
+        return " ".join(t for t in out if t)
+
+    def stray_tables(self) -> list[Tag]:
+        """Tables inside the table but in none of its cells (their parent's </table> left out: lxml nests them,
+        browsers show them as tables of their own), which no row reads, also those in a row lxml nests in a
+        cell (`<td><div>a<tr><table>`); not those in a caption, which is read whole."""
+        return [child for child in self.walk(self.wrapper)
+                if isinstance(child, Tag) and child.name == "table" and not _dropped(child)]
 
 
 def _rows_in_cells(table: Tag) -> list[Tag]:
@@ -457,27 +486,6 @@ def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
                     rows.append(loose)
                 loose[1].append(child)
     return rows
-
-
-def _stray_tables(table: Tag) -> list[Tag]:
-    """Tables inside a table but in none of its cells (their parent's </table> left out: lxml nests them,
-    browsers show them as tables of their own), which no row reads; also those in a row lxml nests in a cell
-    (`<td><div>a<tr><table>`)."""
-    def outside_cells(tag: Tag) -> bool:  # a caption is read whole (`_captions`), a table inside it too
-        return tag.name not in _CELLS and tag.name != "caption" and not _dropped(tag)
-
-    return [child for root in (table, *_rows_in_cells(table))
-            for child in _preorder(root, lambda tag: outside_cells(tag) and tag.name != "table")
-            if isinstance(child, Tag) and child.name == "table" and outside_cells(child)]
-
-
-def _captions(table: Tag) -> list[Tag]:
-    """The table's captions: its children, and those lxml leaves below a <tbody>, <form> or <colgroup> (a
-    browser moves them up), not those of a table or cell inside it. Each is read whole, a table in it too;
-    no other reader of the table enters one."""
-    return [child for child in _preorder(table, lambda tag: tag.name not in ("table", "caption", *_CELLS)
-                                         and not _dropped(tag))
-            if isinstance(child, Tag) and child.name == "caption" and not _dropped(child)]
 
 
 def _table(table: Tag) -> tuple[str, int]:
@@ -564,14 +572,15 @@ class _Walker:
                 return self.free_heading(node)
         elif name == "table":
             self.flush()
-            for cap in _captions(node):
+            around = _AroundCells(node)
+            for cap in around.captions():
                 self.content(cap, "paragraph")
-            if fostered := _fostered(node):
+            if fostered := around.fostered():
                 self.blocks.append(ContentBlock("paragraph", fostered))
             text, header = _table(node)
             if text:
                 self.blocks.append(ContentBlock("table", text, header))
-            return iter(_stray_tables(node))  # each a table of its own, after this one
+            return iter(around.stray_tables())  # each a table of its own, after this one
         elif name == "p" and node.find(HEADINGS) is not None:
             # a <p> left open with an inline element in it, then a heading: lxml nests the heading in both
             # (<p>x <b>y<h2>H</h2>), where a browser closes the paragraph at the heading's start tag and shows
@@ -717,11 +726,13 @@ class _Walker:
         anchor = anchor or before
         if not self.containers and not text and not anchor:  # a logo's <h1><img>: nothing to show or link to,
             return None  # so no section (it had headed the page's sections with ''); one with an anchor is a
-            # link's target, so its section stays, to keep that anchor
-        if not self.containers and text:  # no container nests under an empty one
+            # link's target: its section stays, to keep that anchor, when anything is under it (rule 1 of
+            # `build_sections` drops a section with no heading text, content or subsection)
+        if not self.containers:  # it ends the headings of its level and below; no container nests under an empty one
             while self.open_free and self.open_free[-1] >= n:
                 self.open_free.pop()
-            self.open_free.append(n)
+            if text:
+                self.open_free.append(n)
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
         return rest if nested is not None else None
 
@@ -854,13 +865,14 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
             elif name == "table":  # inside a content block (a list item, a note): caption and stray text too
                 text, _ = _table(child)
                 buf.newline(2)
-                for line in [*(_flat_text(c) for c in _captions(child)), _fostered(child)]:
+                around = _AroundCells(child)
+                for line in [*(_flat_text(c) for c in around.captions()), around.fostered()]:
                     if line:
                         buf.add(line)
                         buf.newline(1)
                 buf.add(text, pre=True)
                 buf.newline(2)
-                if strays := _stray_tables(child):  # each a table of its own, after this one
+                if strays := around.stray_tables():  # each a table of its own, after this one
                     stack.append((iter(strays), pre, 0))
                     break
             elif name == "pre":
