@@ -473,3 +473,14 @@ def test_a_usage_error_is_one_line_naming_it(args, names):
     res = onetrip(*args)
     assert res.returncode == 2 and res.stdout == ""
     assert len(res.stderr.splitlines()) == 1 and names in res.stderr and "--help)" in res.stderr, res.stderr
+
+
+@pytest.mark.parametrize("args, prog", [(("init", "--bogus"), "onetrip init"),
+                                        (("sql", "render", "--bogus"), "onetrip sql render"),
+                                        (("search", "x", "--json", "--bogus", "3"), "onetrip search")])
+def test_an_unknown_argument_is_named_by_its_subcommand(args, prog):
+    """Found by review: argparse names the top parser for arguments no parser took ("onetrip: error:
+    unrecognized arguments: --bogus (see onetrip --help)"), whose help does not list the subcommand's options."""
+    res = onetrip(*args)
+    assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr
+    assert res.stderr.startswith(f"{prog}: error: unrecognized arguments: ") and f"(see {prog} --help)" in res.stderr
