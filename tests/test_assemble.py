@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg.types.json import Jsonb
 
 from onetrip import Retriever, init_schema
 from onetrip.context import render_context
@@ -371,3 +372,35 @@ def test_expansions_follow_the_section_tree_not_anchors_or_heading_names(db, tmp
     assert ids("twins.html", twins[2][0], section_only) == [twins[2][0]]
     assert ids("twins.html", twins[1][0], section_only) == [twins[1][0]]
     assert ids("plain.txt", parts[2], section_only) == parts  # real split parts, anchorless, still come along
+
+
+def test_a_part_marker_onetrip_did_not_write_is_no_part(db, tmp_path):
+    """Found by the upgrade review: rows stored before writes checked part markers (or loaded by hand) may hold
+    a caller's own "part". {"part": "II"} failed every assembled query whose hits included it with a cast
+    error; {"part": 3} with no "parts" took the rows before the hit as its parts, and their subtrees (the whole
+    document). Only numbers with 1 <= part <= parts mark a part now; anything else is an uncut section."""
+    from onetrip.ingest import ingest_paths
+
+    from .embedders import HashEmbedder
+
+    init_schema(db)
+    (tmp_path / "book.md").write_text(f"# Intro\n\n{_words('i')}\n\n## Two\n\n{_words('t')}\n\n## Three\n\n"
+                                      f"{_words('h')}\n\n### Sub\n\n{_words('s')}\n")
+    ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    ids = [sid for (sid,) in db.execute("SELECT section_id FROM sections ORDER BY sequence_index")]
+    assert ids == ["intro", "two", "three", "sub"]
+    r = Retriever(db)
+    vector = {sid: np.array([float(x) for x in text.strip("[]").split(",")], dtype=np.float32) for sid, text in
+              db.execute("SELECT section_id, embedding::text FROM sections").fetchall()}
+    section_only = Expansion(parent=False, neighbors=0, section=True)
+    for marker in ({"part": "II"}, {"part": 3}, {"part": 3, "parts": 2}, {"part": [1], "parts": 2},
+                   {"part": "1", "parts": "2"}, {"part": True, "parts": 2}):
+        db.execute("UPDATE sections SET metadata = %s WHERE section_id IN ('two', 'three')", (Jsonb(marker),))
+        for hit, want in (("two", ["two"]), ("three", ["three", "sub"])):
+            ctx = r.assemble(vector[hit], k=1, expand=section_only, max_tokens=None)
+            assert [p.section_id for p in ctx.passages] == want, (marker, hit)
+    # a marker onetrip writes still reads as one: two and three as parts 1 and 2 of one section
+    db.execute("UPDATE sections SET metadata = jsonb_build_object('part', sequence_index, 'parts', 2) "
+               "WHERE section_id IN ('two', 'three')")
+    ctx = r.assemble(vector["three"], k=1, expand=section_only, max_tokens=None)
+    assert [p.section_id for p in ctx.passages] == ["two", "three", "sub"]

@@ -78,19 +78,26 @@ ranked AS (
            row_number() OVER (ORDER BY h.distance, NLSSORT(h.doc_id, 'NLS_SORT=BINARY'), h.sequence_index) AS hit_rank
       FROM hits h
 ),
-subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
-    -- the hit with the other parts of its section: a section cut into parts is stored as
-    -- consecutive rows, each marked part n of m in its metadata, so they are the m rows from
-    -- the first part on (two sibling sections of one anchor and heading are not parts) ...
-    SELECT x.doc_id, x.section_id, x.sequence_index, r.hit_rank, 0
+hit_parts AS (
+    -- a section cut into parts is stored as consecutive rows, each marked part n of m in its
+    -- metadata (numbers, 1 <= n <= m; any other "part" is not onetrip's): the hit's n and m
+    SELECT r.doc_id, r.sequence_index, r.hit_rank,
+           CASE WHEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) BETWEEN 1 AND JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER) THEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) ELSE 1 END AS part,
+           CASE WHEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) BETWEEN 1 AND JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER) THEN JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER) ELSE 1 END AS parts
       FROM ranked r
       JOIN sections h
         ON h.doc_id = r.doc_id
        AND h.sequence_index = r.sequence_index
+),
+subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
+    -- the hit with the other parts of its section, the m rows from the first part on (two
+    -- sibling sections of one anchor and heading are not parts) ...
+    SELECT x.doc_id, x.section_id, x.sequence_index, p.hit_rank, 0
+      FROM hit_parts p
       JOIN sections x
-        ON x.doc_id = r.doc_id
-       AND x.sequence_index BETWEEN r.sequence_index + 1 - NVL(JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER), 1)
-                                AND r.sequence_index + NVL(JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER), 1) - NVL(JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER), 1)
+        ON x.doc_id = p.doc_id
+       AND x.sequence_index BETWEEN p.sequence_index + 1 - p.part
+                                AND p.sequence_index + p.parts - p.part
     UNION ALL
     -- ... and everything below it
     SELECT c.doc_id, c.section_id, c.sequence_index, t.hit_rank, t.depth + 1
