@@ -1372,6 +1372,19 @@ def test_tables_dropped_under_the_service_are_503_schema_missing(db, dsn, corpus
         assert_error(*documents(base), 503, "schema_missing", "onetrip init")
 
 
+def test_health_is_503_schema_missing_without_the_word_weights_table(db, dsn, corpus):
+    """Found by the upgrade review: on a store made before term_stats, /health said ok while every /search in
+    the default mode was 503 schema_missing; /health now reads that table too, and names the fix."""
+    with serving(dsn) as base:
+        assert call(base, "GET", "/health")[0] == 200
+        db.execute("DROP TABLE term_stats")
+        status, data, _ = call(base, "GET", "/health")
+        assert_error(status, data, 503, "schema_missing", "term_stats")
+        assert "onetrip init" in data["error"]["message"]
+        assert_error(*search(base, {"query": "pasta"}), 503, "schema_missing")
+        assert search(base, {"query": "pasta", "mode": "dense"})[0] == 200  # what does not need it still works
+
+
 # ---------------------------------------------------------------- "explain"
 
 

@@ -789,7 +789,10 @@ class Service:
             with statement_errors():
                 # the tables are still there and still onetrip's (dropped ones had left /health at 200 while
                 # /search said 503 schema_missing): the same catalog read a retriever starts with
-                await read_layout_async(conn, self.cfg.schema, self.cfg.prefix)
+                layout = await read_layout_async(conn, self.cfg.schema, self.cfg.prefix)
+                # and the word weights a search in mode auto, lexical or hybrid reads (a store made before
+                # term_stats had said ok while every default /search was 503 schema_missing)
+                await conn.execute(f"SELECT FROM {layout.tables['term_stats']} LIMIT 0")  # type: ignore[arg-type]
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
 

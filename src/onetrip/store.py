@@ -190,9 +190,12 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
     number is left alone: a newer onetrip cut it, and an older one re-cutting
     it would make the two undo each other on every run.
     """
-    q = sql.SQL("SELECT content_hash, collection, acl, metadata ->> %s, source_uri FROM {} WHERE doc_id = %s").format(
-        sql.SQL(layout.tables["documents"]))
-    row = conn.execute(q, (SECTIONING_KEY, doc_id)).fetchone()
+    # the number is onetrip's only beside FORMAT_KEY (recorded since before SECTIONING_KEY was): before
+    # 2026-12-05 a file's front matter was stored as written, so its own onetrip_sectioning: 8 had read as a
+    # newer onetrip's cut and kept the old one for good
+    q = sql.SQL("SELECT content_hash, collection, acl, CASE WHEN metadata ? %s THEN metadata ->> %s END, source_uri "
+                "FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
+    row = conn.execute(q, (FORMAT_KEY, SECTIONING_KEY, doc_id)).fetchone()
     if row is None:
         return "new", None
     if row[0] != content_hash:
