@@ -350,7 +350,10 @@ def _flat_text_until(tag: Tag, stop: Callable[[Tag], bool] | None, *,
 
 
 _TABLE_PARTS = frozenset({"thead", "tbody", "tfoot", "tr"})
-_NOT_FOSTERED = frozenset({"td", "th", "caption", "colgroup", "col"})
+#: what the table's loose text leaves out: its cells and captions, read on their own. A <colgroup> is no more
+#: than any wrapper: left open (its end tag is optional), lxml puts what follows in it, which a browser shows
+#: before the table (text) or after it (a table); skipped, that had been lost
+_NOT_FOSTERED = frozenset({"td", "th", "caption"})
 
 
 _DONE = object()
@@ -415,7 +418,7 @@ class _AroundCells:
     def captions(self) -> list[Tag]:
         """Its captions: its children, and those lxml leaves below a <tbody>, <form>, <colgroup> or a wrapper
         (a browser moves them up), not those of a cell or a table inside it."""
-        return [child for child in self.walk(lambda tag: self.wrapper(tag) or tag.name in ("colgroup", "col"))
+        return [child for child in self.walk(self.wrapper)
                 if isinstance(child, Tag) and child.name == "caption" and not _dropped(child)]
 
     def fostered(self) -> str:
