@@ -730,7 +730,7 @@ def test_an_inline_svgs_title_is_not_the_pages() -> None:
     assert parse_html(f"<body>{icon}<h1>Installing</h1><p>Run it.</p></body>")[0] == ""
     titled = f"<head><title>Widget guide</title></head><body>{icon}<h1>Installing</h1><p>Run it.</p></body>"
     assert parse_html(titled)[0] == "Widget guide"
-    assert parse_html(f"<body><math><title>m</title></math><title>Late title</title><p>x</p></body>")[0] == \
+    assert parse_html("<body><math><title>m</title></math><title>Late title</title><p>x</p></body>")[0] == \
         "Late title"
 
 
