@@ -378,7 +378,8 @@ def test_a_part_marker_onetrip_did_not_write_is_no_part(db, tmp_path):
     """Found by the upgrade review: rows stored before writes checked part markers (or loaded by hand) may hold
     a caller's own "part". {"part": "II"} failed every assembled query whose hits included it with a cast
     error; {"part": 3} with no "parts" took the rows before the hit as its parts, and their subtrees (the whole
-    document). Only numbers with 1 <= part <= parts mark a part now; anything else is an uncut section."""
+    document). Only whole numbers with 1 <= part <= parts <= MAX_PARTS mark a part now; anything else is an
+    uncut section."""
     from onetrip.ingest import ingest_paths
 
     from .embedders import HashEmbedder
@@ -394,7 +395,11 @@ def test_a_part_marker_onetrip_did_not_write_is_no_part(db, tmp_path):
               db.execute("SELECT section_id, embedding::text FROM sections").fetchall()}
     section_only = Expansion(parent=False, neighbors=0, section=True)
     for marker in ({"part": "II"}, {"part": 3}, {"part": 3, "parts": 2}, {"part": [1], "parts": 2},
-                   {"part": "1", "parts": "2"}, {"part": True, "parts": 2}):
+                   {"part": "1", "parts": "2"}, {"part": True, "parts": 2},
+                   # and, found by the review of the first fix: fractions (rounded, they took rows before the
+                   # hit) and numbers past an integer (a cast error again)
+                   {"part": 2.5, "parts": 3}, {"part": 1, "parts": 1.6}, {"part": 2, "parts": 2.5},
+                   {"part": 1, "parts": 2147483647}, {"part": 1e10, "parts": 1e10}, {"part": 1, "parts": 1e300}):
         db.execute("UPDATE sections SET metadata = %s WHERE section_id IN ('two', 'three')", (Jsonb(marker),))
         for hit, want in (("two", ["two"]), ("three", ["three", "sub"])):
             ctx = r.assemble(vector[hit], k=1, expand=section_only, max_tokens=None)

@@ -1385,6 +1385,22 @@ def test_health_is_503_schema_missing_without_the_word_weights_table(db, dsn, co
         assert search(base, {"query": "pasta", "mode": "dense"})[0] == 200  # what does not need it still works
 
 
+def test_health_does_not_ask_for_read_rights_on_the_word_weights_table(db, dsn, corpus):
+    """Found by the review of the check above: it read term_stats, so a role without SELECT on it got 403
+    permission_denied from /health, which answers 200 or 503 only (README, serve --help, OpenAPI). It now asks
+    whether the table is there."""
+    role = f"onetrip_health_{os.getpid()}"
+    db.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        db.execute(f"GRANT SELECT ON sections, documents TO {role}")
+        with serving(psycopg.conninfo.make_conninfo(dsn, user=role)) as base:
+            assert call(base, "GET", "/health")[:2] == (200, {"status": "ok"})
+            assert search(base, {"query": "pasta", "mode": "dense"})[0] == 200
+    finally:
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")
+
+
 # ---------------------------------------------------------------- "explain"
 
 

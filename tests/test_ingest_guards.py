@@ -310,7 +310,7 @@ def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path, statement_l
         assert w.statements == [], why  # refused before the write, not rolled back after it
 
 
-def test_part_markers_that_are_no_whole_run_are_refused(db, tmp_path, statement_log):
+def test_part_markers_that_are_no_whole_run_are_refused(db, tmp_path, statement_log, monkeypatch):
     """The context's section expansion reads metadata 'part'/'parts' as a cut section's part k of n: a caller's
     own "part" (Part II of a manual) had moved the default context onto unrelated sections ({"part": 3}), or
     failed with a raw cast error ({"part": "II"}). Only whole runs, as the parsers write them, are stored."""
@@ -328,6 +328,13 @@ def test_part_markers_that_are_no_whole_run_are_refused(db, tmp_path, statement_
             replace_document(db, Layout(), record, sections, vecs)
         assert w.statements == [], meta  # refused before the write
     run = [replace(root, metadata={"part": 1, "parts": 2}), replace(leave, metadata={"part": 2, "parts": 2})]
+    # a run of more than MAX_PARTS parts is refused too: the section expansion would not read it as one
+    import onetrip.store as store_module
+
+    monkeypatch.setattr(store_module, "MAX_PARTS", 1)
+    with pytest.raises(ValueError, match="is no part of a run"):
+        replace_document(db, Layout(), record, run, vecs)
+    monkeypatch.undo()
     assert replace_document(db, Layout(), record, run, vecs).outcome == "new"  # a whole run, as a parser cuts
 
 

@@ -881,14 +881,15 @@ def _assert_no_oracle_left(sql: str, *also: str) -> None:
 
 def _oracle_assemble_on_postgres(text: str) -> str:
     """An Oracle rendering of assemble.sql, translated mechanically to PostgreSQL to run its LOGIC: the shared
-    steps (`_oracle_statement_on_postgres`), WITH -> WITH RECURSIVE, JSON_VALUE(m, '$.key' RETURNING
-    NUMBER) -> the number under key, else NULL (as Oracle's NULL ON ERROR), BIT_OR_AGG -> bit_or. Not a check of Oracle itself: of its shape (the recursive subtree,
+    steps (`_oracle_statement_on_postgres`), WITH -> WITH RECURSIVE, JSON_VALUE(m, '$.key.numberOnly()'
+    RETURNING NUMBER) -> the JSON number under key, else NULL (numberOnly() takes no string; NULL ON ERROR),
+    BIT_OR_AGG -> bit_or. Not a check of Oracle itself: of its shape (the recursive subtree,
     the CASE aggregate, the budget's step-by-step recursion) on a real corpus. Every Oracle-only construct
     must be gone."""
     out = _oracle_statement_on_postgres(text)
     assert out.startswith("WITH hits AS ("), out[:80]
     out = "WITH RECURSIVE " + out[len("WITH "):]
-    out = re.sub(r"JSON_VALUE\((\w+)\.metadata, '\$\.(\w+)' RETURNING NUMBER\)",
+    out = re.sub(r"JSON_VALUE\((\w+)\.metadata, '\$\.(\w+)\.numberOnly\(\)' RETURNING NUMBER\)",
                  r"(CASE WHEN jsonb_typeof(\1.metadata -> '\2') = 'number' THEN CAST(\1.metadata ->> '\2' AS numeric) END)",
                  out)
     out = out.replace("BIT_OR_AGG(", "bit_or(")
@@ -909,9 +910,9 @@ def test_oracle_assemble_is_written_in_oracle_sql():
     assert "RECURSIVE" not in code and "LATERAL" not in code and "LIMIT" not in code and "FILTER" not in code
     assert "subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (" in code
     assert "packed (step, pick_order, used) AS (" in code
-    assert "CASE WHEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) BETWEEN 1 AND JSON_VALUE(h.metadata, " \
-        "'$.parts' RETURNING NUMBER) THEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) ELSE 1 END AS part" in code
-    assert "AND x.sequence_index BETWEEN p.sequence_index + 1 - p.part" in code
+    # a part marker is a JSON number only (numberOnly(): Oracle's lax default reads the string "2" as 2)
+    assert "JSON_VALUE(h.metadata, '$.part.numberOnly()' RETURNING NUMBER) AS part" in code
+    assert "AND x.sequence_index BETWEEN p.sequence_index - p.parts_before" in code
     assert "BIT_OR_AGG(c.role_bit) AS role_bits" in code and "bit_or(" not in code
     assert "coalesce(min(CASE WHEN c.priority = 0 THEN c.hit_rank END), min(c.hit_rank)) AS pick_rank" in code
     assert "VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)" in code

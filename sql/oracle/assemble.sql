@@ -78,26 +78,34 @@ ranked AS (
            row_number() OVER (ORDER BY h.distance, NLSSORT(h.doc_id, 'NLS_SORT=BINARY'), h.sequence_index) AS hit_rank
       FROM hits h
 ),
-hit_parts AS (
+hit_markers AS (
     -- a section cut into parts is stored as consecutive rows, each marked part n of m in its
-    -- metadata (numbers, 1 <= n <= m; any other "part" is not onetrip's): the hit's n and m
+    -- metadata: the hit's marker, as JSON numbers (NULL when absent or not a number)
     SELECT r.doc_id, r.sequence_index, r.hit_rank,
-           CASE WHEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) BETWEEN 1 AND JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER) THEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) ELSE 1 END AS part,
-           CASE WHEN JSON_VALUE(h.metadata, '$.part' RETURNING NUMBER) BETWEEN 1 AND JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER) THEN JSON_VALUE(h.metadata, '$.parts' RETURNING NUMBER) ELSE 1 END AS parts
+           JSON_VALUE(h.metadata, '$.part.numberOnly()' RETURNING NUMBER) AS part,
+           JSON_VALUE(h.metadata, '$.parts.numberOnly()' RETURNING NUMBER) AS parts
       FROM ranked r
       JOIN sections h
         ON h.doc_id = r.doc_id
        AND h.sequence_index = r.sequence_index
 ),
+hit_parts AS (
+    -- how many rows of the hit's section lie before and after it: only whole numbers
+    -- 1 <= n <= m are onetrip's marker; any other "part" is a caller's own
+    SELECT m.doc_id, m.sequence_index, m.hit_rank,
+           CASE WHEN m.part >= 1 AND m.part <= m.parts AND m.parts <= 100000 AND m.part = FLOOR(m.part) AND m.parts = FLOOR(m.parts) THEN CAST(m.part - 1 AS INTEGER) ELSE 0 END AS parts_before,
+           CASE WHEN m.part >= 1 AND m.part <= m.parts AND m.parts <= 100000 AND m.part = FLOOR(m.part) AND m.parts = FLOOR(m.parts) THEN CAST(m.parts - m.part AS INTEGER) ELSE 0 END AS parts_after
+      FROM hit_markers m
+),
 subtree (doc_id, section_id, sequence_index, hit_rank, depth) AS (
-    -- the hit with the other parts of its section, the m rows from the first part on (two
-    -- sibling sections of one anchor and heading are not parts) ...
+    -- the hit with the other parts of its section (two sibling sections of one anchor and
+    -- heading are not parts) ...
     SELECT x.doc_id, x.section_id, x.sequence_index, p.hit_rank, 0
       FROM hit_parts p
       JOIN sections x
         ON x.doc_id = p.doc_id
-       AND x.sequence_index BETWEEN p.sequence_index + 1 - p.part
-                                AND p.sequence_index + p.parts - p.part
+       AND x.sequence_index BETWEEN p.sequence_index - p.parts_before
+                                AND p.sequence_index + p.parts_after
     UNION ALL
     -- ... and everything below it
     SELECT c.doc_id, c.section_id, c.sequence_index, t.hit_rank, t.depth + 1

@@ -73,7 +73,7 @@ class InputDocumentError(OnetripError, ValueError):
         self.reason = reason
 
 
-def missing_table_error(e: Exception) -> SchemaMissingError:
+def missing_table_error(e: Exception | str) -> SchemaMissingError:
     """A missing onetrip table as SchemaMissingError naming the fix (term_stats: added after the first release)."""
     msg = str(e).splitlines()[0]
     if "term_stats" in msg:

@@ -91,7 +91,7 @@ from .async_retrieve import AsyncRetriever, read_layout_async
 from .cli import context_to_json, document_to_json, explained_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import (ConnectionFailedError, ConnectionLostError, EmbedderMismatchError, OnetripError,
-                     SchemaMissingError, ServerRequirementError)
+                     SchemaMissingError, ServerRequirementError, missing_table_error)
 from .explain import KINDS as EXPLAIN_KINDS
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT,
                        Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
@@ -791,8 +791,12 @@ class Service:
                 # /search said 503 schema_missing): the same catalog read a retriever starts with
                 layout = await read_layout_async(conn, self.cfg.schema, self.cfg.prefix)
                 # and the word weights a search in mode auto, lexical or hybrid reads (a store made before
-                # term_stats had said ok while every default /search was 503 schema_missing)
-                await conn.execute(f"SELECT FROM {layout.tables['term_stats']} LIMIT 0")  # type: ignore[arg-type]
+                # term_stats had said ok while every default /search was 503 schema_missing); whether it is
+                # there, not whether this role may read it: /health answers 200 or 503, never 403
+                table = layout.tables["term_stats"]
+                cur = await conn.execute("SELECT to_regclass(%s) IS NULL", (table,))
+                if (await cur.fetchone() or (False,))[0]:
+                    raise missing_table_error(f'relation "{table}" does not exist')
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
 

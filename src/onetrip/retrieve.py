@@ -36,7 +36,7 @@ from .errors import ConnectionLostError, missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
 from .sections import MAX_LEVEL
-from .store import check_text, nul_in, recorded_record
+from .store import MAX_PARTS, check_text, nul_in, recorded_record
 from .templates import render
 
 if TYPE_CHECKING:
@@ -409,7 +409,8 @@ def assemble_template_options(expansion: Expansion, *, budget: bool) -> dict[str
     """assemble.sql.j2's options for an expansion (also what renders sql/postgres/assemble.sql)."""
     return {"parent": expansion.parent, "ancestors": expansion.ancestors, "neighbors": expansion.neighbors > 0,
             "neighbor_scope": expansion.neighbor_scope, "section": expansion.section,
-            "document": expansion.document, "budget": budget, "max_depth": MAX_DEPTH, "max_neighbors": MAX_NEIGHBORS}
+            "document": expansion.document, "budget": budget, "max_depth": MAX_DEPTH, "max_neighbors": MAX_NEIGHBORS,
+            "max_parts": MAX_PARTS}
 
 
 _PASSAGE_COLS = ("doc_id", "section_id", "sequence_index", "heading_level", "heading", "heading_path", "anchor",

@@ -491,6 +491,8 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
 PART_KEYS = ("part", "parts")
 """Section metadata keys that mark a section cut into parts (`sections.build_sections`: part k of n, on n
 consecutive sections). The context's ``section`` expansion reads them to find a hit's other parts."""
+#: The most parts a section's marker may count (written or read): past it, a stored "parts" is a caller's own.
+MAX_PARTS = 100_000
 
 
 def _check_parts(doc_id: str, sections: Sequence[SectionLike]) -> None:
@@ -502,7 +504,8 @@ def _check_parts(doc_id: str, sections: Sequence[SectionLike]) -> None:
         if any(k in meta for k in PART_KEYS):
             marks[s.sequence_index] = (meta.get("part"), meta.get("parts"))
     for seq, (k, n) in marks.items():
-        whole = all(isinstance(x, int) and not isinstance(x, bool) for x in (k, n)) and 1 <= k <= n and n >= 2
+        whole = (all(isinstance(x, int) and not isinstance(x, bool) for x in (k, n)) and 1 <= k <= n
+                 and 2 <= n <= MAX_PARTS)
         if not whole or any(marks.get(seq - k + j) != (j, n) for j in range(1, n + 1)):
             sid = next(s.section_id for s in sections if s.sequence_index == seq)
             raise ValueError(f"{doc_id}: section {sid}'s metadata part={k!r:.40}, parts={n!r:.40} is no part of "
