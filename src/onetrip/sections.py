@@ -84,9 +84,9 @@ right before a heading is its anchor, any symbol link within the page is a perma
 another level closes the open heading (added the same day as the rest of 6: the only HTML stored under 6
 before it, the PostgreSQL manual, has no such tag);
 7: (2026-12-06, found by review) HTML: an inline SVG's or MathML's <title> is not the page's title; a table's
-captions (also those lxml leaves below a <tbody>) are read once, a table inside them too; the loose text of a
-row lxml nests in a cell, and a table right inside such a row, are kept; an empty heading outside containers
-with no anchor (a logo's <h1><img>) makes no section. Metadata keys of the ``onetrip_`` prefix (front matter,
+captions (also those lxml leaves below a <tbody> or in a wrapper) are read once, a table inside them too; the
+loose text of a row lxml nests in a cell, and a table right inside such a row, are kept; so is what an unclosed
+<colgroup> holds; an empty heading outside containers with no anchor (a logo's <h1><img>) makes no section. Metadata keys of the ``onetrip_`` prefix (front matter,
 <meta>) are dropped with a warning (the PostgreSQL manual is cut as under 6)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
