@@ -953,13 +953,16 @@ def test_an_unchanged_file_cut_by_another_onetrip_is_cut_again(db, tmp_path, mon
     db.execute("UPDATE documents SET metadata = jsonb_set(metadata, %s, '\"2b\"') WHERE doc_id = 'machine.md'",
                ([SECTIONING_KEY],))
     assert (lambda r: (r.changed, r.recut))(ingest_paths(db, [tmp_path], layout=layout, embedder=emb)) == (1, 1)
-    # so does a number with no onetrip_format beside it: a file's own front matter key, stored as written before
-    # 2026-12-05 (found by the upgrade review: `onetrip_sectioning: 8` had kept that document's old cut for good)
-    db.execute("UPDATE documents SET metadata = metadata - 'onetrip_format' || jsonb_build_object(%s::text, 99) "
-               "WHERE doc_id = 'machine.md'", (SECTIONING_KEY,))
-    assert (lambda r: (r.changed, r.recut))(ingest_paths(db, [tmp_path], layout=layout, embedder=emb)) == (1, 1)
-    assert db.execute("SELECT metadata ->> %s, metadata ->> 'onetrip_format' FROM documents "
-                      "WHERE doc_id = 'machine.md'", (SECTIONING_KEY,)).fetchone() == (str(SECTIONING), "markdown")
+    # so does a number with no onetrip_embedding_text beside it: a file's own front matter key, stored as written
+    # before onetrip wrote its own over it (found by the upgrade review: `onetrip_sectioning: 8` had kept that
+    # document's old cut for good), with or without onetrip_format beside it (onetrip wrote that key earlier)
+    for dropped in ("onetrip_format", "onetrip_embedding_text"):
+        db.execute("UPDATE documents SET metadata = metadata - 'onetrip_embedding_text' - %s::text "
+                   "|| jsonb_build_object(%s::text, 99) WHERE doc_id = 'machine.md'", (dropped, SECTIONING_KEY))
+        assert (lambda r: (r.changed, r.recut))(ingest_paths(db, [tmp_path], layout=layout, embedder=emb)) == \
+            (1, 1), dropped
+        assert db.execute("SELECT metadata ->> %s, metadata ->> 'onetrip_format' FROM documents "
+                          "WHERE doc_id = 'machine.md'", (SECTIONING_KEY,)).fetchone() == (str(SECTIONING), "markdown")
 
 
 @pytest.mark.parametrize("vector_type", ["vector", "halfvec"])

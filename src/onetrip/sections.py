@@ -86,7 +86,9 @@ before it, the PostgreSQL manual, has no such tag);
 7: (2026-12-06, found by review) HTML: an inline SVG's or MathML's <title> is not the page's title; a table's
 captions (also those lxml leaves below a <tbody> or in a wrapper) are read once, a table inside them too; the
 loose text of a row lxml nests in a cell, and a table right inside such a row, are kept; so is what an unclosed
-<colgroup> holds; an empty heading outside containers with no anchor (a logo's <h1><img>) makes no section. Metadata keys of the ``onetrip_`` prefix (front matter,
+<colgroup> holds; an empty heading outside containers with no anchor (a logo's <h1><img>) makes no section, one
+with an anchor ends the headings of its level and below, so no container nests under it (these last three came
+later the same day; the only HTML stored under 7 before them, the PostgreSQL manual, is cut identically). Metadata keys of the ``onetrip_`` prefix (front matter,
 <meta>) are dropped with a warning (the PostgreSQL manual is cut as under 6)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")

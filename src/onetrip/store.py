@@ -190,12 +190,14 @@ def stored_state(conn: psycopg.Connection, layout: Layout, doc_id: str, content_
     number is left alone: a newer onetrip cut it, and an older one re-cutting
     it would make the two undo each other on every run.
     """
-    # the number is onetrip's only beside FORMAT_KEY (recorded since before SECTIONING_KEY was): before
-    # 2026-12-05 a file's front matter was stored as written, so its own onetrip_sectioning: 8 had read as a
-    # newer onetrip's cut and kept the old one for good
+    # the number is onetrip's only beside EMBEDDING_TEXT_KEY: a file's front matter was stored as written, and
+    # until 2026-12-05 10:19 onetrip wrote no SECTIONING_KEY over it, so a file's own onetrip_sectioning: 8 had
+    # read as a newer onetrip's cut and kept the old one for good. EMBEDDING_TEXT_KEY is onetrip's own from
+    # 12:44 that day (written over a file's own); a document stored in between is re-cut once more, which its
+    # SECTIONING of that day (2 or 3) makes it be anyway
     q = sql.SQL("SELECT content_hash, collection, acl, CASE WHEN metadata ? %s THEN metadata ->> %s END, source_uri "
                 "FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
-    row = conn.execute(q, (FORMAT_KEY, SECTIONING_KEY, doc_id)).fetchone()
+    row = conn.execute(q, (EMBEDDING_TEXT_KEY, SECTIONING_KEY, doc_id)).fetchone()
     if row is None:
         return "new", None
     if row[0] != content_hash:
