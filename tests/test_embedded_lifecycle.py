@@ -442,3 +442,23 @@ def test_embedded_takes_a_blank_onetrip_dsn_as_unset(tmp_path):
             proc.send_signal(signal.SIGTERM)
             _, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
+
+
+def test_embedded_exits_0_on_a_stop_that_comes_while_it_writes_its_lines(dsn, tmp_path, monkeypatch, capsys):
+    """Found by a clean-clone CI run (test_embedded_takes_a_blank_onetrip_dsn_as_unset, once): a caller that sends
+    SIGTERM on reading the first line can reach `embedded` still writing the next ones, outside the wait that took
+    the stop as exit 0, so it left with 143. Here the stop comes as the psql line is made."""
+    import argparse
+
+    import onetrip.connection as connection
+    from onetrip.cli import Terminated, cmd_embedded
+
+    def stop() -> None:
+        raise Terminated()
+
+    monkeypatch.delenv("ONETRIP_DSN", raising=False)
+    monkeypatch.setattr(connection, "embedded_dsn", lambda: dsn)
+    monkeypatch.setattr(connection, "embedded_data_dir", lambda: tmp_path)
+    monkeypatch.setattr(connection, "embedded_psql", stop)
+    assert cmd_embedded(argparse.Namespace()) == 0
+    assert "is running on" in capsys.readouterr().out

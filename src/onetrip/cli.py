@@ -1030,17 +1030,19 @@ def cmd_embedded(args: argparse.Namespace) -> int:
     if os.environ.get(ENV_DSN, "").strip():  # blank is unset, as every other command reads it (resolve_dsn)
         raise ValueError(f"${ENV_DSN} is set, so onetrip uses that server and runs no embedded one: connect to "
                          f"it directly (unset {ENV_DSN} to run the embedded server)")
-    dsn = embedded_dsn()
-    pgdata = embedded_data_dir()
-    with connect(dsn) as conn:  # creates the vector extension, as the first onetrip command would
-        row = conn.execute("SELECT current_setting('server_version'), extversion FROM pg_extension "
-                           "WHERE extname = 'vector'").fetchone()
-    version, vector = row if row else ("?", "?")
-    print(f"onetrip's embedded PostgreSQL {version} (pgvector {vector}) is running on {pgdata}; Ctrl-C or "
-          "SIGTERM stops it")
-    print(f"DSN:  {dsn}")
-    print(f"psql: {shlex.quote(str(embedded_psql()))} {shlex.quote(dsn)}", flush=True)
+    # a stop asked for at any point from here is exit 0, as the README says: one that arrived while the lines
+    # below were being written (a caller that signals on reading the first) had left through Terminated, 143
     try:
+        dsn = embedded_dsn()
+        pgdata = embedded_data_dir()
+        with connect(dsn) as conn:  # creates the vector extension, as the first onetrip command would
+            row = conn.execute("SELECT current_setting('server_version'), extversion FROM pg_extension "
+                               "WHERE extname = 'vector'").fetchone()
+        version, vector = row if row else ("?", "?")
+        print(f"onetrip's embedded PostgreSQL {version} (pgvector {vector}) is running on {pgdata}; Ctrl-C or "
+              "SIGTERM stops it")
+        print(f"DSN:  {dsn}")
+        print(f"psql: {shlex.quote(str(embedded_psql()))} {shlex.quote(dsn)}", flush=True)
         while embedded_running(pgdata):
             time.sleep(1)
     except (KeyboardInterrupt, Terminated):
