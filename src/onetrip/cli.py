@@ -126,11 +126,11 @@ class _Parser(argparse.ArgumentParser):
         """The innermost subcommand's parser ``ns`` was parsed by (``onetrip sql render``'s, ...)."""
         parser: argparse.ArgumentParser = self
         while True:
-            subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
-            name = getattr(ns, subs[0].dest, None) if subs else None
-            if name not in (subs[0].choices if subs else {}):
+            sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+            chosen = sub.choices.get(getattr(ns, sub.dest, None)) if sub is not None else None
+            if chosen is None:
                 return parser
-            parser = subs[0].choices[name]
+            parser = chosen
 
 
 def build_parser() -> argparse.ArgumentParser:

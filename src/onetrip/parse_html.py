@@ -402,6 +402,24 @@ class _AroundCells:
                 while up is not None and up is not table and id(up) not in self.holders:
                     self.holders.add(id(up))
                     up = up.parent
+        # then one walk around the rows reads all three parts: its captions (its children, and those lxml leaves
+        # below a <tbody>, <form>, <colgroup> or a wrapper: a browser moves them up; not those of a cell or a
+        # table inside it), its loose text, and its stray tables (in none of its cells: their parent's </table>
+        # left out, lxml nests them, browsers show them as tables of their own; also those in a row lxml nests
+        # in a cell, `<td><div>a<tr><table>`; not those in a caption, which is read whole)
+        self.captions: list[Tag] = []
+        self.stray_tables: list[Tag] = []
+        loose: list[str] = []
+        for child in itertools.chain.from_iterable(_preorder(root, self.wrapper) for root in self.roots):
+            if isinstance(child, Tag):
+                if child.name in ("caption", "table"):
+                    if not _dropped(child):
+                        (self.captions if child.name == "caption" else self.stray_tables).append(child)
+                elif not self.skipped(child) and not self.wrapper(child):
+                    loose.append(_flat_text(child))
+            elif _is_text(child) and str(child).strip():
+                loose.append(_collapse(str(child)))
+        self.fostered = " ".join(t for t in loose if t)
 
     def skipped(self, tag: Tag) -> bool:
         """A cell is its row's (a table inside it too), a caption read whole, a nested table its own, a row
@@ -412,31 +430,6 @@ class _AroundCells:
         """Around rows (<form>, a template's <div>): its rows are the table's; read around them."""
         return not self.skipped(tag) and (tag.name in _TABLE_PARTS or id(tag) in self.holders)
 
-    def walk(self, descend: Callable[[Tag], bool]) -> Iterator[PageElement]:
-        return itertools.chain.from_iterable(_preorder(root, descend) for root in self.roots)
-
-    def captions(self) -> list[Tag]:
-        """Its captions: its children, and those lxml leaves below a <tbody>, <form>, <colgroup> or a wrapper
-        (a browser moves them up), not those of a cell or a table inside it."""
-        return [child for child in self.walk(self.wrapper)
-                if isinstance(child, Tag) and child.name == "caption" and not _dropped(child)]
-
-    def fostered(self) -> str:
-        out: list[str] = []
-        for child in self.walk(self.wrapper):
-            if isinstance(child, Tag):
-                if not self.skipped(child) and not self.wrapper(child):
-                    out.append(_flat_text(child))
-            elif _is_text(child) and str(child).strip():
-                out.append(_collapse(str(child)))
-        return " ".join(t for t in out if t)
-
-    def stray_tables(self) -> list[Tag]:
-        """Tables inside the table but in none of its cells (their parent's </table> left out: lxml nests them,
-        browsers show them as tables of their own), which no row reads, also those in a row lxml nests in a
-        cell (`<td><div>a<tr><table>`); not those in a caption, which is read whole."""
-        return [child for child in self.walk(self.wrapper)
-                if isinstance(child, Tag) and child.name == "table" and not _dropped(child)]
 
 
 def _rows_in_cells(table: Tag) -> list[Tag]:
@@ -576,14 +569,14 @@ class _Walker:
         elif name == "table":
             self.flush()
             around = _AroundCells(node)
-            for cap in around.captions():
+            for cap in around.captions:
                 self.content(cap, "paragraph")
-            if fostered := around.fostered():
+            if fostered := around.fostered:
                 self.blocks.append(ContentBlock("paragraph", fostered))
             text, header = _table(node)
             if text:
                 self.blocks.append(ContentBlock("table", text, header))
-            return iter(around.stray_tables())  # each a table of its own, after this one
+            return iter(around.stray_tables)  # each a table of its own, after this one
         elif name == "p" and node.find(HEADINGS) is not None:
             # a <p> left open with an inline element in it, then a heading: lxml nests the heading in both
             # (<p>x <b>y<h2>H</h2>), where a browser closes the paragraph at the heading's start tag and shows
@@ -869,13 +862,13 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
                 text, _ = _table(child)
                 buf.newline(2)
                 around = _AroundCells(child)
-                for line in [*(_flat_text(c) for c in around.captions()), around.fostered()]:
+                for line in [*(_flat_text(c) for c in around.captions), around.fostered]:
                     if line:
                         buf.add(line)
                         buf.newline(1)
                 buf.add(text, pre=True)
                 buf.newline(2)
-                if strays := around.stray_tables():  # each a table of its own, after this one
+                if strays := around.stray_tables:  # each a table of its own, after this one
                     stack.append((iter(strays), pre, 0))
                     break
             elif name == "pre":
