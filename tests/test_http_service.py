@@ -952,7 +952,10 @@ def test_a_client_that_leaves_gets_its_statement_cancelled(db, dsn, corpus, path
             while waiting():
                 assert time.monotonic() < deadline, "the statement kept running after its client left"
                 time.sleep(0.05)
-            stats = call(base, "GET", "/stats")[1]
+            deadline = time.monotonic() + 10  # the statement is gone from the server a moment before its
+            while "499" not in (stats := call(base, "GET", "/stats")[1])["responses"]:  # request is counted
+                assert time.monotonic() < deadline, stats
+                time.sleep(0.05)
             assert stats["responses"].get("499") == 1 and "500" not in stats["responses"], stats
             assert stats["pool"].get("pool_size", 1) == 1
             locker.rollback()
