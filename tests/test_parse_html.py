@@ -835,3 +835,17 @@ def test_what_an_unclosed_colgroup_holds_is_read() -> None:
             ("<table><div><colgroup><col>w0<caption>Cap</caption></div><tr><td>x</table>", ["Cap", "w0", "x"])]:
         assert [b.text for b in parse_html(page)[1]] == want, page
     assert _text("<ul><li><table><colgroup><table><tr><td>T1</table></table></ul>") == "T1"
+
+
+def test_the_cells_after_a_caption_in_a_cell_are_read() -> None:
+    """A <caption> start tag inside a cell: a browser closes the cell and takes the caption for the table's, and
+    the cells after its text are rows of the table; lxml nests them all in the caption in the cell, which was
+    read whole, so those cells (`b`, `d`) were lost."""
+    for page, want in [
+            ("<table><td>a<caption>Totals<td>b</table>", ["a Totals\nb"]),
+            ("<table><tr><td>a<div><caption>T<td>b<tr><td>c</table>", ["a T | b\nc"]),
+            ("<ul><li><table><td>a<caption>T<td>d</table></ul>", ["a T\nd"])]:
+        assert [b.text for b in parse_html(page)[1]] == want, page
+    assert _text("<table><caption>Totals</caption><tr><td>a</td></tr></table>") == "Totals\na"  # the usual one
+    # a caption in a row lxml nests in a cell is read whole, once, as before (a first version read its cell twice)
+    assert _text("<table><td><div><tr><caption><td>w0</table>") == "w0"

@@ -432,19 +432,27 @@ class _AroundCells:
 
 
 
-def _rows_in_cells(table: Tag) -> list[Tag]:
-    """The table's own <tr> elements that lxml put inside one of its cells, in document order (one pass;
-    not inside a caption, which is read whole)."""
+def _own_elements(table: Tag) -> Iterator[tuple[Tag, bool]]:
+    """The table's own elements in document order, each with whether it sits in one of its cells (one pass).
+    Tables inside it are not entered (each is read on its own), nor are its captions (read whole), except a
+    caption lxml nests in a cell, no row between them (`<td>a<caption>T<td>b`: a browser closes the cell at
+    the caption, and the cells after the caption's text are the table's, which had been lost)."""
     in_cell: dict[int, bool] = {id(table): False}
-    rows: list[Tag] = []
-    for child in _preorder(table, lambda tag: tag.name not in ("table", "caption")):
-        if not isinstance(child, Tag):
-            continue
-        inside = child.parent is not None and in_cell.get(id(child.parent), False)
-        in_cell[id(child)] = child.name != "table" and (inside or child.name in _CELLS)
-        if inside and child.name == "tr":
-            rows.append(child)
-    return rows
+    cell_nearest: dict[int, bool] = {id(table): False}  # is the nearest cell, row or table at or above it a cell
+    descend = lambda tag: tag.name != "table" and (tag.name != "caption" or cell_nearest[id(tag)])  # noqa: E731
+    for child in _preorder(table, descend):
+        if isinstance(child, Tag):
+            parent = id(child.parent) if child.parent is not None else id(table)
+            inside = in_cell.get(parent, False)
+            in_cell[id(child)] = child.name != "table" and (inside or child.name in _CELLS)
+            cell_nearest[id(child)] = (child.name in _CELLS if child.name in (*_CELLS, "tr", "table")
+                                       else cell_nearest.get(parent, False))
+            yield child, inside
+
+
+def _rows_in_cells(table: Tag) -> list[Tag]:
+    """The table's own <tr> elements that lxml put inside one of its cells, in document order."""
+    return [child for child, inside in _own_elements(table) if inside and child.name == "tr"]
 
 
 _CELLS = ("td", "th")
@@ -462,9 +470,7 @@ def _own_rows(table: Tag) -> list[tuple[Tag, list[Tag]]]:
     cells_of: dict[int, list[Tag]] = {}  # by id of each <tr>
     row_of: dict[int, Tag | None] = {id(table): None}  # by id of each element walked: its nearest <tr>
     loose: tuple[Tag, list[Tag]] | None = None  # the open row of cells outside any <tr>
-    for child in _preorder(table, lambda tag: tag.name not in ("table", "caption")):  # a caption is read whole
-        if not isinstance(child, Tag):
-            continue
+    for child, _ in _own_elements(table):
         parent = child.parent
         row_of[id(child)] = (None if child.name == "table" else child if child.name == "tr"
                              else row_of.get(id(parent)) if parent is not None else None)
