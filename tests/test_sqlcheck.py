@@ -254,7 +254,7 @@ def test_oracle_schema_is_fully_parsed_including_the_vector_index():
     vtypes = [dt for st in checked for dt in st.tree.find_all(exp.DataType) if dt.is_type(exp.DType.VECTOR)]
     assert [dt.sql(dialect=Oracle23ai) for dt in vtypes] == ["VECTOR(384, FLOAT32)"]
     index = checked[-1].tree
-    assert index.args["exists"] and index.args["distance"].name == "COSINE"
+    assert not index.args.get("exists") and index.args["distance"].name == "COSINE"
     assert index.args["organization"].name == "INMEMORY NEIGHBOR GRAPH"
     assert index.args["accuracy"].name == "95"
     for st in checked:  # beyond the named constructs: every schema statement comes back token for token

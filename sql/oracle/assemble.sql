@@ -15,6 +15,10 @@
 --           by running its logic translated to PostgreSQL (the tests compare it
 --           with onetrip's Python API), NOT by execution on Oracle: no Oracle
 --           server was available.
+--           A split section's part markers are read with '$.part.numberOnly()'
+--           in lax mode, which also reads a caller's own one-number array
+--           ("part": [2]) as 2, where PostgreSQL reads only a plain number;
+--           onetrip writes plain numbers.
 -- Params    :query_embedding  CLOB    the query embedding as text, '[0.1, ...]'
 --                      (384 numbers), read by TO_VECTOR(:query_embedding, 384, FLOAT32)
 --                      (SQL*Plus has no VECTOR bind type; see retrieve.sql)

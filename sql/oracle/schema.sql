@@ -8,13 +8,13 @@
 --           repeats the parent's sequence_index, so the retrieval query finds
 --           parents and neighbors through the one (doc_id, sequence_index) index.
 -- Requires  Oracle Database 23ai (23.4+, COMPATIBLE 23.4.0 or higher): VECTOR
---           type, vector indexes, JSON type, CREATE ... IF NOT EXISTS (the
---           vector index's IF NOT EXISTS is not in the documented syntax: if
---           23.4 refuses it, check USER_INDEXES first). A Vector Pool for the
---           HNSW graph: VECTOR_MEMORY_SIZE sized with
+--           type, vector indexes, JSON type, CREATE TABLE/INDEX IF NOT EXISTS.
+--           A Vector Pool for the HNSW graph: VECTOR_MEMORY_SIZE sized with
 --           DBMS_VECTOR.INDEX_VECTOR_MEMORY_ADVISOR (without it the index build
---           fails, ORA-51962). Privileges: CREATE TABLE and a tablespace quota
---           (DB_DEVELOPER_ROLE has them).
+--           fails, ORA-51962). Privileges: CREATE TABLE (DB_DEVELOPER_ROLE has
+--           it) and a quota on the default tablespace, which that role does not
+--           give (ALTER USER ... QUOTA UNLIMITED ON <tablespace>, by a DBA;
+--           without it the first insert fails, ORA-01950).
 --           This file creates sections_embedding_hnsw last, on the empty
 --           table. For a bulk load, leave that statement out, load, then run
 --           it (or load and then rebuild the index): rows added after an HNSW
@@ -40,9 +40,12 @@
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the
 --           document revision a section belongs to.
--- Re-run    Safe: every statement is IF NOT EXISTS. It never alters an existing
---           table: tables from an older onetrip keep their columns (onetrip init
---           says which are missing; `onetrip init --recreate` rebuilds them).
+-- Re-run    Safe: every table and B-tree index statement is IF NOT EXISTS.
+--           CREATE VECTOR INDEX has no IF NOT EXISTS in Oracle's documented
+--           syntax, so on a re-run that last statement fails with ORA-00955
+--           (name already used) and changes nothing. It never alters an
+--           existing table: tables from an older onetrip keep their columns
+--           (`onetrip init --recreate` rebuilds them).
 -- =============================================================================
 CREATE TABLE IF NOT EXISTS documents (
     doc_id            VARCHAR2(512 CHAR) NOT NULL,
@@ -91,7 +94,7 @@ CREATE INDEX IF NOT EXISTS sections_doc_parent_idx
 CREATE INDEX IF NOT EXISTS sections_collection_idx
     ON sections (collection);
 
-CREATE VECTOR INDEX IF NOT EXISTS sections_embedding_hnsw
+CREATE VECTOR INDEX sections_embedding_hnsw
     ON sections (embedding)
     ORGANIZATION INMEMORY NEIGHBOR GRAPH
     DISTANCE COSINE
