@@ -529,6 +529,40 @@ def test_a_retriever_that_fails_closes_the_connection_it_opened(db, dsn):
     assert _backends(db, name) == 0
 
 
+def test_an_interrupt_while_adapters_are_registered_leaves_no_connection_open(db, dsn, monkeypatch):
+    """A review cancelled AsyncRetriever.create(dsn) with asyncio.wait_for and found backends left open: the
+    retriever registered pgvector's adapters a second time (connect_async had), outside the block that closes
+    the connection on failure. Now once, inside it: an interrupt at either place closes the connection."""
+    import onetrip.psycopg_adapters as adapters
+
+    init_schema(db, Layout(dim=8))
+    name = "onetrip-test-register"
+    target = psycopg.conninfo.make_conninfo(dsn, application_name=name)
+    real = adapters.register_adapters_async
+    for fail_at in (1, 2):  # the first registration (connect_async's), and a second one if there is one
+        calls: list[psycopg.AsyncConnection] = []
+
+        async def register(conn: psycopg.AsyncConnection) -> None:
+            calls.append(conn)
+            if len(calls) == fail_at:
+                raise asyncio.CancelledError  # as wait_for's timeout does there
+            await real(conn)
+
+        monkeypatch.setattr(adapters, "register_adapters_async", register)
+
+        async def run() -> None:
+            try:
+                r = await AsyncRetriever.create(target)
+            except asyncio.CancelledError:
+                assert fail_at == 1, "a second registration"
+                return
+            await r.close()
+
+        asyncio.run(run())
+        assert len(calls) == 1 and calls[0].closed, (fail_at, calls)
+        assert _backends(db, name) == 0
+
+
 def test_connect_async_without_autocommit_is_idle_like_connect(dsn):
     """Its extension check had left the connection in a transaction (connect ends it)."""
     from onetrip.connection import connect, connect_async

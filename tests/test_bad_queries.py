@@ -328,3 +328,40 @@ def test_a_refused_query_vector_says_when_it_aborted_the_callers_transaction(r, 
             await conn.close()
 
     asyncio.run(main())
+
+
+def test_search_with_assemble_is_assemble_and_its_flags_are_checked(r, db, dsn, statement_log):
+    """A review of the API: search(q, assemble=True, max_tokens=4000) had used search's k=5, not assemble's one
+    hit per 250 tokens (16), so it sent another statement than assemble() and explain(assemble=True); any truthy
+    assemble ("no") meant True; explain(q, foo=1) named plan_search, an internal function; np.int64 k was refused."""
+    from onetrip import AsyncRetriever
+
+    q = vec(3)
+    for budget in (2000, 4000):
+        got = r.search(q, assemble=True, max_tokens=budget)
+        assert got == r.assemble(q, max_tokens=budget) and got.options["k"] == budget // 250
+    assert r.search(q, 3, assemble=True) == r.assemble(q, 3)
+
+    async def run() -> None:
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder(DIM))
+        try:
+            assert await ar.search(q, assemble=True, max_tokens=4000) == r.assemble(q, max_tokens=4000)
+            assert await ar.search(q) == r.search(q, 5)
+        finally:
+            await ar.close()
+
+    asyncio.run(run())
+    assert r.search(q, np.int64(3)) == r.search(q, 3) and r.assemble(q, np.int32(3)) == r.assemble(q, 3)
+    with statement_log.watch(db) as w:
+        for bad in ("no", 1, None):
+            with pytest.raises(TypeError, match="assemble must be True or False"):
+                r.search(q, 3, assemble=bad)
+            with pytest.raises(TypeError, match="assemble must be True or False"):
+                r.explain(q, 3, assemble=bad, kind="plan")
+        with pytest.raises(TypeError, match=r"unexpected options \['foo'\] \(search takes .*assemble=True"):
+            r.explain(q, 3, foo=1, kind="plan")
+        with pytest.raises(TypeError, match=r"unexpected options \['max_tokens'\]"):
+            r.search(q, 3, max_tokens=100)
+        with pytest.raises(TypeError, match="k must be an integer, got float"):
+            r.search(q, 3.0)
+    assert w.statements == []

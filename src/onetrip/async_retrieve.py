@@ -26,6 +26,7 @@ from .retrieve import (
     Hit,
     POOL_CHECK_DEADLINE,
     Plan,
+    SEARCH_K,
     _split_search_kwargs,
     bind_vector,
     check_connection_kind,
@@ -120,10 +121,12 @@ class AsyncRetriever:
         if self.pool is None:
             self.conn = await connect_async(conn) if self._owns_conn else conn
             opened = not self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE
-            await register_adapters_async(self.conn)
         self._embedder = embedder
         try:
             if self.conn is not None:
+                if not self._owns_conn:  # as in Retriever: `connect_async` registered them (a cancellation of
+                    # the second registration, outside this try, left the new connection open)
+                    await register_adapters_async(self.conn)
                 await apply_settings_async(self.conn, self.settings)
             async with self._connection() as c:
                 self.layout = await read_layout_async(c, schema, prefix)
@@ -239,12 +242,12 @@ class AsyncRetriever:
                 await conn.close()
         return connection_lost(e, pooled=self.pool is not None, reopens=self._owns_conn)
 
-    async def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
+    async def search(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, **options: Any) -> Any:
         """Same as `Retriever.search`."""
         assemble, options = _split_search_kwargs(dict(options))
         if assemble:
             return await self.assemble(query, k, **options)
-        return await self.run(plan_search(self.layout, query, k, **options))
+        return await self.run(plan_search(self.layout, query, SEARCH_K if k is None else k, **options))
 
     async def assemble(self, query: str | Sequence[float] | np.ndarray, k: int | None = None,
                        **options: Any) -> Context:

@@ -18,7 +18,8 @@ from psycopg.types.json import Jsonb
 
 from .errors import ServerRequirementError
 from .layout import Layout
-from .retrieve import Plan, plan_assemble, plan_search, statement_errors
+from .retrieve import (SEARCH_K, Plan, check_assemble_flag, check_search_options, plan_assemble, plan_search,
+                       statement_errors)
 
 #: an index scan line, then (a few lines on) its "Order By: (<col> <=> ...)" line: a vector index answers the ORDER BY
 _INDEX_SCAN = re.compile(r"Index Scan using (\S+) on ")
@@ -139,9 +140,10 @@ def plan_to_explain(layout: Layout, query: Any, k: int | None, *, assemble: bool
                     options: dict[str, Any]) -> Plan:
     """The plan `search` (or `assemble`) makes for these arguments; ``kind`` checked before anything is embedded."""
     check_kind(kind)
-    if assemble:
+    if check_assemble_flag(assemble):
         return plan_assemble(layout, query, k, **options)
-    return plan_search(layout, query, **({} if k is None else {"k": k}), **options)  # None: search's default k
+    check_search_options(options)  # (an unknown one had failed naming plan_search, an internal function)
+    return plan_search(layout, query, SEARCH_K if k is None else k, **options)
 
 
 def _sql(plan: Plan, params: dict[str, Any], kind: str, vector_type: str, server_version: int) -> str:

@@ -8,6 +8,7 @@ options change the SQL text (cached per shape), never the number of statements.
 from __future__ import annotations
 
 import json
+import numbers
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -465,11 +466,12 @@ def assemble_k(k: int | None, max_tokens: int | None) -> int:
 
 
 def check_k(k: object) -> int:
-    if isinstance(k, bool) or not isinstance(k, int):
+    """``k`` as an int: any integer type (a NumPy one too: ``np.int64`` had been refused), not a bool."""
+    if isinstance(k, bool) or not isinstance(k, numbers.Integral):
         raise TypeError(f"k must be an integer, got {type(k).__name__}")
     if not 1 <= k <= MAX_K:
         raise ValueError(f"k must be between 1 and {MAX_K}, got {k}")
-    return k
+    return int(k)
 
 
 ITERATIVE_SCANS = ("off", "strict_order", "relaxed_order")
@@ -1019,13 +1021,31 @@ def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
     return Context([to_passage(r) for r in rows], plan.max_tokens, hits, plan.options)
 
 
+#: the options of `Retriever.search` without ``assemble=True``
+SEARCH_OPTIONS = frozenset({"parent", "neighbors", "filters", "mode", "text", "hybrid"})
+#: search's k when none is given; with ``assemble=True``, `assemble_k` decides
+SEARCH_K = 5
+
+
 def _split_search_kwargs(kwargs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
-    assemble = kwargs.pop("assemble", False)
+    assemble = check_assemble_flag(kwargs.pop("assemble", False))
     if not assemble:
-        extra = set(kwargs) - {"parent", "neighbors", "filters", "mode", "text", "hybrid"}
-        if extra:
-            raise TypeError(f"unexpected options {sorted(extra)} (they need assemble=True)")
+        check_search_options(kwargs)
     return assemble, kwargs
+
+
+def check_assemble_flag(assemble: object) -> bool:
+    """``assemble`` is True or False (any truthy value, "no" too, had meant True)."""
+    if not isinstance(assemble, bool):
+        raise TypeError(f"assemble must be True or False, got {type(assemble).__name__}")
+    return assemble
+
+
+def check_search_options(options: dict[str, Any]) -> None:
+    extra = set(options) - SEARCH_OPTIONS
+    if extra:
+        raise TypeError(f"unexpected options {sorted(extra)} (search takes {sorted(SEARCH_OPTIONS)}; "
+                        "the others need assemble=True)")
 
 
 class Retriever:
@@ -1076,11 +1096,13 @@ class Retriever:
         if self.pool is None:
             self.conn = connect(conn) if self._owns_conn else conn
             opened = not self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE
-            from .psycopg_adapters import register_adapters
-
-            register_adapters(self.conn)
         try:
             if self.conn is not None:
+                if not self._owns_conn:  # `connect` registered them on its own (a second time had cost a round
+                    # trip, and an interrupt there left the connection open: it was outside this try)
+                    from .psycopg_adapters import register_adapters
+
+                    register_adapters(self.conn)
                 apply_settings(self.conn, self.settings)
             with self._connection() as c:
                 self.layout = read_layout(c, schema=schema, prefix=prefix)
@@ -1229,22 +1251,23 @@ class Retriever:
                 self._plans[key] = plan
         return plan
 
-    def search(self, query: str | Sequence[float] | np.ndarray, k: int = 5, **options: Any) -> Any:
+    def search(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, **options: Any) -> Any:
         """Top-``k`` sections for ``query`` (text or embedding), expanded in one statement.
 
-        Options: parent=True, neighbors=True, filters=None, mode="auto"|"dense"|"lexical"|"hybrid"
-        ("auto": hybrid for a text query or with ``text``, dense for a bare embedding),
-        text=None (the query text, with an embedding), hybrid=HybridOptions().
-        Returns one `Hit` per hit, or with ``assemble=True`` a `Context` (options as `assemble`).
+        k=None: 5 hits (`SEARCH_K`). Options: parent=True, neighbors=True, filters=None,
+        mode="auto"|"dense"|"lexical"|"hybrid" ("auto": hybrid for a text query or with
+        ``text``, dense for a bare embedding), text=None (the query text, with an embedding),
+        hybrid=HybridOptions(). Returns one `Hit` per hit, or with ``assemble=True`` a
+        `Context`: the same as `assemble` with these arguments (k=None: its own default).
         """
         if options.keys() <= {"parent", "neighbors", "filters", "mode"}:
-            plan = self._cached_plan("search", query, k, options)
+            plan = self._cached_plan("search", query, SEARCH_K if k is None else k, options)
             if plan is not None:
                 return self._execute(plan, bind_vector(plan, query, self.layout.dim))
         assemble, options = _split_search_kwargs(dict(options))
-        if assemble:
+        if assemble:  # k=None: assemble's own k (it had been search's 5, not one hit per 250 tokens of budget)
             return self.assemble(query, k, **options)
-        return self.run(plan_search(self.layout, query, k, **options))
+        return self.run(plan_search(self.layout, query, SEARCH_K if k is None else k, **options))
 
     def assemble(self, query: str | Sequence[float] | np.ndarray, k: int | None = None, **options: Any) -> Context:
         """A deduplicated, budgeted, document-ordered context for ``query``, in ONE statement.
