@@ -849,3 +849,9 @@ def test_the_cells_after_a_caption_in_a_cell_are_read() -> None:
     assert _text("<table><caption>Totals</caption><tr><td>a</td></tr></table>") == "Totals\na"  # the usual one
     # a caption in a row lxml nests in a cell is read whole, once, as before (a first version read its cell twice)
     assert _text("<table><td><div><tr><caption><td>w0</table>") == "w0"
+    # a row in a caption in a cell, wrapped: its wrappers are around rows, not loose text (a review of the
+    # first version found its cells read twice, once as text before the table)
+    for page, want in [("<table><tr><td>a<caption>Notes<div><tr><div><td>b</table>", ["a Notes\nb"]),
+                       ("<table><td><caption><div><tr><div><td>x</table>", ["x"]),
+                       ("<table><td><caption><div><tr><div><tr>x</table>", ["x"])]:
+        assert [b.text for b in parse_html(page)[1]] == want, page

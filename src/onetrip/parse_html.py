@@ -396,8 +396,9 @@ class _AroundCells:
         # costs the depth squared when rows sit under thousands of nested wrappers. A table or caption counts:
         # each is read on its own, so an element around it is read around it (its text had been read twice)
         self.holders: set[int] = set()
-        for child in _preorder(table, lambda tag: tag.name not in ("table", "caption")):
-            if isinstance(child, Tag) and child.name in ("tr", "td", "th", "table", "caption"):
+        for child, _ in _own_elements(table):  # the walk `_own_rows` and `_rows_in_cells` make (into a caption
+            # in a cell too: the wrappers around a row in it had been read as loose text, that row's cells twice)
+            if child.name in ("tr", "td", "th", "table", "caption"):
                 up = child.parent
                 while up is not None and up is not table and id(up) not in self.holders:
                     self.holders.add(id(up))
