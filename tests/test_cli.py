@@ -112,6 +112,11 @@ def test_init_ingest_search_json(dsn, tmp_path):
     q = ["search", "salary bands 2026", "--collection", "private", "--json"]
     assert json.loads(onetrip(*q, "--principal", "eng", dsn=dsn).stdout) == []
     assert json.loads(onetrip(*q, "--principal", "hr", dsn=dsn).stdout)[0]["doc_id"] == "secret.md"
+    # --acl hr,staff names two principals, --principal hr,staff one (a name may hold a comma): it finds nothing,
+    # and says why on stderr (the CLI review: the mirror of --acl had silently returned [])
+    res = onetrip(*q, "--principal", "hr,staff", dsn=dsn)
+    assert json.loads(res.stdout) == [] and "--principal 'hr,staff' is one principal" in res.stderr
+    assert "--principal hr --principal staff" in res.stderr
 
 
 def test_public_only_neighbor_conflict_prefix_encoding_and_json_on_an_ascii_stdout(dsn, tmp_path):

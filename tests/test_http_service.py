@@ -1111,6 +1111,20 @@ def test_cli_serve_rejects_contradictory_flags():
     assert res.returncode == 2 and "contradict" in res.stderr
 
 
+def test_cli_serve_refuses_a_bad_table_name_before_it_starts():
+    """Found by the CLI review: serve had started with --prefix 'T-' and answered every request, /health too,
+    500 with a traceback in its log; every other command refuses the name at once (exit 2, one line)."""
+    from onetrip import InvalidIdentifierError
+
+    for flag, bad in (("--prefix", "T-"), ("--schema", "Bad Schema"), ("--prefix", 'x"; drop table t; --')):
+        res = subprocess.run([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", "host=/nonexistent", flag, bad],
+                             capture_output=True, text=True, timeout=120)
+        assert res.returncode == 2 and "is not allowed" in res.stderr and "Traceback" not in res.stderr, res.stderr
+        assert len(res.stderr.strip().splitlines()) == 1, res.stderr
+    with pytest.raises(InvalidIdentifierError):
+        ServiceConfig(dsn="host=/nonexistent", prefix="T-")
+
+
 def test_cli_serve_refuses_a_model_folder_that_is_not_there(tmp_path):
     """Before it connects or listens: a missing --model is exit 2, naming the flag, not a traceback at startup."""
     res = subprocess.run([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", "host=/nonexistent",

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import signal
 import sys
 import threading
@@ -524,7 +525,18 @@ def _principals(args: argparse.Namespace) -> tuple[str, ...] | None:
     """--principal / --public-only as the library's principals: None (no check), () (public rows only), or names."""
     if args.public_only and args.principal:
         raise ValueError("--public-only and --principal contradict each other: give one or the other")
+    _note_commas(args.principal)
     return () if args.public_only else (tuple(args.principal) if args.principal else None)
+
+
+def _note_commas(principals: list[str] | None) -> None:
+    """`ingest --acl hr,staff` names two principals, `--principal hr,staff` one (a name may hold a comma): said
+    on stderr, since the mirror of --acl had silently found nothing."""
+    for p in principals or ():
+        if "," in p:
+            print(f"onetrip: note: --principal {p!r} is one principal; for several, repeat it: "
+                  + " ".join(f"--principal {shlex.quote(x.strip())}" for x in p.split(",") if x.strip()),
+                  file=sys.stderr)
 
 
 def _codec(name: str | None) -> str | None:
@@ -604,8 +616,6 @@ def document_to_json(d: Any) -> dict[str, Any]:
 def cmd_documents(args: argparse.Namespace) -> int:
     """stdout is the listing alone (with --json the same JSON list with or without --limit); whether another
     page follows goes to stderr, as the count does: 'next page: --after=DOC_ID'."""
-    import shlex
-
     from .connection import connect
     from .schema import read_layout
     from .store import MAX_LIST_LIMIT, check_page, list_documents
@@ -998,6 +1008,7 @@ def _serve(args: argparse.Namespace) -> int:
         raise OnetripError(f"onetrip serve needs Starlette and uvicorn ({e}): pip install 'onetrip[serve]'") from e
     from .connection import resolve_dsn
 
+    _note_commas(args.principal)
     cfg = http_service.ServiceConfig(
         dsn=resolve_dsn(args.dsn), schema=args.schema, prefix=args.prefix,
         token=http_service.token_from_env(args.token), max_body=args.max_body, max_k=args.max_k,
@@ -1022,7 +1033,6 @@ when $ONETRIP_DSN names your own server (exit 2)."""
 
 def cmd_embedded(args: argparse.Namespace) -> int:
     """The embedded server in the foreground: every other command stops it when it exits, so psql had none."""
-    import shlex
     import time
 
     from .connection import ENV_DSN, connect, embedded_data_dir, embedded_dsn, embedded_psql, embedded_running

@@ -97,6 +97,7 @@ from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICE
                        Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
                        session_settings, statement_errors)
 from .search_many import MAX_QUERIES
+from .layout import Layout
 from .store import document_info, list_documents_query
 
 log = logging.getLogger("onetrip.serve")
@@ -159,6 +160,9 @@ class ServiceConfig:
                 raise ValueError(f"{name} must be an integer from 1 to {hi}, got {v!r}" if hi else
                                  f"{name} must be a positive integer, got {v!r}")
 
+        # the table names, as every other command checks them before it starts (a bad --prefix had started the
+        # service, then answered every request, /health too, 500 with a traceback in the log)
+        Layout(dim=1, schema=self.schema, prefix=self.prefix)  # InvalidIdentifierError naming the name
         positive_int("max_k", MAX_K)
         positive_int("max_tokens_cap", MAX_BUDGET)
         positive_int("max_body")
