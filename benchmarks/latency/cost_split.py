@@ -36,7 +36,7 @@ ef_construction 200), loaded if missing.
 and through the latency benchmark's delay proxy at +1 ms. The second shows what
 the latency benchmark's B/A is made of, and A_work - A in both shows whether
 the machine inflates server work that follows an idle wait (the same SQL and
-rows; on the 2-core VMs used here it ranged from 0.9x to 1.35x at +1 ms
+rows; on the 2-core VMs used here it ranged from 0.9x to 1.6x at +1 ms
 between runs and corpus sizes). Writes cost_split.{json,md} to --out
 (default benchmarks/results).
 """
