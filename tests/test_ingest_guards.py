@@ -871,3 +871,61 @@ def test_files_gone_under_a_folder_whose_name_is_not_utf8_and_copies_elsewhere_d
     (c / "h.md").write_text(_doc("the same handbook"))
     moved = ingest_paths(db, [c], layout=Layout(), embedder=emb, collection="other")
     assert moved.access_only == 1 and moved.replaced == [(str(c / "h.md"), str((a / "h.md").resolve()))]
+
+
+@pytest.mark.parametrize("listable", [False, True])
+def test_files_out_of_reach_are_neither_gone_nor_a_stopped_run(db, tmp_path, monkeypatch, listable):
+    """Found by an ingestion review, run as an unprivileged user: a folder the user may not read was skipped by
+    the walk without a word, its files then counted gone (os.path.lexists is False on EACCES too), so
+    --delete-missing deleted every document from it (exit 0); a folder that may be listed but not entered
+    stopped the whole run with a PermissionError, the good files not stored. Root reads everything, so the
+    permission errors are raised here by the file system calls themselves (os.scandir, os.stat, os.lstat) for
+    paths in `locked`, as the kernel raises them for an unprivileged user (chmod 700 / 744 on it)."""
+    import errno
+
+    init_schema(db)
+    emb = HashEmbedder()
+    root = tmp_path / "docs"
+    locked = root / "locked"
+    locked.mkdir(parents=True)
+    (root / "a.md").write_text(_doc("alpha"))
+    (locked / "b.md").write_text(_doc("beta"))
+    (locked / "c.md").write_text(_doc("gamma"))
+    assert ingest_paths(db, [root], layout=Layout(), embedder=emb).new == 3
+    (root / "a.md").write_text(_doc("alpha, changed"))
+
+    def denied(path: object) -> OSError:
+        return PermissionError(errno.EACCES, "Permission denied", os.fspath(path))  # type: ignore[arg-type]
+
+    def inside(path: object) -> bool:
+        return isinstance(path, (str, os.PathLike)) and os.path.abspath(path).startswith(str(locked) + os.sep)
+
+    real = {name: getattr(os, name) for name in ("scandir", "stat", "lstat")}
+
+    def scandir(path: object = ".") -> object:
+        if (not listable and isinstance(path, (str, os.PathLike)) and os.path.abspath(path) == str(locked)) \
+                or inside(path):
+            raise denied(path)
+        return real["scandir"](path)
+
+    def stat_of(name: str):  # a folder that cannot be entered: nothing below it can be stat'ed
+        def stat(path: object, *args: object, **kwargs: object) -> object:
+            if inside(path):
+                raise denied(path)
+            return real[name](path, *args, **kwargs)
+        return stat
+
+    monkeypatch.setattr(os, "scandir", scandir)
+    monkeypatch.setattr(os, "stat", stat_of("stat"))
+    monkeypatch.setattr(os, "lstat", stat_of("lstat"))
+    report = ingest_paths(db, [root], layout=Layout(), embedder=emb, delete_missing=True)
+    monkeypatch.undo()
+    assert (report.gone, report.deleted) == ([], [])
+    assert report.changed == 1  # the readable file is stored: the run went on
+    failed = dict(report.failed)
+    if listable:  # its files are named, each out of reach
+        assert set(failed) == {str(locked / "b.md"), str(locked / "c.md")}, failed
+        assert all("Permission denied" in why or "permission denied" in why for why in failed.values()), failed
+    else:  # the folder is named
+        assert list(failed) == [str(locked)] and "a folder onetrip cannot read" in failed[str(locked)], failed
+    assert {d.doc_id for d in list_documents(db, Layout())} == {"a.md", "locked/b.md", "locked/c.md"}

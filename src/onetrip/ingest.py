@@ -131,18 +131,45 @@ def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
     as is a file in a folder that is not a regular file (a FIFO, socket or
     device, or a symbolic link whose target is missing), which had been skipped
     without a word. One path may be given as a string (not read as a sequence
-    of one-letter paths).
+    of one-letter paths). A folder in it that cannot be read (permissions) is yielded too, so it is reported
+    as a failure: the walk (Path.rglob) had skipped it without a word, and a run's --delete-missing then took
+    its files for gone and deleted their documents.
     """
     for raw in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
         p = Path(raw)
-        if p.is_dir():
-            for f in sorted(p.rglob("*")):
-                if f.suffix.lower() in SUFFIXES and not f.is_dir() and not any(
-                    part.startswith(".") for part in f.relative_to(p).parts
-                ):
-                    yield f, p
+        if _is_dir(p):
+            found: list[Path] = []
+            for folder, dirs, names in os.walk(p, onerror=lambda e: found.append(Path(e.filename))):
+                dirs[:] = [d for d in dirs if not d.startswith(".")]  # hidden folders are not walked
+                found += [Path(folder, n) for n in names
+                          if not n.startswith(".") and Path(n).suffix.lower() in SUFFIXES]
+            for f in sorted(found):
+                yield f, p
         else:
             yield p, p.parent
+
+
+def _is_dir(path: Path) -> bool:
+    """``path.is_dir()``, False where it cannot be told (a folder above it that cannot be entered: Python
+    3.11's is_dir raises PermissionError, which had stopped the whole run); the path is then read as a file
+    and fails as one."""
+    try:
+        return path.is_dir()
+    except OSError:
+        return False
+
+
+def _is_gone(path: Path) -> bool:
+    """Whether a stored document's file is gone: nothing there (ENOENT, ENOTDIR), not merely out of reach (a
+    folder above it that cannot be entered: os.path.lexists says False for that too, and --delete-missing had
+    deleted the documents of every file under a folder that was only made unreadable)."""
+    try:
+        os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return True
+    except (OSError, ValueError):
+        return False
+    return False
 
 
 def _path_of(uri: str | None) -> Path | None:
@@ -173,7 +200,7 @@ def _gone_files(conn: psycopg.Connection, layout: Layout, folder: Path,
     root = folder.resolve()
     for did, uri in documents_from(conn, layout, root.as_uri().rstrip("/") + "/"):
         path = _path_of(uri)
-        if path is None or os.path.lexists(path) or not path.is_relative_to(root):
+        if path is None or not _is_gone(path) or not path.is_relative_to(root):
             continue  # (outside the folder, an id function may fall back to the bare file name)
         try:
             if doc_id(path, folder) != did:
@@ -199,6 +226,19 @@ def _resolve(path: Path) -> Path:
         return path.parent.resolve() / path.name
 
 
+def _not_a_file(path: Path) -> str:
+    """Why a path that exists is not read as a document."""
+    if not path.is_dir():
+        return "not a regular file (a FIFO, socket or device)"
+    try:  # `iter_files` yields a folder its walk could not read
+        with os.scandir(path):
+            pass
+    except OSError as e:
+        return (f"a folder onetrip cannot read ({e.strerror or e}): its files were not ingested, and no "
+                "document stored from them is taken for gone")
+    return "a folder now (it was a file when the run began)"
+
+
 def unreadable(path: Path) -> str:
     """Why a path that does not exist as a file cannot be read: a loop, a dangling link, or nothing there."""
     if "\x00" in str(path):
@@ -208,6 +248,8 @@ def unreadable(path: Path) -> str:
     except OSError as e:
         if e.errno == errno.ELOOP:
             return "a symbolic link loop (following its links never reaches a file)"
+        if e.errno == errno.EACCES:
+            return "out of reach (permission denied on a folder above it)"
     return "a symbolic link to a missing file" if path.is_symlink() else "no such file or directory"
 
 
@@ -229,7 +271,10 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
             continue  # the same file given twice (a folder and a file in it): once, under its first id
         files.add(resolved)
         did = make_id(path, root)
-        exists = path.exists()  # a missing file is reported as such by ingest, stores nothing: no conflict
+        try:
+            exists = path.exists()  # a missing file is reported as such by ingest, stores nothing: no conflict
+        except OSError:  # out of reach (a folder above it that cannot be entered): ingest reports it failed
+            exists = False
         first = seen.get(did) if exists else None
         if first is not None:
             raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
@@ -614,8 +659,7 @@ def ingest_paths(
                 if not path.exists():
                     raise InputDocumentError(shown, unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
-                    raise InputDocumentError(shown, "a folder now (it was a file when the run began)" if path.is_dir()
-                                             else "not a regular file (a FIFO, socket or device)")
+                    raise InputDocumentError(shown, _not_a_file(path))
                 try:  # before stored_state sends it: a non-UTF-8 file name, an id past the limit
                     check_doc_id(did)
                 except ValueError as e:  # the file's fault, said as the others are: no exception's name
@@ -683,7 +727,7 @@ def ingest_paths(
                 flush()
         flush()
         t0 = time.perf_counter()
-        for folder in {g.resolve(): g for g in reversed(given) if g.is_dir()}.values():  # each folder once
+        for folder in {g.resolve(): g for g in reversed(given) if _is_dir(g)}.values():  # each folder once
             for did, uri, path in _gone_files(conn, layout, folder, doc_id):
                 report.gone.append((did, str(path)))
                 if delete_missing and delete_document(conn, layout, did, keep_history=keep_history, source_uri=uri):
