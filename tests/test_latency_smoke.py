@@ -145,6 +145,14 @@ def test_latency_refuses_bad_flags_before_loading(flags, names, tmp_path):
     assert not (tmp_path / "out").exists()
 
 
+def test_latency_refuses_a_statement_log_that_is_not_there(tmp_path):
+    """Given by name, a missing log had become "statement counting unavailable" in a run that exited 0."""
+    line = refused("benchmarks.latency.run", "--statement-log", str(tmp_path / "nope.log"), "--skip-e",
+                   "--out", str(tmp_path / "out"))
+    assert line.endswith(f"--statement-log {tmp_path / 'nope.log'}: no such file")
+    assert not (tmp_path / "out").exists()
+
+
 def test_latency_manual_without_the_manual_says_so_before_any_size_runs(dsn, tmp_path):
     line = refused("benchmarks.latency.run", "--sizes", f"{N_SECTIONS},manual", "--skip-e",
                    "--out", str(tmp_path / "out"), dsn=dsn)

@@ -75,3 +75,39 @@ def test_quality_refuses_bad_ks_and_budgets_before_ingesting(flags, names, tmp_p
                    "--out", str(tmp_path / "out"))
     assert f"argument {names}:" in line
     assert not (tmp_path / "out").exists()
+
+
+def test_quality_refuses_a_run_of_baselines_alone(tmp_path, manual_and_questions):
+    """--modes topk (no library mode) had run every question, then failed choosing the tuned row among none
+    ('ValueError: max() arg is an empty sequence'), writing nothing; found by a benchmark runner's review."""
+    from .benchmark_cli import refused
+
+    manual, questions = manual_and_questions
+    line = refused("benchmarks.quality.run", "--questions", str(questions), "--manual", str(manual),
+                   "--modes", "topk,windows", "--out", str(tmp_path / "out"))
+    assert "--modes topk,windows: name at least one library mode" in line and "parent_section" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_quality_without_ingest_reads_no_manual_and_names_missing_tables(db, dsn, tmp_path, manual_and_questions):
+    """--no-ingest ("use the tables as they are") had still looked for the manual (downloading it when absent)
+    and built and embedded missing window tables; a missing table had said `run onetrip init`, which led to
+    empty tables and a KeyError writing the report."""
+    _, questions = manual_and_questions
+    base = ["--dsn", dsn, "--questions", str(questions), "--no-ingest", "--out", str(tmp_path / "out"),
+            "--manual", str(tmp_path / "no-manual-here")]
+    with pytest.raises(SystemExit) as e:
+        run.main([*base, "--prefix", "nosuch_", "--modes", "topk,parent_n1"])
+    assert "nosuch_sections does not exist" in str(e.value) and "run once without it" in str(e.value)
+    from onetrip import init_schema
+    from onetrip.layout import Layout
+    from onetrip.store import replace_document
+    from onetrip.synthetic import generate
+
+    layout = init_schema(db, Layout(prefix="qnoingest_"))
+    doc = next(iter(generate(1, dim=layout.dim, seed=1)))
+    replace_document(db, layout, doc.record, doc.sections, doc.embeddings)
+    with pytest.raises(SystemExit) as e:  # sections there, windows not: named, not built
+        run.main([*base, "--prefix", "qnoingest_", "--window-prefix", "nosuchwin_", "--modes", "windows,parent_n1"])
+    assert "nosuchwin_sections does not exist" in str(e.value) and "--window-prefix" in str(e.value)
+    assert not (tmp_path / "out").exists()

@@ -260,8 +260,9 @@ def report(doc: dict[str, Any]) -> str:
         cells += [f"{s['F_statement']:.0f}", f"{s['F_mapping']:.0f}", f"{s['F_minus_A']:.0f} ({p['F'] / p['A']:.2f})",
                   f"{s['server_work_yardstick']:.0f}"]
         lines.append(f"| {r['sections']:,} | {_condition(r)} | " + " | ".join(cells) + " |")
-    pads = ", ".join(f"{r['sections']:,}: {r['pad_chars']} characters per hit" for r in doc["results"]
-                     if r.get("added_rtt_ms") is None and "pad_chars" in r)
+    pad_of = {r["sections"]: r["pad_chars"] for r in reversed(doc["results"]) if "pad_chars" in r}  # each size
+    pads = ", ".join(f"{n:,}: {c} characters per hit" for n, c in sorted(pad_of.items()))  # (any row: it had
+    # named the direct rows' only, so a run without --rtt-ms direct printed "on average ()")
     lines += ["", "A_iter, B_iter, A_bytes and F_iter run with Retriever's per-connection settings "
               "(hnsw.iterative_scan = relaxed_order, hnsw.max_scan_tuples); A and B_sql with pgvector's "
               "defaults. A_bytes is A_iter with each hit's content padded so its result is as large on the "

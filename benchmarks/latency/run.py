@@ -83,7 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dsn", help="PostgreSQL DSN (default: onetrip's resolve_dsn(): $ONETRIP_DSN or the embedded server)")
     ap.add_argument("--sizes", type=_sizes, default=[10_000],
                     help="corpora: synthetic sizes in sections (10000,100000 or 10k,1m) and/or 'manual' "
-                         "(the ingested PostgreSQL 15 manual, see --manual-prefix; default 10000)")
+                         "(the ingested PostgreSQL 15 manual, see --manual-prefix; default 10000). Below about "
+                         "2,500 sections PostgreSQL rightly reads the table whole rather than the HNSW index, so "
+                         "A and B there measure a sequential scan: use such sizes for smoke runs only")
     ap.add_argument("--manual-prefix", default=corpus_mod.MANUAL_PREFIX,
                     help="table prefix of the ingested manual (default pg15_, as benchmarks.ingest_manual uses)")
     ap.add_argument("--questions", type=Path, default=Path("../shared/eval/pgdocs_tuning.jsonl"),
@@ -108,9 +110,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dim", type=positive_int, default=corpus_mod.DEFAULT_DIM, help="embedding dimension (default 384)")
     ap.add_argument("--count-queries", type=positive_int, default=10, help="queries per variant in the statement-count pass (default 10)")
     ap.add_argument("--rtt-samples", type=positive_int, default=200, help="SELECT 1 pings per RTT measurement (default 200)")
-    ap.add_argument("--diag-queries", type=nonneg_int, default=100,
+    ap.add_argument("--diag-queries", type=nonneg_int, default=30,
                     help="queries for the A-vs-B cost breakdown (EXPLAIN ANALYZE, result size, mapping cost) on a "
-                         "direct connection, at most 30 of them (0: skip; default 100)")
+                         "direct connection, at most 30 (0: skip; default 30)")
     ap.add_argument("--maintenance-work-mem", type=memory_size_or_auto, default="auto",
                     help="for the HNSW builds (default auto: sized to the corpus, 256MB..8GB)")
     ap.add_argument("--only-diagnostics", action="store_true",
@@ -127,7 +129,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = build_parser()
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    if args.statement_log is not None and not args.statement_log.is_file():  # given: a typo is not "counting
+        ap.error(f"--statement-log {args.statement_log}: no such file")  # unavailable" in a run that exits 0
+    return args
 
 
 def auto_maintenance_work_mem(n: int, dim: int) -> str:

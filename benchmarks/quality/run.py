@@ -167,6 +167,25 @@ def ensure_ingested(conn: Any, manual: Path, prefix: str, embedder: Any) -> dict
     return out
 
 
+def stored_tables(conn: Any, prefix: str, flag: str) -> dict[str, Any]:
+    """--no-ingest: the counts of the tables as they are; missing ones named with the command that makes them
+    (onetrip's own hint, `onetrip init`, had led to empty tables and a failed report)."""
+    from onetrip.errors import SchemaMissingError
+    from onetrip.schema import read_layout
+
+    try:
+        lay = read_layout(conn, prefix=prefix)
+    except SchemaMissingError as e:
+        raise SystemExit(f"error: {e.args[0].split(';')[0]} ({flag} {prefix}): --no-ingest uses the tables as "
+                         "they are; run once without it, which downloads and ingests the manual (and its windows)"
+                         ) from None
+    count = {t: conn.execute(f"SELECT count(*) FROM {lay.tables[t]}").fetchone()[0] for t in ("documents", "sections")}
+    if not count["sections"]:
+        raise SystemExit(f"error: the {prefix} tables ({flag}) are empty: run once without --no-ingest")
+    return {"prefix": prefix, "skipped": True, "documents_stored": count["documents"],
+            "sections_stored": count["sections"]}
+
+
 def load_rows(conn: Any, table: str) -> dict[tuple[str, str], dict[str, Any]]:
     """Every stored row's anchors and normalized content, keyed by (doc_id, section_id)."""
     out: dict[tuple[str, str], dict[str, Any]] = {}
@@ -810,7 +829,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--baseline-search-mode", default="dense", choices=("dense", "hybrid", "lexical"),
                     help="how the two baselines find theirs (default dense: vector search, the tutorial way; "
                          "give the onetrip modes' to compare the expansions alone)")
-    ap.add_argument("--no-ingest", action="store_true", help="use the tables as they are")
+    ap.add_argument("--no-ingest", action="store_true",
+                    help="use the tables as they are (sections and windows; the manual is then not read)")
     ap.add_argument("--held-out", action="store_true",
                     help="the questions were not used to choose the library's defaults: say so in the report, "
                          "whose 'tuned' rows are then only what tuning on this set would pick")
@@ -835,7 +855,6 @@ def main(argv: list[str] | None = None) -> int:
     questions = load_question_files(args.questions)
     answerable = {q.id for q in questions if q.answerable}
     none_qs = [q.id for q in questions if not q.answerable]
-    manual = find_manual(args.manual)
     modes = default_modes()
     if args.modes:
         wanted = set(args.modes.split(","))
@@ -843,6 +862,12 @@ def main(argv: list[str] | None = None) -> int:
         if unknown:
             ap.error(f"unknown modes {sorted(unknown)}; known: {[m.name for m in modes]}")
         modes = [m for m in modes if m.name in wanted]
+        if not any(m.family == "onetrip" for m in modes):  # the report's tuned row is chosen among them (a
+            # run of baselines alone had done all its work, then failed writing nothing)
+            ap.error(f"--modes {args.modes}: name at least one library mode (the report's tuned configuration "
+                     f"is chosen among them): {[m.name for m in default_modes() if m.family == 'onetrip']}")
+    # --no-ingest reads no page (it had still needed the manual, and built and embedded missing window tables)
+    manual = None if args.no_ingest else find_manual(args.manual)
     if args.ks:
         ks = tuple(args.ks)
         modes = [m if m.family == "baseline" else Mode(m.name, m.label, m.options, m.table, ks, m.document_budget,
@@ -850,18 +875,18 @@ def main(argv: list[str] | None = None) -> int:
     embedder = SentenceTransformerEmbedder()
     conn = connect(args.dsn)
 
-    if args.no_ingest:
-        from onetrip.schema import read_layout
-
-        lay = read_layout(conn, prefix=args.prefix)
-        ingest = {"prefix": args.prefix, "skipped": True,
-                  "documents_stored": conn.execute(f"SELECT count(*) FROM {lay.tables['documents']}").fetchone()[0],
-                  "sections_stored": conn.execute(f"SELECT count(*) FROM {lay.tables['sections']}").fetchone()[0]}
-    else:
-        ingest = ensure_ingested(conn, manual, args.prefix, embedder)
     use_windows = any(m.table == "windows" for m in modes)
     windows_stats: dict[str, Any] = {}
-    if use_windows:
+    if args.no_ingest:
+        ingest = stored_tables(conn, args.prefix, "--prefix")
+        if use_windows:
+            windows_stats = stored_tables(conn, args.window_prefix, "--window-prefix")
+            windows_stats["windows_stored"] = windows_stats["sections_stored"]
+    else:
+        assert manual is not None
+        ingest = ensure_ingested(conn, manual, args.prefix, embedder)
+    if use_windows and not args.no_ingest:
+        assert manual is not None
         t0 = time.perf_counter()
         windows_stats = build_windows(conn, manual, prefix=args.window_prefix, embedder=embedder, on_progress=log)
         windows_stats["seconds"] = round(time.perf_counter() - t0, 1)
@@ -1049,7 +1074,7 @@ def main(argv: list[str] | None = None) -> int:
     res: dict[str, Any] = {
         "settings": {
             "questions": ", ".join(args.questions), "n_questions": len(questions), "n_answerable": len(answerable),
-            "n_none": len(none_qs), "manual": str(manual), "prefix": args.prefix,
+            "n_none": len(none_qs), "manual": str(manual) if manual is not None else "not read (--no-ingest)", "prefix": args.prefix,
             "window_prefix": args.window_prefix, "budgets": budgets,
             "ks": sorted({k for m in modes if m.family == "onetrip" for k in m.ks}), "baseline_k": BASELINE_K,
             "ef_search": args.ef_search, "search_mode": args.search_mode,
