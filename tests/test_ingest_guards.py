@@ -873,37 +873,23 @@ def test_files_gone_under_a_folder_whose_name_is_not_utf8_and_copies_elsewhere_d
     assert moved.access_only == 1 and moved.replaced == [(str(c / "h.md"), str((a / "h.md").resolve()))]
 
 
-@pytest.mark.parametrize("listable", [False, True])
-def test_files_out_of_reach_are_neither_gone_nor_a_stopped_run(db, tmp_path, monkeypatch, listable):
-    """Found by an ingestion review, run as an unprivileged user: a folder the user may not read was skipped by
-    the walk without a word, its files then counted gone (os.path.lexists is False on EACCES too), so
-    --delete-missing deleted every document from it (exit 0); a folder that may be listed but not entered
-    stopped the whole run with a PermissionError, the good files not stored. Root reads everything, so the
-    permission errors are raised here by the file system calls themselves (os.scandir, os.stat, os.lstat) for
-    paths in `locked`, as the kernel raises them for an unprivileged user (chmod 700 / 744 on it)."""
+def _out_of_reach(monkeypatch: pytest.MonkeyPatch, folders: list, listable: bool) -> None:
+    """Make the file system calls (os.scandir, os.stat, os.lstat) raise for ``folders`` what the kernel raises
+    for an unprivileged user (root reads everything): chmod 744 (``listable``: listed, not entered) or 700."""
     import errno
 
-    init_schema(db)
-    emb = HashEmbedder()
-    root = tmp_path / "docs"
-    locked = root / "locked"
-    locked.mkdir(parents=True)
-    (root / "a.md").write_text(_doc("alpha"))
-    (locked / "b.md").write_text(_doc("beta"))
-    (locked / "c.md").write_text(_doc("gamma"))
-    assert ingest_paths(db, [root], layout=Layout(), embedder=emb).new == 3
-    (root / "a.md").write_text(_doc("alpha, changed"))
+    locked = [str(f) for f in folders]
+    real = {name: getattr(os, name) for name in ("scandir", "stat", "lstat")}
 
     def denied(path: object) -> OSError:
         return PermissionError(errno.EACCES, "Permission denied", os.fspath(path))  # type: ignore[arg-type]
 
     def inside(path: object) -> bool:
-        return isinstance(path, (str, os.PathLike)) and os.path.abspath(path).startswith(str(locked) + os.sep)
-
-    real = {name: getattr(os, name) for name in ("scandir", "stat", "lstat")}
+        return isinstance(path, (str, os.PathLike)) and any(
+            os.path.abspath(path).startswith(f + os.sep) for f in locked)  # type: ignore[arg-type]
 
     def scandir(path: object = ".") -> object:
-        if (not listable and isinstance(path, (str, os.PathLike)) and os.path.abspath(path) == str(locked)) \
+        if (not listable and isinstance(path, (str, os.PathLike)) and os.path.abspath(path) in locked) \
                 or inside(path):
             raise denied(path)
         return real["scandir"](path)
@@ -918,6 +904,26 @@ def test_files_out_of_reach_are_neither_gone_nor_a_stopped_run(db, tmp_path, mon
     monkeypatch.setattr(os, "scandir", scandir)
     monkeypatch.setattr(os, "stat", stat_of("stat"))
     monkeypatch.setattr(os, "lstat", stat_of("lstat"))
+
+
+@pytest.mark.parametrize("listable", [False, True])
+def test_files_out_of_reach_are_neither_gone_nor_a_stopped_run(db, tmp_path, monkeypatch, listable):
+    """Found by an ingestion review, run as an unprivileged user: a folder the user may not read was skipped by
+    the walk without a word, its files then counted gone (os.path.lexists is False on EACCES too), so
+    --delete-missing deleted every document from it (exit 0); a folder that may be listed but not entered
+    stopped the whole run with a PermissionError, the good files not stored."""
+    init_schema(db)
+    emb = HashEmbedder()
+    root = tmp_path / "docs"
+    locked = root / "locked"
+    locked.mkdir(parents=True)
+    (root / "a.md").write_text(_doc("alpha"))
+    (locked / "b.md").write_text(_doc("beta"))
+    (locked / "c.md").write_text(_doc("gamma"))
+    assert ingest_paths(db, [root], layout=Layout(), embedder=emb).new == 3
+    (root / "a.md").write_text(_doc("alpha, changed"))
+
+    _out_of_reach(monkeypatch, [locked], listable)
     report = ingest_paths(db, [root], layout=Layout(), embedder=emb, delete_missing=True)
     monkeypatch.undo()
     assert (report.gone, report.deleted) == ([], [])
@@ -925,7 +931,32 @@ def test_files_out_of_reach_are_neither_gone_nor_a_stopped_run(db, tmp_path, mon
     failed = dict(report.failed)
     if listable:  # its files are named, each out of reach
         assert set(failed) == {str(locked / "b.md"), str(locked / "c.md")}, failed
-        assert all("Permission denied" in why or "permission denied" in why for why in failed.values()), failed
+        assert all("out of reach (permission denied" in why for why in failed.values()), failed
     else:  # the folder is named
         assert list(failed) == [str(locked)] and "a folder onetrip cannot read" in failed[str(locked)], failed
     assert {d.doc_id for d in list_documents(db, Layout())} == {"a.md", "locked/b.md", "locked/c.md"}
+
+
+@pytest.mark.parametrize("listable", [False, True])
+def test_folders_out_of_reach_in_two_roots_neither_clash_nor_stop_the_cli(dsn, tmp_path, monkeypatch, capsys,
+                                                                          listable):
+    """A review of the fix above: a folder the walk could not read took part in the doc-id clash check, so two
+    disks' lost+found folders refused the whole run ("would be stored as document 'lost+found'"); and the CLI's
+    own look for mistyped paths (Path.exists) still raised PermissionError on a file out of reach, exit 1."""
+    from onetrip import cli
+
+    v1, v2 = tmp_path / "v1", tmp_path / "v2"
+    for v, name in ((v1, "one"), (v2, "two")):
+        (v / "lost+found").mkdir(parents=True)
+        (v / f"{name}.md").write_text(_doc(name))
+        (v / "lost+found" / f"{name}-lost.md").write_text(_doc("lost " + name))
+    _out_of_reach(monkeypatch, [v1 / "lost+found", v2 / "lost+found"], listable)
+    code = cli.main(["ingest", "--dsn", dsn, "--prefix", "reach_", str(v1), str(v2)])
+    monkeypatch.undo()
+    err = capsys.readouterr().err
+    assert code == 3, err  # some files failed, the others stored
+    expected = ([str(v / "lost+found" / f"{n}-lost.md") for v, n in ((v1, "one"), (v2, "two"))] if listable
+                else [str(v1 / "lost+found"), str(v2 / "lost+found")])
+    assert all(f"failed: {path}: " in err for path in expected), err
+    with psycopg.connect(dsn) as c:
+        assert {r[0] for r in c.execute("SELECT doc_id FROM reach_documents")} == {"one.md", "two.md"}

@@ -449,13 +449,13 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
 
     from .connection import connect
     from .errors import InputDocumentError, SchemaMissingError
-    from .ingest import SUFFIXES, ingest_paths, plan_files, unreadable
+    from .ingest import SUFFIXES, ingest_paths, is_there, plan_files, unreadable
     from .schema import drop_schema, hnsw_build_options, init_schema, missing_columns, read_layout
 
     doc_id = _doc_id_maker(getattr(args, "doc_id_prefix", ""))
     planned = plan_files(paths, doc_id)  # two files for one doc_id: refused before any table is made
     total = len(planned)
-    missing = [p for p, _, _ in planned if not p.exists()]
+    missing = [p for p, _, _ in planned if not is_there(p)]  # (out of reach: there, reported failed by ingest)
     if planned and len(missing) == total:  # a typo: say so at once (exit 2), not after loading the model
         n = total - 1
         more = f" (nor the other {n} path{'s' if n > 1 else ''} given)" if n else ""
@@ -533,10 +533,10 @@ def _note_commas(principals: list[str] | None) -> None:
     """`ingest --acl hr,staff` names two principals, `--principal hr,staff` one (a name may hold a comma): said
     on stderr, since the mirror of --acl had silently found nothing."""
     for p in principals or ():
-        if "," in p:
+        names = [x.strip() for x in p.split(",") if x.strip()]
+        if len(names) > 1:
             print(f"onetrip: note: --principal {p!r} is one principal; for several, repeat it: "
-                  + " ".join(f"--principal {shlex.quote(x.strip())}" for x in p.split(",") if x.strip()),
-                  file=sys.stderr)
+                  + " ".join(f"--principal {shlex.quote(x)}" for x in names), file=sys.stderr)
 
 
 def _codec(name: str | None) -> str | None:

@@ -159,6 +159,17 @@ def _is_dir(path: Path) -> bool:
         return False
 
 
+def is_there(path: Path) -> bool:
+    """``path.exists()``, True for a path out of reach (a folder above it that cannot be entered: Python
+    3.11's exists raises PermissionError there); ingest then reports it failed, naming the cause."""
+    try:
+        return path.exists()
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+
+
 def _is_gone(path: Path) -> bool:
     """Whether a stored document's file is gone: nothing there (ENOENT, ENOTDIR), not merely out of reach (a
     folder above it that cannot be entered: os.path.lexists says False for that too, and --delete-missing had
@@ -271,10 +282,9 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
             continue  # the same file given twice (a folder and a file in it): once, under its first id
         files.add(resolved)
         did = make_id(path, root)
-        try:
-            exists = path.exists()  # a missing file is reported as such by ingest, stores nothing: no conflict
-        except OSError:  # out of reach (a folder above it that cannot be entered): ingest reports it failed
-            exists = False
+        # a missing file is reported as such by ingest and stores nothing: no conflict; nor does a folder the
+        # walk could not read (two lost+found folders had refused a run of two disks) or a file out of reach
+        exists = is_there(path) and not _is_dir(path)
         first = seen.get(did) if exists else None
         if first is not None:
             raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
@@ -656,7 +666,7 @@ def ingest_paths(
             t0 = time.perf_counter()
             state = "new"
             try:
-                if not path.exists():
+                if not is_there(path) or not os.path.lexists(path):  # (out of reach: lexists is False)
                     raise InputDocumentError(shown, unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
                     raise InputDocumentError(shown, _not_a_file(path))
