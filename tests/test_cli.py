@@ -117,6 +117,8 @@ def test_init_ingest_search_json(dsn, tmp_path):
     res = onetrip(*q, "--principal", "hr,staff", dsn=dsn)
     assert json.loads(res.stdout) == [] and "--principal 'hr,staff' is one principal" in res.stderr
     assert "--principal hr --principal staff" in res.stderr
+    res = onetrip(*q, "--principal", "hr,", dsn=dsn)  # --acl hr, stores hr: say so here too; ',' names no one
+    assert json.loads(res.stdout) == [] and "for several, repeat it: --principal hr\n" in res.stderr, res.stderr
 
 
 def test_public_only_neighbor_conflict_prefix_encoding_and_json_on_an_ascii_stdout(dsn, tmp_path):

@@ -534,7 +534,7 @@ def _note_commas(principals: list[str] | None) -> None:
     on stderr, since the mirror of --acl had silently found nothing."""
     for p in principals or ():
         names = [x.strip() for x in p.split(",") if x.strip()]
-        if len(names) > 1:
+        if "," in p and names:  # ('hr,' too: --acl hr, stores hr; not ',', which names no one)
             print(f"onetrip: note: --principal {p!r} is one principal; for several, repeat it: "
                   + " ".join(f"--principal {shlex.quote(x)}" for x in names), file=sys.stderr)
 

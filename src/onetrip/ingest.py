@@ -284,7 +284,7 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
         did = make_id(path, root)
         # a missing file is reported as such by ingest and stores nothing: no conflict; nor does a folder the
         # walk could not read (two lost+found folders had refused a run of two disks) or a file out of reach
-        exists = is_there(path) and not _is_dir(path)
+        exists = is_there(path) and os.path.lexists(path) and not _is_dir(path)  # (out of reach: lexists False)
         first = seen.get(did) if exists else None
         if first is not None:
             raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
