@@ -93,11 +93,11 @@ from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import (ConnectionFailedError, ConnectionLostError, EmbedderMismatchError, OnetripError,
                      SchemaMissingError, ServerRequirementError, missing_table_error)
 from .explain import KINDS as EXPLAIN_KINDS
-from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, TOKENS_PER_HIT,
-                       Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion, resolve_mode,
-                       session_settings, statement_errors)
+from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, SEARCH_K,
+                       TOKENS_PER_HIT, Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion,
+                       resolve_mode, session_settings, statement_errors)
 from .search_many import MAX_QUERIES
-from .layout import Layout
+from .schema import layout_query
 from .store import document_info, list_documents_query
 
 log = logging.getLogger("onetrip.serve")
@@ -109,7 +109,7 @@ DEFAULT_MAX_BODY = 64 * 1024
 DEFAULT_MAX_K = 50
 DEFAULT_MAX_TOKENS_CAP = 16000
 DEFAULT_MAX_TOKENS = 2000
-DEFAULT_K = 5
+DEFAULT_K = SEARCH_K  # search's own
 DEFAULT_POOL_SIZE = 10
 DEFAULT_DB_TIMEOUT = 5.0
 #: a search takes milliseconds; one blocked this long (a lock held elsewhere) gives its connection back
@@ -162,7 +162,7 @@ class ServiceConfig:
 
         # the table names, as every other command checks them before it starts (a bad --prefix had started the
         # service, then answered every request, /health too, 500 with a traceback in the log)
-        Layout(dim=1, schema=self.schema, prefix=self.prefix)  # InvalidIdentifierError naming the name
+        layout_query(self.schema, self.prefix)  # InvalidIdentifierError naming the name
         positive_int("max_k", MAX_K)
         positive_int("max_tokens_cap", MAX_BUDGET)
         positive_int("max_body")

@@ -170,6 +170,12 @@ def is_there(path: Path) -> bool:
         return False
 
 
+def _within_reach(path: Path) -> bool:
+    """There, and reachable: `is_there` (True out of reach) and its own entry readable (lexists is False out of
+    reach): what ingest reads, and what alone can clash with another file's id."""
+    return is_there(path) and os.path.lexists(path)
+
+
 def _is_gone(path: Path) -> bool:
     """Whether a stored document's file is gone: nothing there (ENOENT, ENOTDIR), not merely out of reach (a
     folder above it that cannot be entered: os.path.lexists says False for that too, and --delete-missing had
@@ -284,7 +290,7 @@ def plan_files(paths: Paths, doc_id: Callable[[Path, Path], str] | None = None) 
         did = make_id(path, root)
         # a missing file is reported as such by ingest and stores nothing: no conflict; nor does a folder the
         # walk could not read (two lost+found folders had refused a run of two disks) or a file out of reach
-        exists = is_there(path) and os.path.lexists(path) and not _is_dir(path)  # (out of reach: lexists False)
+        exists = _within_reach(path) and not _is_dir(path)
         first = seen.get(did) if exists else None
         if first is not None:
             raise InputDocumentError(str(path), f"it would be stored as document {did!r}, as {first} is: a "
@@ -666,7 +672,7 @@ def ingest_paths(
             t0 = time.perf_counter()
             state = "new"
             try:
-                if not is_there(path) or not os.path.lexists(path):  # (out of reach: lexists is False)
+                if not _within_reach(path):
                     raise InputDocumentError(shown, unreadable(path))
                 if not path.is_file():  # reading a FIFO would wait forever
                     raise InputDocumentError(shown, _not_a_file(path))

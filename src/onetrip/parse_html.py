@@ -390,19 +390,23 @@ class _AroundCells:
     """
 
     def __init__(self, table: Tag) -> None:
-        self.roots = [table, *_rows_in_cells(table)]
-        self.starts = {id(root) for root in self.roots[1:]}
-        # elements with a row, cell, caption or table inside, found in one pass: asking each element (find)
-        # costs the depth squared when rows sit under thousands of nested wrappers. A table or caption counts:
-        # each is read on its own, so an element around it is read around it (its text had been read twice)
+        # one pass over the table's own elements (`_own_elements`, the walk `_own_rows` makes, into a caption in a
+        # cell too) finds the rows lxml nested in its cells and the elements with a row, cell, caption or table
+        # inside: asking each element (find) costs the depth squared when rows sit under thousands of nested
+        # wrappers. A table or caption counts: each is read on its own, so an element around it is read around
+        # it (its text had been read twice)
+        nested_rows: list[Tag] = []
         self.holders: set[int] = set()
-        for child, _ in _own_elements(table):  # the walk `_own_rows` and `_rows_in_cells` make (into a caption
-            # in a cell too: the wrappers around a row in it had been read as loose text, that row's cells twice)
+        for child, in_cell in _own_elements(table):
+            if in_cell and child.name == "tr":
+                nested_rows.append(child)
             if child.name in ("tr", "td", "th", "table", "caption"):
                 up = child.parent
                 while up is not None and up is not table and id(up) not in self.holders:
                     self.holders.add(id(up))
                     up = up.parent
+        self.roots = [table, *nested_rows]
+        self.starts = {id(root) for root in nested_rows}
         # then one walk around the rows reads all three parts: its captions (its children, and those lxml leaves
         # below a <tbody>, <form>, <colgroup> or a wrapper: a browser moves them up; not those of a cell or a
         # table inside it), its loose text, and its stray tables (in none of its cells: their parent's </table>
@@ -432,7 +436,6 @@ class _AroundCells:
         return not self.skipped(tag) and (tag.name in _TABLE_PARTS or id(tag) in self.holders)
 
 
-
 def _own_elements(table: Tag) -> Iterator[tuple[Tag, bool]]:
     """The table's own elements in document order, each with whether it sits in one of its cells (one pass).
     Tables inside it are not entered (each is read on its own), nor are its captions (read whole), except a
@@ -449,11 +452,6 @@ def _own_elements(table: Tag) -> Iterator[tuple[Tag, bool]]:
             cell_nearest[id(child)] = (child.name in _CELLS if child.name in (*_CELLS, "tr", "table")
                                        else cell_nearest.get(parent, False))
             yield child, inside
-
-
-def _rows_in_cells(table: Tag) -> list[Tag]:
-    """The table's own <tr> elements that lxml put inside one of its cells, in document order."""
-    return [child for child, inside in _own_elements(table) if inside and child.name == "tr"]
 
 
 _CELLS = ("td", "th")
