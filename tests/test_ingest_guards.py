@@ -431,6 +431,15 @@ def test_values_past_postgres_limits_are_named_before_the_write(db, tmp_path, st
                                                           metadata={"x": float("nan")}), parsed.sections, vecs)
         with pytest.raises(ValueError, match="holds a value JSON cannot \\(NaN or infinity\\)"):
             replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h"), nan_section, vecs)
+        # a key JSON has no form for: json's TypeError had named neither the key nor the document
+        with pytest.raises(ValueError, match=r"^l\.md: metadata key \('a', 1\) is a tuple; JSON object keys"):
+            replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h",
+                                                          metadata={("a", 1): "x"}), parsed.sections, vecs)
+        tuple_section = [parsed.sections[0], replace(parsed.sections[1], metadata={"w": {frozenset(): 1}}),
+                         *parsed.sections[2:]]
+        with pytest.raises(ValueError, match=rf"^l\.md: section {parsed.sections[1].section_id!r}: metadata key "
+                                             r"frozenset\(\) is a frozenset"):
+            replace_document(db, Layout(), DocumentRecord("l.md", path.as_uri(), "T", "h"), tuple_section, vecs)
     assert w.statements == []
     report = ingest_paths(db, [path], layout=Layout(), embedder=HashEmbedder())
     assert report.new == 1 and report.failed == []  # the long identifier is left out of the terms, not fatal

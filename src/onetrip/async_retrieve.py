@@ -254,7 +254,7 @@ class AsyncRetriever:
         """Same as `Retriever.assemble`."""
         return await self.run(plan_assemble(self.layout, query, k, **options))
 
-    async def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
+    async def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *,
                           parent: bool = True, neighbors: bool = True, filters: Any = None, mode: str = "auto",
                           texts: Sequence[str] | None = None, hybrid: Any = None) -> list[list[Hit]]:
         """Same as `Retriever.search_many` (texts are embedded in a worker thread, before the statement)."""
@@ -289,7 +289,7 @@ class AsyncRetriever:
         async with self._connection() as c:
             return await explain_statement_async(c, plan, params, self.layout, kind=kind)
 
-    async def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
+    async def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *,
                            kind: str = "analyze", parent: bool = True, neighbors: bool = True,
                            filters: Any = None, mode: str = "auto", texts: Sequence[str] | None = None,
                            hybrid: Any = None) -> Explained:

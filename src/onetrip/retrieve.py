@@ -44,6 +44,8 @@ if TYPE_CHECKING:
     from .explain import Explained
 
 MAX_K = 1000
+#: search's k when none is given; with ``assemble=True``, `assemble_k` decides
+SEARCH_K = 5
 #: Index-scan LIMIT buckets for prepared statements (see hits_cte.sql.j2): k stays a bind,
 #: applied after the bucket, unless k is a bucket itself; then the bucket LIMIT alone is k.
 #: 4, 5, 8, 16 are the k that search and assemble use by default (5; 4/8/16 at 1,000/2,000/4,000
@@ -654,7 +656,7 @@ def scan_bucket(mode: str, k: int, params: dict[str, Any]) -> tuple[int | None, 
     return (k_bucket(params["candidates"]) if mode == "hybrid" else None), False
 
 
-def plan_search(layout: Layout, query: Any, k: int = 5, *, parent: bool = True, neighbors: bool = True,
+def plan_search(layout: Layout, query: Any, k: int = SEARCH_K, *, parent: bool = True, neighbors: bool = True,
                 filters: Filters | dict[str, Any] | None = None, mode: str = "auto", text: str | None = None,
                 hybrid: HybridOptions | None = None) -> Plan:
     """Validate a per-hit search and build its one statement."""
@@ -1023,8 +1025,6 @@ def result_of(plan: Plan, names: tuple[str, ...], rows: list[tuple]) -> Any:
 
 #: the options of `Retriever.search` without ``assemble=True``
 SEARCH_OPTIONS = frozenset({"parent", "neighbors", "filters", "mode", "text", "hybrid"})
-#: search's k when none is given; with ``assemble=True``, `assemble_k` decides
-SEARCH_K = 5
 
 
 def _split_search_kwargs(kwargs: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
@@ -1283,7 +1283,7 @@ class Retriever:
             return self._execute(plan, bind_vector(plan, query, self.layout.dim))
         return self.run(plan_assemble(self.layout, query, k, **options))
 
-    def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *, parent: bool = True,
+    def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *, parent: bool = True,
                     neighbors: bool = True, filters: Filters | dict[str, Any] | None = None, mode: str = "auto",
                     texts: Sequence[str] | None = None,
                     hybrid: HybridOptions | dict[str, Any] | None = None) -> list[list[Hit]]:
@@ -1331,7 +1331,7 @@ class Retriever:
         with self._connection() as c:
             return explain_statement(c, plan, params, self.layout, kind=kind)
 
-    def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = 5, *,
+    def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *,
                      kind: str = "analyze", parent: bool = True, neighbors: bool = True,
                      filters: Filters | dict[str, Any] | None = None, mode: str = "auto",
                      texts: Sequence[str] | None = None,

@@ -21,7 +21,7 @@ import numpy as np
 
 from .embedders import as_vector, nan_distance_error
 from .errors import DimensionMismatchError
-from .retrieve import (MODES, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid, check_flag,
+from .retrieve import (MODES, SEARCH_K, Hit, HybridOptions, Plan, _record_mapper, as_filters, as_hybrid, check_flag,
                        check_hybrid_mode, check_k, check_query_text, k_bucket, resolve_mode, retrieval_sql)
 from .layout import Layout
 
@@ -113,7 +113,7 @@ def plan_many(layout: Layout, queries: list[Any], vectors: list[np.ndarray] | No
     return None, vectors[0], {**options, "mode": "hybrid", "text": texts[0], "hybrid": hybrid}
 
 
-def plan_search_many(layout: Layout, vectors: Sequence[np.ndarray] | None, k: int = 5, *, parent: bool = True,
+def plan_search_many(layout: Layout, vectors: Sequence[np.ndarray] | None, k: int = SEARCH_K, *, parent: bool = True,
                      neighbors: bool = True, filters: Any = None, mode: str = "dense",
                      texts: Sequence[str] | None = None, hybrid: HybridOptions | dict[str, Any] | None = None) -> Plan:
     """The one statement for several queries: embeddings (already validated by `query_vectors`; dense, hybrid)

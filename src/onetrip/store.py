@@ -524,7 +524,17 @@ def _checked(doc: DocumentRecord, sections: Sequence[SectionLike], embeddings: A
         raise ValueError(f"{doc.doc_id}: a document needs at least one section")
     arr = _check_embeddings(sections, embeddings, dim, vector_type)
     _check_tree(doc.doc_id, sections)
-    return arr, _json_object(doc.metadata), [_json_object(_section_metadata(s)) for s in sections]
+    try:
+        doc_meta = _json_object(doc.metadata)
+    except ValueError as e:
+        raise ValueError(f"{doc.doc_id}: {e}") from None
+    section_meta = []
+    for s in sections:
+        try:
+            section_meta.append(_json_object(_section_metadata(s)))
+        except ValueError as e:
+            raise ValueError(f"{doc.doc_id}: section {s.section_id!r}: {e}") from None
+    return arr, doc_meta, section_meta
 
 
 def _section_metadata(s: SectionLike) -> dict[str, Any]:
@@ -563,11 +573,30 @@ def _json_object(metadata: Mapping[str, Any]) -> Any:
     except ValueError as e:  # NaN/infinity: PostgreSQL's jsonb says only 'Token "NaN" is invalid'
         raise ValueError(f"metadata {str(dict(metadata))[:80]} holds a value JSON cannot (NaN or "
                          f"infinity): {e}") from None
+    except TypeError:  # json's own 'keys must be str, int, float, bool or None, not tuple' named no key
+        key = _bad_key(metadata)
+        raise ValueError(f"metadata key {key!r:.80} is a {type(key).__name__}; JSON object keys are strings "
+                         "(str, int, float, bool or None are turned into one)") from None
     if (where := nul_in(data)) is not None:  # jsonb refuses \u0000 with a multi-line 'unsupported Unicode escape'
         raise ValueError(f"metadata {where} holds a NUL character, which PostgreSQL's jsonb cannot store "
                          "(front matter: a \"\\0\" or \"\\x00\" escape)")
     check_text(text, "metadata")  # a lone surrogate: jsonb's error had named no field
     return Jsonb(data)
+
+
+def _bad_key(value: Any) -> Any:
+    """The first key, at any depth, that `json.dumps` refuses (a tuple, a frozenset...)."""
+    stack = [value]
+    while stack:
+        v = stack.pop()
+        if isinstance(v, Mapping):
+            for k, x in v.items():
+                if not isinstance(k, (str, int, float, bool)) and k is not None:
+                    return k
+                stack.append(x)
+        elif isinstance(v, (list, tuple)):
+            stack.extend(v)
+    return None
 
 
 def nul_in(value: Any, at: str = "") -> str | None:
