@@ -625,3 +625,72 @@ def test_a_connection_or_pool_with_a_row_factory_is_refused_by_name(db, dsn):
         Retriever(conn).close()
     with psycopg.connect(dsn, autocommit=True) as conn:  # psycopg's default: tuples
         Retriever(conn).close()
+
+
+def _waiting_backends(db, name: str) -> int:
+    return db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'",
+                      (name,)).fetchone()[0]
+
+
+def _wait_until(check, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + 30  # a guard against hanging, not a timing assertion
+    while not check():
+        assert time.monotonic() < deadline, what
+        time.sleep(0.02)
+
+
+def test_close_cancels_the_statement_another_thread_is_running(db, dsn, corpus):
+    """A review closed a Retriever while another thread's search ran: the socket closed, but the statement ran on
+    at the server (here: waiting on a lock, holding a backend) until it ended of itself. close() cancels it."""
+    import threading
+
+    name = "onetrip-test-close-sync"
+    r = Retriever(conninfo.make_conninfo(dsn, application_name=name), embedder=HashEmbedder())
+    q = corpus_query_vectors(corpus, 1, seed=83)[0]
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            r.search(q, k=3)
+        except BaseException as e:  # noqa: BLE001 - the call must fail; which error is the test's question
+            errors.append(e)
+
+    with psycopg.connect(dsn) as locker:  # the lock stays until this transaction ends
+        locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+        t = threading.Thread(target=call)
+        t.start()
+        _wait_until(lambda: _waiting_backends(db, name) == 1, "the search never reached the lock")
+        r.close()
+        t.join(30)
+        assert not t.is_alive()
+        # still inside the lock's transaction: the statement is gone from the server, not waiting for the lock
+        _wait_until(lambda: _backends(db, name) == 0, "the closed retriever's statement still runs")
+    assert len(errors) == 1 and isinstance(errors[0], psycopg.Error)
+    with pytest.raises(psycopg.OperationalError, match="closed"):
+        r.search(q, k=3)
+
+
+def test_async_close_cancels_the_statement_another_task_is_running(db, dsn, corpus):
+    """AsyncRetriever.close(), as Retriever.close(): the running statement is cancelled, not left on the server."""
+    name = "onetrip-test-close-async"
+    q = corpus_query_vectors(corpus, 1, seed=84)[0]
+
+    async def run() -> BaseException | None:
+        r = await AsyncRetriever.create(conninfo.make_conninfo(dsn, application_name=name), embedder=HashEmbedder())
+        task = asyncio.create_task(r.search(q, k=3))
+        while _waiting_backends(db, name) == 0:
+            await asyncio.sleep(0.02)
+        await r.close()
+        try:
+            await asyncio.wait_for(task, 30)
+        except psycopg.Error as e:
+            return e
+        return None
+
+    with psycopg.connect(dsn) as locker:
+        locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+        error = asyncio.run(run())
+        _wait_until(lambda: _backends(db, name) == 0, "the closed retriever's statement still runs")
+    assert error is not None

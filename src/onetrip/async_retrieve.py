@@ -23,6 +23,7 @@ from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder_object
 from .errors import ConnectionLostError
 from .retrieve import (
+    CANCEL_TIMEOUT,
     Hit,
     POOL_CHECK_DEADLINE,
     Plan,
@@ -313,10 +314,17 @@ class AsyncRetriever:
         return self
 
     async def close(self) -> None:
-        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise."""
+        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise.
+
+        A statement running on it (another task's call) is cancelled first, as `Retriever.close` does."""
         if self._owns_conn:
             self._closed = True
             if self.conn is not None:
+                if self.conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
+                    try:
+                        await self.conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+                    except psycopg.Error:  # the close goes on, as in Retriever.close
+                        pass
                 await self.conn.close()
 
     async def __aenter__(self) -> AsyncRetriever:

@@ -1048,6 +1048,19 @@ def check_search_options(options: dict[str, Any]) -> None:
                         "the others need assemble=True)")
 
 
+def cancel_running(conn: psycopg.Connection) -> None:
+    """Ask the server to cancel the statement running on ``conn``, if one is (a call in another thread)."""
+    if conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
+        try:
+            conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+        except psycopg.Error:  # the close goes on: the server ends the statement when it next writes to us
+            pass
+
+
+#: seconds `Retriever.close` waits for the server to take a cancel request
+CANCEL_TIMEOUT = 5.0
+
+
 class Retriever:
     """Search onetrip's sections table: top-K hits with parent and neighbors, one round trip.
 
@@ -1361,11 +1374,15 @@ class Retriever:
         return self
 
     def close(self) -> None:
-        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise."""
+        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise.
+
+        A statement running on it (another thread's call) is cancelled first: closing the socket alone
+        left it running on the server, holding its locks and a backend, until it ended of itself."""
         if self._owns_conn:
             with self._lock:
                 self._closed = True
                 if self.conn is not None:
+                    cancel_running(self.conn)
                     self.conn.close()
 
     def __enter__(self) -> Retriever:
