@@ -1544,3 +1544,31 @@ def test_review_findings_surrogate_keys_empty_tokens_long_limits_context_k_and_h
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("DROP TABLE term_stats, section_history, sections, documents")
         assert_error(*call(base, "GET", "/health")[:2], 503, "schema_missing", "onetrip init")
+
+
+def test_max_k_below_search_k_caps_requests_without_k(dsn, corpus):
+    """A review served --max-k 2: k=3 was refused, yet a request without k got search's 5 hits (/search and
+    /search_many), and /openapi.json said maximum 2, default 5."""
+    with serving(dsn, max_k=2) as base:
+        status, data = search(base, {"query": "pasta", "context": False})
+        assert status == 200 and len(data["hits"]) == 2, data
+        status, data, _ = call(base, "POST", "/search_many", {"queries": ["pasta", "bread"]})
+        assert status == 200 and [len(r["hits"]) for r in data["results"]] == [2, 2], data
+        assert_error(*search(base, {"query": "pasta", "k": 3}), 422, "k_out_of_range")
+        schemas = call(base, "GET", "/openapi.json")[1]["components"]["schemas"]
+        assert schemas["SearchManyRequest"]["properties"]["k"]["default"] == 2
+        assert "default 2 for hits" in schemas["SearchRequest"]["properties"]["k"]["description"]
+    with serving(dsn) as base:  # the usual cap, 50: search's 5
+        status, data = search(base, {"query": "pasta", "context": False})
+        assert status == 200 and len(data["hits"]) == 5, data
+
+
+def test_the_pools_per_request_lines_stay_out_of_the_info_log():
+    """psycopg_pool logs every checkout and return at info: six lines a request at the default --log-level,
+    which --no-access-log did not stop. At info the pool logs warnings and above; at debug, everything."""
+    from onetrip.http_service import log_config
+
+    assert log_config("info")["loggers"]["psycopg.pool"]["level"] == "WARNING"
+    assert log_config("info")["loggers"]["onetrip"]["level"] == "INFO"
+    assert log_config("debug")["loggers"]["psycopg.pool"]["level"] == "DEBUG"
+    assert log_config("error")["loggers"]["psycopg.pool"]["level"] == "ERROR"

@@ -534,7 +534,7 @@ def parse_search_many(body: Any, cfg: ServiceConfig) -> SearchManyRequest:
     if queries is not None and embeddings is not None and len(queries) != len(embeddings):
         raise _invalid("embeddings", f"give one embedding per query: {len(embeddings)} embeddings for "
                                      f"{len(queries)} queries")
-    k = DEFAULT_K if body.get("k") is None else _int(body["k"], "k", 1, cfg.max_k, "k_out_of_range")
+    k = default_k(cfg) if body.get("k") is None else _int(body["k"], "k", 1, cfg.max_k, "k_out_of_range")
     mode = body.get("mode", "auto")
     if mode not in MODE_CHOICES:
         raise _invalid("mode", f"must be one of {', '.join(MODE_CHOICES)}, got {mode!r}")
@@ -825,7 +825,7 @@ class Service:
                   **({} if req.hybrid is None else {"hybrid": req.hybrid})}
         hit_options = {"parent": req.hit_expand.parent, "neighbors": req.hit_expand.neighbors > 0, **common}
         context_options = {"expand": req.expand, "max_tokens": req.max_tokens, **common}
-        hit_k = DEFAULT_K if req.k is None else req.k
+        hit_k = default_k(self.cfg) if req.k is None else req.k
         # k absent: one hit per TOKENS_PER_HIT tokens of budget, within --max-k (a 16,000-token budget had
         # asked for 64 hits where a request's own k is refused past 50)
         context_k = req.k if req.k is not None else min(assemble_k(None, req.max_tokens), self.cfg.max_k)
@@ -1149,6 +1149,12 @@ def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_POR
                 access_log=access_log, server_header=False, lifespan="on", log_config=config)
 
 
+def default_k(cfg: ServiceConfig) -> int:
+    """A request's hits when it names no k: search's own, but never past the operator's --max-k (a cap of 2 had
+    refused k=3 and still given 5 hits to a request without k)."""
+    return min(DEFAULT_K, cfg.max_k)
+
+
 def log_config(log_level: str) -> dict[str, Any]:
     """uvicorn's logging setup with the service's own loggers (onetrip.*, psycopg's pool) added at ``log_level``.
 
@@ -1161,6 +1167,8 @@ def log_config(log_level: str) -> dict[str, Any]:
     level = "DEBUG" if log_level.lower() == "trace" else log_level.upper()  # uvicorn's own TRACE is below DEBUG
     for name in ("onetrip", "psycopg.pool"):
         config["loggers"][name] = {"handlers": ["default"], "level": level, "propagate": False}
+    if level == "INFO":  # the pool logs every checkout and return at info, six lines a request past
+        config["loggers"]["psycopg.pool"]["level"] = "WARNING"  # --no-access-log; --log-level debug shows them
     return config
 
 
@@ -1314,7 +1322,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             "embedding": {"type": "array", "items": {"type": "number"}, "minItems": 1,
                           "description": "a query embedding of the table's dimension"},
             "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k,
-                  "description": f"number of hits; default {DEFAULT_K} for hits and, for the context, "
+                  "description": f"number of hits; default {default_k(cfg)} for hits and, for the context, "
                                  f"one per {TOKENS_PER_HIT} tokens of max_tokens, at most {cfg.max_k}"},
             "mode": {"enum": list(MODE_CHOICES), "default": "auto",
                      "description": "auto: hybrid when query (text) is given, dense for an embedding alone"},
@@ -1341,7 +1349,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                         "maxItems": MAX_QUERIES},
             "embeddings": {"type": "array", "minItems": 1, "maxItems": MAX_QUERIES,
                            "items": {"type": "array", "items": {"type": "number"}, "minItems": 1}},
-            "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k, "default": DEFAULT_K,
+            "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k, "default": default_k(cfg),
                   "description": "hits per query"},
             "mode": {"enum": list(MODE_CHOICES), "default": "auto",
                      "description": "auto: hybrid when queries (texts) are given, dense for embeddings alone; "
