@@ -230,6 +230,9 @@ def test_headers_say_when_the_api_bucket_changes_the_hits_and_rows_agree_when_ef
     # "for k up to <ef_search>" is exact only while the pinned ef_search is itself a bucket
     assert k_bucket(DEFAULT_EF_SEARCH) == DEFAULT_EF_SEARCH
     assert f"Python API at hnsw.ef_search = {DEFAULT_EF_SEARCH} for k up to {DEFAULT_EF_SEARCH}" in function_head
+    # ... and unfiltered: a DBA review found 5 of 20 filtered calls (a small collection, searched exactly through
+    # its btree index here, approximately by the API's HNSW scan) differing in a few hits
+    assert "when no collections or principals are given" in function_head
 
     k = 35
     bucket = k_bucket(k)
@@ -564,6 +567,12 @@ def test_partitioned_and_halfvec_renderings(tmp_path):
     assert ") PARTITION BY HASH (doc_id);" in schema and "sections_p7" in schema
     assert "halfvec(384)" in schema and "halfvec_cosine_ops" in schema
     assert "::halfvec" in (tmp_path / "postgres" / "retrieve.sql").read_text()
+    # the headers name the type the statements bind (a DBA review read vector(384) over a ::halfvec bind)
+    for name in ("retrieve.sql", "retrieve_hybrid.sql", "assemble.sql", "retrieve_many.sql",
+                 "retrieve_many_hybrid.sql"):
+        head = (tmp_path / "postgres" / name).read_text().split("-- =====", 2)[1]
+        assert "halfvec(384)" in head and "vector(384)" not in head.replace("halfvec(384)", ""), name
+    assert "'...'::halfvec" in (tmp_path / "postgres" / "retrieve.sql").read_text()
     with pytest.raises(Exception, match="PostgreSQL and Citus editions only, not Oracle"):
         render_edition("oracle", Layout(vector_type="halfvec"))
 

@@ -5,10 +5,15 @@
 --           SELECT * FROM retrieve_sections(...) to a parameterised query.
 --           Same rows as retrieve.sql run with these settings, and as onetrip's
 --           Python API at hnsw.ef_search = 100 for k up to 100 (up to ties in
---           distance at the k-th place: see retrieve.sql, onetrip). Past that the
---           API's HNSW scan reads k's bucket (200, 500, 1000) and keeps the k
---           nearest rows, where this keeps the first k the scan returns: the
---           hit sets can differ (see retrieve.sql, onetrip).
+--           distance at the k-th place: see retrieve.sql, onetrip), when no
+--           collections or principals are given. Past that k the API's HNSW
+--           scan reads k's bucket (200, 500, 1000) and keeps the k nearest
+--           rows, where this keeps the first k the scan returns: the hit sets
+--           can differ (see retrieve.sql, onetrip). With collections or
+--           principals the planner may choose another plan here than for the
+--           API's statement (a small collection: its btree index and an exact
+--           sort): both return k rows that pass the filters, but an exact and
+--           an approximate search can differ in a few of them.
 -- Requires  PostgreSQL 13+ (tested on 18 and on 15), pgvector 0.8+; the tables
 --           and indexes from schema.sql.
 -- Params    query_embedding  vector(384)  the query embedding
