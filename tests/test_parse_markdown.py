@@ -119,7 +119,7 @@ def test_title_falls_back_to_first_h1_then_empty() -> None:
 
 
 def test_front_matter_fallback_parser() -> None:
-    assert parse_front_matter("title: x: y\n  bad: [") == {"title": "x: y"}
+    assert parse_front_matter("title: x: y\ndate: 2024") == {"title": "x: y", "date": "2024"}
     assert parse_front_matter("") == {}
     # YAML comments alone are empty front matter, as Jekyll reads them (found by review: a generator's "# do not
     # edit" line had become the document's title)
@@ -376,3 +376,25 @@ def test_front_matter_with_a_mapping_as_a_key_is_read_as_markdown_not_a_crash(tm
         doc = parse_file(page, min_tokens=0)
         text = " ".join(s.heading + " " + s.content for s in doc.sections)
         assert "This model embeds sentences." in text and doc.metadata == {}
+
+
+def test_invalid_yaml_front_matter_keeps_its_lists_and_lines() -> None:
+    """Found by review: when the YAML was invalid (an unquoted colon in a title), the fallback skipped every
+    indented or `- ` line: `tags:` and its list became an empty string (a metadata filter on the tags then
+    missed the document) and bullet lines under a key with a value were in no section. It now keeps a list
+    under a key with no value and a value's continuation lines; a block holding anything else is Markdown."""
+    assert parse_front_matter("title: Postgres: the good parts\ntags:\n  - sql\n  - tuning\n") == {
+        "title": "Postgres: the good parts", "tags": ["sql", "tuning"]}
+    assert parse_front_matter("title: a: b\ntags:\n- sql\n- 'tuning'\nsummary: a long\n  folded text\n") == {
+        "title": "a: b", "tags": ["sql", "tuning"], "summary": "a long folded text"}
+    for raw in ("Status: draft\n- Version 2.0 drops PostgreSQL 12.\n",  # a list under a key with a value
+                "title: x: y\n  bad: [",  # an indented mapping under a value
+                "title: a: b\nauthors:\n  - name: A\n    email: b\n",  # a mapping in a list
+                "- a: b\ntitle: c\n"):  # a list with no key
+        assert parse_front_matter(raw) is None, raw
+    title, blocks, meta = parse_markdown("---\nStatus: draft\n- Version 2.0 drops PostgreSQL 12.\n"
+                                         "- The CLI gains a --json flag.\n---\n\n# Release notes\n\nSee below.\n")
+    text = " ".join(b.text for b in blocks)
+    assert meta == {} and title == "Release notes"
+    for words in ("Status: draft", "Version 2.0 drops PostgreSQL 12.", "The CLI gains a --json flag.", "See below."):
+        assert words in text, (words, text)

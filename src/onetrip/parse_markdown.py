@@ -160,17 +160,45 @@ def _jsonable(value: Any) -> Any:
 
 
 def _simple_front_matter(raw: str) -> dict | None:
-    """`key: value` lines, for when PyYAML is missing or the YAML is invalid; None when a line at the left
-    margin is neither such a line nor a comment or list item (prose), or when no line is one (a table of
-    contents between two rules: `## Contents` and `- [Install](#install)`): no front matter."""
-    out: dict[str, str] = {}
+    """`key: value` lines, for when PyYAML is missing or the YAML is invalid; None (no front matter: the block
+    is read as Markdown, every word kept) when a line is none of what this can hold as written.
+
+    It holds `key: value` at the left margin, a value's indented continuation lines (joined by a space, as
+    YAML folds a plain scalar), `- item` lines under a key with no value (a list of strings), blank lines
+    and `#` comments. Anything else, such as prose at the margin, a list with no key or under a key that has
+    a value, or a mapping nested under a key, is None; so is a block with no `key: value` line (a table of
+    contents between two rules: `## Contents` and `- [Install](#install)`). Those lines had been skipped
+    and their words lost (an unquoted colon in a title made `tags:` and its list an empty string)."""
+    out: dict[str, str | list[str]] = {}
+    key: str | None = None  # the last key, which indented and `- ` lines belong to
     for line in raw.splitlines():
-        key, sep, value = line.partition(":")
-        if sep and key.strip() and not line.startswith((" ", "\t", "-", "#")):
-            out[key.strip()] = value.strip().strip("'\"")
-        elif line.strip() and not line.startswith((" ", "\t", "-", "#")):
+        text = line.strip()
+        if not text or text.startswith("#"):
+            continue
+        item = text == "-" or text.startswith(("- ", "-\t"))
+        if line.startswith((" ", "\t")) or item:
+            if key is None:
+                return None
+            value = out[key]
+            if item and isinstance(value, list):
+                value.append(_unquoted(text[1:].strip()))
+            elif item and value == "":
+                out[key] = [_unquoted(text[1:].strip())]
+            elif not item and isinstance(value, str) and value and not text.split(None, 1)[0].endswith(":"):
+                out[key] = f"{value} {text}"
+            else:  # an indented mapping, or text under a list: nothing this can hold as written
+                return None
+            continue
+        k, sep, value = line.partition(":")
+        if not sep or not k.strip():
             return None
+        key = k.strip()
+        out[key] = _unquoted(value.strip())
     return out if out or not raw.strip() else None
+
+
+def _unquoted(value: str) -> str:
+    return value.strip("'\"")
 
 
 @lru_cache(maxsize=1)

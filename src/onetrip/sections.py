@@ -55,7 +55,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 7
+SECTIONING = 8
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -89,7 +89,11 @@ loose text of a row lxml nests in a cell, and a table right inside such a row, a
 <colgroup> holds; an empty heading outside containers with no anchor (a logo's <h1><img>) makes no section, one
 with an anchor ends the headings of its level and below, so no container nests under it (these last three came
 later the same day; the only HTML stored under 7 before them, the PostgreSQL manual, is cut identically). Metadata keys of the ``onetrip_`` prefix (front matter,
-<meta>) are dropped with a warning (the PostgreSQL manual is cut as under 6)."""
+<meta>) are dropped with a warning (the PostgreSQL manual is cut as under 6);
+8: (2026-12-06, found by review) front matter that is invalid YAML keeps a list under a key with no value
+(``tags:`` then ``- sql`` lines, an empty string before) and a value's indented continuation lines; a block
+holding any other line the fallback cannot hold (a list under a key with a value, an indented mapping) is
+Markdown, its words kept (they had been dropped). HTML is cut as under 7."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
