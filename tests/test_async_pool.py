@@ -13,7 +13,8 @@ from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, ConnectionPool
 import pytest
 
-from onetrip import AsyncRetriever, Filters, Retriever, SchemaMissingError, init_schema, make_async_pool, make_pool
+from onetrip import (AsyncRetriever, ConnectionLostError, Filters, Retriever, SchemaMissingError, init_schema,
+                     make_async_pool, make_pool)
 from onetrip.context import Context
 from onetrip.store import replace_document
 from onetrip.synthetic import corpus_query_vectors, generate
@@ -668,7 +669,7 @@ def test_close_cancels_the_statement_another_thread_is_running(db, dsn, corpus):
         # still inside the lock's transaction: the statement is gone from the server, not waiting for the lock
         _wait_until(lambda: _backends(db, name) == 0, "the closed retriever's statement still runs")
     assert len(errors) == 1 and isinstance(errors[0], psycopg.Error)
-    with pytest.raises(psycopg.OperationalError, match="closed"):
+    with pytest.raises(psycopg.OperationalError, match=r"closed \(Retriever.close\(\) was called\)"):
         r.search(q, k=3)
 
 
@@ -694,3 +695,38 @@ def test_async_close_cancels_the_statement_another_task_is_running(db, dsn, corp
         error = asyncio.run(run())
         _wait_until(lambda: _backends(db, name) == 0, "the closed retriever's statement still runs")
     assert error is not None
+
+
+def test_async_close_while_the_running_call_finds_its_connection_lost(db, dsn, corpus, terminate):
+    """A review of the cancelling close(): the server ended the backend just before close(); while close()
+    awaited its cancel request the running task found the connection lost and dropped it (self.conn = None),
+    and close() raised AttributeError on None. close() now closes the connection it took, and later calls say
+    close() was called."""
+    import time
+
+    name = "onetrip-test-close-lost"
+    q = corpus_query_vectors(corpus, 1, seed=85)[0]
+
+    async def run() -> BaseException | None:
+        r = await AsyncRetriever.create(conninfo.make_conninfo(dsn, application_name=name), embedder=HashEmbedder())
+        task = asyncio.create_task(r.search(q, k=3))
+        while _waiting_backends(db, name) == 0:
+            await asyncio.sleep(0.02)
+        assert terminate(application_name=name) == 1
+        time.sleep(0.3)  # the FATAL is on the socket; the task has not read it yet (this blocks the loop)
+        await r.close()  # raised AttributeError
+        try:
+            await asyncio.wait_for(task, 30)
+        except (psycopg.Error, ConnectionLostError) as e:
+            task_error = e
+        else:
+            task_error = None
+        with pytest.raises(psycopg.OperationalError, match=r"AsyncRetriever.close\(\) was called"):
+            await r.search(q, k=3)
+        return task_error
+
+    with psycopg.connect(dsn) as locker:
+        locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+        task_error = asyncio.run(run())
+    assert task_error is not None
+    assert _backends(db, name) == 0

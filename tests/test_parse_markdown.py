@@ -398,3 +398,19 @@ def test_invalid_yaml_front_matter_keeps_its_lists_and_lines() -> None:
     assert meta == {} and title == "Release notes"
     for words in ("Status: draft", "Version 2.0 drops PostgreSQL 12.", "The CLI gains a --json flag.", "See below."):
         assert words in text, (words, text)
+
+
+def test_valid_yaml_front_matter_with_aliases_is_read_as_yaml() -> None:
+    """A review of the fallback's fix: all front matter with an alias went to the key: value lines (a guard
+    against alias bombs), which now hold no list or mapping under an anchored key, so `tags: &t` then `- sql`
+    lost the title and every key (the block became Markdown). Aliases expanding to a bounded size are YAML."""
+    assert parse_front_matter("title: Guide\ntags: &t\n  - sql\nkeywords: *t\n") == {
+        "title": "Guide", "tags": ["sql"], "keywords": ["sql"]}
+    title, _, meta = parse_markdown("---\ntitle: My Guide\ndefaults: &d\n  lang: en\npage:\n  <<: *d\n"
+                                    "  kind: guide\n---\n\n# Intro\n\nBody text.\n")
+    assert title == "My Guide" and meta == {"title": "My Guide", "defaults": {"lang": "en"},
+                                            "page": {"lang": "en", "kind": "guide"}}
+    assert parse_front_matter("a: &a [x, y]\nb: &b [*a, *a]\nc: [*b, *b]\n") == {
+        "a": ["x", "y"], "b": [["x", "y"]] * 2, "c": [[["x", "y"]] * 2] * 2}
+    # a cycle expands without end: read as lines (here a flow list on one line, kept as its text)
+    assert parse_front_matter("a: &a [1, *a]\n") == {"a": "&a [1, *a]"}

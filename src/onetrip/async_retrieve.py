@@ -319,13 +319,14 @@ class AsyncRetriever:
         A statement running on it (another task's call) is cancelled first, as `Retriever.close` does."""
         if self._owns_conn:
             self._closed = True
-            if self.conn is not None:
-                if self.conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
-                    try:
-                        await self.conn.cancel_safe(timeout=CANCEL_TIMEOUT)
-                    except psycopg.Error:  # the close goes on, as in Retriever.close
-                        pass
-                await self.conn.close()
+            conn, self.conn = self.conn, None  # later calls: "close() was called" (`_reopen`)
+            if conn is not None:
+                try:
+                    if conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
+                        with suppress(psycopg.Error):  # the close goes on, as in Retriever.close
+                            await conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+                finally:  # also when this close is itself cancelled while the cancel request is under way
+                    await conn.close()
 
     async def __aenter__(self) -> AsyncRetriever:
         return self

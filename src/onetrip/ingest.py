@@ -322,10 +322,13 @@ every onetrip stored before 2026-12-05 made it). A stored vector is reused for a
 (`_stored_vectors`) only under the same version: raise it whenever `embedding_text` changes."""
 
 
-def _why(e: BaseException) -> str:
+def _why(e: BaseException, doc_id: str | None = None) -> str:
     """A failed file's reason, one line: PostgreSQL's DETAIL, HINT and CONTEXT lines (a trigger's, a full disk's,
-    COPY's 'line 1, column embedding') had each become a line of `onetrip ingest`'s summary."""
+    COPY's 'line 1, column embedding') had each become a line of `onetrip ingest`'s summary. The document's id,
+    which `replace_document`'s own errors start with, is left out: the summary names the file."""
     first = (str(e).strip().splitlines() or [""])[0]
+    if doc_id is not None and first.startswith(f"{doc_id}: "):
+        first = first[len(doc_id) + 2:]
     return f"{type(e).__name__}: {first}"
 
 
@@ -642,7 +645,7 @@ def ingest_paths(
                 except (OnetripError, ValueError, psycopg.Error) as e:
                     if conn.broken:  # not this file's fault: the run stops (_stop_when_lost)
                         raise
-                    report.failed.append((p.path, _why(e)))
+                    report.failed.append((p.path, _why(e, p.record.doc_id)))
                 else:
                     if res.outcome == "new":
                         report.new += 1

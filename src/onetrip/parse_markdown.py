@@ -224,6 +224,37 @@ def _loader(yaml: Any) -> Any:
     return KeysAsWritten
 
 
+#: The most YAML nodes front matter may expand to through its aliases before it is read as plain lines.
+MAX_FRONT_MATTER_NODES = 10_000
+
+
+def _expanded_nodes(yaml: Any, root: Any) -> int:
+    """How many nodes a composed YAML graph holds once its aliases are expanded, counted without expanding
+    them (each node's count made once); past MAX_FRONT_MATTER_NODES, or for an alias cycle, one more."""
+    cap = MAX_FRONT_MATTER_NODES + 1
+    sizes: dict[int, int] = {}
+    open_nodes: set[int] = set()  # the nodes whose children are being counted: meeting one again is a cycle
+    stack: list[tuple[Any, bool]] = [(root, False)]
+    while stack:
+        node, counted = stack.pop()
+        if isinstance(node, yaml.MappingNode):
+            kids = [n for pair in node.value for n in pair]
+        else:
+            kids = node.value if isinstance(node, yaml.SequenceNode) else []
+        if counted:
+            open_nodes.discard(id(node))
+            sizes[id(node)] = min(cap, 1 + sum(sizes[id(k)] for k in kids))
+            continue
+        if id(node) in sizes:
+            continue
+        if id(node) in open_nodes:
+            return cap
+        open_nodes.add(id(node))
+        stack.append((node, True))
+        stack.extend((k, False) for k in kids if id(k) not in sizes)
+    return sizes[id(root)]
+
+
 def parse_front_matter(raw: str) -> dict | None:
     """YAML when PyYAML is importable, else simple `key: value` lines. None when the block is no front
     matter: YAML that is a bare string or number (prose between two `---` rules), or lines that are not
@@ -233,10 +264,14 @@ def parse_front_matter(raw: str) -> dict | None:
     except ImportError:  # pragma: no cover - PyYAML is usually present
         return _simple_front_matter(raw)
     try:
-        # an alias can expand exponentially (a few hundred bytes, tens of MB): such front matter is read
-        # as plain key: value lines, as invalid YAML is
+        # an alias can expand exponentially (a few hundred bytes, tens of MB): front matter whose aliases
+        # expand past MAX_FRONT_MATTER_NODES is read as plain key: value lines, as invalid YAML is; below
+        # that it is YAML as any other (all aliased front matter had gone to the lines, which hold no list
+        # under an anchored key: `tags: &t` then `- sql` lost the document's title and every key)
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
-            return _simple_front_matter(raw)
+            root = yaml.compose(raw, Loader=yaml.SafeLoader)
+            if root is not None and _expanded_nodes(yaml, root) > MAX_FRONT_MATTER_NODES:
+                return _simple_front_matter(raw)
         data = yaml.load(raw, Loader=_loader(yaml))  # noqa: S506 - a SafeLoader subclass
         if data is None:  # empty, or YAML comments alone (`# generated, do not edit`): front matter, as Jekyll's
             return {}

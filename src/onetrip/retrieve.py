@@ -1381,9 +1381,12 @@ class Retriever:
         if self._owns_conn:
             with self._lock:
                 self._closed = True
-                if self.conn is not None:
-                    cancel_running(self.conn)
-                    self.conn.close()
+                conn, self.conn = self.conn, None  # later calls: "close() was called" (`_reopen`)
+                if conn is not None:
+                    try:
+                        cancel_running(conn)
+                    finally:
+                        conn.close()
 
     def __enter__(self) -> Retriever:
         return self

@@ -573,8 +573,9 @@ def _json_object(metadata: Mapping[str, Any]) -> Any:
     except ValueError as e:  # NaN/infinity: PostgreSQL's jsonb says only 'Token "NaN" is invalid'
         raise ValueError(f"metadata {str(dict(metadata))[:80]} holds a value JSON cannot (NaN or "
                          f"infinity): {e}") from None
-    except TypeError:  # json's own 'keys must be str, int, float, bool or None, not tuple' named no key
-        key = _bad_key(metadata)
+    except TypeError as e:  # json's own 'keys must be str, int, float, bool or None, not tuple' named no key
+        if (key := _bad_key(metadata)) is None:  # another TypeError (a value whose __str__ returns no str)
+            raise ValueError(f"metadata {str(dict(metadata))[:80]} holds what JSON cannot: {e}") from None
         raise ValueError(f"metadata key {key!r:.80} is a {type(key).__name__}; JSON object keys are strings "
                          "(str, int, float, bool or None are turned into one)") from None
     if (where := nul_in(data)) is not None:  # jsonb refuses \u0000 with a multi-line 'unsupported Unicode escape'
@@ -585,7 +586,7 @@ def _json_object(metadata: Mapping[str, Any]) -> Any:
 
 
 def _bad_key(value: Any) -> Any:
-    """The first key, at any depth, that `json.dumps` refuses (a tuple, a frozenset...)."""
+    """The first key, at any depth, that `json.dumps` refuses (a tuple, a frozenset...); None if none is."""
     stack = [value]
     while stack:
         v = stack.pop()
