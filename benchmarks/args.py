@@ -27,6 +27,13 @@ def _items(text: str, what: str) -> list[str]:
     return items
 
 
+def _distinct(values: list, text: str) -> list:
+    """``values`` when none is repeated: a repeated size, RTT or count had been measured, and reported, twice."""
+    if len(set(values)) != len(values):
+        raise argparse.ArgumentTypeError(f"a value is repeated in {text!r}")
+    return values
+
+
 def _number(text: str) -> float:
     try:
         x = float(text)
@@ -79,7 +86,7 @@ def int_list(lo: int, hi: int | None = None) -> Callable[[str], list[int]]:
     one = int_range(lo, hi)
 
     def parse(text: str) -> list[int]:
-        return [one(x) for x in _items(text, "whole numbers")]
+        return _distinct([one(x) for x in _items(text, "whole numbers")], text)
 
     return parse
 
@@ -119,12 +126,12 @@ def synthetic_size(text: str) -> int:
 
 def sizes(text: str) -> list[int | str]:
     """Corpus sizes, comma-separated: synthetic sizes and/or 'manual'."""
-    return [size(x) for x in _items(text, "corpus sizes")]
+    return _distinct([size(x) for x in _items(text, "corpus sizes")], text)
 
 
 def synthetic_sizes(text: str) -> list[int]:
     """Synthetic corpus sizes, comma-separated (10000,100000 or 10k,1m)."""
-    return [synthetic_size(x) for x in _items(text, "corpus sizes")]
+    return _distinct([synthetic_size(x) for x in _items(text, "corpus sizes")], text)
 
 
 def rtt(text: str) -> float:
@@ -137,12 +144,13 @@ def rtt(text: str) -> float:
 
 def rtts(text: str) -> list[float]:
     """Added RTTs in ms, comma-separated, each >= 0 (e.g. 0,0.5,1)."""
-    return [rtt(x) for x in _items(text, "non-negative ms values")]
+    return _distinct([rtt(x) for x in _items(text, "non-negative ms values")], text)
 
 
 def rtts_or_direct(text: str) -> list[float | None]:
     """'direct' (no proxy, None) and/or added RTTs in ms through the delay proxy, comma-separated."""
-    return [None if x == "direct" else rtt(x) for x in _items(text, "'direct' and/or non-negative ms values")]
+    return _distinct([None if x == "direct" else rtt(x) for x in _items(text, "'direct' and/or non-negative ms values")],
+                     text)
 
 
 def rtts_among(allowed: Iterable[float]) -> Callable[[str], list[float]]:

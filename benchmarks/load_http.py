@@ -96,6 +96,10 @@ def prepare_corpus(dsn: str, prefix: str, synthetic: int) -> dict[str, Any]:
         layout = init_schema(conn, Layout(dim=384, prefix=prefix))
         t = layout.tables
         have = conn.execute(f"SELECT count(*) FROM {t['sections']} WHERE doc_id LIKE 'syn%'").fetchone()[0]
+        if have not in (0, synthetic):  # kept, a run of --synthetic 5000 had measured the 1,000 of an earlier one
+            raise SystemExit(f"python -m benchmarks.load_http: error: the {prefix} tables hold {have} synthetic "
+                             f"sections, not --synthetic {synthetic}: give another --prefix, or drop them "
+                             f"(DROP TABLE {t['sections']}, {t['documents']} CASCADE)")
         if synthetic and have == 0:
             print(f"loading {synthetic} synthetic sections into {t['sections']} ...", file=sys.stderr)
             bulk_load(conn, layout, list(generate(synthetic, dim=384, seed=7, doc_prefix="syn")))
@@ -118,8 +122,11 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def start_service(args: argparse.Namespace, dsn: str, port: int, token: str, app_name: str) -> subprocess.Popen:
+    from onetrip.http_service import DEFAULT_MAX_K  # serve's own cap; a larger -k raises it for this service
+
     cmd = [sys.executable, "-m", "onetrip.cli", "serve", "--dsn", dsn, "--prefix", args.prefix,
            "--host", HOST, "--port", str(port), "--pool-size", str(args.pool_size),
+           "--max-k", str(max(args.k, DEFAULT_MAX_K)),  # -k past serve's default cap had failed the warm-up
            "--application-name", app_name, "--no-access-log", "--log-level", "warning"]
     env = {**os.environ, "ONETRIP_TOKEN": token, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -139,10 +146,19 @@ async def wait_healthy(client: Any, proc: subprocess.Popen, timeout: float = 300
     raise SystemExit("onetrip serve did not become healthy in time")
 
 
+def distinct(body: dict[str, Any], n: Any) -> dict[str, Any]:
+    """A text request made unlike any before it (its number appended), so the service embeds every one: the
+    embedder keeps its last 1,024 query vectors, and the 20 questions repeated had been answered from that
+    cache after the warm-up. A precomputed embedding is sent as it is."""
+    if "embedding" in body:
+        return body
+    return {**body, "query": f"{body['query']} ({n})"}
+
+
 def request_bodies(args: argparse.Namespace) -> list[dict[str, Any]]:
     shape = {"both": {}, "hits": {"context": False}, "context": {"hits": False}}[args.shape]
     base = {"k": args.k, "mode": args.mode, **shape}
-    if args.payload == "text":
+    if args.payload == "text":  # made distinct per request by `distinct`
         return [{**base, "query": q} for q in QUESTIONS]
     from onetrip.embedders import SentenceTransformerEmbedder
 
@@ -162,7 +178,7 @@ async def run_load(args: argparse.Namespace, base_url: str, token: str, dsn: str
     async with httpx.AsyncClient(base_url=base_url, headers=headers, limits=limits, timeout=60.0) as client:
         await wait_healthy(client, proc)
         for body in bodies:  # warm-up: every request shape once, each must succeed
-            r = await client.post("/search", json=body)
+            r = await client.post("/search", json=distinct(body, "warm-up"))
             if r.status_code != 200:
                 raise SystemExit(f"warm-up request failed: {r.status_code} {r.text[:500]}")
 
@@ -178,7 +194,7 @@ async def run_load(args: argparse.Namespace, base_url: str, token: str, dsn: str
             j = i
             while time.perf_counter() < deadline and started["n"] < args.max_requests:
                 started["n"] += 1
-                body = bodies[j % len(bodies)]
+                body = distinct(bodies[j % len(bodies)], started["n"])
                 j += 1
                 s = time.perf_counter()
                 try:
@@ -239,6 +255,7 @@ def summarize(args: argparse.Namespace, corpus: dict[str, Any], raw: dict[str, A
         "service_cpu_seconds": round(raw["service_cpu_s"], 2),
         "config": {"clients": args.clients, "duration_s": args.duration, "pool_size": args.pool_size,
                    "k": args.k, "mode": args.mode, "shape": args.shape, "payload": args.payload,
+                   "distinct_texts": args.payload == "text", "synthetic_sections": args.synthetic,
                    "statements_per_request": 2 if args.shape == "both" else 1,
                    "prefix": args.prefix, "corpus_sections": corpus["sections"],
                    "corpus_documents": corpus["documents"], "host": HOST},
@@ -270,7 +287,8 @@ def markdown(res: dict[str, Any]) -> str:
         "",
         f"{c['clients']} concurrent keep-alive clients for {c['duration_s']:g} s from a second process on "
         f"{c['host']}; `onetrip serve` (uvicorn, one process) with a pool of {c['pool_size']} connections; "
-        f"POST /search with a text query (embedded by the service, bundled MiniLM on CPU) "
+        f"POST /search with a text query (embedded by the service, bundled MiniLM on CPU; each request's "
+        f"question made distinct by a number, so none is answered from the embedder's query cache) "
         f"k={c['k']}, mode={c['mode']}, shape={c['shape']} ({c['statements_per_request']} statement(s) per "
         f"request); corpus {c['corpus_sections']} sections in {c['corpus_documents']} documents."
         if c["payload"] == "text" else

@@ -51,6 +51,8 @@ from .benchmark_cli import refused  # noqa: E402
     (("--sets", "0"), "--sets"),
     (("--rtt-ms=-1",), "--rtt-ms"),
     (("--size", "10k", "--k", "0"), "--k"),
+    (("--n", "2,2"), "--n"),  # a review: repeats were measured and reported twice
+    (("--rtt-ms", "1,1.0"), "--rtt-ms"),
 ])
 def test_many_queries_refuses_bad_flags_before_loading(flags, names, tmp_path):
     line = refused("benchmarks.latency.many_queries", *flags, "--out", str(tmp_path / "out"))
@@ -73,3 +75,9 @@ def test_many_queries_help_shows_the_defaults():
     help_text = " ".join(parser.format_help().split())
     for default in ("(default: benchmarks/results)", "(default: 1,2,4,8)", "(default: 0,1,2)", "(default: 200)"):
         assert default in help_text
+
+
+def test_many_queries_refuses_a_k_past_its_corpus(tmp_path):
+    """A review ran --size 100 --k 200 and got a report of 'k = 200 per query' on 100 sections, exit 0."""
+    line = refused("benchmarks.latency.many_queries", "--size", "100", "--k", "200", "--out", str(tmp_path / "o"))
+    assert "--k 200 must be smaller than the corpus (100 sections)" in line

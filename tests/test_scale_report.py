@@ -106,6 +106,17 @@ def test_each_row_names_the_server_it_was_measured_on(dsn, tmp_path):
     (row,) = json.loads((tmp_path / "scale.json").read_text())["results"]
     assert row["sections"] == 300 and row["measured"] and row["cores"] >= 1
     assert set(row["server"]) == {"postgresql", "pgvector"} and all(row["server"].values())
+    assert (row["queries"], row["recall_queries"], row["warmup"]) == (3, 5, 0)
+    workers = row["max_parallel_maintenance_workers"]
+    assert isinstance(workers, int)
+    # run again over the same table with another workers setting: the row keeps the build's
+    from psycopg.conninfo import make_conninfo
+
+    other = make_conninfo(dsn, options=f"-c max_parallel_maintenance_workers={workers + 1}")
+    argv2 = ["--dsn", other, *argv[2:]]
+    assert run.main(argv2) == 0
+    (row,) = json.loads((tmp_path / "scale.json").read_text())["results"]
+    assert row["load_reused"] and row["max_parallel_maintenance_workers"] == workers
 
 
 def test_replot_redraws_the_committed_results_into_another_folder(tmp_path):
@@ -133,3 +144,36 @@ def test_scale_refuses_a_memory_size_postgres_cannot_take(tmp_path):
     for out_of_range in ("32kB", "63", "3TB"):  # PostgreSQL refuses them (64kB to 2147483647kB)
         line = refused("benchmarks.scale.run", "--maintenance-work-mem", out_of_range, "--out", str(tmp_path / "o"))
         assert "outside maintenance_work_mem's range" in line, line
+
+
+def test_scale_report_names_each_rows_own_query_counts_and_build_workers(tmp_path):
+    """A review re-ran one row with --queries 10 --recall-queries 10 into a scale.json of rows measured with 40
+    and 30: the header named 10 and 10 for every row (the last run's meta). Rows now keep their own counts
+    (older rows: timed queries counted from their raw timings), and a reused table's parallel workers are its
+    build's, from its load note (they were the reusing run's SHOW), '?' when the note predates them."""
+    doc = json.loads(RESULTS.read_text())
+    rows = [dict(r) for r in doc["results"][:3]]
+    raw = len(rows[1]["latency"]["1.0"]["raw_A_ms"])
+    rows[0].update(queries=40, recall_queries=30, max_parallel_maintenance_workers=None)
+    meta = {**doc["meta"], "queries": 10, "recall_queries": 10}
+    text = write_report(rows, meta, tmp_path)
+    first = f"{rows[0]['sections']:,} {rows[0]['layout']}"
+    assert f"{raw} (40 for {first}) interleaved A/B queries per RTT" in text, text.splitlines()[2]
+    assert f"10 (30 for {first}) recall queries" in text
+    assert f"? parallel maintenance workers for {first}" in text
+    same = write_report(rows[1:], meta, tmp_path)
+    assert f"; {raw} interleaved A/B queries per RTT, 10 recall queries;" in same
+
+
+@pytest.mark.parametrize("content", ["# not json\n", "{}", '{"meta": {"k": 10, "ef": [40]}, "results": [{"k": 1}]}'])
+def test_scale_replot_of_a_wrong_file_is_one_line(content, tmp_path):
+    """A review: --replot --from-json README.md (or another benchmark's JSON, or {}) ended in a traceback, exit 1,
+    after making the --out folder."""
+    wrong = tmp_path / "wrong.json"
+    wrong.write_text(content)
+    line = refused("benchmarks.scale.run", "--replot", "--from-json", str(wrong), "--out", str(tmp_path / "out"))
+    assert f"{wrong}: not a readable scale.json of this benchmark" in line
+    assert not (tmp_path / "out").exists()
+    line = refused("benchmarks.scale.run", "--replot", "--from-json", str(tmp_path / "none.json"),
+                   "--out", str(tmp_path / "out"))
+    assert "none.json: not a readable scale.json of this benchmark (No such file or directory)" in line

@@ -162,6 +162,7 @@ class LoadInfo:
     hnsw_indexdef: str | None = None
     table_bytes: int | None = None
     hnsw_index_bytes: int | None = None
+    max_parallel_maintenance_workers: int | None = None  # the build's (None: a note from before it was kept)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -221,7 +222,8 @@ def ensure_loaded(
             table_b, index_b = _sizes(conn, layout)
             log(f"  corpus {layout.prefix}: reusing {n_sections} sections already loaded")
             info = LoadInfo(layout.prefix, n_sections, len(docs), True, table_bytes=table_b, hnsw_index_bytes=index_b)
-            for key in ("copy_s", "index_build_s", "analyze_s", "maintenance_work_mem", "hnsw_indexdef"):
+            for key in ("copy_s", "index_build_s", "analyze_s", "maintenance_work_mem", "hnsw_indexdef",
+                        "max_parallel_maintenance_workers"):
                 setattr(info, key, previous.get(key))  # how long the load that made these tables took
             return info
         log(f"  corpus {layout.prefix}: loaded under another onetrip schema (or by an older benchmark); loading again")
@@ -236,9 +238,10 @@ def ensure_loaded(
     log(f"  corpus {layout.prefix}: COPY {copy_s:.1f} s, HNSW build {index_s:.1f} s "
         f"(maintenance_work_mem={maintenance_work_mem}), VACUUM ANALYZE {analyze_s:.1f} s")
     table_b, index_b = _sizes(conn, layout)
+    workers = int(conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0])
     info = LoadInfo(
         layout.prefix, n_sections, len(docs), False, copy_s, index_s, analyze_s, maintenance_work_mem,
-        indexdef, table_b, index_b,
+        indexdef, table_b, index_b, workers,
     )
     write_load_note(conn, t["sections"], {**info.as_dict(), "schema_fingerprint": fingerprint})
     return info

@@ -183,6 +183,8 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     ap = build_parser()
     args = ap.parse_args(argv)
+    if not args.manual and args.k >= args.size:
+        ap.error(f"--k {args.k} must be smaller than the corpus ({args.size} sections)")
     ns = args.n
     question_files = [Path(f) for f in args.questions.split(",") if f.strip()]
     if args.manual:

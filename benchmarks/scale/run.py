@@ -25,6 +25,7 @@ import json
 import os
 import random
 import statistics
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -103,12 +104,14 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
                               "server": server_versions(conn), "cores": os.cpu_count(),
                               "documents": len(docs), "generate_s": round(gen_s, 1)}
     mwm = args.maintenance_work_mem
-    workers = conn.execute("SHOW max_parallel_maintenance_workers").fetchone()[0]
     load = ensure_loaded(conn, docs, layout, maintenance_work_mem=mwm, log=log)
+    # the build's settings, as the load note keeps them (a reused table's are its builder's, not this run's)
     result.update(load_reused=load.reused, copy_s=round(load.copy_s or float("nan"), 1),
                   hnsw_build_s=round(load.index_build_s or float("nan"), 1),
-                  maintenance_work_mem=load.maintenance_work_mem or mwm,
-                  max_parallel_maintenance_workers=int(workers), **sizes(conn, layout))
+                  maintenance_work_mem=load.maintenance_work_mem or "?",
+                  max_parallel_maintenance_workers=load.max_parallel_maintenance_workers,
+                  queries=args.queries, warmup=args.warmup, recall_queries=args.recall_queries,
+                  **sizes(conn, layout))
     log(f"[{n} {name}] copy {result['copy_s']} s, HNSW {result['hnsw_build_s']} s, "
         f"table {result['table_bytes'] / 2**20:.0f} MiB, hnsw {result['hnsw_bytes'] / 2**20:.0f} MiB")
 
@@ -179,7 +182,8 @@ def run_size(conn: Any, dsn: str, n: int, name: str, args: argparse.Namespace, l
 def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> str:
     lines = [f"## Scale: growth curve on one machine (k={meta['k']})", "",
              f"{meta['date']}; {meta['cores']} cores; {meta['server']}; synthetic clustered 384-d corpora; "
-             f"{meta['queries']} interleaved A/B queries per RTT, {meta['recall_queries']} recall queries; "
+             f"{per_row(results, 'queries', meta)} interleaved A/B queries per RTT, "
+             f"{per_row(results, 'recall_queries', meta)} recall queries; "
              "latency is client wall time per query, hot cache (each query is run once, untimed, by A and B on a "
              "direct connection just before its timed pair).", "",
              "| sections | layout | ef_construction | COPY s | HNSW build s | table MiB | HNSW MiB "
@@ -220,13 +224,34 @@ def write_report(results: list[dict[str, Any]], meta: dict[str, Any], out: Path)
     return text
 
 
+def per_row(results: list[dict[str, Any]], field: str, meta: dict[str, Any]) -> str:
+    """A count the rows were measured with (``queries``, ``recall_queries``): one number when all rows share it,
+    else the most common, then the rows measured otherwise. Rows of a run before rows kept their own count
+    take the file's (that run's) value; their timed queries are counted from their raw timings."""
+    def value(r: dict[str, Any]) -> Any:
+        if field in r:
+            return r[field]
+        raw = next(iter(r.get("latency", {}).values()), {}).get("raw_A_ms")
+        return len(raw) if field == "queries" and raw else meta.get(field, "?")
+
+    rows: dict[Any, list[str]] = {}
+    for r in results:
+        rows.setdefault(value(r), []).append(f"{r['sections']:,} {r['layout']}")
+    if not rows:
+        return str(meta.get(field, "?"))
+    usual = max(rows, key=lambda k: len(rows[k]))
+    others = [f"{k} for {', '.join(v)}" for k, v in rows.items() if k != usual]
+    return f"{usual}" + (f" ({'; '.join(others)})" if others else "")
+
+
 def build_settings(results: list[dict[str, Any]]) -> str:
     """The HNSW builds' memory and workers: the most common setting, then the rows built otherwise (a
     reused table keeps the setting of the run that built it)."""
     rows: dict[str, list[str]] = {}
     for r in results:
+        workers = r.get("max_parallel_maintenance_workers")
         setting = (f"maintenance_work_mem={r.get('maintenance_work_mem', '?')}, "
-                   f"{r.get('max_parallel_maintenance_workers', '?')} parallel maintenance workers")
+                   f"{'?' if workers is None else workers} parallel maintenance workers")
         rows.setdefault(setting, []).append(f"{r['sections']:,} {r['layout']}")
     if not rows:
         return "no rows"
@@ -286,9 +311,27 @@ def plot(results: list[dict[str, Any]], meta: dict[str, Any], out: Path) -> None
     fig.savefig(out / "scale.png", dpi=110)
 
 
+def read_scale_json(path: Path) -> dict[str, Any]:
+    """A scale.json of this benchmark, or SystemExit(2) naming the file (a wrong file had ended in a traceback)."""
+    try:
+        doc = json.loads(path.read_text())
+        if not (isinstance(doc, dict) and isinstance(doc.get("meta"), dict) and {"k", "ef"} <= doc["meta"].keys()
+                and isinstance(doc.get("results"), list)
+                and all(isinstance(r, dict) and {"sections", "layout", "recall", "latency"} <= r.keys()
+                        for r in doc["results"])):
+            raise ValueError("no 'meta' with k and ef, or 'results' rows without sections, layout, recall and "
+                             "latency")
+    except (OSError, ValueError) as e:
+        why = e.strerror if isinstance(e, OSError) and e.strerror else f"{type(e).__name__}: {e}"
+        print(f"python -m benchmarks.scale.run: error: {path}: not a readable scale.json of this benchmark "
+              f"({why})", file=sys.stderr)
+        raise SystemExit(2) from None
+    return doc
+
+
 def replot(out: Path, source: Path | None = None) -> None:
     """Redraw scale.md and scale.png from scale.json (``source``, else out/scale.json) without measuring again."""
-    doc = json.loads((source or out / "scale.json").read_text())
+    doc = read_scale_json(source or out / "scale.json")
     out.mkdir(parents=True, exist_ok=True)
     write_report(doc["results"], doc["meta"], out)
     plot(doc["results"], doc["meta"], out)
@@ -347,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
     dsn = resolve_dsn(args.dsn)
     previous: list[dict[str, Any]] = []
     if (out / "scale.json").exists():
-        doc = json.loads((out / "scale.json").read_text())
+        doc = read_scale_json(out / "scale.json")
         if doc["meta"]["k"] != args.k:  # one k per report: its recall and latency columns are at that k
             ap.error(f"{out / 'scale.json'} holds rows measured at k={doc['meta']['k']}: "
                      f"give another --out for k={args.k}")
