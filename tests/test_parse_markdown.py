@@ -414,3 +414,12 @@ def test_valid_yaml_front_matter_with_aliases_is_read_as_yaml() -> None:
         "a": ["x", "y"], "b": [["x", "y"]] * 2, "c": [[["x", "y"]] * 2] * 2}
     # a cycle expands without end: read as lines (here a flow list on one line, kept as its text)
     assert parse_front_matter("a: &a [1, *a]\n") == {"a": "&a [1, *a]"}
+    # a review of the fix: one long string aliased 8,000 times stayed under a node count of 10,000, and a 10 KB
+    # file became 84 MB of metadata; the size counts each scalar's characters, so it is read as lines
+    long = "x" * 10_000
+    bomb = "\n".join(["title: Guide", f'a: &a "{long}"', "b: &b [" + ",".join(["*a"] * 20) + "]",
+                      "c: &c [" + ",".join(["*b"] * 20) + "]", "d: [" + ",".join(["*c"] * 20) + "]"])
+    meta = parse_front_matter(bomb)
+    assert meta is not None and meta["title"] == "Guide" and len(str(meta)) < 2 * len(bomb)
+    # the same long string aliased a few times is YAML
+    assert parse_front_matter(f'a: &a "{long}"\nb: [*a, *a]\n') == {"a": long, "b": [long, long]}

@@ -395,6 +395,10 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{out / 'scale.json'} holds rows measured at k={doc['meta']['k']}: "
                      f"give another --out for k={args.k}")
         previous = doc["results"]
+        for r in previous:  # rows from before rows kept their counts: the file's meta is the run that made them
+            for field in ("queries", "recall_queries"):
+                if field not in r and field in doc["meta"] and not (field == "queries" and r.get("latency")):
+                    r[field] = doc["meta"][field]
     results = {key(r): r for r in previous}
     with connect(dsn) as conn:
         out.mkdir(parents=True, exist_ok=True)

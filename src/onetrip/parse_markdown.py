@@ -224,14 +224,16 @@ def _loader(yaml: Any) -> Any:
     return KeysAsWritten
 
 
-#: The most YAML nodes front matter may expand to through its aliases before it is read as plain lines.
-MAX_FRONT_MATTER_NODES = 10_000
+#: The most front matter may expand to through its aliases, in nodes plus the characters of its scalars, before
+#: it is read as plain lines (a node count alone let a 10 KB file with one long aliased string expand to 84 MB).
+MAX_FRONT_MATTER_SIZE = 100_000
 
 
-def _expanded_nodes(yaml: Any, root: Any) -> int:
-    """How many nodes a composed YAML graph holds once its aliases are expanded, counted without expanding
-    them (each node's count made once); past MAX_FRONT_MATTER_NODES, or for an alias cycle, one more."""
-    cap = MAX_FRONT_MATTER_NODES + 1
+def _expanded_size(yaml: Any, root: Any) -> int:
+    """The size of a composed YAML graph once its aliases are expanded, each node 1 plus a scalar's length,
+    counted without expanding them (each node's size made once); past MAX_FRONT_MATTER_SIZE, or for an alias
+    cycle, one more."""
+    cap = MAX_FRONT_MATTER_SIZE + 1
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()  # the nodes whose children are being counted: meeting one again is a cycle
     stack: list[tuple[Any, bool]] = [(root, False)]
@@ -242,8 +244,9 @@ def _expanded_nodes(yaml: Any, root: Any) -> int:
         else:
             kids = node.value if isinstance(node, yaml.SequenceNode) else []
         if counted:
+            own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
             open_nodes.discard(id(node))
-            sizes[id(node)] = min(cap, 1 + sum(sizes[id(k)] for k in kids))
+            sizes[id(node)] = min(cap, 1 + own + sum(sizes[id(k)] for k in kids))
             continue
         if id(node) in sizes:
             continue
@@ -265,12 +268,12 @@ def parse_front_matter(raw: str) -> dict | None:
         return _simple_front_matter(raw)
     try:
         # an alias can expand exponentially (a few hundred bytes, tens of MB): front matter whose aliases
-        # expand past MAX_FRONT_MATTER_NODES is read as plain key: value lines, as invalid YAML is; below
+        # expand past MAX_FRONT_MATTER_SIZE is read as plain key: value lines, as invalid YAML is; below
         # that it is YAML as any other (all aliased front matter had gone to the lines, which hold no list
         # under an anchored key: `tags: &t` then `- sql` lost the document's title and every key)
         if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
             root = yaml.compose(raw, Loader=yaml.SafeLoader)
-            if root is not None and _expanded_nodes(yaml, root) > MAX_FRONT_MATTER_NODES:
+            if root is not None and _expanded_size(yaml, root) > MAX_FRONT_MATTER_SIZE:
                 return _simple_front_matter(raw)
         data = yaml.load(raw, Loader=_loader(yaml))  # noqa: S506 - a SafeLoader subclass
         if data is None:  # empty, or YAML comments alone (`# generated, do not edit`): front matter, as Jekyll's

@@ -94,7 +94,7 @@ later the same day; the only HTML stored under 7 before them, the PostgreSQL man
 (``tags:`` then ``- sql`` lines, an empty string before) and a value's indented continuation lines; a block
 holding any other line the fallback cannot hold (a list under a key with a value, an indented mapping) is
 Markdown, its words kept (they had been dropped); valid YAML with aliases is read as YAML when they expand
-to at most `parse_markdown.MAX_FRONT_MATTER_NODES` nodes (it had been read as those lines). HTML is cut as
+to at most `parse_markdown.MAX_FRONT_MATTER_SIZE` (nodes plus scalar characters) (it had been read as those lines). HTML is cut as
 under 7."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
