@@ -25,6 +25,7 @@ from .errors import ConnectionLostError
 from .retrieve import (
     CANCEL_TIMEOUT,
     Hit,
+    call_running,
     POOL_CHECK_DEADLINE,
     Plan,
     SEARCH_K,
@@ -322,7 +323,7 @@ class AsyncRetriever:
             conn, self.conn = self.conn, None  # later calls: "close() was called" (`_reopen`)
             if conn is not None:
                 try:
-                    if conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
+                    if call_running(conn):
                         with suppress(psycopg.Error):  # the close goes on, as in Retriever.close
                             await conn.cancel_safe(timeout=CANCEL_TIMEOUT)
                 finally:  # also when this close is itself cancelled while the cancel request is under way

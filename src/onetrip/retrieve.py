@@ -1048,9 +1048,17 @@ def check_search_options(options: dict[str, Any]) -> None:
                         "the others need assemble=True)")
 
 
+def call_running(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
+    """Whether a call is under way on ``conn`` (another thread's or task's): psycopg holds the connection's
+    lock from before it sends a statement until its results are read. libpq's ACTIVE status alone missed
+    one: it is set only after the statement has been written to the socket, so a close() in that moment
+    found IDLE, sent no cancel, and left the statement running on the server (a test caught it under load)."""
+    return conn.lock.locked() or conn.info.transaction_status == pq.TransactionStatus.ACTIVE
+
+
 def cancel_running(conn: psycopg.Connection) -> None:
     """Ask the server to cancel the statement running on ``conn``, if one is (a call in another thread)."""
-    if conn.info.transaction_status == pq.TransactionStatus.ACTIVE:
+    if call_running(conn):
         try:
             conn.cancel_safe(timeout=CANCEL_TIMEOUT)
         except psycopg.Error:  # the close goes on: the server ends the statement when it next writes to us
