@@ -673,16 +673,23 @@ def test_close_cancels_the_statement_another_thread_is_running(db, dsn, corpus):
         r.search(q, k=3)
 
 
+async def _search_held_on_a_lock(db, dsn: str, name: str, q) -> tuple[AsyncRetriever, asyncio.Task]:
+    """An AsyncRetriever of its own (application_name ``name``) and a search task of it, returned once the
+    search runs on the server (waiting there on the lock the caller holds)."""
+    r = await AsyncRetriever.create(conninfo.make_conninfo(dsn, application_name=name), embedder=HashEmbedder())
+    task = asyncio.create_task(r.search(q, k=3))
+    while _waiting_backends(db, name) == 0:
+        await asyncio.sleep(0.02)
+    return r, task
+
+
 def test_async_close_cancels_the_statement_another_task_is_running(db, dsn, corpus):
     """AsyncRetriever.close(), as Retriever.close(): the running statement is cancelled, not left on the server."""
     name = "onetrip-test-close-async"
     q = corpus_query_vectors(corpus, 1, seed=84)[0]
 
     async def run() -> BaseException | None:
-        r = await AsyncRetriever.create(conninfo.make_conninfo(dsn, application_name=name), embedder=HashEmbedder())
-        task = asyncio.create_task(r.search(q, k=3))
-        while _waiting_backends(db, name) == 0:
-            await asyncio.sleep(0.02)
+        r, task = await _search_held_on_a_lock(db, dsn, name, q)
         await r.close()
         try:
             await asyncio.wait_for(task, 30)
@@ -708,10 +715,7 @@ def test_async_close_while_the_running_call_finds_its_connection_lost(db, dsn, c
     q = corpus_query_vectors(corpus, 1, seed=85)[0]
 
     async def run() -> BaseException | None:
-        r = await AsyncRetriever.create(conninfo.make_conninfo(dsn, application_name=name), embedder=HashEmbedder())
-        task = asyncio.create_task(r.search(q, k=3))
-        while _waiting_backends(db, name) == 0:
-            await asyncio.sleep(0.02)
+        r, task = await _search_held_on_a_lock(db, dsn, name, q)
         assert terminate(application_name=name) == 1
         time.sleep(0.3)  # the FATAL is on the socket; the task has not read it yet (this blocks the loop)
         await r.close()  # raised AttributeError
