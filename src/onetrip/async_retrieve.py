@@ -23,6 +23,7 @@ from .context import Context
 from .embedders import Embedder, SentenceTransformerEmbedder, as_vector, check_embedder_object
 from .errors import ConnectionLostError
 from .retrieve import (
+    CANCEL_RECHECK,
     CANCEL_TIMEOUT,
     Hit,
     call_running,
@@ -73,6 +74,26 @@ async def _recorded_record(conn: psycopg.AsyncConnection, layout: Layout) -> tup
         return [], None
     cur = await conn.execute(recorded_embedders_query(layout), RECORD_KEYS)
     return record_of_row(await cur.fetchone())
+
+
+async def _cancel_running(conn: psycopg.AsyncConnection) -> None:
+    """`retrieve.cancel_running` for an async connection: cancel the call another task has under way on it,
+    again until it has ended (released the connection's lock), CANCEL_TIMEOUT at most."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + CANCEL_TIMEOUT
+    while call_running(conn):
+        try:
+            await conn.cancel_safe(timeout=max(deadline - loop.time(), 0.1))
+        except psycopg.Error:  # the close goes on, as in Retriever.close
+            return
+        try:
+            await asyncio.wait_for(conn.lock.acquire(), min(CANCEL_RECHECK, max(deadline - loop.time(), 0.0)))
+        except asyncio.TimeoutError:
+            if loop.time() >= deadline:
+                return
+        else:
+            conn.lock.release()  # the call ended
+            return
 
 
 class AsyncRetriever:
@@ -323,9 +344,7 @@ class AsyncRetriever:
             conn, self.conn = self.conn, None  # later calls: "close() was called" (`_reopen`)
             if conn is not None:
                 try:
-                    if call_running(conn):
-                        with suppress(psycopg.Error):  # the close goes on, as in Retriever.close
-                            await conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+                    await _cancel_running(conn)
                 finally:  # also when this close is itself cancelled while the cancel request is under way
                     await conn.close()
 

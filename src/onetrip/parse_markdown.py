@@ -224,15 +224,18 @@ def _loader(yaml: Any) -> Any:
     return KeysAsWritten
 
 
-#: The most front matter may expand to through its aliases, in nodes plus the characters of its scalars, before
-#: it is read as plain lines (a node count alone let a 10 KB file with one long aliased string expand to 84 MB).
+#: The most front matter may expand to through its aliases, in characters of JSON, roughly, before it is read as
+#: plain lines: each node counts FRONT_MATTER_NODE_SIZE plus its scalar's length (a node count alone let a 10 KB
+#: file with one long aliased string expand to 84 MB; characters alone, 100,000 nulls to 546 KB of JSON).
 MAX_FRONT_MATTER_SIZE = 100_000
+#: A node's JSON beyond its scalar's characters, at most: `null, ` (a value and its separator).
+FRONT_MATTER_NODE_SIZE = 6
 
 
 def _expanded_size(yaml: Any, root: Any) -> int:
-    """The size of a composed YAML graph once its aliases are expanded, each node 1 plus a scalar's length,
-    counted without expanding them (each node's size made once); past MAX_FRONT_MATTER_SIZE, or for an alias
-    cycle, one more."""
+    """The size of a composed YAML graph once its aliases are expanded, each node FRONT_MATTER_NODE_SIZE plus a
+    scalar's length, counted without expanding them (each node's size made once); past MAX_FRONT_MATTER_SIZE,
+    or for an alias cycle, one more."""
     cap = MAX_FRONT_MATTER_SIZE + 1
     sizes: dict[int, int] = {}
     open_nodes: set[int] = set()  # the nodes whose children are being counted: meeting one again is a cycle
@@ -246,7 +249,7 @@ def _expanded_size(yaml: Any, root: Any) -> int:
         if counted:
             own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
             open_nodes.discard(id(node))
-            sizes[id(node)] = min(cap, 1 + own + sum(sizes[id(k)] for k in kids))
+            sizes[id(node)] = min(cap, FRONT_MATTER_NODE_SIZE + own + sum(sizes[id(k)] for k in kids))
             continue
         if id(node) in sizes:
             continue

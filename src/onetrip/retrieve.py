@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import numbers
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, fields
@@ -1057,16 +1058,28 @@ def call_running(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
 
 
 def cancel_running(conn: psycopg.Connection) -> None:
-    """Ask the server to cancel the statement running on ``conn``, if one is (a call in another thread)."""
-    if call_running(conn):
+    """Cancel the call under way on ``conn`` (another thread's), and wait for it to end, CANCEL_TIMEOUT at most.
+
+    A cancel the server gets before the call's statement (the call holds the lock but has not written it
+    yet) finds the backend idle and is dropped; the statement then ran on after the socket closed. So the
+    cancel is sent again until the call has released the connection's lock, that is, ended."""
+    deadline = time.monotonic() + CANCEL_TIMEOUT
+    while call_running(conn):
         try:
-            conn.cancel_safe(timeout=CANCEL_TIMEOUT)
+            conn.cancel_safe(timeout=max(deadline - time.monotonic(), 0.1))
         except psycopg.Error:  # the close goes on: the server ends the statement when it next writes to us
-            pass
+            return
+        if conn.lock.acquire(timeout=min(CANCEL_RECHECK, max(deadline - time.monotonic(), 0.0))):
+            conn.lock.release()  # the call ended
+            return
+        if time.monotonic() >= deadline:
+            return
 
 
-#: seconds `Retriever.close` waits for the server to take a cancel request
+#: seconds `Retriever.close` waits for a cancelled call to end (a server that does not answer)
 CANCEL_TIMEOUT = 5.0
+#: seconds between `Retriever.close`'s cancel requests while the call has not ended
+CANCEL_RECHECK = 0.2
 
 
 class Retriever:
