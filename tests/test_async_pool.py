@@ -781,3 +781,50 @@ def test_close_cancels_again_when_its_first_cancel_came_before_the_statement(db,
         t.join(30)
         assert not t.is_alive() and len(errors) == 1
         _wait_until(lambda: _backends(db, name) == 0, "the closed retriever's statement still runs")
+
+
+def test_close_leaves_no_statement_of_a_call_queued_behind_the_cancelled_one(db, dsn, corpus, monkeypatch):
+    """A review: two threads searching on one retriever, the first held on a table lock, the second waiting for
+    psycopg's connection lock. close() cancelled the first, saw the lock free, and closed; the second had taken
+    the lock in between and sent its statement, which ran on at the server. Here close()'s thread is made to
+    lose the processor right before the socket closes (a delay in psycopg's close). close() now holds the lock
+    through the close: the queued call finds the connection closed and sends nothing. Before the fix this
+    failed only when close()'s thread, not the queued one, got the lock the cancelled call released: the
+    review saw that 3 runs in 9; in 20 runs here the queued thread got it every time, so it passed."""
+    import threading
+    import time
+
+    name = "onetrip-test-close-queued"
+    q = corpus_query_vectors(corpus, 1, seed=87)[0]
+    r = Retriever(conninfo.make_conninfo(dsn, application_name=name), embedder=HashEmbedder())
+    close = psycopg.Connection.close
+
+    def late_close(self, *a, **k):
+        if self is mine:
+            time.sleep(0.3)
+        return close(self, *a, **k)
+
+    mine = r.conn
+    monkeypatch.setattr(psycopg.Connection, "close", late_close)
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        try:
+            r.search(q, k=3)
+        except psycopg.Error as e:
+            errors.append(e)
+
+    with psycopg.connect(dsn) as locker:
+        locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+        first, queued = threading.Thread(target=call), threading.Thread(target=call)
+        first.start()
+        _wait_until(lambda: _waiting_backends(db, name) == 1, "the first search never reached the lock")
+        queued.start()
+        time.sleep(0.2)  # the second call waits for the connection's lock
+        r.close()
+        for t in (first, queued):
+            t.join(30)
+            assert not t.is_alive()
+        assert len(errors) == 2, errors
+        # still inside the lock's transaction: nothing of the closed retriever waits at the server
+        _wait_until(lambda: _backends(db, name) == 0, "a statement of the closed retriever still runs")

@@ -26,7 +26,6 @@ from .retrieve import (
     CANCEL_RECHECK,
     CANCEL_TIMEOUT,
     Hit,
-    call_running,
     POOL_CHECK_DEADLINE,
     Plan,
     SEARCH_K,
@@ -76,24 +75,25 @@ async def _recorded_record(conn: psycopg.AsyncConnection, layout: Layout) -> tup
     return record_of_row(await cur.fetchone())
 
 
-async def _cancel_running(conn: psycopg.AsyncConnection) -> None:
-    """`retrieve.cancel_running` for an async connection: cancel the call another task has under way on it,
-    again until it has ended (released the connection's lock), CANCEL_TIMEOUT at most."""
+async def _take_connection(conn: psycopg.AsyncConnection) -> bool:
+    """`retrieve.take_connection` for an async connection: its lock, the call another task has under way on
+    it cancelled until it has ended, CANCEL_TIMEOUT at most; True when taken (release it after the close)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CANCEL_TIMEOUT
-    while call_running(conn):
+    while conn.lock.locked():
         try:
             await conn.cancel_safe(timeout=max(deadline - loop.time(), 0.1))
         except psycopg.Error:  # the close goes on, as in Retriever.close
-            return
+            return False
         try:
             await asyncio.wait_for(conn.lock.acquire(), min(CANCEL_RECHECK, max(deadline - loop.time(), 0.0)))
         except asyncio.TimeoutError:
             if loop.time() >= deadline:
-                return
+                return False
         else:
-            conn.lock.release()  # the call ended
-            return
+            return True
+    await conn.lock.acquire()  # free, and no task waits for it: taken at once
+    return True
 
 
 class AsyncRetriever:
@@ -343,10 +343,15 @@ class AsyncRetriever:
             self._closed = True
             conn, self.conn = self.conn, None  # later calls: "close() was called" (`_reopen`)
             if conn is not None:
+                taken = False
                 try:
-                    await _cancel_running(conn)
+                    taken = await _take_connection(conn)
                 finally:  # also when this close is itself cancelled while the cancel request is under way
-                    await conn.close()
+                    try:
+                        await conn.close()
+                    finally:
+                        if taken:
+                            conn.lock.release()
 
     async def __aenter__(self) -> AsyncRetriever:
         return self

@@ -9,6 +9,7 @@ the source instead of being re-rendered.
 from __future__ import annotations
 
 import datetime as _dt
+import json
 import math
 import re
 import unicodedata
@@ -232,6 +233,14 @@ MAX_FRONT_MATTER_SIZE = 100_000
 FRONT_MATTER_NODE_SIZE = 6
 
 
+def _scalar_size(node: Any) -> int:
+    """A scalar's characters as JSON sends them, escapes counted (a control character is 6, an emoji 12, in
+    psycopg's ASCII JSON); !!binary becomes its bytes' str(), up to 4 characters a byte, each \\ escaped."""
+    if node.tag.endswith(":binary"):
+        return 8 * len(node.value)
+    return len(json.dumps(node.value)) - 2
+
+
 def _expanded_size(yaml: Any, root: Any) -> int:
     """The size of a composed YAML graph once its aliases are expanded, each node FRONT_MATTER_NODE_SIZE plus a
     scalar's length, counted without expanding them (each node's size made once); past MAX_FRONT_MATTER_SIZE,
@@ -247,7 +256,7 @@ def _expanded_size(yaml: Any, root: Any) -> int:
         else:
             kids = node.value if isinstance(node, yaml.SequenceNode) else []
         if counted:
-            own = len(node.value) if isinstance(node, yaml.ScalarNode) else 0
+            own = _scalar_size(node) if isinstance(node, yaml.ScalarNode) else 0
             open_nodes.discard(id(node))
             sizes[id(node)] = min(cap, FRONT_MATTER_NODE_SIZE + own + sum(sizes[id(k)] for k in kids))
             continue

@@ -1049,31 +1049,27 @@ def check_search_options(options: dict[str, Any]) -> None:
                         "the others need assemble=True)")
 
 
-def call_running(conn: psycopg.Connection | psycopg.AsyncConnection) -> bool:
-    """Whether a call is under way on ``conn`` (another thread's or task's): psycopg holds the connection's
-    lock from before it sends a statement until its results are read. libpq's ACTIVE status alone missed
-    one: it is set only after the statement has been written to the socket, so a close() in that moment
-    found IDLE, sent no cancel, and left the statement running on the server (a test caught it under load)."""
-    return conn.lock.locked() or conn.info.transaction_status == pq.TransactionStatus.ACTIVE
+def take_connection(conn: psycopg.Connection) -> bool:
+    """Take ``conn``'s psycopg lock for closing it, cancelling the call under way (another thread's) until it
+    has ended, CANCEL_TIMEOUT at most. True when taken: release it only after the connection is closed.
 
-
-def cancel_running(conn: psycopg.Connection) -> None:
-    """Cancel the call under way on ``conn`` (another thread's), and wait for it to end, CANCEL_TIMEOUT at most.
-
-    A cancel the server gets before the call's statement (the call holds the lock but has not written it
-    yet) finds the backend idle and is dropped; the statement then ran on after the socket closed. So the
-    cancel is sent again until the call has released the connection's lock, that is, ended."""
+    psycopg holds the lock from before it sends a statement until its results are read, so a free lock means
+    no statement runs. libpq's ACTIVE status is set only once the statement is written: a close() in that
+    moment had read IDLE, cancelled nothing, and left it running at the server. A cancel that reaches the
+    server before the statement does is dropped there, hence the cancel again every CANCEL_RECHECK. And a
+    call queued on the lock behind the cancelled one had sent its statement between the release and the
+    close: with the lock held through the close, it finds the connection closed and sends nothing."""
     deadline = time.monotonic() + CANCEL_TIMEOUT
-    while call_running(conn):
+    while not conn.lock.acquire(blocking=False):
         try:
             conn.cancel_safe(timeout=max(deadline - time.monotonic(), 0.1))
         except psycopg.Error:  # the close goes on: the server ends the statement when it next writes to us
-            return
+            return False
         if conn.lock.acquire(timeout=min(CANCEL_RECHECK, max(deadline - time.monotonic(), 0.0))):
-            conn.lock.release()  # the call ended
-            return
+            return True
         if time.monotonic() >= deadline:
-            return
+            return False
+    return True
 
 
 #: seconds `Retriever.close` waits for a cancelled call to end (a server that does not answer)
@@ -1404,10 +1400,15 @@ class Retriever:
                 self._closed = True
                 conn, self.conn = self.conn, None  # later calls: "close() was called" (`_reopen`)
                 if conn is not None:
+                    taken = False
                     try:
-                        cancel_running(conn)
+                        taken = take_connection(conn)
                     finally:
-                        conn.close()
+                        try:
+                            conn.close()
+                        finally:
+                            if taken:
+                                conn.lock.release()
 
     def __enter__(self) -> Retriever:
         return self
