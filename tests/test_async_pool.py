@@ -737,6 +737,21 @@ def test_async_close_while_the_running_call_finds_its_connection_lost(db, dsn, c
     _wait_until(lambda: _backends(db, name) == 0, "the closed retriever's backend is still open")
 
 
+def _search_in_thread(r: Retriever, q, errors: list[BaseException]):
+    """A started thread running ``r.search(q, k=3)``; the psycopg error it raises, if any, goes to ``errors``."""
+    import threading
+
+    def call() -> None:
+        try:
+            r.search(q, k=3)
+        except psycopg.Error as e:
+            errors.append(e)
+
+    t = threading.Thread(target=call)
+    t.start()
+    return t
+
+
 def test_close_cancels_again_when_its_first_cancel_came_before_the_statement(db, dsn, corpus, monkeypatch):
     """A review of the lock check, with two injected delays: the searching thread took psycopg's lock and was
     descheduled before writing its statement; close()'s cancel reached the idle backend (dropped there), and the
@@ -764,18 +779,10 @@ def test_close_cancels_again_when_its_first_cancel_came_before_the_statement(db,
     monkeypatch.setattr(psycopg.Cursor, "_execute_gen", late_send)
     monkeypatch.setattr(psycopg.Connection, "cancel_safe", slow_close)
     errors: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            r.search(q, k=3)
-        except psycopg.Error as e:
-            errors.append(e)
-
     with psycopg.connect(dsn) as locker:
         locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
         armed.set()
-        t = threading.Thread(target=call)
-        t.start()
+        t = _search_in_thread(r, q, errors)
         _wait_until(r.conn.lock.locked, "the search never took the connection")
         r.close()
         t.join(30)
@@ -791,7 +798,6 @@ def test_close_leaves_no_statement_of_a_call_queued_behind_the_cancelled_one(db,
     through the close: the queued call finds the connection closed and sends nothing. Before the fix this
     failed only when close()'s thread, not the queued one, got the lock the cancelled call released: the
     review saw that 3 runs in 9; in 20 runs here the queued thread got it every time, so it passed."""
-    import threading
     import time
 
     name = "onetrip-test-close-queued"
@@ -807,19 +813,11 @@ def test_close_leaves_no_statement_of_a_call_queued_behind_the_cancelled_one(db,
     mine = r.conn
     monkeypatch.setattr(psycopg.Connection, "close", late_close)
     errors: list[BaseException] = []
-
-    def call() -> None:
-        try:
-            r.search(q, k=3)
-        except psycopg.Error as e:
-            errors.append(e)
-
     with psycopg.connect(dsn) as locker:
         locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
-        first, queued = threading.Thread(target=call), threading.Thread(target=call)
-        first.start()
+        first = _search_in_thread(r, q, errors)
         _wait_until(lambda: _waiting_backends(db, name) == 1, "the first search never reached the lock")
-        queued.start()
+        queued = _search_in_thread(r, q, errors)
         time.sleep(0.2)  # the second call waits for the connection's lock
         r.close()
         for t in (first, queued):
