@@ -826,3 +826,57 @@ def test_close_leaves_no_statement_of_a_call_queued_behind_the_cancelled_one(db,
         assert len(errors) == 2, errors
         # still inside the lock's transaction: nothing of the closed retriever waits at the server
         _wait_until(lambda: _backends(db, name) == 0, "a statement of the closed retriever still runs")
+
+
+def test_async_close_right_after_a_search_cancels_the_task_queued_behind_it(db, dsn, corpus):
+    """A review of the async close: a task closing the retriever right after its own search, while another
+    task's search waited for the connection's lock. asyncio.Lock reads unlocked from its release until the
+    woken task runs, so close() saw a free lock, sent no cancel, queued an untimed acquire behind that task,
+    and waited for its whole statement (held here on a table lock: without end). Each wait is timed now."""
+    name = "onetrip-test-aclose-queued"
+    q = corpus_query_vectors(corpus, 1, seed=88)[0]
+
+    def waiting_on_lock(app: str) -> bool:
+        return db.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND "
+                          "wait_event_type = 'Lock'", (app,)).fetchone()[0] == 1
+
+    async def run() -> BaseException | None:
+        first = await psycopg.AsyncConnection.connect(dsn)
+        second = await psycopg.AsyncConnection.connect(conninfo.make_conninfo(dsn, application_name="locker-2"))
+        try:
+            await first.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")  # its transaction stays open
+            r = await AsyncRetriever.create(conninfo.make_conninfo(dsn, application_name=name),
+                                            embedder=HashEmbedder())
+
+            async def search_then_close() -> None:
+                await r.search(q, k=3)  # held on `first`'s lock, then through
+                await r.close()  # at once: the queued task has been woken, not yet run
+
+            closing = asyncio.create_task(search_then_close())
+            while not waiting_on_lock(name):
+                await asyncio.sleep(0.02)
+            queued = asyncio.create_task(r.search(q, k=3))  # waits for the connection's lock
+            await asyncio.sleep(0.1)
+            # a second exclusive lock, queued behind the first search: granted when it ends, before the
+            # queued task's statement, which then waits on it
+            second_lock = asyncio.create_task(second.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE"))
+            while not waiting_on_lock("locker-2"):
+                await asyncio.sleep(0.02)
+            await first.rollback()
+            await asyncio.wait_for(second_lock, 30)
+            await asyncio.wait_for(closing, 30)  # had waited for the queued statement, i.e. for `second`
+            try:
+                await asyncio.wait_for(queued, 30)
+            except psycopg.Error as e:
+                error: BaseException | None = e
+            else:
+                error = None
+            # `second` still holds its lock: nothing of the closed retriever waits at the server
+            while _backends(db, name):
+                await asyncio.sleep(0.02)
+            return error
+        finally:
+            await second.close()
+            await first.close()
+
+    assert isinstance(asyncio.run(asyncio.wait_for(run(), 60)), psycopg.Error)

@@ -77,14 +77,19 @@ async def _recorded_record(conn: psycopg.AsyncConnection, layout: Layout) -> tup
 
 async def _take_connection(conn: psycopg.AsyncConnection) -> bool:
     """`retrieve.take_connection` for an async connection: its lock, the call another task has under way on
-    it cancelled until it has ended, CANCEL_TIMEOUT at most; True when taken (release it after the close)."""
+    it cancelled until it has ended, CANCEL_TIMEOUT at most; True when taken (release it after the close).
+
+    Each wait for the lock is timed, whether or not it looks free: an asyncio.Lock just released to a waiting
+    task reads unlocked until that task runs, and an untimed acquire then queued behind it, sent no cancel,
+    and waited for its whole statement (a review: 20 s, where CANCEL_TIMEOUT is 5)."""
     loop = asyncio.get_running_loop()
     deadline = loop.time() + CANCEL_TIMEOUT
-    while conn.lock.locked():
-        try:
-            await conn.cancel_safe(timeout=max(deadline - loop.time(), 0.1))
-        except psycopg.Error:  # the close goes on, as in Retriever.close
-            return False
+    while True:
+        if conn.lock.locked():
+            try:
+                await conn.cancel_safe(timeout=max(deadline - loop.time(), 0.1))
+            except psycopg.Error:  # the close goes on, as in Retriever.close
+                return False
         try:
             await asyncio.wait_for(conn.lock.acquire(), min(CANCEL_RECHECK, max(deadline - loop.time(), 0.0)))
         except asyncio.TimeoutError:
@@ -92,8 +97,6 @@ async def _take_connection(conn: psycopg.AsyncConnection) -> bool:
                 return False
         else:
             return True
-    await conn.lock.acquire()  # free, and no task waits for it: taken at once
-    return True
 
 
 class AsyncRetriever:

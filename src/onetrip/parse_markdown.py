@@ -145,6 +145,10 @@ def _slug_source(inline: Token | None) -> str:
     return _inline_text(inline)
 
 
+#: Integers up to this many bits have fewer than Python's 4,300 decimal digits (`sys.get_int_max_str_digits`).
+_MAX_JSON_INT_BITS = 14_000
+
+
 def _jsonable(value: Any) -> Any:
     """Front matter goes into JSON columns: dates become ISO strings, the rest str()."""
     if isinstance(value, dict):
@@ -153,6 +157,8 @@ def _jsonable(value: Any) -> Any:
         return [_jsonable(v) for v in value]
     if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # .nan / .inf: JSON (and jsonb) has no NaN or Infinity
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > _MAX_JSON_INT_BITS:
+        return hex(value)  # past Python's int-to-decimal limit (4,300 digits) json.dumps fails: 0xfff... as written
     if value is None or isinstance(value, (bool, int, float, str)):
         return value
     if isinstance(value, (_dt.date, _dt.datetime, _dt.time)):
@@ -293,8 +299,8 @@ def parse_front_matter(raw: str) -> dict | None:
         # front matter is a mapping; anything else between two `---` rules is Markdown: prose (a string), a
         # list (a table of contents), had been taken as front matter and its text lost
         return _jsonable(data) if isinstance(data, dict) else None
-    except (yaml.YAMLError, ValueError):  # ValueError: a date such as 2024-02-30
-        return _simple_front_matter(raw)
+    except (yaml.YAMLError, ValueError, OverflowError):  # a date such as 2024-02-30; a sexagesimal float
+        return _simple_front_matter(raw)  # past float's range (1:0:0:...:0.) had failed the whole file
     except RecursionError:  # nested hundreds of levels deep ([[[[...): PyYAML and _jsonable recurse
         return _simple_front_matter(raw)
 
