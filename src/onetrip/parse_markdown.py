@@ -214,6 +214,13 @@ def _loader(yaml: Any) -> Any:
     and 1 and True are one key in a dict, so `1: a` and `true: c` became {"1": "c"} and `null:` "None"."""
 
     class KeysAsWritten(yaml.SafeLoader):
+        saw_alias = False  # set while composing: only aliased front matter needs its expansion weighed
+
+        def compose_node(self, parent: Any, index: Any) -> Any:
+            if self.check_event(yaml.AliasEvent):
+                self.saw_alias = True
+            return super().compose_node(parent, index)
+
         def construct_mapping(self, node: Any, deep: bool = False) -> dict:
             if isinstance(node, yaml.MappingNode):
                 self.flatten_mapping(node)  # merge keys (<<) first, as SafeLoader does
@@ -289,11 +296,15 @@ def parse_front_matter(raw: str) -> dict | None:
         # expand past MAX_FRONT_MATTER_SIZE is read as plain key: value lines, as invalid YAML is; below
         # that it is YAML as any other (all aliased front matter had gone to the lines, which hold no list
         # under an anchored key: `tags: &t` then `- sql` lost the document's title and every key)
-        if any(isinstance(event, yaml.AliasEvent) for event in yaml.parse(raw, Loader=yaml.SafeLoader)):
-            root = yaml.compose(raw, Loader=yaml.SafeLoader)
-            if root is not None and _expanded_size(yaml, root) > MAX_FRONT_MATTER_SIZE:
+        # composed once (the node graph, aliases shared, not expanded), weighed, then constructed from it
+        loader = _loader(yaml)(raw)
+        try:
+            root = loader.get_single_node()
+            if root is not None and loader.saw_alias and _expanded_size(yaml, root) > MAX_FRONT_MATTER_SIZE:
                 return _simple_front_matter(raw)
-        data = yaml.load(raw, Loader=_loader(yaml))  # noqa: S506 - a SafeLoader subclass
+            data = None if root is None else loader.construct_document(root)
+        finally:
+            loader.dispose()
         if data is None:  # empty, or YAML comments alone (`# generated, do not edit`): front matter, as Jekyll's
             return {}
         # front matter is a mapping; anything else between two `---` rules is Markdown: prose (a string), a
