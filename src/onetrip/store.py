@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import numbers
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -585,36 +585,47 @@ def _json_object(metadata: Mapping[str, Any]) -> Any:
     return Jsonb(data)
 
 
+def _walk(value: Any) -> Iterator[tuple[Any, Any, Any]]:
+    """(key, value, where) for every value in metadata, depth first and without recursion (metadata may nest
+    deeper than Python's recursion limit); a list item's key is its index, the top's None. `where` is a linked
+    (parent's where, key) pair, spelled out by `_where_text` only for the value reported."""
+    stack: list[tuple[Any, Any, Any]] = [(None, value, None)]
+    while stack:
+        key, v, where = stack.pop()
+        yield key, v, where
+        if isinstance(v, Mapping):
+            stack.extend((k, x, (where, k)) for k, x in v.items())
+        elif isinstance(v, (list, tuple)):
+            stack.extend((i, x, (where, i)) for i, x in enumerate(v))
+
+
+def _where_text(where: Any) -> str:
+    """`'a'[0]['b']` for a linked where of decoded JSON (a str key names a member, an int a list item)."""
+    keys = []
+    while where is not None:
+        where, key = where
+        keys.append(key)
+    keys.reverse()
+    return "".join(repr(k) if i == 0 and isinstance(k, str) else f"[{k!r}]" for i, k in enumerate(keys))
+
+
 def _bad_key(value: Any) -> Any:
     """The first key, at any depth, that `json.dumps` refuses (a tuple, a frozenset...); None if none is."""
-    stack = [value]
-    while stack:
-        v = stack.pop()
+    for _, v, _ in _walk(value):
         if isinstance(v, Mapping):
-            for k, x in v.items():
+            for k in v:
                 if not isinstance(k, (str, int, float, bool)) and k is not None:
                     return k
-                stack.append(x)
-        elif isinstance(v, (list, tuple)):
-            stack.extend(v)
     return None
 
 
-def nul_in(value: Any, at: str = "") -> str | None:
+def nul_in(value: Any) -> str | None:
     """Where a JSON value (decoded) holds a NUL character, in a key or a string: its key path, or None."""
-    stack = [(value, at)]
-    while stack:  # iterative: metadata may nest deeper than Python's recursion limit
-        v, at = stack.pop()
-        if isinstance(v, str):
-            if "\x00" in v:
-                return f"value {at or '(top level)'}"
-        elif isinstance(v, dict):
-            for k, x in v.items():
-                if "\x00" in k:
-                    return f"key {k!r:.80}"
-                stack.append((x, f"{at}[{k!r}]" if at else repr(k)))
-        elif isinstance(v, list):
-            stack.extend((x, f"{at}[{i}]") for i, x in enumerate(v))
+    for key, v, where in _walk(value):
+        if isinstance(key, str) and "\x00" in key:
+            return f"key {key!r:.80}"
+        if isinstance(v, str) and "\x00" in v:
+            return f"value {_where_text(where) or '(top level)'}"
     return None
 
 
