@@ -304,6 +304,12 @@ def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path, statement_l
         ([replace(root, parent_section_id=root.section_id), leave], "parents form a cycle through handbook"),
         ([replace(root, parent_section_id=leave.section_id), leave], "parents form a cycle"),
         ([root, replace(leave, level=40000)], "heading level 40000, outside a smallint"),
+        # found by review: the neighbors' "parent" scope reads a path's length as the section's depth, so a
+        # path that is not its parent's plus one heading took sections outside the parent into the window
+        ([root, replace(leave, heading_path=leave.heading_path[-1:])], "section leave has a heading path of 1 "
+                                                                      "heading\\(s\\); it must hold 2"),
+        ([replace(root, heading_path=("A", "B")), replace(leave, heading_path=("A", "B", "C"))],
+         "section handbook has a heading path of 2 heading\\(s\\); it must hold at most 1"),
     ):
         with statement_log.watch(db) as w, pytest.raises(ValueError, match=why):
             replace_document(db, Layout(), record, sections, vecs)

@@ -472,6 +472,7 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
     if sorted(s.sequence_index for s in sections) != list(range(len(sections))):
         raise ValueError(f"{doc_id}: sequence_index must be contiguous from 0")
     parents = {s.section_id: s.parent_section_id for s in sections}
+    depth = {s.section_id: len(s.heading_path) for s in sections}
     for s in sections:
         if s.parent_section_id is not None and s.parent_section_id not in parents:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
@@ -487,6 +488,17 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             chain[at] = None
             at = parents[at]
         rooted.update(chain)
+    for s in sections:
+        # the neighbors' "parent" scope ends a hit's window at the first later section with a shorter heading
+        # path: a path that is not its parent's plus one heading had widened (or cut) that window silently
+        if s.parent_section_id is None:
+            fits, want = depth[s.section_id] <= 1, "at most 1"
+        else:
+            fits, want = depth[s.section_id] == depth[s.parent_section_id] + 1, str(depth[s.parent_section_id] + 1)
+        if not fits:
+            raise ValueError(f"{doc_id}: section {s.section_id} has a heading path of {depth[s.section_id]} "
+                             f"heading(s); it must hold {want}: its ancestors' headings and its own "
+                             "(a section with no parent: its own, or none)")
     _check_parts(doc_id, sections)
 
 
