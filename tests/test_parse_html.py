@@ -676,6 +676,22 @@ def test_what_the_new_drops_must_keep() -> None:
     assert "By Jane Doe." in _text(header)
 
 
+def test_a_closed_dialog_and_hidden_asides_are_not_text() -> None:
+    """Found by review: a <dialog> without `open` (a newsletter popup) became a section, and an element with
+    `hidden` was kept where the same element with aria-hidden="true" was dropped. An accordion's hidden answer
+    (a heading, real text) and hidden="until-found" (find-in-page opens it) stay text."""
+    page = ('<h1>Guide</h1><p>Rotate the certificates yearly.</p>'
+            '<dialog id="newsletter"><h2>Subscribe</h2><p>Get our news.</p></dialog>'
+            '<dialog open><h2>Shown</h2><p>Open dialog text.</p></dialog>'
+            '<div hidden class="modal"><h2>Modal</h2><p>Modal text.</p></div><div hidden><span>x</span></div>'
+            '<div hidden="until-found"><h2>Found</h2><p>Findable text.</p></div>'
+            '<div hidden><h2>Answer</h2><p>Accordion text.</p></div>')
+    assert [h for _, h, _ in _outline(page)] == ["Guide", "Shown", "Found", "Answer"]
+    text = _text(page)
+    assert "Get our news." not in text and "Modal text." not in text and "x" not in text.split()
+    assert all(t in text for t in ("Open dialog text.", "Findable text.", "Accordion text."))
+
+
 def test_an_empty_heading_outside_containers_does_not_take_them_under_it() -> None:
     """Found by review: a logo's <h1><a><img></a></h1> (no text) became the parent of every container."""
     html = ('<div id="header"><h1><a href="/"><img src="logo.png" alt="Acme"></a></h1></div>'

@@ -154,7 +154,8 @@ def _dropped(tag: Tag) -> bool:
 
     role="navigation" is <nav> written as an ARIA landmark (Sphinx's related bar and sidebar, Node.js's
     <details role="navigation" id="toc">), role="contentinfo" a page footer (Sphinx's); aria-hidden="true"
-    is what a screen reader skips (a closed dialog, icons). Their links and lines ("Last updated ...", which
+    is what a screen reader skips (a closed dialog, icons), and `hidden` what no one sees until a script shows
+    it (the same rule; a <dialog> without `open` is always dropped). Their links and lines ("Last updated ...", which
     changes on every build) had been kept as sections' text.
     """
     if tag.name in DROP_TAGS:
@@ -162,7 +163,11 @@ def _dropped(tag: Tag) -> bool:
     classes = _classes(tag)
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
         return True
-    if tag.get("aria-hidden") == "true" and _hidden_aside(tag, classes):
+    if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
+        return True
+    # `hidden` (not "until-found", which find-in-page opens) as aria-hidden: an accordion's answers are kept
+    hidden = tag.has_attr("hidden") and str(tag.get("hidden")).lower() != "until-found"
+    if (tag.get("aria-hidden") == "true" or hidden) and _hidden_aside(tag, classes):
         return True
     if tag.name == "footer" or "footer" in classes or tag.get("id") == "footer":
         return not _in_main_content(tag)  # a page's footer; an article's or a quote's own <footer> is its text
