@@ -676,6 +676,28 @@ def test_what_the_new_drops_must_keep() -> None:
     assert "By Jane Doe." in _text(header)
 
 
+def test_a_bare_heading_after_a_section_container_is_its_sibling(tmp_path: Path) -> None:
+    """Found by review: a top-level container's level is its depth (under the page's <h1>: 2) and a bare
+    heading's its h-number, so a bare <h3> after a div.section titled <h3> became that section's subsection
+    (Product > Features > Pricing); a bare heading takes a level no deeper than the containers it ends."""
+    def tree(body: str) -> list[tuple[str, str | None]]:
+        page = tmp_path / "p.html"
+        page.write_text(f"<html><body>{body}</body></html>")
+        return [(s.heading, s.parent_section_id) for s in parse_file(page).sections]
+
+    para = "<p>" + "Text of the section, long enough to be a section of its own in every case here. " * 3 + "</p>"
+    assert tree(f"<h1>Product</h1>{para}<div class='section'><h3>Features</h3>{para}</div><h3>Pricing</h3>{para}"
+                f"<h4>Plans</h4>{para}") == [
+        ("Product", None), ("Features", "product"), ("Pricing", "product"), ("Plans", "pricing")]
+    assert tree(f"<div class='section'><h2>A</h2>{para}</div><h2>B</h2>{para}<h2>C</h2>{para}") == [
+        ("A", None), ("B", None), ("C", None)]
+    assert tree(f"<h2>B</h2>{para}<div class='section'><h2>A</h2>{para}</div><h2>C</h2>{para}") == [
+        ("B", None), ("A", None), ("C", None)]
+    # a container after a container stays its sibling; a deeper bare heading after one is still under it
+    assert tree(f"<div class='section'><h2>A</h2>{para}</div><div class='section'><h3>B</h3>{para}</div>"
+                f"<h4>C</h4>{para}") == [("A", None), ("B", None), ("C", "b")]
+
+
 def test_a_closed_dialog_and_hidden_asides_are_not_text() -> None:
     """Found by review: a <dialog> without `open` (a newsletter popup) became a section, and an element with
     `hidden` was kept where the same element with aria-hidden="true" was dropped. An accordion's hidden answer

@@ -534,7 +534,9 @@ class _Walker:
         self.consumed: set[int] = set()  # id() of headings used as container titles
         self.slugger = GithubSlugger()
         self.html5_ids: list[str | None] = []  # per open HTML5 <section>/<article>: its id, until a heading takes it
-        self.open_free: list[int] = []  # the levels of the headings outside containers still open, outermost first
+        # what is open outside containers, outermost first: (h-number, level, is a container) of each heading
+        # and each top-level container's title, so a heading after a container takes its level on its scale
+        self.open_free: list[tuple[int, int, bool]] = []
         self.has_text = _TextCheck()
 
     # -- output helpers
@@ -655,9 +657,11 @@ class _Walker:
         else:  # under the last heading outside containers of a lower h-number (AsciiDoc: the page's <h1>, then
             # div.sect1 with an h2 title, beside a bare h2), as a heading of its h-number would be
             hn = int(title.name[1]) if title is not None else 1
-            while self.open_free and self.open_free[-1] >= hn:
+            while self.open_free and self.open_free[-1][0] >= hn:
                 self.open_free.pop()
-            depth = (self.open_free[-1] if self.open_free else 0) + 1
+            # under the last open heading; a container before it of a lower h-number is its sibling still
+            depth = next((level for _, level, is_container in reversed(self.open_free) if not is_container), 0) + 1
+            self.open_free.append((hn, depth, True))
         own_id = tag.get("id")
         heading = ""
         children: Iterable[PageElement] = list(tag.contents)
@@ -713,8 +717,10 @@ class _Walker:
                 title_hn = n - 1
                 self.containers[-1] = (depth, anchor_of, title_hn)
             level = depth + max(1, n - title_hn)
-        else:
-            level = n
+        else:  # its h-number, but no deeper than a container before it that it ends: a bare <h3> after a
+            # div.section titled <h3> (level 2 under the page's <h1>) had been that section's subsection
+            ended = [lv for hn, lv, _ in self.open_free if hn >= n]
+            level = min([n, *ended])
         before = _anchor_before(tag)
         section_id = self.html5_ids[-1] if self.html5_ids else None
         container = self.containers[-1][1] if self.containers else None
@@ -735,10 +741,10 @@ class _Walker:
             # link's target: its section stays, to keep that anchor, when anything is under it (rule 1 of
             # `build_sections` drops a section with no heading text, content or subsection)
         if not self.containers:  # it ends the headings of its level and below; no container nests under an empty one
-            while self.open_free and self.open_free[-1] >= n:
+            while self.open_free and self.open_free[-1][0] >= n:
                 self.open_free.pop()
             if text:
-                self.open_free.append(n)
+                self.open_free.append((n, level, False))
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
         return rest if nested is not None else None
 
