@@ -478,6 +478,29 @@ def test_encodings_and_invisible_text_are_named(tmp_path):
         parse_file(tmp_path / "zw.md")
 
 
+def test_legacy_charsets_are_read_as_browsers_read_them(tmp_path):
+    """Found by review: pages declaring GB2312, Shift_JIS or EUC-KR and holding the wider codepage's characters
+    (as such pages do; WHATWG reads those labels as GBK, windows-31j, windows-949) were refused; so was a page
+    declaring iso-8859-1 with one of windows-1252's five unassigned bytes (WHATWG: a C1 control), and an XHTML
+    file whose XML declaration names its encoding."""
+    for label, codec, heading, body in (("Shift_JIS", "cp932", "手順①", "株式会社 ㈱"), ("gb2312", "gbk", "说明", "朱镕基"),
+                                        ("euc-kr", "cp949", "설명", "똠방각하"), ("iso-8859-1", "cp1252", "Café", "x\x81y")):
+        page = tmp_path / f"{codec}.html"
+        page.write_bytes(f'<meta charset="{label}"><h1>{heading}</h1><p>{body}</p>'.encode(codec, "surrogateescape")
+                         if codec != "cp1252" else f'<meta charset="{label}"><h1>{heading}</h1>'.encode(codec)
+                         + b"<p>x\x81y</p>")
+        section, = parse_file(page).sections
+        assert (section.heading, section.content) == (heading, body), label
+    xhtml = tmp_path / "x.xhtml"
+    xhtml.write_bytes('<?xml version="1.0" encoding="ISO-8859-1"?>\n<html xmlns="http://www.w3.org/1999/xhtml">'
+                      '<body><h1>Café</h1><p>Crème brûlée.</p></body></html>'.encode("latin-1"))
+    assert parse_file(xhtml).sections[0].content == "Crème brûlée."
+    broken = tmp_path / "broken.html"  # a label read as another codec is named as both
+    broken.write_bytes(b'<meta charset="gb2312"><h1>x</h1><p>\xff\xff</p>')
+    with pytest.raises(InputDocumentError, match="declared charset 'gb2312' \\(read as gbk, as browsers do\\) does not"):
+        parse_file(broken)
+
+
 def test_review_mends_nested_duplicate_long_id_cp1252_and_section_acl(db, tmp_path):
     """A file named again inside a folder given (ids guide/setup.md and setup.md) had been stored twice; a
     doc_id over the limit stopped the whole run; a page declaring iso-8859-1 lost its smart quotes (HTML reads

@@ -43,6 +43,7 @@ counter that is not additive may then exceed max_tokens slightly.
 
 from __future__ import annotations
 
+import codecs
 import re
 import unicodedata
 from collections.abc import Callable, Sequence
@@ -55,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 8
+SECTIONING = 9
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -95,7 +96,11 @@ later the same day; the only HTML stored under 7 before them, the PostgreSQL man
 holding any other line the fallback cannot hold (a list under a key with a value, an indented mapping) is
 Markdown, its words kept (they had been dropped); valid YAML with aliases is read as YAML when they expand
 to at most `parse_markdown.MAX_FRONT_MATTER_SIZE` (nodes plus scalar characters) (it had been read as those lines). HTML is cut as
-under 7."""
+under 7;
+9: (2026-12-06, found by review) HTML: a <dialog> without `open` is dropped, and `hidden` is read as
+aria-hidden="true" is (a modal or icon goes, a hidden answer with a heading stays); a heading outside
+containers after a top-level container it ends is no deeper than that container (it had been its
+subsection). The PostgreSQL manual is cut as under 8; Markdown too."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
@@ -682,12 +687,14 @@ def _read_text(path: Path, data: bytes | None = None) -> str:
         declared = _declared_html_charset(data) if path.suffix.lower() in HTML_SUFFIXES else None
         text, why = None, ""
         if declared:  # an HTML page that says its encoding in a <meta> tag is read in it
+            label, codec = declared
+            named = repr(label) if codec == label else f"{label!r} (read as {codec}, as browsers do)"
             try:
-                text = data.decode(declared)
+                text = data.decode(codec, errors="onetrip-whatwg-c1" if codec == "cp1252" else "strict")
             except LookupError:
-                why = f"; its declared charset {declared!r} is not one Python knows"
+                why = f"; its declared charset {label!r} is not one Python knows"
             except UnicodeDecodeError:
-                why = f"; its declared charset {declared!r} does not decode it either"
+                why = f"; its declared charset {named} does not decode it either"
         if text is None:
             raise InputDocumentError(shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason}){why}") from exc
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")  # one line ending for every format
@@ -711,20 +718,46 @@ def _invisible(text: str) -> bool:
 
 
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
-#: what HTML reads a declared charset as (WHATWG Encoding): Latin-1 and ASCII labels mean windows-1252, and a
-#: page that declares UTF-16 in its own bytes cannot be UTF-16
+#: an XHTML file's encoding, in its XML declaration (read when no <meta> names one)
+_XML_ENCODING = re.compile(rb"""\A(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9_.:-]+)""")
+#: what HTML reads a declared charset as (WHATWG Encoding): Latin-1 and ASCII labels mean windows-1252, GB2312
+#: means GBK, Shift_JIS windows-31j, EUC-KR windows-949, TIS-620 windows-874 (pages declaring the older one
+#: hold the wider one's characters: a browser shows them, Python's codec of the label had refused the page),
+#: and a page that declares UTF-16 in its own bytes cannot be UTF-16
 _HTML_CHARSET_AS = {**dict.fromkeys(("iso-8859-1", "iso8859-1", "iso_8859-1", "latin1", "latin-1", "l1", "cp819",
-                                     "ibm819", "us-ascii", "ascii", "windows-1252", "x-cp1252"), "cp1252"),
+                                     "ibm819", "us-ascii", "ascii", "windows-1252", "x-cp1252", "cp1252"), "cp1252"),
+                    **dict.fromkeys(("gb2312", "gb_2312", "gb_2312-80", "csgb2312", "csiso58gb231280", "chinese",
+                                     "iso-ir-58", "gbk", "x-gbk", "cp936", "windows-936"), "gbk"),
+                    **dict.fromkeys(("shift_jis", "shift-jis", "sjis", "x-sjis", "csshiftjis", "ms932", "ms_kanji",
+                                     "windows-31j", "cp932"), "cp932"),
+                    **dict.fromkeys(("euc-kr", "euc_kr", "cseuckr", "csksc56011987", "iso-ir-149", "korean",
+                                     "ks_c_5601-1987", "ks_c_5601-1989", "ksc5601", "ksc_5601", "windows-949",
+                                     "cp949"), "cp949"),
+                    **dict.fromkeys(("tis-620", "iso-8859-11", "iso8859-11", "windows-874", "dos-874"), "cp874"),
+                    **dict.fromkeys(("big5", "big5-hkscs", "cn-big5", "csbig5", "x-x-big5"), "big5hkscs"),
                     **dict.fromkeys(("utf-16", "utf-16le", "utf-16be"), None)}
 
 
-def _declared_html_charset(data: bytes) -> str | None:
-    """The charset an HTML page declares in a <meta> tag of its first 4 kB, as HTML reads that label."""
-    m = _META_CHARSET.search(data[:4096])
+def _declared_html_charset(data: bytes) -> tuple[str, str] | None:
+    """(label, codec): the charset an HTML page declares in a <meta> tag of its first 4 kB (else an XHTML file in
+    its XML declaration), and the Python codec that reads it as HTML does; None when none is declared or the
+    label is UTF-16's."""
+    m = _META_CHARSET.search(data[:4096]) or _XML_ENCODING.match(data[:4096])
     if not m:
         return None
     label = m.group(1).decode("ascii").lower()
-    return _HTML_CHARSET_AS.get(label, label)
+    codec = _HTML_CHARSET_AS.get(label, label)
+    return None if codec is None else (label, codec)
+
+
+def _c1_controls(e: UnicodeError) -> tuple[str, int]:
+    """windows-1252 as WHATWG reads it: its five unassigned bytes (0x81, 0x8D, 0x8F, 0x90, 0x9D) are the C1
+    controls of their numbers (Python's cp1252 refuses them, and had refused the whole page)."""
+    assert isinstance(e, UnicodeDecodeError)
+    return "".join(chr(b) for b in e.object[e.start:e.end]), e.end
+
+
+codecs.register_error("onetrip-whatwg-c1", _c1_controls)
 
 
 def _looks_utf16(data: bytes) -> bool:
