@@ -524,6 +524,14 @@ def _failing_row_writer(after_rows: int, fail):
     return row
 
 
+def _then(real, after):
+    """``real``, then ``after()`` (a failure or a stall once it has done its work)."""
+    def wrapped(*args, **kwargs):
+        real(*args, **kwargs)
+        after()
+    return wrapped
+
+
 def _parsed(tmp_path: Path, text: str):
     p = tmp_path / "doc.md"
     p.write_text(text)
@@ -548,7 +556,18 @@ def test_failed_reingest_leaves_previous_revision_served(db, tmp_path, monkeypat
         replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,
                          emb.embed_documents([s.content for s in v2.sections]))
     sent = " ".join(w.statements)
-    assert "DELETE FROM" in sent and "COPY" in sent and w.statements[-1] == "ROLLBACK", w.statements  # mid-write
+    assert "COPY" in sent and w.statements[-1] == "ROLLBACK", w.statements  # mid-write: the document row upserted
+    assert rows(db, "doc") == before
+    assert db.execute("SELECT content_hash, revision FROM documents WHERE doc_id='doc'").fetchone() == ("h1", 1)
+    monkeypatch.undo()
+    # and after the old rows are deleted and the new ones inserted, before the commit
+    import onetrip.store as store
+
+    monkeypatch.setattr("onetrip.store._replace_changed_rows", _then(store._replace_changed_rows, fire))
+    with statement_log.watch(db) as w, pytest.raises(RuntimeError, match="disk on fire"):
+        replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,
+                         emb.embed_documents([s.content for s in v2.sections]))
+    assert [q.split()[0] for q in w.statements[-3:]] == ["DELETE", "INSERT", "ROLLBACK"], w.statements
     assert rows(db, "doc") == before
     assert db.execute("SELECT content_hash, revision FROM documents WHERE doc_id='doc'").fetchone() == ("h1", 1)
     hits = Retriever(db).search(emb.embed_query(before[0][1]), k=3)
@@ -564,11 +583,12 @@ def _slow_reingest(dsn: str, tmp: str, ready: str) -> None:
     emb = HashEmbedder()
 
     def stall():
-        # the old rows are deleted, the COPY has begun: say so atomically (the parent reads the pid on sight)
+        # the old rows are deleted and the new ones inserted, uncommitted: say so atomically (the parent reads
+        # the pid on sight)
         Path(ready + ".tmp").write_text(str(conn.info.backend_pid))
         os.replace(ready + ".tmp", ready)
         time.sleep(60)
-    store.section_copy_row = _failing_row_writer(1, stall)
+    store._replace_changed_rows = _then(store._replace_changed_rows, stall)
     replace_document(conn, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,
                      emb.embed_documents([s.content for s in v2.sections]))
 
@@ -590,10 +610,10 @@ def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
             break
         time.sleep(0.05)
     assert ready.exists(), "child never reached the middle of the write"
-    # Mid-transaction (its DELETE done, its COPY under way): readers still see the old revision in full.
+    # Mid-transaction (its DELETE and INSERT done, no COMMIT): readers still see the old revision in full.
     child = int(ready.read_text())
     state = db.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s", (child,)).fetchone()
-    assert state[0] == "active" and state[1].startswith("COPY"), state
+    assert state[0] == "idle in transaction" and state[1].startswith("INSERT INTO"), state
     assert rows(db, "doc") == before
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(10)
@@ -608,7 +628,7 @@ def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
 
 
 def test_a_connection_lost_mid_run_stops_it_naming_the_cause_and_what_was_stored(db, dsn, tmp_path, terminate):
-    """The server ends ingest's connection while it rewrites a document (after that transaction's DELETE). The
+    """The server ends ingest's connection while it rewrites a document (mid-transaction). The
     run had gone on, failing every file left in its batch with 'the connection is closed', then ended with that
     psycopg error, its report (what was stored) lost. Now it stops at once with IngestInterruptedError naming the
     cause and the count, its report attached; the document being written keeps its previous revision whole."""
@@ -633,7 +653,7 @@ def test_a_connection_lost_mid_run_stops_it_naming_the_cause_and_what_was_stored
             outcome.append(e)
 
     try:
-        with holder.transaction():  # b.md's documents row locked: its rewrite waits there, its DELETE done
+        with holder.transaction():  # b.md's documents row locked: its rewrite waits there, mid-transaction
             holder.execute("SELECT 1 FROM documents WHERE doc_id = 'b.md' FOR UPDATE")
             t = threading.Thread(target=run)
             t.start()
@@ -1143,3 +1163,37 @@ def test_a_stored_document_whose_file_now_fails_says_the_stored_revision_is_kept
     assert old.failed == [(str(f), "refused by this parser; the revision an older onetrip stored stays searchable, "
                                    "cut as it cut it")]
     assert rows(db, "guide.md") == stored
+
+
+def test_a_new_revision_leaves_its_unchanged_rows_in_place_and_archives_each_revision_whole(db, tmp_path):
+    """Found by review: every revision rewrote all of a document's rows, so each put one more copy of every
+    unchanged section's vector into the HNSW index; a 4-section file re-ingested 600 times (no VACUUM between)
+    made dense searches matching it return 1 hit of 4. A row equal to its new one but for revision is now left
+    as it is (its xmin shows it: no new row version, no new index entry); the archive labels every row of a
+    superseded revision with that revision, kept rows too."""
+    init_schema(db)
+    doc = tmp_path / "a.md"
+    edits = [DOC_V1, DOC_V1.replace("Run it daily.", "Run it hourly."), DOC_V1.replace("Run it daily.", "Run it.")]
+
+    def stored() -> dict[str, tuple]:
+        return {sid: (rev, xmin) for sid, rev, xmin in db.execute(
+            "SELECT section_id, revision, xmin::text FROM sections WHERE doc_id = 'a.md'").fetchall()}
+
+    states = []
+    for text in edits:
+        doc.write_text(text)
+        ingest_paths(db, [doc], layout=Layout(), embedder=HashEmbedder(), keep_history=True)
+        states.append(stored())
+    assert set(states[0]) == set(states[2]) == {"guide", "setup", "use"}
+    assert states[2]["guide"] == states[1]["guide"] == states[0]["guide"]  # the same row version throughout
+    assert states[2]["setup"] == states[0]["setup"] and states[0]["setup"][0] == 1
+    assert [states[i]["use"][0] for i in range(3)] == [1, 2, 3]  # rewritten each time, at its revision
+    history = db.execute("SELECT revision, section_id, content FROM section_history ORDER BY 1, 2").fetchall()
+    assert [(r, s) for r, s, _ in history] == [(1, "guide"), (1, "setup"), (1, "use"),
+                                               (2, "guide"), (2, "setup"), (2, "use")]
+    assert "hourly" in history[5][2] and "daily" in history[2][2]
+    # a move is a change: a section inserted before the others rewrites the rows whose place moved
+    doc.write_text(DOC_V1.replace("## Setup", "## Before\n\nA new first step." + PAD + "\n\n## Setup"))
+    ingest_paths(db, [doc], layout=Layout(), embedder=HashEmbedder())
+    after = stored()
+    assert after["guide"] == states[2]["guide"] and {after[s][0] for s in ("before", "setup", "use")} == {4}

@@ -39,7 +39,7 @@
 -- Columns   collection (tenant) and acl (principals allowed to read; NULL =
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the
---           document revision a section belongs to.
+--           document revision that last wrote a section.
 -- Re-run    Safe: every table and B-tree index statement is IF NOT EXISTS.
 --           CREATE VECTOR INDEX has no IF NOT EXISTS in Oracle's documented
 --           syntax, so on a re-run that last statement fails with ORA-00955

@@ -22,7 +22,8 @@
 -- Columns   collection (tenant) and acl (principals allowed to read; NULL =
 --           everyone) are on every section, so filters and access checks apply
 --           to each returned row, expanded ones included. revision names the
---           document revision a section belongs to.
+--           document revision that last wrote a section (onetrip's loader leaves
+--           the rows a revision does not change in place: no new HNSW entry).
 -- Words     term_stats holds lexical search's word weights. After loading rows
 --           outside onetrip (COPY, INSERT), recount them and merge the GIN
 --           indexes' pending entries, as `onetrip refresh-term-stats` does (the

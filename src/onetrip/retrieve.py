@@ -176,7 +176,7 @@ class SectionRecord:
     parent_section_id: str | None = None
     anchor: str | None = None
     token_count: int | None = None
-    revision: int | None = None
+    revision: int | None = None  # the document revision that last wrote this section (it may be an earlier one)
 
 
 @dataclass(slots=True)
