@@ -491,6 +491,17 @@ def test_legacy_charsets_are_read_as_browsers_read_them(tmp_path):
                          + b"<p>x\x81y</p>")
         section, = parse_file(page).sections
         assert (section.heading, section.content) == (heading, body), label
+    # a review of that: windows-874 reads its unassigned bytes of 0x80-0x9F as C1 controls too, and a Big5 page
+    # with one of six pairs Big5-HKSCS refuses (big5 reads them) is read by big5, as it was before
+    (tmp_path / "th.html").write_bytes('<meta charset="tis-620"><h1>ไทย</h1><p>ก'.encode("cp874") + b"\x81"
+                                       + "ข \u2013 ค</p>".encode("cp874"))
+    assert parse_file(tmp_path / "th.html").sections[0].content == "ก\x81ข \u2013 ค"
+    (tmp_path / "b5.html").write_bytes('<meta charset="big5"><h1>日期</h1><p>'.encode("big5") + b"\xc6\xde"
+                                       + " 同上</p>".encode("big5"))
+    assert parse_file(tmp_path / "b5.html").sections[0].content == b"\xc6\xde".decode("big5") + " 同上"
+    (tmp_path / "th_bad.html").write_bytes('<meta charset="tis-620"><h1>x</h1><p>'.encode() + b"\xfc</p>")
+    with pytest.raises(InputDocumentError, match="'tis-620' \\(read as cp874, as browsers do\\) does not decode"):
+        parse_file(tmp_path / "th_bad.html")
     xhtml = tmp_path / "x.xhtml"
     xhtml.write_bytes('<?xml version="1.0" encoding="ISO-8859-1"?>\n<html xmlns="http://www.w3.org/1999/xhtml">'
                       '<body><h1>Café</h1><p>Crème brûlée.</p></body></html>'.encode("latin-1"))

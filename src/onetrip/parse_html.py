@@ -154,8 +154,8 @@ def _dropped(tag: Tag) -> bool:
 
     role="navigation" is <nav> written as an ARIA landmark (Sphinx's related bar and sidebar, Node.js's
     <details role="navigation" id="toc">), role="contentinfo" a page footer (Sphinx's); aria-hidden="true"
-    is what a screen reader skips (a closed dialog, icons), and `hidden` what no one sees until a script shows
-    it (the same rule; a <dialog> without `open` is always dropped). Their links and lines ("Last updated ...", which
+    is what a screen reader skips (a closed dialog, icons); a <dialog> without `open`, or a dialog or modal
+    marked `hidden`, is what no one sees until a script shows it. Their links and lines ("Last updated ...", which
     changes on every build) had been kept as sections' text.
     """
     if tag.name in DROP_TAGS:
@@ -165,13 +165,19 @@ def _dropped(tag: Tag) -> bool:
         return True
     if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
         return True
-    # `hidden` (not "until-found", which find-in-page opens) as aria-hidden: an accordion's answers are kept
-    hidden = tag.has_attr("hidden") and str(tag.get("hidden")).lower() != "until-found"
-    if (tag.get("aria-hidden") == "true" or hidden) and _hidden_aside(tag, classes):
+    if tag.get("aria-hidden") == "true" and _hidden_aside(tag, classes):
+        return True
+    # a `hidden` dialog or modal (not "until-found", which find-in-page opens); any other hidden element is
+    # kept: an accordion's answer, however short ("Yes, up to 3 users."), is what a reader opens it for
+    if tag.has_attr("hidden") and str(tag.get("hidden")).lower() != "until-found" and _dialog(tag, classes):
         return True
     if tag.name == "footer" or "footer" in classes or tag.get("id") == "footer":
         return not _in_main_content(tag)  # a page's footer; an article's or a quote's own <footer> is its text
     return "header" in classes and tag.name == "div" and _nav_bar(tag)
+
+
+def _dialog(tag: Tag, classes: list[str]) -> bool:
+    return tag.get("role") in ("dialog", "alertdialog") or "modal" in classes
 
 
 def _hidden_aside(tag: Tag, classes: list[str]) -> bool:
@@ -179,7 +185,7 @@ def _hidden_aside(tag: Tag, classes: list[str]) -> bool:
     heading and a few characters of text (an icon, a glyph, a decorative copy). aria-hidden only hides from
     screen readers: a page saved with a dialog open marks its whole app so, and an accordion its closed
     answers, which a reader opens."""
-    if tag.get("role") in ("dialog", "alertdialog") or "modal" in classes:
+    if _dialog(tag, classes):
         return True
     return tag.find(HEADINGS) is None and len(tag.get_text().strip()) <= 20
 

@@ -97,8 +97,8 @@ holding any other line the fallback cannot hold (a list under a key with a value
 Markdown, its words kept (they had been dropped); valid YAML with aliases is read as YAML when they expand
 to at most `parse_markdown.MAX_FRONT_MATTER_SIZE` (nodes plus scalar characters) (it had been read as those lines). HTML is cut as
 under 7;
-9: (2026-12-06, found by review) HTML: a <dialog> without `open` is dropped, and `hidden` is read as
-aria-hidden="true" is (a modal or icon goes, a hidden answer with a heading stays); a heading outside
+9: (2026-12-06, found by review) HTML: a <dialog> without `open`, and a dialog or modal marked `hidden`, are
+dropped (any other hidden element, an accordion's answer, is kept); a heading outside
 containers after a top-level container it ends is no deeper than that container (it had been its
 subsection). The PostgreSQL manual is cut as under 8; Markdown too."""
 
@@ -689,12 +689,16 @@ def _read_text(path: Path, data: bytes | None = None) -> str:
         if declared:  # an HTML page that says its encoding in a <meta> tag is read in it
             label, codec = declared
             named = repr(label) if codec == label else f"{label!r} (read as {codec}, as browsers do)"
-            try:
-                text = data.decode(codec, errors="onetrip-whatwg-c1" if codec == "cp1252" else "strict")
-            except LookupError:
-                why = f"; its declared charset {label!r} is not one Python knows"
-            except UnicodeDecodeError:
-                why = f"; its declared charset {named} does not decode it either"
+            # the codec HTML reads the label as, else Python's codec of that name (Big5: six pairs that
+            # Big5-HKSCS refuses and big5 reads had made a page readable before fail)
+            for name in dict.fromkeys((codec, label)):
+                try:
+                    text = data.decode(name, errors="onetrip-whatwg-c1" if name in ("cp1252", "cp874") else "strict")
+                    break
+                except LookupError:
+                    why = why or f"; its declared charset {label!r} is not one Python knows"
+                except UnicodeDecodeError:
+                    why = f"; its declared charset {named} does not decode it either"
         if text is None:
             raise InputDocumentError(shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason}){why}") from exc
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")  # one line ending for every format
@@ -751,10 +755,14 @@ def _declared_html_charset(data: bytes) -> tuple[str, str] | None:
 
 
 def _c1_controls(e: UnicodeError) -> tuple[str, int]:
-    """windows-1252 as WHATWG reads it: its five unassigned bytes (0x81, 0x8D, 0x8F, 0x90, 0x9D) are the C1
-    controls of their numbers (Python's cp1252 refuses them, and had refused the whole page)."""
+    """windows-1252 and windows-874 as WHATWG reads them: a byte from 0x80 to 0x9F that Python's codec leaves
+    unassigned (cp1252: 0x81, 0x8D, 0x8F, 0x90, 0x9D) is the C1 control of its number (it had refused the
+    whole page); any other undecodable byte is an error still."""
     assert isinstance(e, UnicodeDecodeError)
-    return "".join(chr(b) for b in e.object[e.start:e.end]), e.end
+    bad = e.object[e.start:e.end]
+    if not all(0x80 <= b <= 0x9F for b in bad):
+        raise e
+    return "".join(chr(b) for b in bad), e.end
 
 
 codecs.register_error("onetrip-whatwg-c1", _c1_controls)
