@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import replace
 from collections.abc import AsyncIterator, Iterator
 
 import numpy as np
@@ -102,6 +103,50 @@ def test_async_one_statement_per_call(db, dsn, corpus, statement_log):
         return counts
 
     assert asyncio.run(main()) == [1] * len(CALLS)
+
+
+@pytest.mark.parametrize("over", ["pool", "connection"])
+def test_a_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
+    """`AsyncRetriever.snapshot`: calls inside it see the tables as they were at its first statement, a
+    re-ingest committed meanwhile invisible until it ends (found by review: the HTTP service's /search took
+    hits and context from two states); an error inside leaves no transaction open on a connection of its own,
+    and calls outside it and other tasks' calls are not pinned to its connection."""
+    doc = corpus[0]
+    q = np.asarray(doc.embeddings[0], dtype=np.float32)
+    first = doc.sections[0].section_id
+
+    def rewrite(text: str) -> None:
+        sections = [replace(s, content=f"{text} {s.content}") if i == 0 else s for i, s in enumerate(doc.sections)]
+        replace_document(db, LAYOUT, replace(doc.record, content_hash=text), sections, doc.embeddings)
+
+    def content(hits) -> str:
+        return next(h.section.content for h in hits if h.section.section_id == first)
+
+    async def main():
+        pool = make_async_pool(dsn, min_size=1, max_size=2)
+        await pool.open()
+        r = await AsyncRetriever.create(pool if over == "pool" else dsn, embedder=HashEmbedder())
+        try:
+            async with r.snapshot():
+                before = content(await r.search(q, k=1))
+                rewrite("NEW")
+                inside = content(await r.search(q, k=1))
+                assert [p.content for p in (await r.assemble(q, k=1)).passages if p.section_id == first] == [inside]
+                other = content(await asyncio.create_task(r.search(q, k=1)))  # another task: a connection of
+                assert ("NEW" in other) == (over == "pool")  # its own from the pool; over one connection, that one
+            after = content(await r.search(q, k=1))
+            with pytest.raises(ValueError, match="NaN"):
+                async with r.snapshot():
+                    await r.search(np.full(384, np.nan, np.float32), k=1)
+            if over == "connection":
+                assert r.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            return before, inside, after
+        finally:
+            await r.close()
+            await pool.close()
+
+    before, inside, after = asyncio.run(main())
+    assert before == inside and "NEW" not in inside and after.startswith("NEW ")
 
 
 class RecordingEmbedder(HashEmbedder):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
+from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -99,6 +100,11 @@ async def _take_connection(conn: psycopg.AsyncConnection) -> bool:
             return True
 
 
+#: The (retriever, connection) of the `AsyncRetriever.snapshot` block this task runs in, if any.
+_SNAPSHOT: ContextVar[tuple[Any, Any, psycopg.AsyncConnection] | None] = ContextVar("onetrip_snapshot",
+                                                                                      default=None)
+
+
 class AsyncRetriever:
     """Async twin of `Retriever`. Create it with ``await AsyncRetriever.create(...)``.
 
@@ -171,8 +177,50 @@ class AsyncRetriever:
         return self
 
     @asynccontextmanager
+    async def snapshot(self) -> AsyncIterator[AsyncRetriever]:
+        """Run this task's calls inside the block on one connection, in one REPEATABLE READ, read-only
+        transaction: they read one state of the tables (BEGIN and COMMIT cost a round trip each).
+
+        For a caller that needs two result shapes (hits and an assembled context: two statements) to agree:
+        taken from two states, a re-ingest committed between them had given new hits and an old context
+        (the HTTP service's /search asking both, found by review). Over a pool, other tasks' calls (a task
+        started inside the block too) take connections of their own; over one connection, they share it, and
+        so its snapshot, until the block ends.
+        """
+        if self._pinned() is not None:  # nested: the outer block's snapshot
+            yield self
+            return
+        async with self._connection() as conn:
+            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            token = _SNAPSHOT.set((self, asyncio.current_task(), conn))
+            try:
+                yield self
+            except BaseException:
+                if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+                    with suppress(Exception):  # a connection of its own must not stay in this transaction
+                        await conn.execute("ROLLBACK")
+                raise
+            finally:
+                _SNAPSHOT.reset(token)
+            await conn.execute("COMMIT")
+
+    def _pinned(self) -> psycopg.AsyncConnection | None:
+        """The connection of this retriever's `snapshot` block that this task runs in. A task started inside the
+        block inherits the context variable, not the block: it takes a connection of its own (a pooled one
+        pinned to it could have been used after the block gave it back)."""
+        pinned = _SNAPSHOT.get()
+        if pinned is not None and pinned[0] is self and pinned[1] is asyncio.current_task():
+            return pinned[2]
+        return None
+
+    @asynccontextmanager
     async def _connection(self) -> AsyncIterator[psycopg.AsyncConnection]:
-        """As `Retriever._connection`: a connection lost under the block is ConnectionLostError (`_lost`)."""
+        """As `Retriever._connection`: a connection lost under the block is ConnectionLostError (`_lost`);
+        inside `snapshot`, its connection."""
+        pinned = self._pinned()
+        if pinned is not None:
+            yield pinned
+            return
         if self.pool is not None:
             async with self.pool.connection() as c:
                 async with self._lost_errors(c):

@@ -74,7 +74,7 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -839,10 +839,13 @@ class Service:
                     plans["context"] = explained_to_json(await r.explain(query, context_k, assemble=True,
                                                                          kind=req.explain, **context_options))
                 return {"explain": plans}
-            if req.hits:
-                out["hits"] = [hit_to_json(h) for h in await r.search(query, hit_k, **hit_options)]
-            if req.context:
-                out["context"] = context_to_json(await r.assemble(query, context_k, **context_options))
+            # both shapes (two statements) from one snapshot: a re-ingest committed between them had given new
+            # hits and an old context
+            async with r.snapshot() if req.hits and req.context else nullcontext():
+                if req.hits:
+                    out["hits"] = [hit_to_json(h) for h in await r.search(query, hit_k, **hit_options)]
+                if req.context:
+                    out["context"] = context_to_json(await r.assemble(query, context_k, **context_options))
         return out
 
     async def search_many(self, req: SearchManyRequest) -> dict[str, Any]:
