@@ -149,6 +149,47 @@ def test_a_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
     assert before == inside and "NEW" not in inside and after.startswith("NEW ")
 
 
+@pytest.mark.parametrize("over", ["pool", "connection"])
+def test_a_sync_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
+    """`Retriever.snapshot`, as the async one: one state inside the block; another thread's calls over a pool
+    are not pinned to it; an error inside leaves no transaction open on a connection of its own."""
+    import threading
+
+    doc = corpus[0]
+    q = np.asarray(doc.embeddings[0], dtype=np.float32)
+    first = doc.sections[0].section_id
+    sections = [replace(s, content=f"NEW {s.content}") if i == 0 else s for i, s in enumerate(doc.sections)]
+
+    def content(hits) -> str:
+        return next(h.section.content for h in hits if h.section.section_id == first)
+
+    pool = make_pool(dsn, min_size=1, max_size=2) if over == "pool" else None
+    r = Retriever(pool if pool is not None else dsn, embedder=HashEmbedder())
+    try:
+        with r.snapshot():
+            before = content(r.search(q, k=1))
+            replace_document(db, LAYOUT, replace(doc.record, content_hash="NEW"), sections, doc.embeddings)
+            with r.snapshot():  # nested: the same snapshot
+                inside = content(r.search(q, k=1))
+            assert [p.content for p in r.assemble(q, k=1).passages if p.section_id == first] == [inside]
+            other: list[str] = []
+            t = threading.Thread(target=lambda: other.append(content(r.search(q, k=1))))
+            t.start()
+            t.join(30)
+            assert ("NEW" in other[0]) == (over == "pool")  # its own connection from the pool; else this one
+        after = content(r.search(q, k=1))
+        with pytest.raises(ValueError, match="NaN"):
+            with r.snapshot():
+                r.search(np.full(384, np.nan, np.float32), k=1)
+        if over == "connection":
+            assert r.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        r.close()
+        if pool is not None:
+            pool.close()
+    assert before == inside and "NEW" not in inside and after.startswith("NEW ")
+
+
 class RecordingEmbedder(HashEmbedder):
     """Records how many pool connections were checked out while it embedded."""
 

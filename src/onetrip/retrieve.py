@@ -12,7 +12,8 @@ import numbers
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass, field, fields
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
@@ -1078,6 +1079,11 @@ CANCEL_TIMEOUT = 5.0
 CANCEL_RECHECK = 0.2
 
 
+#: The (retriever, connection) of the `Retriever.snapshot` block this thread runs in, if any (a thread starts
+#: with a context of its own: another thread's calls never see it).
+_SNAPSHOT: ContextVar[tuple[Any, psycopg.Connection] | None] = ContextVar("onetrip_snapshot", default=None)
+
+
 class Retriever:
     """Search onetrip's sections table: top-K hits with parent and neighbors, one round trip.
 
@@ -1157,7 +1163,8 @@ class Retriever:
         """The connection for a call off the hot path (explain, the embedder record); one lost under it is
         ConnectionLostError, the pool's idle ones checked, as `_execute` does inline for searches."""
         if self.pool is not None:
-            with self.pool.connection() as c:
+            pinned = self._pinned()
+            with nullcontext(pinned) if pinned is not None else self.pool.connection() as c:
                 with lost_connection_errors(c, self.pool):
                     yield c
         else:
@@ -1230,6 +1237,44 @@ class Retriever:
         vector = self.embedder.embed_query(plan.embed) if plan.embed is not None else None
         return self._execute(plan, bind_vector(plan, vector, self.layout.dim))
 
+    @contextmanager
+    def snapshot(self) -> Iterator[Retriever]:
+        """Run this thread's calls inside the block on one connection, in one REPEATABLE READ, read-only
+        transaction: they read one state of the tables (BEGIN and COMMIT cost a round trip each).
+
+        For a caller that needs two result shapes (hits and an assembled context: two statements) to agree:
+        from two states, a re-ingest committed between them gives new hits and an old context. Over a pool,
+        other threads' calls take connections of their own; over one connection, they share it, and so its
+        snapshot, until the block ends. `AsyncRetriever.snapshot` is the same for tasks.
+        """
+        if self._pinned() is not None:  # nested: the outer block's snapshot
+            yield self
+            return
+        if self.pool is not None:
+            held: Any = self.pool.connection()
+        else:
+            held = nullcontext(self.conn if self.conn is not None else self._reopen())
+        with held as conn:
+            with lost_connection_errors(conn, self.pool, self._forget if self._owns_conn else None):
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+            token = _SNAPSHOT.set((self, conn))
+            try:
+                yield self
+            except BaseException:
+                if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+                    with suppress(Exception):  # a connection of its own must not stay in this transaction
+                        conn.execute("ROLLBACK")
+                raise
+            finally:
+                _SNAPSHOT.reset(token)
+            with lost_connection_errors(conn, self.pool, self._forget if self._owns_conn else None):
+                conn.execute("COMMIT")
+
+    def _pinned(self) -> psycopg.Connection | None:
+        """The connection of this retriever's `snapshot` block that this thread runs in."""
+        pinned = _SNAPSHOT.get()
+        return pinned[1] if pinned is not None and pinned[0] is self else None
+
     def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
         # a plain connection is used directly: the _connection() context manager costs measurable
         # time on the hot path (benchmarks/latency), and only a pool needs one
@@ -1246,7 +1291,8 @@ class Retriever:
                     raise connection_lost(e, pooled=False, reopens=self._owns_conn) from None
                 raise
         else:
-            with self.pool.connection() as c:
+            pinned = _SNAPSHOT.get()  # inside a `snapshot` block: its connection
+            with nullcontext(pinned[1]) if pinned is not None and pinned[0] is self else self.pool.connection() as c:
                 try:
                     rows, names = _fetch(c, plan.statement, params)
                 except psycopg.OperationalError as e:
