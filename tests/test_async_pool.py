@@ -190,6 +190,50 @@ def test_a_sync_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
     assert before == inside and "NEW" not in inside and after.startswith("NEW ")
 
 
+def test_a_snapshot_cancelled_during_its_begin_or_refused_leaves_no_transaction_and_no_advice(db, dsn, corpus):
+    """A review of `snapshot`: a task cancelled while its BEGIN was sent left the retriever's own connection in
+    that read-only transaction (psycopg ends the BEGIN before it raises), every later call reading a frozen
+    state; and an error inside told the caller to roll back a transaction that was the block's own."""
+    q = np.asarray(corpus[0].embeddings[0], dtype=np.float32)
+
+    async def main():
+        r = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        try:
+            async def body():
+                async with r.snapshot():
+                    await r.search(q, k=1)
+            for _ in range(3):
+                task = asyncio.create_task(body())
+                await asyncio.sleep(0)  # the task sends its BEGIN and waits for it
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                assert r.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+            db.execute("ALTER TABLE sections RENAME TO sections_gone")
+            try:
+                with pytest.raises(SchemaMissingError) as e:
+                    async with r.snapshot():
+                        await r.search(q, k=1)
+            finally:
+                db.execute("ALTER TABLE sections_gone RENAME TO sections")
+            assert "roll it back" not in str(e.value)
+        finally:
+            await r.close()
+
+    asyncio.run(main())
+    sync = Retriever(dsn, embedder=HashEmbedder())
+    try:
+        db.execute("ALTER TABLE sections RENAME TO sections_gone")
+        with pytest.raises(SchemaMissingError) as e:
+            with sync.snapshot():
+                sync.search(q, k=1)
+        assert "roll it back" not in str(e.value)
+        assert sync.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+    finally:
+        db.execute("ALTER TABLE sections_gone RENAME TO sections")
+        sync.close()
+
+
 class RecordingEmbedder(HashEmbedder):
     """Records how many pool connections were checked out while it embedded."""
 

@@ -1197,3 +1197,33 @@ def test_a_new_revision_leaves_its_unchanged_rows_in_place_and_archives_each_rev
     ingest_paths(db, [doc], layout=Layout(), embedder=HashEmbedder())
     after = stored()
     assert after["guide"] == states[2]["guide"] and {after[s][0] for s in ("before", "setup", "use")} == {4}
+
+
+def test_a_role_without_temp_re_ingests_by_rewriting_the_rows(db, dsn, tmp_path):
+    """A review of the kept-rows change: a writing role that may not create temporary tables (REVOKE TEMPORARY
+    ON DATABASE) failed every re-ingest with 'permission denied to create temporary tables'; it now rewrites
+    the document's rows, as before that change (the privilege is read with the documents row: no statement)."""
+    import uuid
+
+    init_schema(db)
+    doc = tmp_path / "a.md"
+    doc.write_text(DOC_V1)
+    role = f"writer_{uuid.uuid4().hex[:8]}"
+    database = db.info.dbname
+    db.execute(f"CREATE ROLE {role}")
+    db.execute(f'REVOKE TEMPORARY ON DATABASE "{database}" FROM PUBLIC')
+    try:
+        db.execute(f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}")
+        with connect(dsn) as conn:
+            conn.execute(f"SET ROLE {role}")
+            assert ingest_paths(conn, [doc], layout=Layout(), embedder=HashEmbedder()).new == 1
+            guide = db.execute("SELECT xmin::text FROM sections WHERE section_id = 'guide'").fetchone()
+            doc.write_text(DOC_V1.replace("Run it daily.", "Run it hourly."))
+            report = ingest_paths(conn, [doc], layout=Layout(), embedder=HashEmbedder())
+            assert (report.changed, report.failed) == (1, []), report.failed
+        assert db.execute("SELECT xmin::text FROM sections WHERE section_id = 'guide'").fetchone() != guide
+        assert [c for _, c in rows(db, "a.md") if "hourly" in c]
+    finally:
+        db.execute(f'GRANT TEMPORARY ON DATABASE "{database}" TO PUBLIC')
+        db.execute(f"DROP OWNED BY {role}")
+        db.execute(f"DROP ROLE {role}")

@@ -27,6 +27,7 @@ from .retrieve import (
     CANCEL_RECHECK,
     CANCEL_TIMEOUT,
     Hit,
+    IN_SNAPSHOT,
     POOL_CHECK_DEADLINE,
     Plan,
     SEARCH_K,
@@ -191,17 +192,19 @@ class AsyncRetriever:
             yield self
             return
         async with self._connection() as conn:
-            await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             token = _SNAPSHOT.set((self, asyncio.current_task(), conn))
+            IN_SNAPSHOT.add(conn)
             try:
+                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield self
-            except BaseException:
+            except BaseException:  # a cancellation during BEGIN too: psycopg ends the BEGIN before it raises
                 if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
                     with suppress(Exception):  # a connection of its own must not stay in this transaction
                         await conn.execute("ROLLBACK")
                 raise
             finally:
                 _SNAPSHOT.reset(token)
+                IN_SNAPSHOT.discard(conn)
             await conn.execute("COMMIT")
 
     def _pinned(self) -> psycopg.AsyncConnection | None:

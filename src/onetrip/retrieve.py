@@ -11,6 +11,7 @@ import json
 import numbers
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager, nullcontext, suppress
 from contextvars import ContextVar
@@ -871,7 +872,8 @@ def statement_error(e: psycopg.Error, conn: Any = None) -> Exception:
         mapped = adapter_error(e) or e
     else:
         return e
-    if mapped is not e and conn is not None and conn.info.transaction_status == pq.TransactionStatus.INERROR:
+    if mapped is not e and conn is not None and conn.info.transaction_status == pq.TransactionStatus.INERROR \
+            and conn not in IN_SNAPSHOT:
         mapped.args = (f"{mapped.args[0]} (the server refused the statement: the transaction open on this "
                        "connection is aborted, roll it back)", *mapped.args[1:])
     return mapped
@@ -1082,6 +1084,9 @@ CANCEL_RECHECK = 0.2
 #: The (retriever, connection) of the `Retriever.snapshot` block this thread runs in, if any (a thread starts
 #: with a context of its own: another thread's calls never see it).
 _SNAPSHOT: ContextVar[tuple[Any, psycopg.Connection] | None] = ContextVar("onetrip_snapshot", default=None)
+#: The connections (sync and async) inside a `snapshot` block: a statement refused there aborts the block's
+#: own transaction, which the block rolls back, so its error does not tell the caller to.
+IN_SNAPSHOT: weakref.WeakSet[Any] = weakref.WeakSet()
 
 
 class Retriever:
@@ -1255,18 +1260,20 @@ class Retriever:
         else:
             held = nullcontext(self.conn if self.conn is not None else self._reopen())
         with held as conn:
-            with lost_connection_errors(conn, self.pool, self._forget if self._owns_conn else None):
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
             token = _SNAPSHOT.set((self, conn))
+            IN_SNAPSHOT.add(conn)
             try:
+                with lost_connection_errors(conn, self.pool, self._forget if self._owns_conn else None):
+                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield self
-            except BaseException:
+            except BaseException:  # an interrupt during BEGIN too: it may have begun the transaction
                 if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
                     with suppress(Exception):  # a connection of its own must not stay in this transaction
                         conn.execute("ROLLBACK")
                 raise
             finally:
                 _SNAPSHOT.reset(token)
+                IN_SNAPSHOT.discard(conn)
             with lost_connection_errors(conn, self.pool, self._forget if self._owns_conn else None):
                 conn.execute("COMMIT")
 
