@@ -491,3 +491,54 @@ def test_an_unknown_argument_is_named_by_its_subcommand(args, prog):
     res = onetrip(*args)
     assert res.returncode == 2 and len(res.stderr.splitlines()) == 1, res.stderr
     assert res.stderr.startswith(f"{prog}: error: unrecognized arguments: ") and f"(see {prog} --help)" in res.stderr
+
+
+def test_the_command_imports_no_heavy_module_before_it_runs_and_every_public_name_resolves():
+    """A review: `import onetrip` imported numpy, psycopg and the parsers, so a Ctrl-C in a command's first half
+    second printed a traceback from inside those imports, before the command's own handler (exit 130) ran. The
+    package now imports its public names when first used; each resolves to its module's object."""
+    import ast
+
+    import onetrip
+
+    code = "import sys, onetrip.cli; print(sorted(m for m in ('numpy', 'psycopg', 'torch') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out == "[]\n"
+    for name in onetrip.__all__:
+        module = __import__(f"onetrip.{onetrip._EXPORTS[name]}", fromlist=[name])
+        assert getattr(onetrip, name) is getattr(module, name), name
+    with pytest.raises(AttributeError, match="has no attribute 'nope'"):
+        onetrip.nope  # noqa: B018
+    # the names type checkers read are the names it serves
+    tree = ast.parse(Path(onetrip.__file__).read_text())
+    typed = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1
+             for a in node.names}
+    assert typed == set(onetrip.__all__)
+
+
+def test_an_interrupt_that_an_import_turns_into_an_error_exits_130_quietly(monkeypatch, capsys):
+    """A Ctrl-C inside a C extension's import (numpy's) surfaces as an ImportError ("PyCapsule_Import could not
+    import module ..."), which the command had printed with numpy's advice to reinstall: it is the interrupt."""
+    import signal
+
+    from onetrip import cli
+
+    def command(args):
+        try:
+            os.kill(os.getpid(), signal.SIGINT)
+            import time
+            time.sleep(5)
+        except KeyboardInterrupt:
+            raise ImportError('PyCapsule_Import could not import module "datetime"') from None
+
+    monkeypatch.setitem(cli.COMMANDS, "documents", command)
+    assert cli.main(["documents"]) == 130
+    assert capsys.readouterr().err == ""
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # put back
+
+    def failing(args):
+        raise ImportError("a real import error")
+
+    monkeypatch.setitem(cli.COMMANDS, "documents", failing)
+    with pytest.raises(ImportError):  # without an interrupt, an ImportError is not taken for one
+        cli.main(["documents"])

@@ -1,71 +1,91 @@
-"""onetrip: structure-aware retrieval on PostgreSQL + pgvector, in one round trip."""
+"""onetrip: structure-aware retrieval on PostgreSQL + pgvector, in one round trip.
 
-from .async_retrieve import AsyncRetriever
-from .connection import connect, resolve_dsn
-from .pool import make_async_pool, make_pool
-from .embedders import Embedder, PrecomputedEmbedder, SentenceTransformerEmbedder
-from .errors import (
-    ConnectionFailedError,
-    ConnectionLostError,
-    DimensionMismatchError,
-    EmbedderMismatchError,
-    ForeignTableError,
-    IngestInterruptedError,
-    InputDocumentError,
-    InvalidDsnError,
-    InvalidIdentifierError,
-    OnetripError,
-    SchemaMissingError,
-    ServerRequirementError,
-)
-from .context import Context, Passage, render_context
-from .explain import Explained
-from .retrieve import CONTEXT_DEFAULT, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord
-from .schema import init_schema, read_layout
-from .ingest import IngestReport, ingest_paths
-from .store import DocumentInfo, delete_document, list_documents, refresh_term_stats
-from .layout import Layout
+The names below are imported when first used (PEP 562): `import onetrip.cli` (the `onetrip` command) loads
+none of numpy, psycopg or the parsers before its argument parsing, so a Ctrl-C in the first half second of a
+command is its clean exit 130, not a traceback from inside an import (found by review), and `--help` is quick.
+"""
 
-__all__ = [
-    "AsyncRetriever",
-    "make_async_pool",
-    "make_pool",
-    "ConnectionFailedError",
-    "ConnectionLostError",
-    "Context",
-    "CONTEXT_DEFAULT",
-    "Expansion",
-    "Explained",
-    "Filters",
-    "Passage",
-    "render_context",
-    "DimensionMismatchError",
-    "EmbedderMismatchError",
-    "ForeignTableError",
-    "DocumentInfo",
-    "Embedder",
-    "Hit",
-    "HybridOptions",
-    "IngestInterruptedError",
-    "IngestReport",
-    "InputDocumentError",
-    "InvalidDsnError",
-    "InvalidIdentifierError",
-    "Layout",
-    "OnetripError",
-    "PrecomputedEmbedder",
-    "Retriever",
-    "SchemaMissingError",
-    "SectionRecord",
-    "SentenceTransformerEmbedder",
-    "ServerRequirementError",
-    "connect",
-    "delete_document",
-    "ingest_paths",
-    "init_schema",
-    "list_documents",
-    "read_layout",
-    "refresh_term_stats",
-    "resolve_dsn",
-]
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time, `__getattr__` imports them
+    from .async_retrieve import AsyncRetriever  # noqa: F401
+    from .connection import connect, resolve_dsn  # noqa: F401
+    from .pool import make_async_pool, make_pool  # noqa: F401
+    from .embedders import Embedder, PrecomputedEmbedder, SentenceTransformerEmbedder  # noqa: F401
+    from .errors import (  # noqa: F401
+        ConnectionFailedError, ConnectionLostError, DimensionMismatchError, EmbedderMismatchError,
+        ForeignTableError, IngestInterruptedError, InputDocumentError, InvalidDsnError,
+        InvalidIdentifierError, OnetripError, SchemaMissingError, ServerRequirementError,
+    )
+    from .context import Context, Passage, render_context  # noqa: F401
+    from .explain import Explained  # noqa: F401
+    from .retrieve import (  # noqa: F401
+        CONTEXT_DEFAULT, Expansion, Filters, Hit, HybridOptions, Retriever, SectionRecord,
+    )
+    from .schema import init_schema, read_layout  # noqa: F401
+    from .ingest import IngestReport, ingest_paths  # noqa: F401
+    from .store import DocumentInfo, delete_document, list_documents, refresh_term_stats  # noqa: F401
+    from .layout import Layout  # noqa: F401
+
+#: Each public name and the module (of this package) that defines it.
+_EXPORTS = {
+    "AsyncRetriever": "async_retrieve",
+    "make_async_pool": "pool",
+    "make_pool": "pool",
+    "ConnectionFailedError": "errors",
+    "ConnectionLostError": "errors",
+    "Context": "context",
+    "CONTEXT_DEFAULT": "retrieve",
+    "Expansion": "retrieve",
+    "Explained": "explain",
+    "Filters": "retrieve",
+    "Passage": "context",
+    "render_context": "context",
+    "DimensionMismatchError": "errors",
+    "EmbedderMismatchError": "errors",
+    "ForeignTableError": "errors",
+    "DocumentInfo": "store",
+    "Embedder": "embedders",
+    "Hit": "retrieve",
+    "HybridOptions": "retrieve",
+    "IngestInterruptedError": "errors",
+    "IngestReport": "ingest",
+    "InputDocumentError": "errors",
+    "InvalidDsnError": "errors",
+    "InvalidIdentifierError": "errors",
+    "Layout": "layout",
+    "OnetripError": "errors",
+    "PrecomputedEmbedder": "embedders",
+    "Retriever": "retrieve",
+    "SchemaMissingError": "errors",
+    "SectionRecord": "retrieve",
+    "SentenceTransformerEmbedder": "embedders",
+    "ServerRequirementError": "errors",
+    "connect": "connection",
+    "delete_document": "store",
+    "ingest_paths": "ingest",
+    "init_schema": "schema",
+    "list_documents": "store",
+    "read_layout": "schema",
+    "refresh_term_stats": "store",
+    "resolve_dsn": "connection",
+}
+
+__all__ = list(_EXPORTS)
 __version__ = "0.1.0"
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'onetrip' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_EXPORTS})

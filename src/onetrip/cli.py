@@ -1099,12 +1099,38 @@ def sigterm_unwinds() -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
+_interrupted = threading.Event()  # set by `sigint_recorded`'s handler
+
+
+def _record_sigint(signum: int, frame: Any) -> None:
+    _interrupted.set()
+    raise KeyboardInterrupt
+
+
+@contextmanager
+def sigint_recorded() -> Iterator[None]:
+    """Within it, Ctrl-C raises KeyboardInterrupt as Python's default handler does, and is remembered: an
+    interrupt inside a C extension's import (numpy's, in the first half second of a command) surfaces as an
+    ImportError ("PyCapsule_Import could not import module ...") that `_run` would print as an error with
+    numpy's advice to reinstall, where the user pressed Ctrl-C (exit 130). A handler the parent set stays."""
+    if threading.current_thread() is not threading.main_thread() \
+            or signal.getsignal(signal.SIGINT) is not signal.default_int_handler:
+        yield
+        return
+    _interrupted.clear()
+    previous = signal.signal(signal.SIGINT, _record_sigint)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     args = build_parser().parse_args(argv)
-    with sigterm_unwinds():
+    with sigterm_unwinds(), sigint_recorded():
         return _run(args)
 
 
@@ -1129,6 +1155,8 @@ def _run(args: argparse.Namespace) -> int:
         print(f"onetrip: error: {e}", file=sys.stderr)
         return 2
     except Exception as e:
+        if _interrupted.is_set():  # what an interrupt turned into (an import it cut short): the interrupt
+            return 130
         code = report_error("onetrip", e)
         if code is None:
             raise
