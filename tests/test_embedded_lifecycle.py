@@ -252,8 +252,15 @@ def test_first_starts_at_once_share_one_server_and_one_database(tmp_path):
     env = embedded_env(home)
     code = "import onetrip; c = onetrip.connect(); onetrip.connection.ensure_pgvector(c); c.close(); print('ok')"
     with stopped_afterwards(home / "pgdata"):
-        procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True) for _ in range(4)]
+        # two of them with runtime folders of their own (a review: pgserver's lock and onetrip's start lock lived
+        # there only, so processes whose XDG_RUNTIME_DIR or TMPDIR differ had started one server at once, one
+        # calling the folder the other's initdb was writing half-made); the home's own lock serializes them
+        runtimes = [tmp_path / f"run{i}" for i in range(2)]
+        for r in runtimes:
+            r.mkdir(mode=0o700)
+        envs = [env, env, *({**env, "XDG_RUNTIME_DIR": str(r), "TMPDIR": str(r)} for r in runtimes)]
+        procs = [subprocess.Popen([sys.executable, "-c", code], env=e, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for e in envs]
         results = [(p.wait(timeout=300), *p.communicate()) for p in procs]
         assert all(rc == 0 and out == "ok\n" for rc, out, _ in results), results
         assert stops(home / "pgdata")
@@ -336,6 +343,43 @@ def test_a_data_folder_path_the_server_cannot_take_is_named(tmp_path):
     (tmp_path / "afile").write_text("")
     res = _cli(embedded_env(tmp_path / "afile"), "documents", timeout=120)
     assert res.returncode == 1 and "must be a folder onetrip may write in" in res.stderr, res.stderr
+    # a path too long for the socket: pgserver had put it in a folder of its runtime path open to every user
+    # (777 as root), where any local user connected as the server's superuser (found by review)
+    from onetrip.connection import MAX_SOCKET_PATH
+
+    long = tmp_path / ("h" * (MAX_SOCKET_PATH - len(str(tmp_path)) - len("//pgdata/.s.PGSQL.5432") + 1))
+    res = _cli(embedded_env(long), "documents", timeout=120)
+    assert res.returncode == 1 and f"socket's path would be {MAX_SOCKET_PATH + 1} bytes" in res.stderr, res.stderr
+    assert not long.exists()
+    assert len(os.fsencode(long.parent / long.name[1:] / "pgdata/.s.PGSQL.5432")) == MAX_SOCKET_PATH  # the longest taken
+
+
+def test_a_stale_pid_file_naming_a_process_an_unprivileged_user_may_not_inspect_is_removed(tmp_path, monkeypatch):
+    """A review: after a reboot, a system PostgreSQL (another user's) may hold the old pid; psutil may not read
+    its working folder, and the file was left to pgserver, which failed every command on it and at exit printed
+    a psutil.AccessDenied traceback. An unprivileged user's own server runs as that user: the file is stale."""
+    import psutil
+
+    from onetrip import connection
+
+    pgdata = tmp_path / "pgdata"
+    pgdata.mkdir()
+    (pgdata / "postmaster.pid").write_text(f"{os.getpid()}\n{pgdata}\n")
+
+    class Foreign(psutil.Process):  # another user's postgres: its name shows, its working folder does not
+        def name(self) -> str:
+            return "postgres"
+
+        def cwd(self) -> str:
+            raise psutil.AccessDenied(self.pid)
+
+    monkeypatch.setattr(psutil, "Process", Foreign)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
+    connection._forget_stale_postmaster(pgdata)
+    assert (pgdata / "postmaster.pid").is_file()  # root may read any process: this one is left to pgserver
+    monkeypatch.setattr(os, "geteuid", lambda: 1000)
+    connection._forget_stale_postmaster(pgdata)
+    assert not (pgdata / "postmaster.pid").exists()
 
 
 def test_a_folder_that_is_no_data_folder_is_one_line_and_kept(tmp_path):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import sys
 import re
 import signal
 import threading
@@ -92,6 +93,8 @@ def home_dir() -> Path:
 #: Characters pgserver's start cannot take in the data folder's path: it hands ``-k <folder>`` to pg_ctl's shell
 #: unquoted (a space split it, ``&`` and ``;`` ran commands) and puts the folder in a URI unencoded (``#``, ``?``,
 #: ``%`` changed it).
+#: The longest path a Unix socket may have (sockaddr_un's sun_path less its NUL): 103 on macOS and the BSDs.
+MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 UNSAFE_PATH_CHARACTERS = frozenset(" \t\n\r\"'\\$`;&|<>()#?%*[]{}!,=")  # ,: -k and libpq's host are lists
 
 
@@ -285,6 +288,14 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
             f"the embedded PostgreSQL cannot run in {pgdata}: its path (or the path it links to) holds {bad!r}, "
             "which pgserver's start "
             f"cannot take; set {ENV_HOME} to a folder without it, or {ENV_DSN} (--dsn) to use another server")
+    socket = len(os.fsencode(resolved / ".s.PGSQL.5432"))
+    if socket > MAX_SOCKET_PATH:
+        # pgserver would put the socket in a folder of its runtime path made for any user (mode 777, as root),
+        # and the server trusts every local connection: any user of the machine was its superuser
+        raise ConnectionFailedError(
+            f"the embedded PostgreSQL cannot run in {pgdata}: its socket's path would be {socket} bytes, past the "
+            f"{MAX_SOCKET_PATH} a Unix socket takes here (pgserver would move the socket to a folder other users "
+            f"can reach); set {ENV_HOME} to a shorter folder, or {ENV_DSN} (--dsn) to use another server")
     try:
         pgdata.parent.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -295,7 +306,7 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
     logger = logging.getLogger("pgserver")
     logger.addHandler(kept)
     try:
-        with _starting(pgserver):  # one start at a time: each reads the parents' modes before pgserver opens them
+        with _starting(pgserver, pgdata):  # one start at a time (see there)
             modes = _parent_modes(pgdata, pgserver)
             try:
                 _forget_gone_handles(pgserver, pgdata)
@@ -303,6 +314,7 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
                     _forget_stale_postmaster(pgdata)
                 with _signals_after_start():
                     server = pgserver.get_server(pgdata, cleanup_mode="stop")
+                    _exit_under_home_lock(server, pgdata)
             finally:
                 _restore_parent_modes(modes)
     except Exception as e:  # pgserver raises bare CalledProcessError/AssertionError
@@ -373,23 +385,62 @@ def _start_failure(e: BaseException, messages: list[str]) -> str:
 
 
 @contextmanager
-def _starting(pgserver: Any) -> Iterator[None]:
-    """Hold an flock while an embedded server is started, one for all of this user's data folders (in pgserver's
+def _starting(pgserver: Any, pgdata: Path) -> Iterator[None]:
+    """Hold two flocks while an embedded server is started: one for all of this user's data folders (in pgserver's
     runtime folder, beside its own lock): a second start meanwhile, of the same home or of one beside it, had
-    read the shared parents' modes as pgserver had just opened them, and kept them open."""
+    read the shared parents' modes as pgserver had just opened them, and kept them open; and one in the home
+    itself, which every process starting that server shares whatever its environment: the runtime folder
+    follows TMPDIR and XDG_RUNTIME_DIR, so two processes with different ones (a service with PrivateTmp, a job
+    with its own TMPDIR) had started one server at once, one failing on the other's half-written postmaster.pid,
+    or calling a folder the other's initdb was writing half-made (to be deleted) (found by review)."""
     if os.name != "posix":
         yield
         return
     import fcntl
 
     runtime = Path(pgserver.PostgresServer.runtime_path)
-    runtime.mkdir(parents=True, exist_ok=True)
+    runtime.mkdir(parents=True, exist_ok=True, mode=0o700)
     with open(runtime / "onetrip-starting.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with _home_lock(pgdata):
+                yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextmanager
+def _home_lock(pgdata: Path) -> Iterator[None]:
+    """An flock in the home (beside the data folder) that a start and an exit of its server hold (`_starting`,
+    `_exit_under_home_lock`): pgserver's own lock lives in a runtime folder that depends on the environment."""
+    if os.name != "posix":
+        yield
+        return
+    import fcntl
+
+    with open(pgdata.parent / ".onetrip-server.lock", "a") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
         try:
             yield
         finally:
             fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+def _exit_under_home_lock(server: Any, pgdata: Path) -> None:
+    """Run pgserver's exit handler (the process leaving last stops the server) under the home's lock: two
+    processes of different runtime folders had edited the list of the server's users at once, so that neither
+    stopped it, or one stopped it under the other's start (found by review)."""
+    if getattr(server, "_onetrip_exit_locked", False):
+        return
+    import atexit
+
+    def cleanup() -> None:
+        with _home_lock(pgdata):
+            server._cleanup()
+
+    atexit.unregister(server._cleanup)
+    atexit.register(cleanup)
+    server._onetrip_exit_locked = True
 
 
 def _forget_stale_postmaster(pgdata: Path) -> None:
@@ -410,8 +461,12 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
         ours = proc.name() == "postgres" and os.path.samefile(proc.cwd(), pgdata)
     except (OSError, ValueError, psutil.NoSuchProcess):
         return  # no file, or no such process: pgserver handles that itself
-    except psutil.AccessDenied:
-        return  # another user's process: leave the decision to pgserver and PostgreSQL
+    except psutil.AccessDenied:  # another user's process
+        if os.geteuid() == 0:
+            return  # root may inspect any process: leave the decision to pgserver and PostgreSQL
+        ours = False  # an unprivileged user's server runs as that user: a process it may not inspect is not it
+        # (after a reboot, a system PostgreSQL holding the old pid: every command had failed on it, and at exit
+        # pgserver's attempt to kill it had printed a psutil.AccessDenied traceback; found by review)
     if not ours:
         pidfile.unlink(missing_ok=True)
 
