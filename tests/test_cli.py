@@ -504,6 +504,12 @@ def test_the_command_imports_no_heavy_module_before_it_runs_and_every_public_nam
     code = "import sys, onetrip.cli; print(sorted(m for m in ('numpy', 'psycopg', 'torch') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out == "[]\n"
+    # a review of that: the submodules stay reachable as attributes, as the README names them (a pool's
+    # configure=onetrip.psycopg_adapters.register_adapters), in a fresh interpreter
+    code = ("import onetrip; print(onetrip.psycopg_adapters.register_adapters.__name__, onetrip.retrieve.CANCEL_TIMEOUT,"
+            " onetrip.sections.SECTIONING > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split()[0] == "register_adapters" and out.split()[2] == "True"
     for name in onetrip.__all__:
         module = __import__(f"onetrip.{onetrip._EXPORTS[name]}", fromlist=[name])
         assert getattr(onetrip, name) is getattr(module, name), name

@@ -506,3 +506,16 @@ def test_embedded_exits_0_on_a_stop_that_comes_while_it_writes_its_lines(dsn, tm
     monkeypatch.setattr(connection, "embedded_psql", stop)
     assert cmd_embedded(argparse.Namespace()) == 0
     assert "is running on" in capsys.readouterr().out
+
+
+def test_the_home_lock_is_skipped_where_the_home_takes_no_lock_file(tmp_path):
+    """A review of the home lock: a home onetrip may not write in (root's, around a service's own pgdata) failed
+    every start on the lock file, and a home deleted before the exit printed a traceback at exit. There the lock
+    is skipped, and pgserver's own orders starts and exits, as before."""
+    from onetrip.connection import _home_lock
+
+    with _home_lock(tmp_path / "gone" / "pgdata"):  # no such home: no lock file can be made
+        pass
+    assert not (tmp_path / "gone").exists()
+    with _home_lock(tmp_path / "pgdata"):
+        assert (tmp_path / ".onetrip-server.lock").is_file()

@@ -8,6 +8,7 @@ command is its clean exit 130, not a traceback from inside an import (found by r
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time, `__getattr__` imports them
@@ -81,6 +82,10 @@ __version__ = "0.1.0"
 def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
+        # a submodule, as the eager imports bound them all: `import onetrip` then `onetrip.retrieve.CANCEL_TIMEOUT`
+        # or `onetrip.psycopg_adapters.register_adapters` (a review: they had become AttributeErrors)
+        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+            return importlib.import_module(f".{name}", __name__)
         raise AttributeError(f"module 'onetrip' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value  # later lookups skip this function

@@ -1035,8 +1035,10 @@ def cmd_embedded(args: argparse.Namespace) -> int:
     """The embedded server in the foreground: every other command stops it when it exits, so psql had none."""
     import time
 
-    from .connection import ENV_DSN, connect, embedded_data_dir, embedded_dsn, embedded_psql, embedded_running
-
+    try:  # a stop during this import (numpy, psycopg: a quarter second) is exit 0 as any later one
+        from .connection import ENV_DSN, connect, embedded_data_dir, embedded_dsn, embedded_psql, embedded_running
+    except (KeyboardInterrupt, Terminated):
+        return 0
     if os.environ.get(ENV_DSN, "").strip():  # blank is unset, as every other command reads it (resolve_dsn)
         raise ValueError(f"${ENV_DSN} is set, so onetrip uses that server and runs no embedded one: connect to "
                          f"it directly (unset {ENV_DSN} to run the embedded server)")

@@ -412,18 +412,32 @@ def _starting(pgserver: Any, pgdata: Path) -> Iterator[None]:
 @contextmanager
 def _home_lock(pgdata: Path) -> Iterator[None]:
     """An flock in the home (beside the data folder) that a start and an exit of its server hold (`_starting`,
-    `_exit_under_home_lock`): pgserver's own lock lives in a runtime folder that depends on the environment."""
+    `_exit_under_home_lock`): pgserver's own lock lives in a runtime folder that depends on the environment.
+    None where the home takes no lock file (a home of root's around a service's own pgdata; one deleted before
+    the exit) or no flock (some cluster filesystems): there pgserver's lock alone orders them, as before."""
     if os.name != "posix":
         yield
         return
     import fcntl
 
-    with open(pgdata.parent / ".onetrip-server.lock", "a") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+    try:
+        lock = open(pgdata.parent / ".onetrip-server.lock", "a")
+    except OSError:
+        lock = None
+    locked = False
+    try:
+        if lock is not None:
+            try:
+                fcntl.flock(lock, fcntl.LOCK_EX)
+                locked = True
+            except OSError:
+                pass
+        yield
+    finally:
+        if lock is not None:
+            if locked:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+            lock.close()
 
 
 def _exit_under_home_lock(server: Any, pgdata: Path) -> None:
