@@ -515,6 +515,8 @@ def test_the_command_imports_no_heavy_module_before_it_runs_and_every_public_nam
         assert getattr(onetrip, name) is getattr(module, name), name
     with pytest.raises(AttributeError, match="has no attribute 'nope'"):
         onetrip.nope  # noqa: B018
+    # a review: dotted names had raised ModuleNotFoundError, so hasattr raised and getattr ignored its default
+    assert getattr(onetrip, "x.y", "default") == "default" and not hasattr(onetrip, "retrieve.CANCEL_TIMEOUT")
     # the names type checkers read are the names it serves
     tree = ast.parse(Path(onetrip.__file__).read_text())
     typed = {a.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom) and node.level == 1

@@ -84,8 +84,14 @@ def __getattr__(name: str) -> Any:
     if module is None:
         # a submodule, as the eager imports bound them all: `import onetrip` then `onetrip.retrieve.CANCEL_TIMEOUT`
         # or `onetrip.psycopg_adapters.register_adapters` (a review: they had become AttributeErrors)
-        if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
-            return importlib.import_module(f".{name}", __name__)
+        # (an AttributeError for anything else, as hasattr and getattr's default expect: a dotted name, or a
+        # submodule whose optional dependency is missing; `import onetrip.x` names that import error itself)
+        if name.isidentifier() and not name.startswith("_"):
+            try:
+                if importlib.util.find_spec(f"{__name__}.{name}") is not None:
+                    return importlib.import_module(f".{name}", __name__)
+            except ImportError as e:
+                raise AttributeError(f"module 'onetrip' has no attribute {name!r} ({e})") from e
         raise AttributeError(f"module 'onetrip' has no attribute {name!r}")
     value = getattr(importlib.import_module(f".{module}", __name__), name)
     globals()[name] = value  # later lookups skip this function
