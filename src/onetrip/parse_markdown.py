@@ -310,9 +310,10 @@ def parse_front_matter(raw: str) -> dict | None:
         # front matter is a mapping; anything else between two `---` rules is Markdown: prose (a string), a
         # list (a table of contents), had been taken as front matter and its text lost
         return _jsonable(data) if isinstance(data, dict) else None
-    except (yaml.YAMLError, ValueError, OverflowError):  # a date such as 2024-02-30; a sexagesimal float
-        return _simple_front_matter(raw)  # past float's range (1:0:0:...:0.) had failed the whole file
-    except RecursionError:  # nested hundreds of levels deep ([[[[...): PyYAML and _jsonable recurse
+    # ValueError: a date such as 2024-02-30; OverflowError: a sexagesimal float past float's range (1:0:0:...:0.)
+    # had failed the whole file; RecursionError: nested hundreds of levels deep ([[[[...), PyYAML and _jsonable
+    # recurse
+    except (yaml.YAMLError, ValueError, OverflowError, RecursionError):
         return _simple_front_matter(raw)
 
 

@@ -1255,16 +1255,11 @@ class Retriever:
         if self._pinned() is not None:  # nested: the outer block's snapshot
             yield self
             return
-        if self.pool is not None:
-            held: Any = self.pool.connection()
-        else:
-            held = nullcontext(self.conn if self.conn is not None else self._reopen())
-        with held as conn:
+        with self._connection() as conn:  # a connection lost under the block: ConnectionLostError
             token = _SNAPSHOT.set((self, conn))
             IN_SNAPSHOT.add(conn)
             try:
-                with lost_connection_errors(conn, self.pool, self._forget if self._owns_conn else None):
-                    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield self
             except BaseException:  # an interrupt during BEGIN too: it may have begun the transaction
                 if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
@@ -1274,8 +1269,7 @@ class Retriever:
             finally:
                 _SNAPSHOT.reset(token)
                 IN_SNAPSHOT.discard(conn)
-            with lost_connection_errors(conn, self.pool, self._forget if self._owns_conn else None):
-                conn.execute("COMMIT")
+            conn.execute("COMMIT")
 
     def _pinned(self) -> psycopg.Connection | None:
         """The connection of this retriever's `snapshot` block that this thread runs in."""
@@ -1298,8 +1292,8 @@ class Retriever:
                     raise connection_lost(e, pooled=False, reopens=self._owns_conn) from None
                 raise
         else:
-            pinned = _SNAPSHOT.get()  # inside a `snapshot` block: its connection
-            with nullcontext(pinned[1]) if pinned is not None and pinned[0] is self else self.pool.connection() as c:
+            pinned = self._pinned()  # inside a `snapshot` block: its connection
+            with nullcontext(pinned) if pinned is not None else self.pool.connection() as c:
                 try:
                     rows, names = _fetch(c, plan.statement, params)
                 except psycopg.OperationalError as e:

@@ -27,6 +27,7 @@ from psycopg.types.json import Jsonb
 from .connection import check_row_factory, require_autocommit
 from .embedders import LENGTH_RANGE, NAMED_IN_ERRORS
 from .errors import DimensionMismatchError, missing_table_error
+from .identifiers import quote_ident
 from .layout import Layout
 
 Outcome = Literal["new", "changed", "unchanged"]
@@ -912,11 +913,10 @@ def _replace_changed_rows(conn: psycopg.Connection, layout: Layout, doc: Documen
     The new rows go to a temporary table (the same binary COPY), and the server compares them with its own
     equality (jsonb, vectors, arrays) in two statements: delete the rows that differ or are gone, insert the
     new or changed ones."""
-    stage = sql.Identifier("onetrip_stage_" + hashlib.sha256(layout.tables["sections"].encode()).hexdigest()[:16])
-    table = sql.SQL(layout.tables["sections"])
+    stage_name = quote_ident("onetrip_stage_" + hashlib.sha256(layout.tables["sections"].encode()).hexdigest()[:16])
+    stage, table = sql.SQL(stage_name), sql.SQL(layout.tables["sections"])
     conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(stage, table))
-    with conn.cursor() as cur, cur.copy(sql.SQL("COPY {} ({}) FROM STDIN WITH (FORMAT BINARY)").format(
-            stage, sql.SQL(", ").join(sql.Identifier(c) for c in SECTION_COLUMNS))) as copy:
+    with conn.cursor() as cur, cur.copy(_binary_copy(stage_name, SECTION_COLUMNS)) as copy:
         copy.set_types(copy_types(layout))
         write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
     # section_id (NOT NULL) by `=` first: the planner hashes on it (null-safe comparisons alone had made the
