@@ -114,6 +114,17 @@ def test_front_matter_to_metadata_and_title() -> None:
     assert all("title:" not in getattr(b, "text", "") for b in blocks)
 
 
+def test_a_front_matter_title_yaml_reads_as_a_number_or_boolean_is_the_title_as_written() -> None:
+    """Found by review: `title: 1984` (YAML's int) was no title: the first h1 was taken while the metadata
+    said 1984. The title is the scalar as written (1.10, not 1.1); the metadata stays as YAML reads it."""
+    cases = {"title: 1984": ("1984", 1984), "title: 1.10": ("1.10", 1.1), "title: true": ("true", True),
+             "title: 2024-05-01": ("2024-05-01", "2024-05-01"), "title: a\ntitle: 404": ("404", 404),
+             "base: &b\n  title: 7\n<<: *b": ("7", 7), "title:": ("Intro", None), "title: [a]": ("Intro", ["a"])}
+    for fm, (title, value) in cases.items():
+        got, _, meta = parse_markdown(f"---\n{fm}\n---\n# Intro\n\ntext\n")
+        assert (got, meta["title"]) == (title, value), fm
+
+
 def test_title_falls_back_to_first_h1_then_empty() -> None:
     assert parse_markdown("## Two\n\n# One\n\n# Other\n")[0] == "One"
     assert parse_markdown("just text\n")[0] == ""

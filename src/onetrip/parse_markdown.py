@@ -287,10 +287,17 @@ def parse_front_matter(raw: str) -> dict | None:
     """YAML when PyYAML is importable, else simple `key: value` lines. None when the block is no front
     matter: YAML that is a bare string or number (prose between two `---` rules), or lines that are not
     `key: value`; `parse_markdown` then reads it as Markdown."""
+    return _front_matter(raw)[0]
+
+
+def _front_matter(raw: str) -> tuple[dict | None, str | None]:
+    """`parse_front_matter`'s metadata, and the document's title as written: `title: 1984`, `title: 404` or
+    `title: 1.10` are a number to YAML, and had been no title at all (the first h1 or the file name was
+    taken, while the metadata said 1984); a title's own text is what a reader sees (1.10, not 1.1)."""
     try:
         import yaml
     except ImportError:  # pragma: no cover - PyYAML is usually present
-        return _simple_front_matter(raw)
+        return _with_title(_simple_front_matter(raw))
     try:
         # an alias can expand exponentially (a few hundred bytes, tens of MB): front matter whose aliases
         # expand past MAX_FRONT_MATTER_SIZE is read as plain key: value lines, as invalid YAML is; below
@@ -301,20 +308,31 @@ def parse_front_matter(raw: str) -> dict | None:
         try:
             root = loader.get_single_node()
             if root is not None and loader.saw_alias and _expanded_size(yaml, root) > MAX_FRONT_MATTER_SIZE:
-                return _simple_front_matter(raw)
+                return _with_title(_simple_front_matter(raw))
             data = None if root is None else loader.construct_document(root)
         finally:
             loader.dispose()
         if data is None:  # empty, or YAML comments alone (`# generated, do not edit`): front matter, as Jekyll's
-            return {}
+            return {}, None
         # front matter is a mapping; anything else between two `---` rules is Markdown: prose (a string), a
         # list (a table of contents), had been taken as front matter and its text lost
-        return _jsonable(data) if isinstance(data, dict) else None
+        if not isinstance(data, dict):
+            return None, None
+        # the title key's last scalar (a repeated key: the last wins, as in `data`; merged keys come first)
+        title = next((v.value for k, v in reversed(root.value) if isinstance(k, yaml.ScalarNode)
+                      and k.value == "title" and isinstance(v, yaml.ScalarNode)), None)
+        return _jsonable(data), (title if data.get("title") is not None else None)
     # ValueError: a date such as 2024-02-30; OverflowError: a sexagesimal float past float's range (1:0:0:...:0.)
     # had failed the whole file; RecursionError: nested hundreds of levels deep ([[[[...), PyYAML and _jsonable
     # recurse
     except (yaml.YAMLError, ValueError, OverflowError, RecursionError):
-        return _simple_front_matter(raw)
+        return _with_title(_simple_front_matter(raw))
+
+
+def _with_title(metadata: dict | None) -> tuple[dict | None, str | None]:
+    """Key: value lines' metadata and title: their values are text as written."""
+    title = None if metadata is None else metadata.get("title")
+    return metadata, (title if isinstance(title, str) else None)
 
 
 def _top_level(tokens: list[Token]) -> list[Token]:
@@ -345,6 +363,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
                for i, t in enumerate(tokens) if t.type == "heading_open"}
 
     metadata: dict = {}
+    fm_title: str | None = None  # front matter's title, as written
     blocks: list[Block] = []
     first_h1 = ""
 
@@ -362,7 +381,8 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
         if start > covered:
             gap(covered, start)
         if tok.type == "front_matter":
-            metadata = parse_front_matter(tok.content) or {}  # None: `_tokens` parsed without the plugin
+            metadata, fm_title = _front_matter(tok.content)  # metadata None: `_tokens` parsed without the plugin
+            metadata = metadata or {}
             covered = end
             continue
         if tok.type == "heading_open":
@@ -386,8 +406,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     if covered < len(lines):
         gap(covered, len(lines))
 
-    title = metadata.get("title") if isinstance(metadata.get("title"), str) else None
-    return (title or first_h1 or "").strip(), blocks, metadata
+    return (fm_title or first_h1 or "").strip(), blocks, metadata
 
 
 _RAW_HTML_OPEN = re.compile(r"\s*<(script|pre|style|textarea)(?=[\s/>]|$)", re.IGNORECASE)

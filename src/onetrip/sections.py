@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 9
+SECTIONING = 10
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -100,7 +100,10 @@ under 7;
 9: (2026-12-06, found by review) HTML: a <dialog> without `open`, and a dialog or modal marked `hidden`, are
 dropped (any other hidden element, an accordion's answer, is kept); a heading outside
 containers after a top-level container it ends is no deeper than that container (it had been its
-subsection). The PostgreSQL manual is cut as under 8; Markdown too."""
+subsection). The PostgreSQL manual is cut as under 8; Markdown too;
+10: (2026-12-06, found by review) a Markdown front matter title that YAML reads as a number, a date or true/false
+(``title: 1984``, ``title: 1.10``) is the document's title as written (it had been ignored, the first h1 or the
+file name taken). HTML is cut as under 9."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
