@@ -153,6 +153,7 @@ def test_a_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
 def test_a_sync_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
     """`Retriever.snapshot`, as the async one: one state inside the block; another thread's calls over a pool
     are not pinned to it; an error inside leaves no transaction open on a connection of its own."""
+    import contextvars
     import threading
 
     doc = corpus[0]
@@ -177,6 +178,13 @@ def test_a_sync_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
             t.start()
             t.join(30)
             assert ("NEW" in other[0]) == (over == "pool")  # its own connection from the pool; else this one
+            # a thread in a copy of this context (asyncio.to_thread) too (found by review: it used the block's
+            # pooled connection, also after the block had given it back, inside another caller's transaction)
+            copied = contextvars.copy_context()
+            t = threading.Thread(target=copied.run, args=(lambda: other.append(content(r.search(q, k=1))),))
+            t.start()
+            t.join(30)
+            assert ("NEW" in other[1]) == (over == "pool")
         after = content(r.search(q, k=1))
         with pytest.raises(ValueError, match="NaN"):
             with r.snapshot():
@@ -188,6 +196,51 @@ def test_a_sync_snapshot_reads_one_state_of_the_tables(db, dsn, corpus, over):
         if pool is not None:
             pool.close()
     assert before == inside and "NEW" not in inside and after.startswith("NEW ")
+
+
+@pytest.mark.parametrize("over", ["pool", "connection"])
+def test_a_connection_lost_inside_a_snapshot_is_connection_lost_and_the_next_call_works(db, dsn, corpus, over):
+    """Found by review: inside an `AsyncRetriever.snapshot` block, a call on a connection the server ended
+    raised psycopg's AdminShutdown, not ConnectionLostError as outside it (and as `Retriever`'s), and the dead
+    connection was kept: the next call after the block failed too. Over a pool, the pool's idle connections are
+    checked, so the next call gets a working one."""
+    q = np.asarray(corpus[0].embeddings[0], dtype=np.float32)
+
+    def end_sessions() -> None:  # every other session of this database: the block's and the pool's idle ones
+        db.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = current_database() "
+                   "AND pid <> pg_backend_pid() AND backend_type = 'client backend'")
+
+    async def main():
+        pool = make_async_pool(dsn, min_size=2, max_size=2)
+        await pool.open(wait=True)
+        r = await AsyncRetriever.create(pool if over == "pool" else dsn, embedder=HashEmbedder())
+        try:
+            with pytest.raises(RuntimeError):
+                async with r.snapshot():
+                    end_sessions()
+                    with pytest.raises(ConnectionLostError):  # caught in the block: its exit had made it one
+                        await r.search(q, k=1)
+                    raise RuntimeError("the caller's own error")
+            assert len(await r.search(q, k=1)) == 1
+        finally:
+            await r.close()
+            await pool.close()
+
+    asyncio.run(main())
+    pool = make_pool(dsn, min_size=2, max_size=2) if over == "pool" else None
+    r = Retriever(pool if pool is not None else dsn, embedder=HashEmbedder())
+    try:
+        with pytest.raises(RuntimeError):
+            with r.snapshot():
+                end_sessions()
+                with pytest.raises(ConnectionLostError):
+                    r.search(q, k=1)
+                raise RuntimeError("the caller's own error")
+        assert len(r.search(q, k=1)) == 1
+    finally:
+        r.close()
+        if pool is not None:
+            pool.close()
 
 
 def test_a_snapshot_cancelled_during_its_begin_or_refused_leaves_no_transaction_and_no_advice(db, dsn, corpus):

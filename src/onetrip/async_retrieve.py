@@ -221,8 +221,9 @@ class AsyncRetriever:
         """As `Retriever._connection`: a connection lost under the block is ConnectionLostError (`_lost`);
         inside `snapshot`, its connection."""
         pinned = self._pinned()
-        if pinned is not None:
-            yield pinned
+        if pinned is not None:  # lost under a call in the block: ConnectionLostError too, as `Retriever`'s (it
+            async with self._lost_errors(pinned):  # had been psycopg's error, the dead connection kept a call more)
+                yield pinned
             return
         if self.pool is not None:
             async with self.pool.connection() as c:

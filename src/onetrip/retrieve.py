@@ -1081,9 +1081,10 @@ CANCEL_TIMEOUT = 5.0
 CANCEL_RECHECK = 0.2
 
 
-#: The (retriever, connection) of the `Retriever.snapshot` block this thread runs in, if any (a thread starts
-#: with a context of its own: another thread's calls never see it).
-_SNAPSHOT: ContextVar[tuple[Any, psycopg.Connection] | None] = ContextVar("onetrip_snapshot", default=None)
+#: The (retriever, thread, connection) of the `Retriever.snapshot` block this thread runs in, if any (a thread
+#: starts with a context of its own, or a copy of another's: `Retriever._pinned` compares the thread).
+_SNAPSHOT: ContextVar[tuple[Any, threading.Thread, psycopg.Connection] | None] = ContextVar("onetrip_snapshot",
+                                                                                            default=None)
 #: The connections (sync and async) inside a `snapshot` block: a statement refused there aborts the block's
 #: own transaction, which the block rolls back, so its error does not tell the caller to.
 IN_SNAPSHOT: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -1256,7 +1257,7 @@ class Retriever:
             yield self
             return
         with self._connection() as conn:  # a connection lost under the block: ConnectionLostError
-            token = _SNAPSHOT.set((self, conn))
+            token = _SNAPSHOT.set((self, threading.current_thread(), conn))
             IN_SNAPSHOT.add(conn)
             try:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
@@ -1272,9 +1273,14 @@ class Retriever:
             conn.execute("COMMIT")
 
     def _pinned(self) -> psycopg.Connection | None:
-        """The connection of this retriever's `snapshot` block that this thread runs in."""
+        """The connection of this retriever's `snapshot` block that this thread runs in. A thread that runs in a
+        copy of the block's context (asyncio.to_thread, LangChain's executor) inherits the context variable, not
+        the block: it takes a connection of its own (a pooled one pinned to it had been used after the block gave
+        it back to the pool, inside another caller's transaction; found by review), as `AsyncRetriever`'s tasks."""
         pinned = _SNAPSHOT.get()
-        return pinned[1] if pinned is not None and pinned[0] is self else None
+        if pinned is not None and pinned[0] is self and pinned[1] is threading.current_thread():
+            return pinned[2]
+        return None
 
     def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
         # a plain connection is used directly: the _connection() context manager costs measurable
