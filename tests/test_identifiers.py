@@ -151,6 +151,33 @@ def test_an_empty_dsn_and_a_value_libpq_cannot_read_are_named(monkeypatch):
     assert resolve_dsn() == "embedded"
 
 
+@pytest.mark.parametrize("dsn", [
+    "postgresql://u:hunter2@127.0.0.1:99999/db",
+    "host=127.0.0.1 port=1 password=hunter2 sslmode=bogus",
+    "host=127.0.0.1,127.0.0.2 port=1,2,3 password=hunter2",
+    "host=127.0.0.1 port=abc password=hunter2",
+])
+def test_a_dsn_value_libpq_refuses_before_connecting_is_bad_input(dsn):
+    """Found by review: port=99999 or sslmode=bogus (libpq refuses them before it tries a server) were
+    ConnectionFailedError, the CLI's exit 1, as a server down; they are InvalidDsnError (exit 2), naming the value
+    libpq refused, never the password. A server that does not answer stays ConnectionFailedError."""
+    import asyncio
+
+    from onetrip import InvalidDsnError
+    from onetrip.connection import connect_async
+
+    for attempt in (lambda: connect(dsn), lambda: asyncio.run(connect_async(dsn))):
+        with pytest.raises(InvalidDsnError, match="the DSN has a value libpq refuses") as e:
+            attempt()
+        assert "hunter2" not in str(e.value) and e.value.__cause__ is None and e.value.__suppress_context__
+    run = subprocess.run([sys.executable, "-m", "onetrip.cli", "documents", "--dsn", dsn],
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 2 and "libpq refuses" in run.stderr and "hunter2" not in run.stderr, run.stderr
+    with pytest.raises(ConnectionFailedError) as e:
+        connect("host=127.0.0.1 port=1 connect_timeout=2")
+    assert not isinstance(e.value, InvalidDsnError)
+
+
 def test_every_password_keyword_is_redacted():
     from onetrip.connection import redact
 

@@ -599,6 +599,24 @@ def ensure_pgvector(conn: psycopg.Connection, *, create: bool = True) -> str:
     return version
 
 
+#: libpq's refusals of a DSN's value, made before it tries any server (an out-of-range port, an unknown sslmode,
+#: more ports than hosts): bad input, not an unreachable server.
+_DSN_VALUE_REFUSED = re.compile(
+    r'invalid (port number:|integer value "[^"]*" for connection option|"?\w+"? value:)'
+    r"|could not match \d+ (port numbers to \d+ hosts|host names to \d+ hostaddr values)"
+    r'|could not parse network address "')
+
+
+def _connect_error(e: psycopg.OperationalError, target: str) -> ConnectionFailedError:
+    """A failed connect as ConnectionFailedError naming the server and libpq's reason; InvalidDsnError (the CLI's
+    exit 2, bad input) when libpq refused one of the DSN's values (found by review: port=99999 or sslmode=bogus
+    had been exit 1, as a server down)."""
+    message = _one_line(e)
+    if _DSN_VALUE_REFUSED.search(message):
+        return InvalidDsnError(f"the DSN has a value libpq refuses ({_scrub(message, target)})")
+    return ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {message}")
+
+
 def connect(
     dsn: str | None = None,
     *,
@@ -618,7 +636,8 @@ def connect(
     try:
         conn = psycopg.connect(target, autocommit=autocommit, **timeout_kwargs(target, connect_timeout), **kwargs)
     except psycopg.OperationalError as e:
-        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e
+        error = _connect_error(e, target)
+        raise error from (None if isinstance(error, InvalidDsnError) else e)  # libpq's may quote the password
     except psycopg.ProgrammingError as e:  # a value libpq cannot read: connect_timeout=abc
         raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
     try:
@@ -648,7 +667,8 @@ async def connect_async(
             target, autocommit=autocommit, **timeout_kwargs(target, connect_timeout), **kwargs
         )
     except psycopg.OperationalError as e:
-        raise ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {_one_line(e)}") from e
+        error = _connect_error(e, target)
+        raise error from (None if isinstance(error, InvalidDsnError) else e)  # libpq's may quote the password
     except psycopg.ProgrammingError as e:  # a value libpq cannot read: connect_timeout=abc
         raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
     try:
