@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time, `__getat
     )
     from .schema import init_schema, read_layout  # noqa: F401
     from .ingest import IngestReport, ingest_paths  # noqa: F401
-    from .store import DocumentInfo, delete_document, list_documents, refresh_term_stats  # noqa: F401
+    from .store import DocumentInfo, delete_document, list_documents, prune_history, refresh_term_stats  # noqa: F401
     from .layout import Layout  # noqa: F401
 
 #: Each public name and the module (of this package) that defines it.
@@ -70,6 +70,7 @@ _EXPORTS = {
     "ingest_paths": "ingest",
     "init_schema": "schema",
     "list_documents": "store",
+    "prune_history": "store",
     "read_layout": "schema",
     "refresh_term_stats": "store",
     "resolve_dsn": "connection",
