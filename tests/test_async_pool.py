@@ -243,6 +243,90 @@ def test_a_connection_lost_inside_a_snapshot_is_connection_lost_and_the_next_cal
             pool.close()
 
 
+def test_a_block_opened_by_another_thread_or_task_on_the_one_connection_joins_the_open_snapshot(db, dsn, corpus):
+    """A review: over one connection (no pool), a `snapshot` block another thread (a copy of the block's context
+    or a fresh one) or task opened sent a second BEGIN, and its COMMIT ended the first block's transaction: the
+    rest of that block read the tables as they changed. It joins the open block's snapshot."""
+    import contextvars
+    import threading
+
+    doc = corpus[0]
+    q = np.asarray(doc.embeddings[0], dtype=np.float32)
+    first = doc.sections[0].section_id
+
+    def content(hits) -> str:
+        return next(h.section.content for h in hits if h.section.section_id == first)
+
+    def touch(tag: str) -> None:  # another session commits a change to the section every query here finds
+        db.execute("UPDATE sections SET content = %s || content WHERE doc_id = %s AND section_id = %s",
+                   (tag, doc.record.doc_id, first))
+
+    r = Retriever(dsn, embedder=HashEmbedder())
+    try:
+        for start in (lambda f: threading.Thread(target=contextvars.copy_context().run, args=(f,)),
+                      lambda f: threading.Thread(target=f)):
+            with r.snapshot():
+                before = content(r.search(q, k=1))
+
+                def inner() -> None:
+                    with r.snapshot():
+                        r.search(q, k=1)
+                t = start(inner)
+                t.start()
+                t.join(30)
+                assert r.conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+                touch("SYNC ")
+                assert content(r.search(q, k=1)) == before
+            assert content(r.search(q, k=1)).startswith("SYNC ")
+    finally:
+        r.close()
+
+    async def main():
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        try:
+            async with ar.snapshot():
+                before = content(await ar.search(q, k=1))
+
+                async def inner() -> None:
+                    async with ar.snapshot():
+                        await ar.search(q, k=1)
+                await asyncio.create_task(inner())
+                touch("ASYNC ")
+                assert content(await ar.search(q, k=1)) == before
+            assert content(await ar.search(q, k=1)).startswith("ASYNC ")
+        finally:
+            await ar.close()
+
+    asyncio.run(main())
+
+
+def test_a_task_made_in_a_sync_snapshot_block_takes_no_pooled_connection_after_the_block(db, dsn, corpus):
+    """A review: an asyncio task made inside a `Retriever.snapshot` block (a copy of the thread's context) that
+    ran after the block used the block's pooled connection, given back by then, inside whichever caller held it
+    next (its search read that caller's uncommitted delete). It waits for a connection of its own."""
+    import contextvars
+
+    from psycopg_pool import PoolTimeout
+
+    q = np.asarray(corpus[0].embeddings[0], dtype=np.float32)
+    pool = make_pool(dsn, min_size=1, max_size=1, timeout=1)
+    r = Retriever(pool, embedder=HashEmbedder())
+    try:
+        with r.snapshot():
+            later = contextvars.copy_context()  # what asyncio.create_task keeps for the task
+            r.search(q, k=1)
+        with pool.connection() as other:  # another caller holds the only connection, in a transaction
+            other.execute("BEGIN")
+            other.execute("DELETE FROM sections")
+            with pytest.raises(PoolTimeout):
+                later.run(r.search, q, k=1)
+            other.execute("ROLLBACK")
+        assert len(later.run(r.search, q, k=1)) == 1
+    finally:
+        r.close()
+        pool.close()
+
+
 def test_a_snapshot_cancelled_during_its_begin_or_refused_leaves_no_transaction_and_no_advice(db, dsn, corpus):
     """A review of `snapshot`: a task cancelled while its BEGIN was sent left the retriever's own connection in
     that read-only transaction (psycopg ends the BEGIN before it raises), every later call reading a frozen

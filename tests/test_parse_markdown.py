@@ -119,7 +119,10 @@ def test_a_front_matter_title_yaml_reads_as_a_number_or_boolean_is_the_title_as_
     said 1984. The title is the scalar as written (1.10, not 1.1); the metadata stays as YAML reads it."""
     cases = {"title: 1984": ("1984", 1984), "title: 1.10": ("1.10", 1.1), "title: true": ("true", True),
              "title: 2024-05-01": ("2024-05-01", "2024-05-01"), "title: a\ntitle: 404": ("404", 404),
-             "base: &b\n  title: 7\n<<: *b": ("7", 7), "title:": ("Intro", None), "title: [a]": ("Intro", ["a"])}
+             "base: &b\n  title: 7\n<<: *b": ("7", 7), "title:": ("Intro", None), "title: [a]": ("Intro", ["a"]),
+             # the last title is the title (a review: an earlier scalar had stood in for a last list or mapping)
+             "title: Draft\ntitle: [a, b]": ("Intro", ["a", "b"]), "<<: {title: Old}\ntitle: {x: 1}": ("Intro", {"x": 1}),
+             "title: null\ntitle: [a]": ("Intro", ["a"])}
     for fm, (title, value) in cases.items():
         got, _, meta = parse_markdown(f"---\n{fm}\n---\n# Intro\n\ntext\n")
         assert (got, meta["title"]) == (title, value), fm

@@ -186,12 +186,15 @@ class AsyncRetriever:
         taken from two states, a re-ingest committed between them had given new hits and an old context
         (the HTTP service's /search asking both, found by review). Over a pool, other tasks' calls (a task
         started inside the block too) take connections of their own; over one connection, they share it, and
-        so its snapshot, until the block ends.
+        so its snapshot, until the block ends (a block such a task opens is part of it).
         """
         if self._pinned() is not None:  # nested: the outer block's snapshot
             yield self
             return
         async with self._connection() as conn:
+            if self.pool is None and conn in IN_SNAPSHOT:  # another task's block on the one connection: its
+                yield self  # snapshot (a second BEGIN, then its COMMIT, had ended that block's transaction)
+                return
             token = _SNAPSHOT.set((self, asyncio.current_task(), conn))
             IN_SNAPSHOT.add(conn)
             try:

@@ -318,10 +318,12 @@ def _front_matter(raw: str) -> tuple[dict | None, str | None]:
         # list (a table of contents), had been taken as front matter and its text lost
         if not isinstance(data, dict):
             return None, None
-        # the title key's last scalar (a repeated key: the last wins, as in `data`; merged keys come first)
-        title = next((v.value for k, v in reversed(root.value) if isinstance(k, yaml.ScalarNode)
-                      and k.value == "title" and isinstance(v, yaml.ScalarNode)), None)
-        return _jsonable(data), (title if data.get("title") is not None else None)
+        # the title key's last value (a repeated key: the last wins, as in `data`; merged keys come first), when
+        # a scalar (a review: an earlier scalar had stood in for a last `title: [a, b]`)
+        node = next((v for k, v in reversed(root.value) if isinstance(k, yaml.ScalarNode) and k.value == "title"),
+                    None)
+        scalar = isinstance(node, yaml.ScalarNode) and data.get("title") is not None
+        return _jsonable(data), (node.value if scalar else None)
     # ValueError: a date such as 2024-02-30; OverflowError: a sexagesimal float past float's range (1:0:0:...:0.)
     # had failed the whole file; RecursionError: nested hundreds of levels deep ([[[[...), PyYAML and _jsonable
     # recurse

@@ -1081,10 +1081,20 @@ CANCEL_TIMEOUT = 5.0
 CANCEL_RECHECK = 0.2
 
 
-#: The (retriever, thread, connection) of the `Retriever.snapshot` block this thread runs in, if any (a thread
-#: starts with a context of its own, or a copy of another's: `Retriever._pinned` compares the thread).
-_SNAPSHOT: ContextVar[tuple[Any, threading.Thread, psycopg.Connection] | None] = ContextVar("onetrip_snapshot",
-                                                                                            default=None)
+@dataclass(eq=False)
+class _Pin:
+    """A `Retriever.snapshot` block: its retriever, thread and connection, and whether it is still open."""
+
+    retriever: Any
+    thread: threading.Thread
+    conn: psycopg.Connection
+    open: bool = True
+
+
+#: The `Retriever.snapshot` block this thread runs in, if any. A thread starts with a context of its own, or a
+#: copy of another's, and an asyncio task with a copy of its thread's: `Retriever._pinned` compares the thread
+#: and asks whether the block is still open.
+_SNAPSHOT: ContextVar[_Pin | None] = ContextVar("onetrip_snapshot", default=None)
 #: The connections (sync and async) inside a `snapshot` block: a statement refused there aborts the block's
 #: own transaction, which the block rolls back, so its error does not tell the caller to.
 IN_SNAPSHOT: weakref.WeakSet[Any] = weakref.WeakSet()
@@ -1251,14 +1261,21 @@ class Retriever:
         For a caller that needs two result shapes (hits and an assembled context: two statements) to agree:
         from two states, a re-ingest committed between them gives new hits and an old context. Over a pool,
         other threads' calls take connections of their own; over one connection, they share it, and so its
-        snapshot, until the block ends. `AsyncRetriever.snapshot` is the same for tasks.
+        snapshot, until the block ends (a block another thread opens meanwhile is part of it: its BEGIN and
+        COMMIT had ended the first one's transaction). `AsyncRetriever.snapshot` is the same for tasks.
         """
         if self._pinned() is not None:  # nested: the outer block's snapshot
             yield self
             return
         with self._connection() as conn:  # a connection lost under the block: ConnectionLostError
-            token = _SNAPSHOT.set((self, threading.current_thread(), conn))
-            IN_SNAPSHOT.add(conn)
+            with self._lock:  # one connection of all threads (no pool): a block open on it is this one's too
+                shared = self.pool is None and conn in IN_SNAPSHOT
+                IN_SNAPSHOT.add(conn)
+            if shared:
+                yield self
+                return
+            pin = _Pin(self, threading.current_thread(), conn)
+            token = _SNAPSHOT.set(pin)
             try:
                 conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield self
@@ -1268,18 +1285,20 @@ class Retriever:
                         conn.execute("ROLLBACK")
                 raise
             finally:
+                pin.open = False
                 _SNAPSHOT.reset(token)
                 IN_SNAPSHOT.discard(conn)
             conn.execute("COMMIT")
 
     def _pinned(self) -> psycopg.Connection | None:
-        """The connection of this retriever's `snapshot` block that this thread runs in. A thread that runs in a
-        copy of the block's context (asyncio.to_thread, LangChain's executor) inherits the context variable, not
-        the block: it takes a connection of its own (a pooled one pinned to it had been used after the block gave
-        it back to the pool, inside another caller's transaction; found by review), as `AsyncRetriever`'s tasks."""
-        pinned = _SNAPSHOT.get()
-        if pinned is not None and pinned[0] is self and pinned[1] is threading.current_thread():
-            return pinned[2]
+        """The connection of this retriever's open `snapshot` block that this thread runs in. A thread that runs
+        in a copy of the block's context (asyncio.to_thread, LangChain's executor), or an asyncio task made in
+        the block that outlives it, inherits the context variable, not the block: it takes a connection of its
+        own (a pooled one pinned to it had been used after the block gave it back to the pool, inside another
+        caller's transaction; found by review), as `AsyncRetriever`'s tasks do."""
+        pin = _SNAPSHOT.get()
+        if pin is not None and pin.open and pin.retriever is self and pin.thread is threading.current_thread():
+            return pin.conn
         return None
 
     def _execute(self, plan: Plan, params: dict[str, Any]) -> Any:
