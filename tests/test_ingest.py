@@ -1227,3 +1227,25 @@ def test_a_role_without_temp_re_ingests_by_rewriting_the_rows(db, dsn, tmp_path)
         db.execute(f'GRANT TEMPORARY ON DATABASE "{database}" TO PUBLIC')
         db.execute(f"DROP OWNED BY {role}")
         db.execute(f"DROP ROLE {role}")
+
+
+def test_re_ingests_of_two_documents_in_one_transaction_of_the_callers_are_both_stored(db):
+    """Found by review: `replace_document` called twice inside one transaction of the caller's (two documents'
+    new revisions together, or one document twice) failed the second time with DuplicateTable: the temporary
+    table the kept-rows compare goes through was dropped only at commit."""
+    from onetrip.sections import Section
+
+    layout = init_schema(db, Layout(dim=4))
+    vec = np.array([[1, 0, 0, 0]], dtype=np.float32)
+
+    def store(doc_id: str, text: str):
+        section = [Section("s0", None, 0, 1, "H", ("H",), text, 3, None)]
+        return replace_document(db, layout, DocumentRecord(doc_id, f"file:///{doc_id}", "T", text), section, vec)
+
+    for doc_id in ("a.md", "b.md"):
+        store(doc_id, "one")
+    with db.transaction():
+        assert [store(d, t).outcome for d, t in (("a.md", "two"), ("b.md", "two"), ("a.md", "three"))] \
+            == ["changed"] * 3
+    assert sorted(db.execute("SELECT doc_id, content FROM sections").fetchall()) == [("a.md", "three"),
+                                                                                     ("b.md", "two")]

@@ -930,6 +930,9 @@ def _replace_changed_rows(conn: psycopg.Connection, layout: Layout, doc: Documen
                          "WHERE s.doc_id = n.doc_id AND s.section_id = n.section_id) ORDER BY n.sequence_index")
                  .format(table, columns, sql.SQL(", ").join(sql.SQL("n.{}").format(sql.Identifier(c))
                                                             for c in SECTION_COLUMNS), stage, table))
+    # dropped now, not only at commit: a second call in one transaction of the caller's (two documents, or one
+    # twice) had failed creating it again (DuplicateTable; found by review)
+    conn.execute(sql.SQL("DROP TABLE {}").format(stage))
 
 
 def _same_section_labels(conn: psycopg.Connection, layout: Layout, doc: DocumentRecord,
