@@ -1096,6 +1096,39 @@ def test_cli_serve_logs_its_own_lines_at_the_log_level_given():
     assert "database unavailable" not in out and "error connecting" not in out, out
 
 
+def test_a_stop_ends_the_service_while_a_client_holds_a_half_sent_body():
+    """Found by review: after SIGTERM the service waited for every open connection, and a client that never
+    finished sending its body held it open for as long as it liked (a container's stop then SIGKILLs it). It
+    waits --shutdown-timeout for open requests, then cancels them and exits 0."""
+    proc = _serve_without_database("--shutdown-timeout", "1")
+    with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as sock:
+        sock.sendall(b"POST /search HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Content-Length: 100\r\n\r\n{\"query\":")
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            out = proc.communicate(timeout=60)[0]  # the client still holds its connection open
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise AssertionError("onetrip serve did not stop while a client held a half-sent body") from None
+        answer = sock.recv(65536).decode()
+    assert proc.returncode == 0, out
+    assert "Traceback" not in out and "cancelled: the service stopped before it ended" in out, out
+    assert answer.startswith("HTTP/1.1 503") and '"code":"shutting_down"' in answer, answer
+
+
+def test_cli_serve_refuses_a_dsn_value_libpq_refuses_before_it_starts():
+    """Found by review: `onetrip serve --dsn '...port=99999'` started, its pool retried the DSN for ever and every
+    request got 503 "the database is not answering"; every other command says InvalidDsnError (exit 2). The
+    service opens one connection before it listens: such a DSN fails the start, naming the value and not the
+    password, while a database that does not answer still starts the service (`_serve_without_database`)."""
+    for dsn in ("host=127.0.0.1 port=99999 password=hunter2", "host=127.0.0.1 port=1 sslmode=bogus password=hunter2"):
+        res = subprocess.run([sys.executable, "-m", "onetrip.cli", "serve", "--dsn", dsn, "--port", str(_free_port())],
+                             capture_output=True, text=True, timeout=180, env={**os.environ, "HF_HUB_OFFLINE": "1"})
+        assert res.returncode == 2 and "the DSN has a value libpq refuses" in res.stderr, res.stderr
+        assert "hunter2" not in res.stderr and "Traceback" not in res.stderr, res.stderr
+
+
 def test_a_wrong_method_says_which_methods_the_path_takes(dsn):
     """RFC 9110: a 405 carries Allow. The service's error body had replaced Starlette's response, header and all."""
     with serving(dsn) as base:

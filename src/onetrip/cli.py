@@ -292,6 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
     _pgvector_settings(p)
     p.add_argument("--application-name", default="onetrip-serve",
                    help="application_name of the pool's connections, as pg_stat_activity shows it")
+    p.add_argument("--shutdown-timeout", type=float, default=5.0,
+                   help="seconds a stop (SIGTERM, Ctrl-C) waits for open requests before it cancels them "
+                        "(default 5)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     p.add_argument("--no-access-log", action="store_true", help="do not log each request")
 
@@ -1020,7 +1023,8 @@ def _serve(args: argparse.Namespace) -> int:
     )
     embedder = _embedder(args)
     http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
-                     access_log=not args.no_access_log, embedder_factory=lambda: embedder)
+                     access_log=not args.no_access_log, embedder_factory=lambda: embedder,
+                     shutdown_timeout=args.shutdown_timeout)
     return 0
 
 

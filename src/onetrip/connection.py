@@ -617,6 +617,23 @@ def _connect_error(e: psycopg.OperationalError, target: str) -> ConnectionFailed
     return ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {message}")
 
 
+def probe_dsn(dsn: str) -> ConnectionFailedError | None:
+    """Open one connection to ``dsn`` and close it: None if the server answered, else why not (`connect`'s error).
+    InvalidDsnError is raised, not returned: a DSN libpq cannot read, or one of whose values it refuses, is bad
+    input whether the server answers or not (`onetrip serve` starts without the database, not without a DSN)."""
+    target = check_dsn(dsn)
+    try:
+        psycopg.connect(target, **timeout_kwargs(target, None)).close()
+    except psycopg.OperationalError as e:
+        error = _connect_error(e, target)
+        if isinstance(error, InvalidDsnError):
+            raise error from None  # libpq's message may quote the password
+        return error
+    except psycopg.ProgrammingError as e:  # a value psycopg cannot read: as `connect`
+        raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
+    return None
+
+
 def connect(
     dsn: str | None = None,
     *,

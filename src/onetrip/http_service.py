@@ -22,9 +22,10 @@ assembled context (deduplicated, budgeted passages) are two different result
 shapes made by two different statements; neither can be derived from the other
 (the budget drops hits; passages do not say which hit they neighbor). So a
 request costs one statement per shape it asks for: ``"hits": true,
-"context": true`` (the default) is two statements run one after the other,
-each on a pooled connection held only for that statement; asking for one
-shape is one statement. A text query is embedded ONCE per request (in a
+"context": true`` (the default) is two statements run one after the other
+on one pooled connection, in one read-only REPEATABLE READ transaction (BEGIN
+and COMMIT: a round trip each) so both read one state of the tables; asking
+for one shape is one statement. A text query is embedded ONCE per request (in a
 worker thread) and the vector is used by both statements.
 
 Principals (whose ACL rows a request may read), in this order:
@@ -74,7 +75,7 @@ import os
 import socket
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator, Sequence
-from contextlib import asynccontextmanager, contextmanager, nullcontext
+from contextlib import asynccontextmanager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -115,6 +116,10 @@ DEFAULT_DB_TIMEOUT = 5.0
 #: a search takes milliseconds; one blocked this long (a lock held elsewhere) gives its connection back
 DEFAULT_STATEMENT_TIMEOUT = 10.0
 APPLICATION_NAME = "onetrip-serve"
+#: seconds a stop (SIGTERM, Ctrl-C) waits for open requests before it cancels them: a client that never finished
+#: sending its body had held the service open for as long as it liked (found by review), past a container's
+#: or systemd's grace period, whose SIGKILL then skips the shutdown (the embedded server's stop among it)
+DEFAULT_SHUTDOWN_TIMEOUT = 5.0
 
 REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "principals", "max_tokens",
                   "hits", "context", "hybrid", "explain")
@@ -1113,6 +1118,34 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
     return app
 
 
+def answering_503_when_stopped(app: Any) -> Callable[..., Awaitable[None]]:
+    """``app`` as uvicorn runs it in `run`: a request its stop cancels (still open --shutdown-timeout after the
+    stop, such as a client that never finished its body) gets 503 ``shutting_down`` if it has no answer yet,
+    and one line in the log; uvicorn had logged each as an error with a traceback."""
+
+    async def asgi(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        started = False
+
+        async def tracked(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message.get("type") == "http.response.start"
+            await send(message)
+
+        try:
+            await app(scope, receive, tracked)
+        except asyncio.CancelledError:
+            if scope.get("type") != "http":
+                raise
+            log.info("%s %s cancelled: the service stopped before it ended (--shutdown-timeout)",
+                     scope.get("method"), scope.get("path"))
+            if not started:
+                with suppress(Exception):  # the client may be gone
+                    await ApiError(503, "shutting_down", "the service is stopping; try again later")\
+                        .response()(scope, receive, send)
+
+    return asgi
+
+
 def check_listen(host: str, port: int) -> None:
     """An OnetripError unless this process can listen on host:port (tried and let go, as uvicorn binds it).
 
@@ -1137,19 +1170,32 @@ def check_listen(host: str, port: int) -> None:
 
 
 def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_PORT, log_level: str = "info",
-        access_log: bool = True, embedder_factory: Callable[[], Embedder] | None = None) -> None:
+        access_log: bool = True, embedder_factory: Callable[[], Embedder] | None = None,
+        shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT) -> None:
     """Serve until interrupted (uvicorn: one process, one event loop)."""
     import logging.config
 
     import uvicorn
 
+    from .connection import probe_dsn
+
+    if not (isinstance(shutdown_timeout, (int, float)) and 0 <= shutdown_timeout < float("inf")):
+        raise ValueError(f"--shutdown-timeout {shutdown_timeout!r}: a number of seconds, 0 or more")
     config = log_config(log_level)
     logging.config.dictConfig(config)  # before the warning below, which had gone to Python's last-resort handler
     check_listen(host, port)
     if cfg.token is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without a bearer token: anyone who can reach it can search", host)
-    uvicorn.run(create_app(cfg, embedder_factory=embedder_factory), host=host, port=port, log_level=log_level,
-                access_log=access_log, server_header=False, lifespan="on", log_config=config)
+    # one connection, opened and closed: a DSN value libpq refuses (port=99999) fails the start (InvalidDsnError,
+    # exit 2; the pool had retried it for ever, every request a 503 "not answering"); a server that does not
+    # answer yet is logged, and the service starts, answering 503 until it does
+    unreachable = None if cfg.dsn is None else probe_dsn(cfg.dsn)  # None: the embedded server's, started later
+    if unreachable is not None:
+        log.warning("%s; the service starts and answers 503 until the database does", unreachable)
+    app = answering_503_when_stopped(create_app(cfg, embedder_factory=embedder_factory))
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log, server_header=False,
+                lifespan="on", log_config=config,
+                timeout_graceful_shutdown=shutdown_timeout)  # type: ignore[arg-type]  # a float works: asyncio's
 
 
 def default_k(cfg: ServiceConfig) -> int:
