@@ -235,6 +235,9 @@ def test_a_connection_lost_inside_a_snapshot_is_connection_lost_and_the_next_cal
                 end_sessions()
                 with pytest.raises(ConnectionLostError):
                     r.search(q, k=1)
+                # a review: the next call in the block had opened a new connection, reading outside the snapshot
+                with pytest.raises(ConnectionLostError):
+                    r.search(q, k=1)
                 raise RuntimeError("the caller's own error")
         assert len(r.search(q, k=1)) == 1
     finally:
@@ -246,9 +249,11 @@ def test_a_connection_lost_inside_a_snapshot_is_connection_lost_and_the_next_cal
 def test_a_block_opened_by_another_thread_or_task_on_the_one_connection_joins_the_open_snapshot(db, dsn, corpus):
     """A review: over one connection (no pool), a `snapshot` block another thread (a copy of the block's context
     or a fresh one) or task opened sent a second BEGIN, and its COMMIT ended the first block's transaction: the
-    rest of that block read the tables as they changed. It joins the open block's snapshot."""
+    rest of that block read the tables as they changed. It joins the open block's snapshot, and keeps it after
+    the first block ends (the last block to end commits)."""
     import contextvars
     import threading
+    import time
 
     doc = corpus[0]
     q = np.asarray(doc.embeddings[0], dtype=np.float32)
@@ -263,6 +268,28 @@ def test_a_block_opened_by_another_thread_or_task_on_the_one_connection_joins_th
 
     r = Retriever(dsn, embedder=HashEmbedder())
     try:
+        # a joined block that outlives the first one keeps the snapshot: the last block to end commits
+        first_done, touched = threading.Event(), threading.Event()
+        seen: list[str] = []
+
+        def joiner() -> None:
+            with r.snapshot():
+                seen.append(content(r.search(q, k=1)))
+                first_done.wait(30)
+                touch("LATE ")
+                touched.set()
+                seen.append(content(r.search(q, k=1)))
+        with r.snapshot():
+            r.search(q, k=1)
+            t = threading.Thread(target=joiner)
+            t.start()
+            while not seen:
+                time.sleep(0.01)
+        first_done.set()
+        t.join(30)
+        assert touched.is_set() and seen[0] == seen[1] and not seen[0].startswith("LATE ")
+        assert r.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        assert content(r.search(q, k=1)).startswith("LATE ")
         for start in (lambda f: threading.Thread(target=contextvars.copy_context().run, args=(f,)),
                       lambda f: threading.Thread(target=f)):
             with r.snapshot():
@@ -284,6 +311,24 @@ def test_a_block_opened_by_another_thread_or_task_on_the_one_connection_joins_th
     async def main():
         ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
         try:
+            seen: list[str] = []
+            first_done = asyncio.Event()
+
+            async def joiner() -> None:
+                async with ar.snapshot():
+                    seen.append(content(await ar.search(q, k=1)))
+                    await first_done.wait()
+                    touch("ALATE ")
+                    seen.append(content(await ar.search(q, k=1)))
+            async with ar.snapshot():
+                await ar.search(q, k=1)
+                task = asyncio.create_task(joiner())
+                while not seen:
+                    await asyncio.sleep(0.01)
+            first_done.set()
+            await task
+            assert seen[0] == seen[1] and not seen[0].startswith("ALATE ")
+            assert ar.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
             async with ar.snapshot():
                 before = content(await ar.search(q, k=1))
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager, suppress
+from contextlib import asynccontextmanager, nullcontext, suppress
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Any
 
@@ -106,6 +106,18 @@ _SNAPSHOT: ContextVar[tuple[Any, Any, psycopg.AsyncConnection] | None] = Context
                                                                                       default=None)
 
 
+_NO_LOCK = nullcontext()  # `AsyncRetriever.snapshot` over a pool: each block has a connection of its own
+
+
+async def _end_snapshot(conn: psycopg.AsyncConnection, failed: bool) -> None:
+    """As `retrieve.end_snapshot`: COMMIT, or after an error a ROLLBACK whose own error does not hide it."""
+    if not failed:
+        await conn.execute("COMMIT")
+    elif conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+        with suppress(Exception):  # a connection of its own must not stay in this transaction
+            await conn.execute("ROLLBACK")
+
+
 class AsyncRetriever:
     """Async twin of `Retriever`. Create it with ``await AsyncRetriever.create(...)``.
 
@@ -148,6 +160,7 @@ class AsyncRetriever:
         self._dsn = conn if self._owns_conn else None  # what a lost connection is reopened from (`_reopen`)
         self._closed = False
         self._reopening = asyncio.Lock()  # one new connection, however many tasks found the old one lost
+        self._snapshot_lock = asyncio.Lock()  # `snapshot` over one connection: its blocks and their BEGIN
         self._checks: set[asyncio.Future[None]] = set()  # pool checks still running past their deadline (`_lost`)
         self.conn = None
         opened = False  # as in Retriever: a transaction this opened on the caller's connection is ended here
@@ -185,30 +198,37 @@ class AsyncRetriever:
         For a caller that needs two result shapes (hits and an assembled context: two statements) to agree:
         taken from two states, a re-ingest committed between them had given new hits and an old context
         (the HTTP service's /search asking both, found by review). Over a pool, other tasks' calls (a task
-        started inside the block too) take connections of their own; over one connection, they share it, and
-        so its snapshot, until the block ends (a block such a task opens is part of it).
+        started inside the block too) take connections of their own. Over one connection they share it, and
+        so its snapshot: a block another task opens meanwhile joins the open one, and the last block to end
+        commits (as `Retriever.snapshot`).
         """
         if self._pinned() is not None:  # nested: the outer block's snapshot
             yield self
             return
         async with self._connection() as conn:
-            if self.pool is None and conn in IN_SNAPSHOT:  # another task's block on the one connection: its
-                yield self  # snapshot (a second BEGIN, then its COMMIT, had ended that block's transaction)
-                return
+            # over one connection, the count of its blocks and their BEGIN, one task at a time (a block joining
+            # while the first one's BEGIN was on its way had read outside the transaction)
+            async with (self._snapshot_lock if self.pool is None else _NO_LOCK):
+                blocks = IN_SNAPSHOT.get(conn, 0)
+                if not blocks:
+                    try:
+                        await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    except BaseException:  # a cancellation too: psycopg ends the BEGIN before it raises
+                        await _end_snapshot(conn, failed=True)
+                        raise
+                IN_SNAPSHOT[conn] = blocks + 1
             token = _SNAPSHOT.set((self, asyncio.current_task(), conn))
-            IN_SNAPSHOT.add(conn)
+            failed = True
             try:
-                await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield self
-            except BaseException:  # a cancellation during BEGIN too: psycopg ends the BEGIN before it raises
-                if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
-                    with suppress(Exception):  # a connection of its own must not stay in this transaction
-                        await conn.execute("ROLLBACK")
-                raise
+                failed = False
             finally:
                 _SNAPSHOT.reset(token)
-                IN_SNAPSHOT.discard(conn)
-            await conn.execute("COMMIT")
+                left = IN_SNAPSHOT.pop(conn, 1) - 1  # counted before any await: a cancellation cannot skip it
+                if left:
+                    IN_SNAPSHOT[conn] = left
+                else:  # a block opened meanwhile sends its BEGIN after this COMMIT (the connection's own lock)
+                    await _end_snapshot(conn, failed)
 
     def _pinned(self) -> psycopg.AsyncConnection | None:
         """The connection of this retriever's `snapshot` block that this task runs in. A task started inside the

@@ -1095,9 +1095,21 @@ class _Pin:
 #: copy of another's, and an asyncio task with a copy of its thread's: `Retriever._pinned` compares the thread
 #: and asks whether the block is still open.
 _SNAPSHOT: ContextVar[_Pin | None] = ContextVar("onetrip_snapshot", default=None)
-#: The connections (sync and async) inside a `snapshot` block: a statement refused there aborts the block's
-#: own transaction, which the block rolls back, so its error does not tell the caller to.
-IN_SNAPSHOT: weakref.WeakSet[Any] = weakref.WeakSet()
+#: The connections (sync and async) inside a `snapshot` block, each with the number of blocks open on it (over
+#: one connection, a block another thread or task opens joins the open one; the last to end commits): a
+#: statement refused there aborts the blocks' own transaction, which they end, so its error does not tell the
+#: caller to roll it back.
+IN_SNAPSHOT: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
+
+
+def end_snapshot(conn: psycopg.Connection, failed: bool) -> None:
+    """End a `Retriever.snapshot` transaction on ``conn``: COMMIT, or after an error (an interrupt during the
+    BEGIN too: it may have begun the transaction) a ROLLBACK whose own error does not hide the first one."""
+    if not failed:
+        conn.execute("COMMIT")
+    elif conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+        with suppress(Exception):  # a connection of its own must not stay in this transaction
+            conn.execute("ROLLBACK")
 
 
 class Retriever:
@@ -1143,6 +1155,7 @@ class Retriever:
         self._dsn: str | None = conn if self._owns_conn else None  # what a lost connection is reopened from
         self._closed = False
         self._lock = threading.Lock()  # one reopened connection, whichever threads found it lost
+        self._snapshot_lock = threading.Lock()  # `snapshot` over one connection: its blocks, BEGIN and COMMIT
         self.conn: psycopg.Connection | None = None
         opened = False  # a transaction this constructor opened on the caller's (non-autocommit) connection
         if self.pool is None:
@@ -1260,35 +1273,42 @@ class Retriever:
 
         For a caller that needs two result shapes (hits and an assembled context: two statements) to agree:
         from two states, a re-ingest committed between them gives new hits and an old context. Over a pool,
-        other threads' calls take connections of their own; over one connection, they share it, and so its
-        snapshot, until the block ends (a block another thread opens meanwhile is part of it: its BEGIN and
-        COMMIT had ended the first one's transaction). `AsyncRetriever.snapshot` is the same for tasks.
+        other threads' calls take connections of their own. Over one connection they share it, and so its
+        snapshot: a block another thread opens meanwhile joins the open one, and the last block to end
+        commits (a second BEGIN, then its COMMIT, had ended the first block's transaction; and a joined block
+        had lost its snapshot when the first one ended). `AsyncRetriever.snapshot` is the same for tasks.
         """
         if self._pinned() is not None:  # nested: the outer block's snapshot
             yield self
             return
+        # over one connection, the count of its blocks and their BEGIN and COMMIT, one thread at a time: a
+        # block joining while the first one's BEGIN was on its way had read outside the transaction
+        lock = self._snapshot_lock if self.pool is None else nullcontext()
         with self._connection() as conn:  # a connection lost under the block: ConnectionLostError
-            with self._lock:  # one connection of all threads (no pool): a block open on it is this one's too
-                shared = self.pool is None and conn in IN_SNAPSHOT
-                IN_SNAPSHOT.add(conn)
-            if shared:
-                yield self
-                return
+            with lock:
+                blocks = IN_SNAPSHOT.get(conn, 0)
+                if not blocks:
+                    try:
+                        conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                    except BaseException:
+                        end_snapshot(conn, failed=True)
+                        raise
+                IN_SNAPSHOT[conn] = blocks + 1
             pin = _Pin(self, threading.current_thread(), conn)
             token = _SNAPSHOT.set(pin)
+            failed = True
             try:
-                conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 yield self
-            except BaseException:  # an interrupt during BEGIN too: it may have begun the transaction
-                if conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
-                    with suppress(Exception):  # a connection of its own must not stay in this transaction
-                        conn.execute("ROLLBACK")
-                raise
+                failed = False
             finally:
                 pin.open = False
                 _SNAPSHOT.reset(token)
-                IN_SNAPSHOT.discard(conn)
-            conn.execute("COMMIT")
+                with lock:
+                    left = IN_SNAPSHOT.pop(conn, 1) - 1
+                    if left:
+                        IN_SNAPSHOT[conn] = left
+                    else:
+                        end_snapshot(conn, failed)
 
     def _pinned(self) -> psycopg.Connection | None:
         """The connection of this retriever's open `snapshot` block that this thread runs in. A thread that runs
@@ -1307,6 +1327,9 @@ class Retriever:
         if self.pool is None:
             conn = self.conn
             if conn is None:  # lost by an earlier call (`_forget`): the one check a search pays for reopening
+                if self._pinned() is not None:  # in a snapshot block: a new connection would read outside it
+                    raise connection_lost(psycopg.OperationalError("the connection is closed"), pooled=False,
+                                          reopens=True)
                 conn = self._reopen()
             try:
                 rows, names = _fetch(conn, plan.statement, params)
