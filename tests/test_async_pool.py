@@ -345,6 +345,84 @@ def test_a_block_opened_by_another_thread_or_task_on_the_one_connection_joins_th
     asyncio.run(main())
 
 
+def test_a_snapshot_ends_its_transaction_whatever_happens_to_its_last_call(db, dsn, corpus):
+    """Reviews of the snapshot join:
+    - a task cancelled while its block's COMMIT waited for the connection (another task's statement on it) left
+      the transaction open for good, every later call reading a frozen state; the COMMIT is shielded;
+    - a sync block whose connection was lost kept reading, outside its snapshot, on the new connection another
+      thread had opened meanwhile; it fails as the lost connection;
+    - a block on a connection of the caller's with a transaction open failed, and then rolled back the caller's
+      own work; it refuses before it sends anything."""
+    import threading
+
+    q = np.asarray(corpus[0].embeddings[0], dtype=np.float32)
+
+    async def main():
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        try:
+            inside, leave = asyncio.Event(), asyncio.Event()
+
+            async def block() -> None:
+                async with ar.snapshot():
+                    await ar.search(q, k=1)
+                    inside.set()
+                    await leave.wait()
+            task = asyncio.create_task(block())
+            await inside.wait()
+            await ar.conn.lock.acquire()  # another task's statement holds the connection: the COMMIT waits for it
+            leave.set()
+            await asyncio.sleep(0.1)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+            assert ar.conn.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+            ar.conn.lock.release()
+            for _ in range(100):
+                if ar.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE:
+                    break
+                await asyncio.sleep(0.05)
+            assert ar.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        finally:
+            await ar.close()
+
+    asyncio.run(main())
+
+    r = Retriever(dsn, embedder=HashEmbedder())
+    try:
+        with pytest.raises(ConnectionLostError):
+            with r.snapshot():
+                r.search(q, k=1)
+                db.execute("SELECT pg_terminate_backend(%s)", (r.conn.info.backend_pid,))
+                errors: list[BaseException] = []
+
+                def elsewhere() -> None:  # outside any block: finds it lost, then opens a new connection
+                    for _ in range(2):
+                        try:
+                            r.search(q, k=1)
+                        except ConnectionLostError as e:
+                            errors.append(e)
+                t = threading.Thread(target=elsewhere)
+                t.start()
+                t.join(30)
+                assert len(errors) == 1 and r.conn is not None and not r.conn.closed
+                r.search(q, k=1)
+        assert len(r.search(q, k=1)) == 1
+    finally:
+        r.close()
+
+    with psycopg.connect(dsn) as mine:  # autocommit off: psycopg opens a transaction of the caller's
+        register = __import__("onetrip.psycopg_adapters", fromlist=["register_adapters"]).register_adapters
+        register(mine)
+        mine.execute("CREATE TEMPORARY TABLE callers_work (x int)")
+        r = Retriever(mine, embedder=HashEmbedder())
+        with pytest.raises(ValueError, match="inside one of yours"):
+            with r.snapshot():
+                r.search(q, k=1)
+        assert mine.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
+        mine.execute("INSERT INTO callers_work VALUES (1)")  # the caller's transaction is intact
+        mine.rollback()
+
+
 def test_a_task_made_in_a_sync_snapshot_block_takes_no_pooled_connection_after_the_block(db, dsn, corpus):
     """A review: an asyncio task made inside a `Retriever.snapshot` block (a copy of the thread's context) that
     ran after the block used the block's pooled connection, given back by then, inside whichever caller held it

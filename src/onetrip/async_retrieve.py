@@ -36,6 +36,7 @@ from .retrieve import (
     check_connection_kind,
     check_distance_range,
     check_model,
+    check_no_transaction,
     check_query_text,
     connection_lost,
     statement_errors,
@@ -161,7 +162,8 @@ class AsyncRetriever:
         self._closed = False
         self._reopening = asyncio.Lock()  # one new connection, however many tasks found the old one lost
         self._snapshot_lock = asyncio.Lock()  # `snapshot` over one connection: its blocks and their BEGIN
-        self._checks: set[asyncio.Future[None]] = set()  # pool checks still running past their deadline (`_lost`)
+        # pool checks still running past their deadline (`_lost`), and snapshot ends whose caller was cancelled
+        self._checks: set[asyncio.Future[None]] = set()
         self.conn = None
         opened = False  # as in Retriever: a transaction this opened on the caller's connection is ended here
         if self.pool is None:
@@ -211,6 +213,7 @@ class AsyncRetriever:
             async with (self._snapshot_lock if self.pool is None else _NO_LOCK):
                 blocks = IN_SNAPSHOT.get(conn, 0)
                 if not blocks:
+                    check_no_transaction(conn)
                     try:
                         await conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     except BaseException:  # a cancellation too: psycopg ends the BEGIN before it raises
@@ -228,7 +231,13 @@ class AsyncRetriever:
                 if left:
                     IN_SNAPSHOT[conn] = left
                 else:  # a block opened meanwhile sends its BEGIN after this COMMIT (the connection's own lock)
-                    await _end_snapshot(conn, failed)
+                    # shielded: a cancellation while the COMMIT waited for the connection (another task's
+                    # statement on it) had left the transaction open for good, every later call reading it
+                    # (found by review); the task that ends it is held until it has
+                    end = asyncio.ensure_future(_end_snapshot(conn, failed))
+                    self._checks.add(end)
+                    end.add_done_callback(self._checks.discard)
+                    await asyncio.shield(end)
 
     def _pinned(self) -> psycopg.AsyncConnection | None:
         """The connection of this retriever's `snapshot` block that this task runs in. A task started inside the

@@ -1102,6 +1102,16 @@ _SNAPSHOT: ContextVar[_Pin | None] = ContextVar("onetrip_snapshot", default=None
 IN_SNAPSHOT: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
+def check_no_transaction(conn: Any) -> None:
+    """A `snapshot` block's BEGIN needs a connection with no transaction open: in one of the caller's (a
+    connection without autocommit that has run a statement) it failed, and the block's ROLLBACK then undid the
+    caller's own work (found by review)."""
+    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+        raise ValueError("snapshot() opens a transaction of its own, and this connection is inside one of yours: "
+                         "commit or roll it back first (or run search and assemble inside yours: at REPEATABLE READ "
+                         "they read one state of the tables)")
+
+
 def end_snapshot(conn: psycopg.Connection, failed: bool) -> None:
     """End a `Retriever.snapshot` transaction on ``conn``: COMMIT, or after an error (an interrupt during the
     BEGIN too: it may have begun the transaction) a ROLLBACK whose own error does not hide the first one."""
@@ -1288,6 +1298,7 @@ class Retriever:
             with lock:
                 blocks = IN_SNAPSHOT.get(conn, 0)
                 if not blocks:
+                    check_no_transaction(conn)
                     try:
                         conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
                     except BaseException:
@@ -1310,6 +1321,16 @@ class Retriever:
                     else:
                         end_snapshot(conn, failed)
 
+    def _check_block_connection(self, conn: psycopg.Connection | None) -> None:
+        """A call in this thread's snapshot block whose connection is gone (lost, then dropped; another thread may
+        have opened a new one since) fails: on a new connection it had read outside the block's snapshot."""
+        pinned = self._pinned()
+        if pinned is None or pinned is conn:
+            return
+        if self._closed:
+            raise psycopg.OperationalError("the connection is closed (Retriever.close() was called)")
+        raise connection_lost(psycopg.OperationalError("the connection is closed"), pooled=False, reopens=True)
+
     def _pinned(self) -> psycopg.Connection | None:
         """The connection of this retriever's open `snapshot` block that this thread runs in. A thread that runs
         in a copy of the block's context (asyncio.to_thread, LangChain's executor), or an asyncio task made in
@@ -1326,10 +1347,9 @@ class Retriever:
         # time on the hot path (benchmarks/latency), and only a pool needs one
         if self.pool is None:
             conn = self.conn
+            if _SNAPSHOT.get() is not None:  # in a snapshot block (one context variable read, else nothing)
+                self._check_block_connection(conn)
             if conn is None:  # lost by an earlier call (`_forget`): the one check a search pays for reopening
-                if self._pinned() is not None:  # in a snapshot block: a new connection would read outside it
-                    raise connection_lost(psycopg.OperationalError("the connection is closed"), pooled=False,
-                                          reopens=True)
                 conn = self._reopen()
             try:
                 rows, names = _fetch(conn, plan.statement, params)
