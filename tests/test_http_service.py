@@ -1117,6 +1117,80 @@ def test_a_stop_ends_the_service_while_a_client_holds_a_half_sent_body():
     assert answer.startswith("HTTP/1.1 503") and '"code":"shutting_down"' in answer, answer
 
 
+def test_a_request_the_stop_cancels_has_its_statement_cancelled_on_the_server(db, dsn, corpus):
+    """Found by review: a request still waiting (on a lock) when --shutdown-timeout ran out was cancelled, but
+    the pool closed and the loop ended while psycopg was still opening its cancel request, so over TCP its
+    statement kept running with its transaction open. The stop now waits for the cancelled requests to end.
+    The database is reached through a 20 ms delay proxy, so that cancel request takes a while."""
+    import uvicorn
+
+    from benchmarks.latency.delay_proxy import DelayProxy, proxied_dsn, upstream_from_dsn
+    from onetrip.http_service import answering_503_when_stopped
+
+    name = f"onetrip-stop-{os.getpid()}"
+    with DelayProxy(upstream_from_dsn(dsn), 20.0) as proxy:
+        app = answering_503_when_stopped(create_app(
+            ServiceConfig(dsn=proxied_dsn(dsn, proxy.host, proxy.port), application_name=name, statement_timeout=None),
+            embedder_factory=HashEmbedder))
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        sock.bind(("127.0.0.1", 0))
+        base = f"127.0.0.1:{sock.getsockname()[1]}"
+        server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1))
+        thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+        thread.start()
+        deadline = time.monotonic() + 60
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline
+            time.sleep(0.02)
+        assert call(base, "GET", "/health")[0] == 200
+        with psycopg.connect(dsn) as locker:
+            locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+            answers: list[Any] = []
+            client = threading.Thread(target=lambda: answers.append(search(base, {"query": "connections"})))
+            client.start()
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE application_name = %s AND state = 'active'"
+            while db.execute(waiting, (name,)).fetchone()[0] == 0:
+                assert time.monotonic() < deadline, "the search never reached the server"
+                time.sleep(0.05)
+            server.should_exit = True
+            thread.join(60)
+            client.join(60)
+            assert not thread.is_alive() and answers and answers[0][0] == 503, answers
+            assert db.execute(waiting, (name,)).fetchone()[0] == 0, "the cancelled request's statement still runs"
+            locker.rollback()
+        sock.close()
+
+
+def test_cli_serve_starts_within_db_timeout_when_the_database_never_answers():
+    """Found by review: the check before listening waited as long as the DSN's connect_timeout, so a server that
+    accepts connections and never answers, with connect_timeout=0 (wait for ever), kept the service from ever
+    listening. It waits --db-timeout at most; then the service starts and says 503."""
+    silent = socket.socket(socket.AF_INET, socket.SOCK_STREAM)  # accepts (the kernel's backlog), never answers
+    silent.bind(("127.0.0.1", 0))
+    silent.listen(16)
+    port = _free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "onetrip.cli", "serve", "--port", str(port), "--db-timeout", "1",
+                             "--dsn", f"host=127.0.0.1 port={silent.getsockname()[1]} dbname=x connect_timeout=0"],
+                            env={**os.environ, "HF_HUB_OFFLINE": "1"}, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 120  # a generous deadline on a loaded machine, not a timing check
+        while True:
+            assert proc.poll() is None, proc.communicate()[0]
+            try:
+                status = call(f"127.0.0.1:{port}", "GET", "/health")[0]
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "onetrip serve never listened"
+                time.sleep(0.3)
+        assert status == 503
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=60)[0]
+        silent.close()
+    assert proc.returncode == 0 and "the service starts and answers 503" in out, out
+
+
 def test_cli_serve_refuses_a_dsn_value_libpq_refuses_before_it_starts():
     """Found by review: `onetrip serve --dsn '...port=99999'` started, its pool retried the DSN for ever and every
     request got 503 "the database is not answering"; every other command says InvalidDsnError (exit 2). The

@@ -999,9 +999,11 @@ With a token (--token or $ONETRIP_TOKEN) every endpoint but /health needs
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         return _serve(args)
-    except Terminated:  # after uvicorn's graceful shutdown, or before it started (the embedded server's start, the
-        return 0        # imports): 0, as after Ctrl-C (which uvicorn swallows); a service manager (systemd) takes
-                        # a stop that exits 143 for a failure
+    # after uvicorn's graceful shutdown, or before it started (the embedded server's start, the imports, the
+    # database check): 0, as after Ctrl-C (which uvicorn swallows once it serves; a Ctrl-C before, during the
+    # database check's wait, had been 130); a service manager (systemd) takes a stop that exits 143 for a failure
+    except (Terminated, KeyboardInterrupt):
+        return 0
 
 
 def _serve(args: argparse.Namespace) -> int:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import os
 import sys
 import re
@@ -617,13 +618,14 @@ def _connect_error(e: psycopg.OperationalError, target: str) -> ConnectionFailed
     return ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {message}")
 
 
-def probe_dsn(dsn: str) -> ConnectionFailedError | None:
+def probe_dsn(dsn: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> ConnectionFailedError | None:
     """Open one connection to ``dsn`` and close it: None if the server answered, else why not (`connect`'s error).
     InvalidDsnError is raised, not returned: a DSN libpq cannot read, or one of whose values it refuses, is bad
-    input whether the server answers or not (`onetrip serve` starts without the database, not without a DSN)."""
+    input whether the server answers or not (`onetrip serve` starts without the database, not without a DSN).
+    Waits ``timeout`` seconds at most (libpq's whole seconds, at least 2), whatever the DSN's connect_timeout."""
     target = check_dsn(dsn)
     try:
-        psycopg.connect(target, **timeout_kwargs(target, None)).close()
+        psycopg.connect(target, connect_timeout=max(2, math.ceil(timeout))).close()
     except psycopg.OperationalError as e:
         error = _connect_error(e, target)
         if isinstance(error, InvalidDsnError):

@@ -120,6 +120,8 @@ APPLICATION_NAME = "onetrip-serve"
 #: sending its body had held the service open for as long as it liked (found by review), past a container's
 #: or systemd's grace period, whose SIGKILL then skips the shutdown (the embedded server's stop among it)
 DEFAULT_SHUTDOWN_TIMEOUT = 5.0
+#: seconds the stop then waits for the requests it cancelled to end, their statements cancelled on the server
+SHUTDOWN_DRAIN = 3.0
 
 REQUEST_FIELDS = ("query", "embedding", "k", "mode", "expand", "filters", "principals", "max_tokens",
                   "hits", "context", "hybrid", "explain")
@@ -596,7 +598,8 @@ SEARCH_403 = ("principals given but not allowed; explain where the ACL limits th
 #: the 503s of an endpoint that sends statements (/search, /search_many, /documents), by their codes
 DATABASE_503 = ("database unavailable, every pooled connection busy (pool_exhausted), the connection lost under "
                 "the request, schema missing, or the statement timed out or was cancelled (statement_timeout, "
-                "lock_timeout, statement_cancelled)")
+                "lock_timeout, statement_cancelled); or the service stopped before the request ended "
+                "(shutting_down)")
 
 
 def _unavailable(e: BaseException) -> ApiError:
@@ -971,6 +974,9 @@ async def _while_connected(request: Request, work: Awaitable[T]) -> T:
     except BaseException:  # this request was cancelled itself (shutdown): cancel both
         task.cancel()
         watcher.cancel()
+        # and wait for the work to end, psycopg's cancel of its statement sent: raised at once, the shutdown
+        # had closed the pool and ended the loop under it, the statement left running (found by review)
+        await asyncio.wait({task}, timeout=SHUTDOWN_DRAIN)
         raise
     if task.done() or watcher.cancelled() or watcher.exception() is not None or not watcher.result():
         watcher.cancel()
@@ -1123,7 +1129,24 @@ def answering_503_when_stopped(app: Any) -> Callable[..., Awaitable[None]]:
     stop, such as a client that never finished its body) gets 503 ``shutting_down`` if it has no answer yet,
     and one line in the log; uvicorn had logged each as an error with a traceback."""
 
+    active: set[asyncio.Task[Any]] = set()  # the requests under way
+
     async def asgi(scope: dict[str, Any], receive: Callable[..., Any], send: Callable[..., Any]) -> None:
+        if scope.get("type") == "lifespan":
+            async def shutdown_after_requests() -> Any:
+                # the pool is closed at shutdown only once the cancelled requests have ended (psycopg cancels
+                # their statements on the server then): a request cancelled by the stop had left its statement
+                # running, waiting on a lock with its transaction open, when the pool closed under it and the
+                # loop's end interrupted psycopg's cancel request (found by review)
+                message = await receive()
+                if message.get("type") == "lifespan.shutdown" and active:
+                    await asyncio.wait(set(active), timeout=SHUTDOWN_DRAIN)
+                return message
+            await app(scope, shutdown_after_requests, send)
+            return
+        task = asyncio.current_task()
+        if task is not None:
+            active.add(task)
         started = False
 
         async def tracked(message: dict[str, Any]) -> None:
@@ -1142,6 +1165,8 @@ def answering_503_when_stopped(app: Any) -> Callable[..., Awaitable[None]]:
                 with suppress(Exception):  # the client may be gone
                     await ApiError(503, "shutting_down", "the service is stopping; try again later")\
                         .response()(scope, receive, send)
+        finally:
+            active.discard(task)  # type: ignore[arg-type]
 
     return asgi
 
@@ -1189,7 +1214,8 @@ def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_POR
     # one connection, opened and closed: a DSN value libpq refuses (port=99999) fails the start (InvalidDsnError,
     # exit 2; the pool had retried it for ever, every request a 503 "not answering"); a server that does not
     # answer yet is logged, and the service starts, answering 503 until it does
-    unreachable = None if cfg.dsn is None else probe_dsn(cfg.dsn)  # None: the embedded server's, started later
+    # waiting --db-timeout at most, as a request would (a DSN's connect_timeout=0 had kept it from ever listening)
+    unreachable = None if cfg.dsn is None else probe_dsn(cfg.dsn, timeout=cfg.db_timeout)
     if unreachable is not None:
         log.warning("%s; the service starts and answers 503 until the database does", unreachable)
     app = answering_503_when_stopped(create_app(cfg, embedder_factory=embedder_factory))
