@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from dataclasses import replace
 from collections.abc import AsyncIterator, Iterator
+from typing import Any
 
 import numpy as np
 import psycopg
@@ -421,6 +423,76 @@ def test_a_snapshot_ends_its_transaction_whatever_happens_to_its_last_call(db, d
         assert mine.info.transaction_status == psycopg.pq.TransactionStatus.INTRANS
         mine.execute("INSERT INTO callers_work VALUES (1)")  # the caller's transaction is intact
         mine.rollback()
+
+
+def test_a_snapshot_on_a_connection_busy_with_another_call_opens_and_ends_its_transaction(db, dsn, corpus):
+    """A review of the snapshot fixes: on one connection busy with another thread's statement (a search waiting
+    on a lock), a new block was refused as if the caller had a transaction open, and a block ending with an
+    error skipped its ROLLBACK (the connection was ACTIVE, not INTRANS), leaving the transaction open for good;
+    and `explain` in a block whose connection was lost read outside it on the new connection another thread
+    had opened."""
+    import threading
+
+    q = np.asarray(corpus[0].embeddings[0], dtype=np.float32)
+    r = Retriever(dsn, embedder=HashEmbedder())
+    try:
+        def busy() -> threading.Thread:
+            """Another thread's search on the shared connection, waiting on a lock."""
+            t = threading.Thread(target=lambda: r.search(q, k=1))
+            t.start()
+            deadline = time.monotonic() + 30
+            while r.conn.info.transaction_status != psycopg.pq.TransactionStatus.ACTIVE:
+                assert time.monotonic() < deadline
+                time.sleep(0.01)
+            return t
+
+        for block_fails in (False, True):
+            with psycopg.connect(dsn) as locker:
+                locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
+                other = busy()
+                outcome: list[BaseException | None] = []
+
+                def block() -> None:
+                    try:
+                        with r.snapshot():
+                            r.search(q, k=1)
+                            if block_fails:
+                                raise RuntimeError("the caller's own error")
+                        outcome.append(None)
+                    except BaseException as e:  # noqa: BLE001 - checked below
+                        outcome.append(e)
+                t = threading.Thread(target=block)
+                t.start()
+                time.sleep(0.2)
+                locker.rollback()
+            t.join(30)
+            other.join(30)
+            if block_fails:
+                assert isinstance(outcome[0], RuntimeError), outcome
+            else:
+                assert outcome == [None], outcome
+            assert r.conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+        with pytest.raises(ConnectionLostError):
+            with r.snapshot():
+                db.execute("SELECT pg_terminate_backend(%s)", (r.conn.info.backend_pid,))
+                t = threading.Thread(target=lambda: [_try(r.search, q) for _ in range(2)])  # lost, then reopens
+                t.start()
+                t.join(30)
+                assert r.conn is not None and not r.conn.closed  # another thread opened a new one
+                with pytest.raises(ConnectionLostError):
+                    r.explain(q, k=1, kind="plan")
+                r.search(q, k=1)
+    finally:
+        r.close()
+
+
+def _try(call: Any, *args: Any) -> Any:
+    """``call(*args, k=1)``, or the ConnectionLostError it raised."""
+    try:
+        return call(*args, k=1)
+    except ConnectionLostError as e:
+        return e
 
 
 def test_a_task_made_in_a_sync_snapshot_block_takes_no_pooled_connection_after_the_block(db, dsn, corpus):

@@ -567,7 +567,7 @@ def test_failed_reingest_leaves_previous_revision_served(db, tmp_path, monkeypat
     with statement_log.watch(db) as w, pytest.raises(RuntimeError, match="disk on fire"):
         replace_document(db, layout, DocumentRecord("doc", "file:doc", "Guide", "h2"), v2.sections,
                          emb.embed_documents([s.content for s in v2.sections]))
-    assert [q.split()[0] for q in w.statements[-3:]] == ["DELETE", "INSERT", "ROLLBACK"], w.statements
+    assert [q.split()[0] for q in w.statements[-4:]] == ["DELETE", "INSERT", "DROP", "ROLLBACK"], w.statements
     assert rows(db, "doc") == before
     assert db.execute("SELECT content_hash, revision FROM documents WHERE doc_id='doc'").fetchone() == ("h1", 1)
     hits = Retriever(db).search(emb.embed_query(before[0][1]), k=3)
@@ -610,10 +610,11 @@ def test_killed_reingest_leaves_previous_revision_served(db, dsn, tmp_path):
             break
         time.sleep(0.05)
     assert ready.exists(), "child never reached the middle of the write"
-    # Mid-transaction (its DELETE and INSERT done, no COMMIT): readers still see the old revision in full.
+    # Mid-transaction (its DELETE and INSERT done, and the DROP of the temporary table they read, no COMMIT):
+    # readers still see the old revision in full.
     child = int(ready.read_text())
     state = db.execute("SELECT state, query FROM pg_stat_activity WHERE pid = %s", (child,)).fetchone()
-    assert state[0] == "idle in transaction" and state[1].startswith("INSERT INTO"), state
+    assert state[0] == "idle in transaction" and state[1].startswith("DROP TABLE"), state
     assert rows(db, "doc") == before
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(10)

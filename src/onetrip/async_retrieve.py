@@ -114,7 +114,7 @@ async def _end_snapshot(conn: psycopg.AsyncConnection, failed: bool) -> None:
     """As `retrieve.end_snapshot`: COMMIT, or after an error a ROLLBACK whose own error does not hide it."""
     if not failed:
         await conn.execute("COMMIT")
-    elif conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+    elif conn.info.transaction_status != pq.TransactionStatus.IDLE:  # in it, or busy with another call on it
         with suppress(Exception):  # a connection of its own must not stay in this transaction
             await conn.execute("ROLLBACK")
 

@@ -1103,10 +1103,12 @@ IN_SNAPSHOT: weakref.WeakKeyDictionary[Any, int] = weakref.WeakKeyDictionary()
 
 
 def check_no_transaction(conn: Any) -> None:
-    """A `snapshot` block's BEGIN needs a connection with no transaction open: in one of the caller's (a
+    """A `snapshot` block's BEGIN needs a connection with no transaction of the caller's open: in one (a
     connection without autocommit that has run a statement) it failed, and the block's ROLLBACK then undid the
-    caller's own work (found by review)."""
-    if conn.info.transaction_status != pq.TransactionStatus.IDLE:
+    caller's own work (found by review). An autocommit connection opens none of its own: one busy with another
+    thread's or task's statement, or with a block's COMMIT waiting behind it, is not refused (it had been)."""
+    if not conn.autocommit and conn.info.transaction_status in (pq.TransactionStatus.INTRANS,
+                                                                pq.TransactionStatus.INERROR):
         raise ValueError("snapshot() opens a transaction of its own, and this connection is inside one of yours: "
                          "commit or roll it back first (or run search and assemble inside yours: at REPEATABLE READ "
                          "they read one state of the tables)")
@@ -1117,7 +1119,7 @@ def end_snapshot(conn: psycopg.Connection, failed: bool) -> None:
     BEGIN too: it may have begun the transaction) a ROLLBACK whose own error does not hide the first one."""
     if not failed:
         conn.execute("COMMIT")
-    elif conn.info.transaction_status in (pq.TransactionStatus.INTRANS, pq.TransactionStatus.INERROR):
+    elif conn.info.transaction_status != pq.TransactionStatus.IDLE:  # in it, or busy with another call on it
         with suppress(Exception):  # a connection of its own must not stay in this transaction
             conn.execute("ROLLBACK")
 
@@ -1207,6 +1209,8 @@ class Retriever:
                 with lost_connection_errors(c, self.pool):
                     yield c
         else:
+            if _SNAPSHOT.get() is not None:  # in a snapshot block whose connection was lost: fail as it did
+                self._check_block_connection(self.conn)  # (explain had read outside the block; found by review)
             conn = self.conn if self.conn is not None else self._reopen()
             with lost_connection_errors(conn, None, self._forget if self._owns_conn else None):
                 yield conn
