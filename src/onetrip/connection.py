@@ -608,11 +608,14 @@ _DSN_VALUE_REFUSED = re.compile(
     r'|could not parse network address "')
 
 
-def _connect_error(e: psycopg.OperationalError, target: str) -> ConnectionFailedError:
+def _connect_error(e: psycopg.OperationalError | psycopg.ProgrammingError, target: str) -> ConnectionFailedError:
     """A failed connect as ConnectionFailedError naming the server and libpq's reason; InvalidDsnError (the CLI's
-    exit 2, bad input) when libpq refused one of the DSN's values (found by review: port=99999 or sslmode=bogus
-    had been exit 1, as a server down)."""
+    exit 2, bad input) when psycopg could not read one of the DSN's values (connect_timeout=abc) or libpq refused
+    one (found by review: port=99999 or sslmode=bogus had been exit 1, as a server down). Neither names the
+    password: raise an InvalidDsnError ``from None``, as libpq's own message may quote it."""
     message = _one_line(e)
+    if isinstance(e, psycopg.ProgrammingError):
+        return InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(message, target)})")
     if _DSN_VALUE_REFUSED.search(message):
         return InvalidDsnError(f"the DSN has a value libpq refuses ({_scrub(message, target)})")
     return ConnectionFailedError(f"could not connect to PostgreSQL at {redact(target)}: {message}")
@@ -626,13 +629,11 @@ def probe_dsn(dsn: str, timeout: float = DEFAULT_CONNECT_TIMEOUT) -> ConnectionF
     target = check_dsn(dsn)
     try:
         psycopg.connect(target, connect_timeout=max(2, math.ceil(timeout))).close()
-    except psycopg.OperationalError as e:
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as e:
         error = _connect_error(e, target)
         if isinstance(error, InvalidDsnError):
             raise error from None  # libpq's message may quote the password
         return error
-    except psycopg.ProgrammingError as e:  # a value psycopg cannot read: as `connect`
-        raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
     return None
 
 
@@ -654,11 +655,9 @@ def connect(
     target = resolve_dsn(dsn)
     try:
         conn = psycopg.connect(target, autocommit=autocommit, **timeout_kwargs(target, connect_timeout), **kwargs)
-    except psycopg.OperationalError as e:
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as e:
         error = _connect_error(e, target)
         raise error from (None if isinstance(error, InvalidDsnError) else e)  # libpq's may quote the password
-    except psycopg.ProgrammingError as e:  # a value libpq cannot read: connect_timeout=abc
-        raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
     try:
         ensure_pgvector(conn, create=create_extension)
         if not autocommit:
@@ -685,11 +684,9 @@ async def connect_async(
         conn = await psycopg.AsyncConnection.connect(
             target, autocommit=autocommit, **timeout_kwargs(target, connect_timeout), **kwargs
         )
-    except psycopg.OperationalError as e:
+    except (psycopg.OperationalError, psycopg.ProgrammingError) as e:
         error = _connect_error(e, target)
         raise error from (None if isinstance(error, InvalidDsnError) else e)  # libpq's may quote the password
-    except psycopg.ProgrammingError as e:  # a value libpq cannot read: connect_timeout=abc
-        raise InvalidDsnError(f"the DSN has a value psycopg cannot read ({_scrub(_one_line(e), target)})") from None
     try:
         cur = await conn.execute("SELECT extversion FROM pg_extension WHERE extname = 'vector'")
         row = await cur.fetchone()

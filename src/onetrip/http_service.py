@@ -1211,10 +1211,10 @@ def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_POR
     check_listen(host, port)
     if cfg.token is None and host not in ("127.0.0.1", "localhost", "::1"):
         log.warning("serving on %s without a bearer token: anyone who can reach it can search", host)
-    # one connection, opened and closed: a DSN value libpq refuses (port=99999) fails the start (InvalidDsnError,
+    # one connection, opened and closed, waiting --db-timeout at most as a request would (a DSN's connect_timeout=0
+    # had kept serve from ever listening): a DSN value libpq refuses (port=99999) fails the start (InvalidDsnError,
     # exit 2; the pool had retried it for ever, every request a 503 "not answering"); a server that does not
     # answer yet is logged, and the service starts, answering 503 until it does
-    # waiting --db-timeout at most, as a request would (a DSN's connect_timeout=0 had kept it from ever listening)
     unreachable = None if cfg.dsn is None else probe_dsn(cfg.dsn, timeout=cfg.db_timeout)
     if unreachable is not None:
         log.warning("%s; the service starts and answers 503 until the database does", unreachable)

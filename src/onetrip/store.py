@@ -915,7 +915,7 @@ def _replace_changed_rows(conn: psycopg.Connection, layout: Layout, doc: Documen
     new or changed ones."""
     stage_name = quote_ident("onetrip_stage_" + hashlib.sha256(layout.tables["sections"].encode()).hexdigest()[:16])
     stage, table = sql.SQL(stage_name), sql.SQL(layout.tables["sections"])
-    conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {}) ON COMMIT DROP").format(stage, table))
+    conn.execute(sql.SQL("CREATE TEMPORARY TABLE {} (LIKE {})").format(stage, table))
     with conn.cursor() as cur, cur.copy(_binary_copy(stage_name, SECTION_COLUMNS)) as copy:
         copy.set_types(copy_types(layout))
         write_section_rows(copy, layout, doc, sections, arr, context_tokens, section_meta, revision)
@@ -930,8 +930,8 @@ def _replace_changed_rows(conn: psycopg.Connection, layout: Layout, doc: Documen
                          "WHERE s.doc_id = n.doc_id AND s.section_id = n.section_id) ORDER BY n.sequence_index")
                  .format(table, columns, sql.SQL(", ").join(sql.SQL("n.{}").format(sql.Identifier(c))
                                                             for c in SECTION_COLUMNS), stage, table))
-    # dropped now, not only at commit: a second call in one transaction of the caller's (two documents, or one
-    # twice) had failed creating it again (DuplicateTable; found by review)
+    # dropped here (a failure before rolls its CREATE back): with ON COMMIT DROP, a second call in one transaction
+    # of the caller's (two documents, or one twice) had failed creating it again (DuplicateTable; found by review)
     conn.execute(sql.SQL("DROP TABLE {}").format(stage))
 
 
