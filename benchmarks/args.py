@@ -212,6 +212,19 @@ def output_file(out: str, name: str) -> Path:
     return p if p.suffix.lower() == ".json" and not p.is_dir() else p / name
 
 
+def output_folder(text: str) -> Path:
+    """A benchmark's --out folder, made when the results are written: refused at once when it, or the nearest
+    part of it that exists, is a file (the folder could not be made after the whole measurement, which was lost)."""
+    p = Path(text)
+    for part in (p, *p.parents):
+        if part.exists():
+            if not part.is_dir():
+                raise argparse.ArgumentTypeError(f"{text!r} is a file, not a folder" if part == p else
+                                                 f"{text!r} cannot be a folder: {str(part)!r} is a file")
+            break
+    return p
+
+
 class HelpFormatter(argparse.ArgumentDefaultsHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """Shows each flag's default (unless None or False: the help says what then), the description as written."""
 

@@ -111,3 +111,12 @@ def test_quality_without_ingest_reads_no_manual_and_names_missing_tables(db, dsn
         run.main([*base, "--prefix", "qnoingest_", "--window-prefix", "nosuchwin_", "--modes", "windows,parent_n1"])
     assert "nosuchwin_sections does not exist" in str(e.value) and "--window-prefix" in str(e.value)
     assert not (tmp_path / "out").exists()
+
+
+def test_the_report_signs_the_change_against_a_baseline():
+    """A tuned configuration that loses to a baseline had read '(+-8.3 points)'."""
+    rec = {"wins": 1, "ties": 2, "losses": 3}
+    assert run.vs_baseline("baseline: windows", 0.683, 0.6, rec) == (
+        "vs baseline: windows: 68.3% → 60.0% (-8.3 points); per question 1 better, 2 same, 3 worse.")
+    assert "(+2.0 points)" in run.vs_baseline("b", 0.5, 0.52, rec)
+    assert "(+0.0 points)" in run.vs_baseline("b", 0.5, 0.4996, rec)  # no '-0.0'

@@ -57,7 +57,8 @@ import numpy as np
 import psycopg
 
 from benchmarks.args import (
-    HelpFormatter, run_cli, ef_construction, int_range, nonneg_int, positive_int, rtts_or_direct, synthetic_sizes,
+    HelpFormatter, run_cli, ef_construction, int_range, nonneg_int, output_folder, positive_int, rtts_or_direct,
+    synthetic_sizes,
 )
 from benchmarks.latency.corpus import bench_layout, ensure_loaded
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
@@ -304,7 +305,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--ef-construction", type=ef_construction, default=200, help="HNSW ef_construction of the corpora")
     ap.add_argument("--rtt-ms", type=rtts_or_direct, default="direct,1",
                     help="comma list: 'direct' (no proxy) and/or added RTTs in ms (>= 0) through the delay proxy")
-    ap.add_argument("--out", default="benchmarks/results", help="output folder for cost_split.json and .md")
+    ap.add_argument("--out", type=output_folder, default="benchmarks/results", help="output folder for cost_split.json and .md")
     return ap
 
 

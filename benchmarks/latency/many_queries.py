@@ -42,11 +42,13 @@ from typing import Any
 import numpy as np
 
 from benchmarks.args import (
-    HelpFormatter, run_cli, ef_construction, int_list, int_range, nonneg_int, positive_int, rtts, synthetic_size,
+    HelpFormatter, run_cli, ef_construction, int_list, int_range, nonneg_int, output_folder, positive_int, rtts,
+    synthetic_size,
 )
 from benchmarks.latency.corpus import MANUAL_PREFIX, bench_layout, ensure_loaded, manual_missing
 from benchmarks.latency.delay_proxy import DelayProxyProcess, measure_rtt
 from benchmarks.latency.variants import CacheWarmer
+from benchmarks.quality.metrics import question_texts
 from benchmarks.versions import server_label
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import MAX_K, Retriever
@@ -170,7 +172,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--seed", type=int, default=0, help="corpus, query and set seed")
     ap.add_argument("--ef-construction", type=ef_construction, default=200,
                     help="HNSW ef_construction of the synthetic corpus (the manual's index is ingest's)")
-    ap.add_argument("--out", default="benchmarks/results", help="output folder for many_queries*.json, .md and .png")
+    ap.add_argument("--out", type=output_folder, default="benchmarks/results", help="output folder for many_queries*.json, .md and .png")
     ap.add_argument("--manual", action="store_true",
                     help="the ingested PostgreSQL manual (prefix pg15_) with real questions, hybrid search")
     ap.add_argument("--questions", default="../shared/eval/pgdocs_tuning.jsonl,"
@@ -187,22 +189,24 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--k {args.k} must be smaller than the corpus ({args.size} sections)")
     ns = args.n
     question_files = [Path(f) for f in args.questions.split(",") if f.strip()]
+    questions: list[str] = []
     if args.manual:
         missing = [str(f) for f in question_files if not f.is_file()]
         if missing or not question_files:
             ap.error(f"--questions: no such file: {', '.join(missing)}" if missing else "--questions: no files given")
+        try:  # read as the quality benchmark reads them; a malformed line had been a traceback naming no file
+            questions = [q for f in question_files for q in question_texts(f)]
+        except ValueError as e:
+            ap.error(str(e))
+        if len(questions) < max(ns):
+            ap.error(f"--n {max(ns)} needs at least {max(ns)} questions; the --questions files hold {len(questions)}")
     dsn = resolve_dsn(args.dsn)
-    questions: list[str] = []
     if args.manual:
         layout = Layout(prefix=MANUAL_PREFIX)
         with connect(dsn) as conn:  # before the model loads
             why = manual_missing(conn, MANUAL_PREFIX)
         if why:
             ap.error(why)
-        for f in question_files:
-            questions += [json.loads(line)["question"] for line in f.read_text().splitlines() if line.strip()]
-        if len(questions) < max(ns):
-            ap.error(f"--n {max(ns)} needs at least {max(ns)} questions; the --questions files hold {len(questions)}")
         from onetrip.embedders import SentenceTransformerEmbedder
 
         embedder = SentenceTransformerEmbedder()

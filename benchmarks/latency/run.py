@@ -44,7 +44,11 @@ from pgvector import Vector
 from onetrip.connection import connect, resolve_dsn
 from onetrip.retrieve import bare_hits, column_names, hits_from_rows
 
-from ..args import choice_list, ef_construction, memory_size_or_auto, nonneg_int, positive_int, rtts as _rtts, run_cli, sizes as _sizes
+from ..args import (
+    choice_list, ef_construction, memory_size_or_auto, nonneg_int, output_folder, positive_int, rtts as _rtts, run_cli,
+    sizes as _sizes,
+)
+from ..quality.metrics import question_texts
 from ..versions import server_versions
 from . import corpus as corpus_mod
 from . import report
@@ -95,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--rtts", type=_rtts, default=list(DEFAULT_RTTS), help="added RTT levels in ms (default 0,0.5,1,2,5)")
     ap.add_argument("--queries", type=positive_int, default=200, help="timed queries per RTT level (default 200)")
     ap.add_argument("--warmup", type=nonneg_int, default=20, help="warm-up queries per RTT level, every variant (default 20)")
-    ap.add_argument("--out", type=Path, default=Path("benchmarks/results"),
+    ap.add_argument("--out", type=output_folder, default="benchmarks/results",
                     help="output folder (default benchmarks/results)")
     ap.add_argument("--skip-e", action="store_true", help="skip variant E (LlamaIndex)")
     ap.add_argument("--extra", type=extra_variants, default="F,Af,G,H",
@@ -132,6 +136,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = ap.parse_args(argv)
     if args.statement_log is not None and not args.statement_log.is_file():  # given: a typo is not "counting
         ap.error(f"--statement-log {args.statement_log}: no such file")  # unavailable" in a run that exits 0
+    if corpus_mod.MANUAL in args.sizes and args.questions and args.questions.is_file():
+        try:  # read again by load_corpus; a malformed line had been a traceback after the earlier sizes ran
+            question_texts(args.questions)
+        except ValueError as e:
+            ap.error(str(e))
     return args
 
 
@@ -434,7 +443,7 @@ def load_corpus(
     questions: list[str] = []
     found = bool(args.questions and args.questions.is_file())
     if found:
-        questions = [json.loads(line)["question"] for line in args.questions.read_text().splitlines() if line.strip()]
+        questions = question_texts(args.questions)
     elif args.questions:
         log(f"  --questions {args.questions}: no such file; the manual's queries are all heading questions")
     used = min(len(questions), count)

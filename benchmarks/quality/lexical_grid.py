@@ -29,7 +29,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
-from benchmarks.args import ef_search, int_list, positive_int, run_cli
+from benchmarks.args import ef_search, int_list, output_folder, positive_int, run_cli
 from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import covered_pairs, load_question_files, mean, section_recall
 from benchmarks.quality.run import load_rows, score_context
@@ -93,11 +93,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--budgets", type=int_list(1, MAX_BUDGET), default="1000,2000,4000",
                     help="comma-separated token budgets of the default context scored (default 1000,2000,4000)")
     ap.add_argument("--ef-search", type=ef_search, default=200, help="hnsw.ef_search for every query (default 200)")
-    ap.add_argument("--out", default="benchmarks/results",
+    ap.add_argument("--out", type=output_folder, default="benchmarks/results",
                     help="folder for lexical_grid_MODE.json and .md (default benchmarks/results)")
     args = ap.parse_args(argv)
-    try:
+    try:  # a malformed question line names its FILE:LINE, as a bad argument (it had been a traceback)
         grid, names = parse_grid(args.grid), set_names(args.questions)
+        # each --questions argument is one set; comma-joined files are scored as one set
+        sets = {name: [q for q in load_question_files(arg.split(",")) if q.answerable]
+                for name, arg in zip(names, args.questions)}
     except ValueError as e:
         ap.error(str(e))
 
@@ -106,9 +109,6 @@ def main(argv: list[str] | None = None) -> int:
     from onetrip.retrieve import HybridOptions, Retriever
 
     budgets = args.budgets
-    # each --questions argument is one set; comma-joined files are scored as one set
-    sets = {name: [q for q in load_question_files(arg.split(",")) if q.answerable]
-            for name, arg in zip(names, args.questions)}
     conn = connect(args.dsn)
     embedder = SentenceTransformerEmbedder()
     r = Retriever(conn, prefix=args.prefix, embedder=embedder, ef_search=args.ef_search)

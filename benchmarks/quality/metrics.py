@@ -18,12 +18,13 @@ from __future__ import annotations
 import json
 import re
 import statistics
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 _WS = re.compile(r"\s+")
+T = TypeVar("T")
 
 
 def normalize_ws(text: str) -> str:
@@ -60,26 +61,55 @@ class Question:
         return tuple(seen)
 
 
-def load_questions(path: str | Path) -> list[Question]:
-    """Read a JSONL question file (blank lines and lines starting with '#' are skipped)."""
-    out: list[Question] = []
-    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), start=1):
+def _read_records(path: str | Path, record: Callable[[dict[str, Any]], T]) -> list[T]:
+    """``record`` of each line of a JSONL question file (blank lines and lines starting with '#' are skipped).
+
+    A line that is not a JSON object, or that ``record`` refuses (KeyError, TypeError), is a ValueError
+    naming the file and the line: the benchmarks refuse it as a bad argument (exit 2), not with a traceback.
+    """
+    try:
+        lines = Path(path).read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{path}: not UTF-8 text ({e})") from e
+    out: list[T] = []
+    for n, line in enumerate(lines, start=1):
         if not line.strip() or line.lstrip().startswith("#"):
             continue
         try:
             obj = json.loads(line)
             if not isinstance(obj, dict):  # a list or a string had been an AttributeError naming no line
                 raise TypeError(f"a JSON {type(obj).__name__}, not an object")
-            ev = tuple(Evidence(e["page"], e["section_id"], e["quote"]) for e in obj.get("evidence") or ())
-            bad = [e.quote for e in ev if not isinstance(e.quote, str) or not isinstance(e.page, str)]
-            if bad or not isinstance(obj["question"], str):  # "quote": null failed only after ingest and windows
-                raise TypeError(f"question, page and quote must be strings, got {(bad or [obj['question']])[0]!r}")
-            known = {"id", "question", "evidence", "needs", "why"}
-            out.append(Question(str(obj["id"]), obj["question"], ev, obj.get("needs", ""), obj.get("why", ""),
-                                {k: v for k, v in obj.items() if k not in known}))
+            out.append(record(obj))
         except (KeyError, TypeError, json.JSONDecodeError) as e:
             raise ValueError(f"{path}:{n}: not a question record ({type(e).__name__}: {e})") from e
     return out
+
+
+def _question(obj: dict[str, Any]) -> Question:
+    ev = tuple(Evidence(e["page"], e["section_id"], e["quote"]) for e in obj.get("evidence") or ())
+    bad = [e.quote for e in ev if not isinstance(e.quote, str) or not isinstance(e.page, str)]
+    if bad or not isinstance(obj["question"], str):  # "quote": null failed only after ingest and windows
+        raise TypeError(f"question, page and quote must be strings, got {(bad or [obj['question']])[0]!r}")
+    known = {"id", "question", "evidence", "needs", "why"}
+    return Question(str(obj["id"]), obj["question"], ev, obj.get("needs", ""), obj.get("why", ""),
+                    {k: v for k, v in obj.items() if k not in known})
+
+
+def _question_text(obj: dict[str, Any]) -> str:
+    if not isinstance(obj["question"], str):
+        raise TypeError(f"question must be a string, got {obj['question']!r}")
+    return obj["question"]
+
+
+def load_questions(path: str | Path) -> list[Question]:
+    """Read a JSONL question file (blank lines and lines starting with '#' are skipped)."""
+    return _read_records(path, _question)
+
+
+def question_texts(path: str | Path) -> list[str]:
+    """The questions of a JSONL file whose records need only a "question" string (the latency benchmarks'
+    queries), read as `load_questions` reads: '#' lines skipped, a bad line a ValueError naming FILE:LINE."""
+    return _read_records(path, _question_text)
 
 
 def load_question_files(paths: Sequence[str | Path]) -> list[Question]:

@@ -40,7 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.args import ef_search, int_list, positive_int, run_cli
+from benchmarks.args import ef_search, int_list, output_folder, positive_int, run_cli
 from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import (
     Question,
@@ -560,6 +560,14 @@ def f3(x: float | None, pct: bool = False) -> str:
     return f"{100 * x:.1f}%" if pct else f"{x:.3f}"
 
 
+def vs_baseline(label: str, base: float | None, tuned: float | None, rec: dict[str, int]) -> str:
+    """The report's line comparing the tuned configuration's coverage with a baseline's, the change in points
+    signed: a loss had read '(+-8.3 points)'."""
+    points = round(100 * ((tuned or 0) - (base or 0)), 1) + 0.0  # + 0.0: a -0.0 reads +0.0
+    return (f"vs {label}: {f3(base, True)} → {f3(tuned, True)} ({points:+.1f} points); per question "
+            f"{rec['wins']} better, {rec['ties']} same, {rec['losses']} worse.")
+
+
 def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -> str:
     agg = {(a["mode"], a["k"], a["budget"]): a for a in res["aggregate"]}
     budgets = res["settings"]["budgets"]
@@ -812,7 +820,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="JSONL question file(s) (pgdocs_tuning.jsonl format); several are scored as one set")
     ap.add_argument("--manual", default=None, help="folder of the manual's *.html (default: find/download)")
     ap.add_argument("--dsn", default=None, help="PostgreSQL DSN (default: $ONETRIP_DSN or the embedded server)")
-    ap.add_argument("--out", default="benchmarks/results", help="folder for quality.json and quality.md")
+    ap.add_argument("--out", type=output_folder, default="benchmarks/results", help="folder for quality.json and quality.md")
     ap.add_argument("--prefix", default="pg15_", help="table prefix of the ingested manual")
     ap.add_argument("--window-prefix", default="pg15win_", help="table prefix of the window baseline")
     ap.add_argument("--budgets", type=int_list(1, MAX_BUDGET), default=",".join(map(str, BUDGETS)),
@@ -836,6 +844,10 @@ def main(argv: list[str] | None = None) -> int:
                          "whose 'tuned' rows are then only what tuning on this set would pick")
     ap.add_argument("--threads", type=positive_int, default=1, help="torch threads for embedding (machine is shared)")
     args = ap.parse_args(argv)
+    try:  # a malformed line had been a ValueError's traceback: FILE:LINE and why, as a bad argument
+        questions = load_question_files(args.questions)
+    except ValueError as e:
+        ap.error(str(e))
 
     import torch
 
@@ -852,7 +864,6 @@ def main(argv: list[str] | None = None) -> int:
     if TUNE_BUDGET not in budgets:  # the report's tuned rows are chosen at it; without it the run failed at the end
         ap.error(f"--budgets {','.join(map(str, budgets))}: must include {TUNE_BUDGET}, the budget the tuned configuration is "
                  "chosen at")
-    questions = load_question_files(args.questions)
     answerable = {q.id for q in questions if q.answerable}
     none_qs = [q.id for q in questions if not q.answerable]
     modes = default_modes()
@@ -950,10 +961,7 @@ def main(argv: list[str] | None = None) -> int:
         base = agg[(b.name, bk, TUNE_BUDGET)]
         rec = paired_record([by_key[(tuned["mode"], tuned["k"], TUNE_BUDGET, q)].coverage for q in answerable],
                             [by_key[(b.name, bk, TUNE_BUDGET, q)].coverage for q in answerable])
-        tuned_summary.append(
-            f"vs {b.label}: {f3(base['coverage'], True)} → {f3(tuned['coverage'], True)} "
-            f"(+{100 * ((tuned['coverage'] or 0) - (base['coverage'] or 0)):.1f} points); per question "
-            f"{rec['wins']} better, {rec['ties']} same, {rec['losses']} worse.")
+        tuned_summary.append(vs_baseline(b.label, base["coverage"], tuned["coverage"], rec))
     d10 = agg.get(("parent_n1", 10, TUNE_BUDGET))
     if d10:
         tuned_summary.append(f"The earlier default (parent + ±1 neighbors, k=10) scores "
