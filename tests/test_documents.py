@@ -6,6 +6,7 @@ import json
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from onetrip import (
@@ -16,8 +17,12 @@ from onetrip import (
     ingest_paths,
     init_schema,
     list_documents,
+    prune_history,
+    read_layout,
+    refresh_term_stats,
 )
 from onetrip.connection import connect
+from onetrip.store import DocumentRecord, replace_document, set_document_access
 
 from .embedders import HashEmbedder
 from .test_cli import onetrip
@@ -372,3 +377,52 @@ def test_cli_documents_pages_with_limit_and_after(dsn, tmp_path):
                      (["--after", "a\x01b\udcff"], "not valid Unicode")):
         res = onetrip("documents", *bad, dsn=dsn)
         assert res.returncode == 2 and why in res.stderr and res.stdout == "", (bad, res.stderr)
+
+
+_TAKING_A_CONNECTION = {
+    "ingest_paths": lambda c, tmp: ingest_paths(c, [tmp], layout=Layout(), embedder=HashEmbedder()),
+    "init_schema": lambda c, tmp: init_schema(c, Layout()),
+    "list_documents": lambda c, tmp: list_documents(c, Layout()),
+    "delete_document": lambda c, tmp: delete_document(c, Layout(), "a.md"),
+    "prune_history": lambda c, tmp: prune_history(c, Layout()),
+    "refresh_term_stats": lambda c, tmp: refresh_term_stats(c, Layout()),
+    "read_layout": lambda c, tmp: read_layout(c),
+    "replace_document": lambda c, tmp: replace_document(c, Layout(), DocumentRecord("a.md", "", "A", "h"), [],
+                                                  np.zeros((0, 384), np.float32)),
+    "set_document_access": lambda c, tmp: set_document_access(c, Layout(), "a.md", "h", "x", None),
+}
+
+
+@pytest.mark.parametrize("name", list(_TAKING_A_CONNECTION))
+def test_a_dsn_none_or_an_async_connection_is_named_by_every_function_taking_a_connection(
+        db, dsn, tmp_path, statement_log, name):
+    """A DSN, None or an AsyncConnection given where a psycopg Connection belongs had failed with an unnamed
+    AttributeError ('str' object has no attribute 'execute' / 'autocommit'; for an async one "'coroutine' object
+    has no attribute 'fetchall'" and a never-awaited warning, or a TypeError about _AsyncGeneratorContextManager)."""
+    import asyncio
+
+    import psycopg
+
+    call = _TAKING_A_CONNECTION[name]
+    init_schema(db)
+    write_docs(tmp_path, **{"a.md": "# A\n\nText." + PAD})
+    for given, kind, hint in ((dsn, "str", r"pass onetrip\.connect\(dsn\)"), (None, "None", r"pass onetrip\.connect"),
+                              (5, "int", r"pass onetrip\.connect\(dsn\)")):
+        with pytest.raises(TypeError, match=rf"^{name} needs a psycopg\.Connection \(onetrip\.connect\(\)\), got "
+                                            rf"{kind}: {hint}"):
+            call(given, tmp_path)
+
+    async def with_async() -> None:
+        aconn = await psycopg.AsyncConnection.connect(dsn, autocommit=True)
+        try:
+            with statement_log.watch(aconn) as w:
+                with pytest.raises(TypeError, match=rf"^{name} needs a psycopg\.Connection .*got AsyncConnection: "
+                                                    rf"an async one; {name} is synchronous"):
+                    call(aconn, tmp_path)
+            assert w.statements == []
+            assert (await (await aconn.execute("SELECT 1")).fetchone()) == (1,)  # nothing left pending on it
+        finally:
+            await aconn.close()
+
+    asyncio.run(with_async())
+    assert list_documents(db, Layout()) == []  # nothing was written through any of them

@@ -346,3 +346,51 @@ def test_quote_ident_quotes_every_word_postgresql_would_and_the_result_is_usable
     assert quote_ident(odd) == db.execute("SELECT quote_ident(%s)", (odd,)).fetchone()[0] == '"a""b; DROP TABLE x; --"'
     row = db.execute(f"SELECT 1 AS {quote_ident(odd)}")
     assert row.description[0].name == odd and row.fetchone() == (1,)
+
+
+def test_a_schema_name_postgresql_reserves_for_system_schemas_is_refused_before_anything_is_sent(db, dsn,
+                                                                                                 statement_log):
+    """`onetrip init --schema pg_foo` had passed the check and the server refused it (ReservedName, exit 1):
+    CREATE SCHEMA reserves the prefix pg_ (case-sensitively; upper case is refused here anyway)."""
+    from onetrip.schema import init_schema
+
+    for name in ("pg_foo", "pg_", "pg_catalog", "pg_temp"):
+        with pytest.raises(InvalidIdentifierError, match=f"schema name '{name}' is not allowed: PostgreSQL reserves "
+                                                         "names starting with 'pg_' for system schemas"):
+            Layout(schema=name)
+    with pytest.raises(InvalidIdentifierError, match="schema name 'PG_foo' is not allowed: use lower-case"):
+        Layout(schema="PG_foo")
+    with statement_log.watch(db) as w, pytest.raises(InvalidIdentifierError, match="'pg_foo'"):
+        Retriever(db, schema="pg_foo")
+    assert w.statements == []
+    res = subprocess.run([sys.executable, "-m", "onetrip.cli", "init", "--schema", "pg_foo", "--dsn", dsn],
+                         capture_output=True, text=True)
+    assert res.returncode == 2 and "onetrip: error: schema name 'pg_foo' is not allowed" in res.stderr, res.stderr
+    assert db.execute("SELECT count(*) FROM pg_namespace WHERE nspname = 'pg_foo'").fetchone()[0] == 0
+    # only schemas, and only that prefix: names PostgreSQL takes stay valid
+    for name in ("pgfoo", "pg", "_pg_foo", "kb_pg_", "information_schema"):
+        assert Layout(schema=name).schema == name
+    init_schema(db, Layout(schema="pgx_kb"))
+    assert Layout(prefix="pg_").prefix == "pg_"
+    init_schema(db, Layout(prefix="pg_"))
+    assert db.execute("SELECT to_regclass('pgx_kb.sections'), to_regclass('pg_sections')").fetchone() == \
+        ("pgx_kb.sections", "pg_sections")
+
+
+def test_a_dsn_that_is_not_a_string_is_a_type_error_naming_its_type(monkeypatch):
+    """connect(5) had said 'the DSN given is empty (5: an unset variable?)'."""
+    import asyncio
+
+    from onetrip import InvalidDsnError, make_pool, resolve_dsn
+    from onetrip.connection import connect_async
+
+    monkeypatch.setenv("ONETRIP_DSN", "host=127.0.0.1 port=1")
+    for value, kind in ((5, "int"), (b"host=x", "bytes"), (0, "int"), (False, "bool"), (["x"], "list")):
+        for call in (resolve_dsn, connect, lambda d: asyncio.run(connect_async(d)),
+                     lambda d: make_pool(d, open=False)):
+            with pytest.raises(TypeError, match=rf"^the DSN must be a string \(str\), got {kind}:") as e:
+                call(value)
+            assert not isinstance(e.value, InvalidDsnError) and "empty" not in str(e.value)
+    for blank in ("", "  "):  # a blank string keeps its own message
+        with pytest.raises(InvalidDsnError, match="the DSN given is empty"):
+            resolve_dsn(blank)

@@ -1018,3 +1018,24 @@ def test_folders_out_of_reach_in_two_roots_neither_clash_nor_stop_the_cli(dsn, t
     assert all(f"failed: {path}: " in err for path in expected), err
     with psycopg.connect(dsn) as c:
         assert {r[0] for r in c.execute("SELECT doc_id FROM reach_documents")} == {"one.md", "two.md"}
+
+
+@pytest.mark.parametrize("dim", ["8", None, 8.0, True, 0])
+def test_an_embedder_whose_dim_is_no_positive_integer_is_named(db, tmp_path, statement_log, dim):
+    """An embedder with ``dim = "8"`` (or None) over vector(8) tables had been told 'embedder hash-test makes
+    8-d vectors but the sections table stores vector(8)': a DimensionMismatchError contradicting itself."""
+    from onetrip import DimensionMismatchError
+
+    init_schema(db, Layout(dim=8))
+    (tmp_path / "a.md").write_text(_doc("a"))
+    emb = HashEmbedder(8)
+    emb.dim = dim
+    kind = TypeError if dim != 0 else ValueError
+    with statement_log.watch(db) as w:
+        with pytest.raises(kind, match=r"embedder hash-test's dim must be a positive integer.*got "
+                                       + ("0$" if dim == 0 else type(dim).__name__)) as e:
+            ingest_paths(db, [tmp_path], layout=Layout(dim=8), embedder=emb)
+    assert not isinstance(e.value, DimensionMismatchError)
+    assert not [s for s in w.statements if s.split()[:1] in (["INSERT"], ["COPY"], ["DELETE"], ["BEGIN"])]
+    emb.dim = np.int64(8)  # numpy's integers stay welcome
+    assert ingest_paths(db, [tmp_path], layout=Layout(dim=8), embedder=emb).new == 1

@@ -63,16 +63,35 @@ def check_row_factory(conn: Any) -> None:
                         "and reads binary results; give it a connection (or pool) without a cursor_factory")
 
 
+def require_connection(conn: Any, what: str) -> None:
+    """Refuse anything but a sync psycopg Connection for ``what`` (a public function taking one), by name and before
+    anything is sent (and one whose rows are no tuples: `check_row_factory`). A DSN, None or an AsyncConnection had
+    failed with an AttributeError naming none of them ('str' object has no attribute 'execute'; for an async one
+    "'coroutine' object has no attribute 'fetchall'" and a never-awaited warning)."""
+    if not isinstance(conn, psycopg.Connection):
+        kind = "None" if conn is None else type(conn).__name__
+        if conn is None or isinstance(conn, str):
+            hint = "pass onetrip.connect(dsn) (connect() for $ONETRIP_DSN or the embedded server)"
+        elif isinstance(conn, psycopg.AsyncConnection) or kind == "AsyncConnectionPool":
+            hint = f"an async one; {what} is synchronous: pass onetrip.connect(dsn)"
+        elif kind == "ConnectionPool":
+            hint = "pass one of its connections (with pool.connection() as conn: ...)"
+        else:
+            hint = "pass onetrip.connect(dsn)"
+        raise TypeError(f"{what} needs a psycopg.Connection (onetrip.connect()), got {kind}: {hint}")
+    check_row_factory(conn)
+
+
 def require_autocommit(conn: psycopg.Connection, what: str) -> None:
     """Refuse a connection without autocommit for a writer that commits its own work (ingest, init, delete, ...)
-    (and one whose rows are no tuples: `check_row_factory`).
+    (and anything but a sync psycopg Connection, or one whose rows are no tuples: `require_connection`).
 
     On such a connection any earlier statement (a `read_layout`, the writer's
     own checks) has opened a transaction, and the writer's ``conn.transaction()``
     became a savepoint in it: the writer returned as if done, nothing was
     visible to others, its locks were held, and closing the connection lost it.
     """
-    check_row_factory(conn)
+    require_connection(conn, what)
     if not conn.autocommit:
         raise ValueError(f"{what} commits its work in a transaction of its own: give it a connection in autocommit "
                          "mode (onetrip.connect() makes one; psycopg: connect(..., autocommit=True)); on this one "
@@ -527,7 +546,10 @@ def resolve_dsn(dsn: str | None = None) -> str:
     An explicit empty DSN is refused: ``--dsn "$UNSET_VARIABLE"`` had fallen back to ``$ONETRIP_DSN`` or the
     embedded server, and written there without a word.
     """
-    if dsn is not None and not (isinstance(dsn, str) and dsn.strip()):
+    if dsn is not None and not isinstance(dsn, str):  # 5 had been called 'empty (5: an unset variable?)'
+        raise TypeError(f"the DSN must be a string (str), got {type(dsn).__name__}: a postgresql:// URI or "
+                        "key=value pairs, or None")
+    if dsn is not None and not dsn.strip():
         raise InvalidDsnError(f"the DSN given is empty ({dsn!r}: an unset variable?): give one, or none at all "
                               f"for ${ENV_DSN} or the embedded server")
     if dsn:

@@ -43,6 +43,20 @@ def check_embedder_object(embedder: Any, what: str = "embedder") -> None:
                         f"{type(embedder).__name__}, which has no {', '.join(missing)}{hint}")
 
 
+def embedder_dim(embedder: Embedder) -> int:
+    """``embedder.dim`` if it is a positive integer (numpy's too, not a bool): a TypeError (ValueError for 0 or
+    less) naming it otherwise. ``dim = "8"`` had been told 'makes 8-d vectors but the table stores vector(8)'."""
+    import numbers
+
+    dim = embedder.dim
+    if isinstance(dim, bool) or not isinstance(dim, numbers.Integral):
+        raise TypeError(f"embedder {embedder.name}'s dim must be a positive integer (int), got "
+                        f"{type(dim).__name__} {dim!r:.80}")
+    if dim < 1:
+        raise ValueError(f"embedder {embedder.name}'s dim must be a positive integer, got {dim}")
+    return int(dim)
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """What onetrip needs from an embedding model."""

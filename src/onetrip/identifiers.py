@@ -68,6 +68,17 @@ def validate_identifier(name: object, what: str = "identifier") -> str:
     return name
 
 
+def validate_schema(name: object) -> str:
+    """`validate_identifier` for a schema name, which also may not start with ``pg_``: PostgreSQL reserves that
+    prefix for system schemas (CREATE SCHEMA refuses it, case-sensitively; upper case is refused here anyway), so
+    ``--schema pg_foo`` had passed this check and failed at the server with ReservedName (exit 1, not 2)."""
+    name = validate_identifier(name, "schema name")
+    if name.startswith("pg_"):
+        raise InvalidIdentifierError(f"schema name {name!r} is not allowed: PostgreSQL reserves names starting "
+                                     "with 'pg_' for system schemas")
+    return name
+
+
 #: Reserved in Oracle only, and PostgreSQL's default schema: taken there, refused for the Oracle edition
 #: (`check_oracle_identifier`). It had been refused everywhere, so tables in public could not be named.
 _ORACLE_ONLY_RESERVED = frozenset({"public"})

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from .embedders import Embedder, check_embedder, check_probe, embedder_probe, probe_differs
+from .embedders import Embedder, check_embedder, check_probe, embedder_dim, embedder_probe, probe_differs
 from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumentError, OnetripError
 from .sections import (
     HTML_SUFFIXES,
@@ -578,9 +578,10 @@ def ingest_paths(
             f"{layout.vector_type}({layout.dim}) (Python: Layout(dim=..., vector_type=...) as the table was made, "
             "or read_layout(conn, ...) to get it)"
         )
-    if embedder.dim != stored.dim:
+    dim = embedder_dim(embedder)  # "8" or None: a TypeError naming it, not 'makes 8-d vectors ... vector(8)'
+    if dim != stored.dim:
         raise DimensionMismatchError(
-            f"embedder {embedder.name} makes {embedder.dim}-d vectors but the sections table "
+            f"embedder {embedder.name} makes {dim}-d vectors but the sections table "
             f"stores {stored.vector_type}({stored.dim})"
         )
     # before any write: one table, one model (vectors of two models are not comparable, even at one dimension)

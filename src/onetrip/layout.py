@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .identifiers import quote_ident, validate_identifier, validate_prefix
+from .identifiers import quote_ident, validate_identifier, validate_prefix, validate_schema
 
 DEFAULT_DIM = 384
 MAX_DIM = 16000  # pgvector's hard limit for the vector type
@@ -49,7 +49,7 @@ class Layout:
             raise ValueError(f"hnsw_ef_construction must be at least 2 * hnsw_m = {2 * self.hnsw_m} "
                              f"(pgvector's rule), got {self.hnsw_ef_construction}")
         if self.schema is not None:
-            validate_identifier(self.schema, "schema name")
+            validate_schema(self.schema)
         validate_prefix(self.prefix)
 
     def partition(self, i: int) -> str:

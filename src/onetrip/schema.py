@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import psycopg
 
-from .connection import check_row_factory, require_autocommit
+from .connection import require_autocommit, require_connection
 from .errors import DimensionMismatchError, ForeignTableError, OnetripError, SchemaMissingError
 from .layout import Layout
 from .templates import render
@@ -236,7 +236,7 @@ def read_layout(conn: psycopg.Connection, *, schema: str | None = None, prefix: 
 
     Raises SchemaMissingError naming the table when `onetrip init` has not run.
     """
-    check_row_factory(conn)
+    require_connection(conn, "read_layout")
     return layout_from_row(conn.execute(*layout_query(schema, prefix)).fetchone(), schema, prefix)
 
 

@@ -24,7 +24,7 @@ from pgvector import Vector
 from psycopg import sql
 from psycopg.types.json import Jsonb
 
-from .connection import check_row_factory, require_autocommit
+from .connection import require_autocommit, require_connection
 from .embedders import LENGTH_RANGE, NAMED_IN_ERRORS
 from .errors import DimensionMismatchError, missing_table_error
 from .identifiers import quote_ident
@@ -1107,7 +1107,7 @@ def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str 
     ``limit`` is the last; the next page of a full one starts ``after=page[-1].doc_id``. Only documents
     the principals may read are counted or returned, and ``after`` need not be a stored doc_id.
     """
-    check_row_factory(conn)
+    require_connection(conn, "list_documents")
     q, params = list_documents_query(layout, collection=collection, principals=principals, limit=limit,
                                      after=after)
     try:
