@@ -84,10 +84,30 @@ def test_technical_terms_survive_exactly(kb):
     # stored and matched lower-cased: a text that writes it in capitals is found by the usual spelling
     assert technical_terms("Set MAX_Connections and PG_STAT_ACTIVITY.") == ["max_connections", "pg_stat_activity"]
     # a Markdown escape (pandoc, Notion) is the identifier it renders as; the backslash had ended the term
-    assert technical_terms(r"Set max\_connections and hnsw\.ef\_search.") == ["max_connections", "hnsw.ef_search"]
+    assert technical_terms(r"Set max\_connections and hnsw\.ef\_search.") == ["max_connections", "hnsw.ef_search",
+                                                                               "ef_search"]
+    # in stored text a qualified name's underscored parts are terms too; a query's adds its last part only
+    assert technical_terms("pg_stat_activity.wait_event, postgresql.conf", parts=True) == [
+        "pg_stat_activity.wait_event", "pg_stat_activity", "wait_event", "postgresql.conf"]
+    assert technical_terms("pg_stat_activity.wait_event") == ["pg_stat_activity.wait_event", "wait_event"]
+    assert technical_terms("pg_stat_activity.query") == ["pg_stat_activity.query"]
     # the stemmed english column alone would split it: 'max' & 'connect'
     row = kb.conn.execute("SELECT to_tsvector('english', 'max_connections')::text").fetchone()[0]
     assert "max_connections" not in row
+
+
+def test_a_qualified_name_is_found_by_its_underscored_part(db, tmp_path):
+    """A question naming `wait_event` alone finds the section writing `pg_stat_activity.wait_event` by its term
+    (the english configuration reads `pg_stat_activity.wait` as one host name, so only `event` had matched)."""
+    init_schema(db)
+    (tmp_path / "stats.md").write_text(
+        f"# Statistics\n\n## Backend state\n\nRead pg_stat_activity.wait_event to see a backend's state.{PAD}\n\n"
+        f"## Other\n\nA wait for an event of some kind is described in another chapter.{PAD}\n")
+    ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    assert "wait_event" in db.execute("SELECT terms FROM sections WHERE section_id = 'backend-state'").fetchone()[0]
+    kb = Retriever(db, embedder=HashEmbedder())
+    for mode in ("lexical", "hybrid"):
+        assert ids(kb.search("wait_event", k=2, mode=mode))[0] == "stats.md#backend-state", mode
 
 
 def test_hybrid_is_one_statement_with_every_expansion(kb, statement_log):

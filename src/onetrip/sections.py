@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 10
+SECTIONING = 11
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -103,7 +103,10 @@ containers after a top-level container it ends is no deeper than that container 
 subsection). The PostgreSQL manual is cut as under 8; Markdown too;
 10: (2026-12-06, found by review) a Markdown front matter title that YAML reads as a number, a date or true/false
 (``title: 1984``, ``title: 1.10``) is the document's title as written (it had been ignored, the first h1 or the
-file name taken). HTML is cut as under 9."""
+file name taken). HTML is cut as under 9;
+11: (2026-12-07) a qualified name's parts that hold an underscore are technical terms too
+(``pg_stat_activity.wait_event`` gives ``wait_event``: `onetrip.store.technical_terms`), so the stored rows'
+``terms`` differ; files are cut as under 10 (the stored vectors are reused)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 

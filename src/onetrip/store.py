@@ -646,11 +646,21 @@ def nul_in(value: Any) -> str | None:
 _TECH_TERM = re.compile(r"(?<![\w.])[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+")
 
 
-def technical_terms(text: str) -> list[str]:
+def technical_terms(text: str, *, parts: bool = False) -> list[str]:
     """Identifiers a text search configuration would split: max_connections, pg_stat_activity, hnsw.ef_search.
 
     Stored whole (lower-cased) in ``terms`` so an exact identifier in a query
-    matches exactly; the same function runs on query text. A Markdown escape
+    matches exactly; the same function runs on query text. With ``parts`` (the
+    stored text's terms), a qualified name's parts that hold an underscore are
+    terms too (``pg_stat_activity.wait_event`` gives ``pg_stat_activity`` and
+    ``wait_event``): a question naming the column alone had not matched a section
+    writing it qualified, and the english configuration does not help there (it
+    reads ``pg_stat_activity.wait`` as one host name). A query's qualified name
+    adds only its last part (``wait_event``, which the manual's view tables write
+    alone): all its parts had matched every section naming ``pg_stat_activity``
+    or ``auto_explain`` alone, and the sections about ``pg_stat_activity.query``
+    or ``auto_explain.log_min_duration`` lost their place (two tuning questions
+    lost coverage). A Markdown escape
     (``max\\_connections``, as pandoc and Notion write it) is read as the
     identifier it renders as: the backslash had ended the term, so none was stored.
     """
@@ -661,6 +671,10 @@ def technical_terms(text: str) -> list[str]:
             continue
         if "_" in term or ("." in term and all(len(part) >= 2 for part in term.split("."))):
             seen.setdefault(term, None)
+            names = term.split(".") if "." in term else []
+            for part in names if parts else names[-1:]:
+                if "_" in part:
+                    seen.setdefault(part, None)
     return list(seen)
 
 
@@ -697,7 +711,8 @@ def section_copy_row(doc: DocumentRecord, s: SectionLike, vec: np.ndarray, conte
         revision, doc.collection, None if acl is None else list(acl),
         HalfVector(vec) if vector_type == "halfvec" else Vector(vec),
         metadata,
-        " ".join(h for h in s.heading_path if h), technical_terms(" ".join(s.heading_path) + "\n" + s.content),
+        " ".join(h for h in s.heading_path if h),
+        technical_terms(" ".join(s.heading_path) + "\n" + s.content, parts=True),
     )
 
 
