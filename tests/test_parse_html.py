@@ -69,7 +69,7 @@ def test_manual_like_page_visible_text() -> None:
     assert "Table 13.1. Transaction Isolation Levels" in top  # table title is content
     # an admonition's title is content, not a section
     assert "Note\n\nSome PostgreSQL data types" in top
-    assert "dirty read\n\nA transaction reads data written" in top
+    assert "dirty read\nA transaction reads data written" in top  # a term, then its definition, one line apart
     rc = doc.sections[1].content
     assert rc.startswith("Read Committed is the default isolation level in PostgreSQL.")
     assert "WHERE acctnum = 12345;\n    -- indented comment\nCOMMIT;" in rc  # pre keeps whitespace
@@ -895,3 +895,36 @@ def test_the_cells_after_a_caption_in_a_cell_are_read() -> None:
                        ("<table><td><caption><div><tr><div><td>x</table>", ["x"]),
                        ("<table><td><caption><div><tr><div><tr>x</table>", ["x"])]:
         assert [b.text for b in parse_html(page)[1]] == want, page
+
+
+def test_a_term_stays_with_its_definition_when_a_section_is_cut(tmp_path) -> None:
+    """A <dt> (the manual's parameter names) is joined to its <dd> by one newline, not a blank line, the
+    preferred cut: parts had ended with `log_filename (string)` and the next began with its definition without
+    naming it (found by review: 705 of the manual's 6,124 part boundaries)."""
+    filler = ("This parameter controls how the server behaves when the condition described here occurs, and it "
+              "can be set in the configuration file. ") * 5
+    items = "".join(f"<dt>setting_{i} (integer)</dt><dd><p>{filler}</p><p>Default {i}.</p></dd>" for i in range(6))
+    page = tmp_path / "settings.html"
+    page.write_text(f"<html><body><h1>Settings</h1><dl>{items}</dl></body></html>")
+    doc = parse_file(page, count_tokens=words, min_tokens=0, max_tokens=150)
+    assert len(doc.sections) > 2
+    for s in doc.sections:
+        assert s.content.startswith("setting_"), s.content[:60]
+        assert not s.content.rstrip().endswith("(integer)"), s.content[-60:]
+    assert "setting_0 (integer)\nThis parameter" in doc.sections[0].content  # not cut apart, one line apart
+
+
+def test_a_docbook_title_starts_the_part_of_what_it_titles(tmp_path) -> None:
+    """A table's DocBook title ("Table 9.1. ...") that would end a full part starts the next one, with its
+    table (found by review: 268 of the manual's part boundaries had cut a caption from its table)."""
+    para = "<p>" + "Words about comparison operators and their use in queries. " * 12 + "</p>"
+    table = ('<div class="table"><p class="title"><strong>Table 9.1. Comparison Operators</strong></p>'
+             '<div class="table-contents"><table><tr><th>Operator</th><th>Description</th></tr>'
+             + "".join(f"<tr><td>op{i}</td><td>compares two values of a kind</td></tr>" for i in range(8))
+             + "</table></div></div>")
+    page = tmp_path / "functions.html"
+    page.write_text(f"<html><body><h1>Functions</h1>{para}{para}{table}</body></html>")
+    doc = parse_file(page, count_tokens=words, min_tokens=0, max_tokens=230)  # both paragraphs and the title fit
+    holding = [s for s in doc.sections if "op0 | compares" in s.content or "op0" in s.content]
+    assert holding and "Table 9.1. Comparison Operators" in holding[0].content, [s.content[-80:] for s in doc.sections]
+    assert not any(s.content.rstrip().endswith("Comparison Operators") for s in doc.sections)

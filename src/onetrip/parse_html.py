@@ -292,6 +292,7 @@ class _Text:
         self.parts: list[str] = []
         self.pending = 0  # newlines owed before the next text
         self.line_start = True
+        self.glued = False  # after a <dt>: one newline at most before the next text, its definition's
 
     def add(self, text: str, pre: bool = False) -> None:
         if not pre:
@@ -306,13 +307,21 @@ class _Text:
             self.parts[-1] = self.parts[-1].rstrip(" ")
             self.parts.append("\n" * self.pending)
         self.pending = 0
+        self.glued = False
         self.parts.append(text)
         self.line_start = text.endswith("\n")
 
     def newline(self, n: int = 1) -> None:
         if self.parts:
-            self.pending = max(self.pending, n)
+            self.pending = max(self.pending, min(n, 1) if self.glued else n)
         self.line_start = True
+
+    def glue(self) -> None:
+        """End a line that belongs with the next text (a term with its definition): no blank line, a preferred
+        split point, comes between them (the manual's parameter names had ended one part, their definitions
+        starting the next without naming them: 701 of its 6,124 part boundaries; found by review)."""
+        self.newline(1)
+        self.glued = True
 
     def value(self, keep_indent: bool = False) -> str:
         text = "".join(self.parts)
@@ -762,7 +771,8 @@ class _Walker:
         _inline(tag, buf, pre, self.consumed)
         text = buf.value(keep_indent=pre)
         if text:
-            self.blocks.append(ContentBlock(kind, text))
+            # DocBook's title of a table, example, figure or note: kept with what it titles when a section is cut
+            self.blocks.append(ContentBlock(kind, text, keep_with_next=tag.name == "p" and "title" in _classes(tag)))
 
 
 _TEXT_TYPES = frozenset({NavigableString, CData})  # the strings get_text() reads in all but a few elements
@@ -900,14 +910,16 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
             elif name in _BREAKING:
                 n = 2 if name in _PARAGRAPH_BREAK else 1
                 buf.newline(n)
-                stack.append((iter(child.contents), pre, n))
+                stack.append((iter(child.contents), pre, -1 if name == "dt" else n))
                 break
             else:
                 stack.append((iter(child.contents), pre, 0))
                 break
         else:
             stack.pop()
-            if after:
+            if after < 0:
+                buf.glue()
+            elif after:
                 buf.newline(after)
 
 
