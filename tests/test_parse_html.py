@@ -928,3 +928,20 @@ def test_a_docbook_title_starts_the_part_of_what_it_titles(tmp_path) -> None:
     holding = [s for s in doc.sections if "op0 | compares" in s.content or "op0" in s.content]
     assert holding and "Table 9.1. Comparison Operators" in holding[0].content, [s.content[-80:] for s in doc.sections]
     assert not any(s.content.rstrip().endswith("Comparison Operators") for s in doc.sections)
+
+
+def test_a_run_of_titles_packs_as_text_and_a_term_without_definition_glues_nothing(tmp_path) -> None:
+    """Review of the two rules above: titles with nothing between them (DocBook figures, whose images have no
+    text) had each become a part of its own, every title carried to the next part; a <dt> with no definition had
+    glued the paragraph after its list to it."""
+    figure = ('<div class="figure"><p class="title"><strong>Figure 3.{0}. The settings dialog, step {0}</strong>'
+              '</p><div class="figure-contents"><img src="s{0}.png"></div></div>')
+    page = tmp_path / "figures.html"
+    page.write_text("<html><body><h2>Walkthrough</h2>" + "".join(figure.format(i) for i in range(1, 61))
+                    + "</body></html>")
+    doc = parse_file(page, count_tokens=words, min_tokens=0, max_tokens=60)
+    assert len(doc.sections) <= 1 + 60 * 8 // 60, [s.token_count for s in doc.sections]
+    assert sum(s.content.count("Figure 3.") for s in doc.sections) == 60
+    _, blocks, _ = parse_html("<html><body><ul><li><dl><dt>lonely_term</dt></dl><p>Para A one.</p>"
+                              "<p>Para B two.</p></li></ul></body></html>")
+    assert [b.text for b in blocks if isinstance(b, ContentBlock)] == ["lonely_term\n\nPara A one.\n\nPara B two."]

@@ -871,6 +871,9 @@ def _has_text(node: PageElement, has_text: Callable[[Tag], bool]) -> bool:
     return _is_text(node) and bool(str(node).strip())
 
 
+_GLUE, _UNGLUE = -1, -2  # what the end of a <dt> and of a <dl> does in `_inline`, for line breaks owed
+
+
 def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
     """Visible text of a content block: inline markup adds nothing, blocks add newlines.
 
@@ -910,15 +913,20 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
             elif name in _BREAKING:
                 n = 2 if name in _PARAGRAPH_BREAK else 1
                 buf.newline(n)
-                stack.append((iter(child.contents), pre, -1 if name == "dt" else n))
+                # a <dt> glues its line to the next text (`_Text.glue`), its definition's; the end of its <dl>
+                # ends that, so a term without one leaves the text after the list a paragraph apart
+                stack.append((iter(child.contents), pre, _GLUE if name == "dt" else _UNGLUE if name == "dl" else n))
                 break
             else:
                 stack.append((iter(child.contents), pre, 0))
                 break
         else:
             stack.pop()
-            if after < 0:
+            if after == _GLUE:
                 buf.glue()
+            elif after == _UNGLUE:
+                buf.glued = False
+                buf.newline(1)
             elif after:
                 buf.newline(after)
 

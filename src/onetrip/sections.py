@@ -380,7 +380,8 @@ def _pack(pieces: list[_Piece], max_tokens: int) -> list[list[_Piece]]:
             while keep < len(cur) - 1 and cur[-1 - keep].keep_with_next:
                 keep += 1
             carried = cur[len(cur) - keep:]
-            if p.mid_word or sum(c.tokens for c in carried) + p.tokens > max_tokens:
+            # not before another title (a run of figure titles with no text between had become a part each)
+            if p.mid_word or p.keep_with_next or sum(c.tokens for c in carried) + p.tokens > max_tokens:
                 carried = []
             parts.append(cur[:len(cur) - len(carried)])
             cur, total = carried, sum(c.tokens for c in carried)
