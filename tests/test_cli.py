@@ -13,13 +13,15 @@ import pytest
 
 from onetrip import Retriever
 
+from .cli_forkserver import run_cli
+
 DEMO = Path(__file__).resolve().parents[1] / "src" / "onetrip" / "demo_corpus"
 
 
 def onetrip(*args: str, dsn: str | None = None, **env_vars: str) -> subprocess.CompletedProcess:
+    """`python -m onetrip.cli ARGS [--dsn DSN]` in a process of its own (forked warm: tests/cli_forkserver.py)."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", **env_vars}
-    cmd = [sys.executable, "-m", "onetrip.cli", *args] + (["--dsn", dsn] if dsn else [])
-    return subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    return run_cli([*args] + (["--dsn", dsn] if dsn else []), env=env, timeout=300)
 
 
 def test_init_ingest_search_json(dsn, tmp_path):
