@@ -220,7 +220,12 @@ def _start(env: dict[str, str]) -> dict[str, Any]:
     os.close(req_r)
     os.close(resp_w)
 
-    def stop() -> None:
+    stopped = []
+
+    def stop() -> None:  # at a restart, and at exit: once (a closed fd's number may be another file's by then)
+        if stopped:
+            return
+        stopped.append(True)
         os.close(req_w)  # the server leaves at end of input
         try:
             proc.wait(timeout=30)
@@ -233,7 +238,7 @@ def _start(env: dict[str, str]) -> dict[str, Any]:
     if hello is None or hello["printed"]:  # died, or its imports printed what each CLI call would print
         sys.stderr.write("tests/cli_forkserver.py: not forking the CLI, its warm imports printed: "
                          f"{(hello or {}).get('printed', 'nothing, and the server died')}\n")
-    return {"proc": proc, "req": req_w, "resp": resp_r, "start": _start_variables(env),
+    return {"proc": proc, "req": req_w, "resp": resp_r, "start": _start_variables(env), "stop": stop,
             "usable": hello is not None and not hello["printed"]}
 
 
@@ -253,10 +258,15 @@ def run_cli(args: list[str], env: dict[str, str], timeout: float = 300) -> subpr
     if not hasattr(os, "fork") or os.environ.get("ONETRIP_TEST_CLI") == "exec" or os.isatty(0):
         return plain()
     with _lock:
-        if not _server or _server["proc"].poll() is not None:
+        # started again, with the caller's environment, when it died or when a variable read at import changed
+        # (the test process sets some itself as it runs, TOKENIZERS_PARALLELISM, TORCHINDUCTOR_CACHE_DIR: a plain
+        # subprocess for every later call had made the suite as slow as without the server)
+        if _server and (_server["proc"].poll() is not None or _start_variables(env) != _server["start"]):
+            _server["stop"]()
             _server.clear()
+        if not _server:
             _server.update(_start(env))
-        if not _server["usable"] or _start_variables(env) != _server["start"]:
+        if not _server["usable"]:
             return plain()
         _send(_server["req"], {"args": args, "env": env, "cwd": os.getcwd(), "timeout": timeout})
         res = _receive(_server["resp"])
