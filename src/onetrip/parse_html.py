@@ -319,7 +319,7 @@ class _Text:
     def glue(self) -> None:
         """End a line that belongs with the next text (a term with its definition): no blank line, a preferred
         split point, comes between them (the manual's parameter names had ended one part, their definitions
-        starting the next without naming them: 701 of its 6,124 part boundaries; found by review)."""
+        starting the next without naming them: 705 of its 6,124 part boundaries; found by review)."""
         self.newline(1)
         self.glued = True
 

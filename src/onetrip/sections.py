@@ -104,9 +104,9 @@ subsection). The PostgreSQL manual is cut as under 8; Markdown too;
 10: (2026-12-06, found by review) a Markdown front matter title that YAML reads as a number, a date or true/false
 (``title: 1984``, ``title: 1.10``) is the document's title as written (it had been ignored, the first h1 or the
 file name taken). HTML is cut as under 9;
-11: (2026-12-07) a qualified name's parts that hold an underscore are technical terms too
-(``pg_stat_activity.wait_event`` gives ``wait_event``: `onetrip.store.technical_terms`), so the stored rows'
-``terms`` differ; files are cut as under 10 (the stored vectors are reused);
+11: (2026-12-07) a stored qualified name's parts that hold an underscore are technical terms too
+(``pg_stat_activity.wait_event`` gives ``pg_stat_activity`` and ``wait_event``: `onetrip.store.technical_terms`),
+so the stored rows' ``terms`` differ; files are cut as under 10 (the stored vectors are reused);
 12: (2026-12-07, found by review) HTML: a <dt> term and its definition are one line apart, not a blank line
 (the preferred cut: 705 of the PostgreSQL manual's part boundaries had left a parameter's name at the end of
 one part, its definition in the next); a DocBook title paragraph (``Table 9.1. ...``) that would end a full
@@ -172,7 +172,7 @@ class ContentBlock:
     kind: str  # one of BLOCK_KINDS
     text: str
     header_lines: int = 0
-    keep_with_next: bool = False  # a title of what follows (DocBook's "Table 9.1. ..."): cut from it, never
+    keep_with_next: bool = False  # a title of what follows (DocBook's "Table 9.1. ..."): not cut from it if both fit
 
 
 Block = Union[HeadingBlock, ContentBlock]
