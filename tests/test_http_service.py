@@ -363,6 +363,7 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
             # finite, but pgvector's float32 norm overflows: every distance was 1.0, in arbitrary order
             ({"embedding": [1e20] * 384}, "invalid_field", ["embedding", "normalise"]),
             ({"query": "x", "max_tokens": 16001}, "budget_too_large", ["16000"]),
+            ({"query": "x", "max_tokens": 16001.0}, "budget_too_large", ["16000"]),  # had been invalid_field
             ({"query": "x", "max_tokens": 0}, "invalid_field", ["max_tokens"]),
             ({"query": "x", "filters": {"colections": ["a"]}}, "unknown_filter_key", ["colections"]),
             ({"query": "x", "filters": {"collections": "a"}}, "invalid_field", ["filters.collections"]),
@@ -411,8 +412,12 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
         assert resp.status == 413 and json.loads(resp.read())["error"]["code"] == "body_too_large"
         conn.close()
 
+        counted = call(base, "GET", "/stats")[1]["responses"]
         assert_error(*call(base, "GET", "/nowhere")[:2], 404, "not_found")
         assert_error(*call(base, "GET", "/search")[:2], 405, "method_not_allowed")
+        # Starlette answers these outside the routes; /stats had not counted them
+        now = call(base, "GET", "/stats")[1]["responses"]
+        assert [now.get(c, 0) - counted.get(c, 0) for c in ("404", "405")] == [1, 1], (counted, now)
         # The service still answers after all that.
         assert search(base, {"query": "pasta", "k": 1})[0] == 200
         # ... as JSON Schema's "integer" (in /openapi.json) counts it: 2.0 had been 422 "must be an integer"
@@ -1129,9 +1134,10 @@ def test_a_request_the_stop_cancels_has_its_statement_cancelled_on_the_server(db
 
     name = f"onetrip-stop-{os.getpid()}"
     with DelayProxy(upstream_from_dsn(dsn), 20.0) as proxy:
-        app = answering_503_when_stopped(create_app(
+        inner = create_app(
             ServiceConfig(dsn=proxied_dsn(dsn, proxy.host, proxy.port), application_name=name, statement_timeout=None),
-            embedder_factory=HashEmbedder))
+            embedder_factory=HashEmbedder)
+        app = answering_503_when_stopped(inner)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.bind(("127.0.0.1", 0))
         base = f"127.0.0.1:{sock.getsockname()[1]}"
@@ -1156,6 +1162,7 @@ def test_a_request_the_stop_cancels_has_its_statement_cancelled_on_the_server(db
             thread.join(60)
             client.join(60)
             assert not thread.is_alive() and answers and answers[0][0] == 503, answers
+            assert inner.state.service.statuses[503] == 1  # counted among the responses, as every other answer
             assert db.execute(waiting, (name,)).fetchone()[0] == 0, "the cancelled request's statement still runs"
             locker.rollback()
         sock.close()

@@ -481,6 +481,8 @@ def parse_search(body: Any, cfg: ServiceConfig) -> SearchRequest:
         raise _invalid("embedding", "dense mode takes query or embedding, not both (both are for hybrid)")
     k = None if body.get("k") is None else _int(body["k"], "k", 1, cfg.max_k, "k_out_of_range")
     max_tokens = body.get("max_tokens", cfg.default_max_tokens)
+    if isinstance(max_tokens, float) and max_tokens.is_integer():  # as `_int` reads it: 16001.0 is over the cap too
+        max_tokens = int(max_tokens)
     if isinstance(max_tokens, int) and not isinstance(max_tokens, bool) and max_tokens > cfg.max_tokens_cap:
         raise ApiError(422, "budget_too_large",
                        f"max_tokens: {max_tokens} is over this service's cap of {cfg.max_tokens_cap}",
@@ -1098,6 +1100,7 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
             detail += f" (allowed: {allow})"
         response = ApiError(exc.status_code, code, detail).response()
         response.headers.update(exc.headers or {})
+        service.statuses[response.status_code] += 1  # Starlette answers these outside `endpoint`
         return response
 
     @asynccontextmanager
@@ -1162,6 +1165,8 @@ def answering_503_when_stopped(app: Any) -> Callable[..., Awaitable[None]]:
             log.info("%s %s cancelled: the service stopped before it ended (--shutdown-timeout)",
                      scope.get("method"), scope.get("path"))
             if not started:
+                with suppress(AttributeError):  # app as create_app makes it; /stats counts the 503 too
+                    app.state.service.statuses[503] += 1
                 with suppress(Exception):  # the client may be gone
                     await ApiError(503, "shutting_down", "the service is stopping; try again later")\
                         .response()(scope, receive, send)
