@@ -316,6 +316,37 @@ def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path, statement_l
         assert w.statements == [], why  # refused before the write, not rolled back after it
 
 
+def test_a_tree_listed_out_of_document_order_is_refused(db, tmp_path, statement_log):
+    """Found by review: sections A, B, then A's child a1 (a subtree that is not one run of sequence_index) were
+    stored, and a1's neighbors scoped to its parent A took in the sibling B. The neighbors' "parent" scope and
+    the section expansion read a subtree as a range: sequence_index must list the tree in document order."""
+    from dataclasses import replace
+
+    init_schema(db)
+    path, parsed, vecs = _parsed(tmp_path, "o.md", f"# A\n\nAlpha.{PAD}\n\n## a1\n\nAlpha one.{PAD}\n\n"
+                                                     f"# B\n\nBeta.{PAD}\n")
+    record = DocumentRecord("o.md", path.as_uri(), parsed.title, "h")
+    a, a1, b = parsed.sections
+    assert (a1.parent_section_id, b.parent_section_id) == (a.section_id, None)
+    swapped = [a, replace(b, sequence_index=1), replace(a1, sequence_index=2)]
+    with statement_log.watch(db) as w, pytest.raises(ValueError, match=f"section {a1.section_id} \\(sequence_index "
+                                                     f"2\\) has parent {a.section_id}, but by document order its "
+                                                     f"parent is {b.section_id}"):
+        replace_document(db, Layout(), record, swapped, vecs)
+    assert w.statements == []
+    # a grandchild listed after its grandparent's next child: its parent is closed by then
+    path, parsed, vecs = _parsed(tmp_path, "g.md", f"# A\n\nAlpha.{PAD}\n\n## a1\n\nOne.{PAD}\n\n"
+                                                     f"### x\n\nEx.{PAD}\n\n## a2\n\nTwo.{PAD}\n")
+    a, a1, x, a2 = parsed.sections
+    record = DocumentRecord("g.md", path.as_uri(), parsed.title, "h")
+    with pytest.raises(ValueError, match=f"has parent {a1.section_id}, but by document order its parent is "
+                                         f"{a2.section_id}"):
+        replace_document(db, Layout(), record, [a, a1, replace(a2, sequence_index=2), replace(x, sequence_index=3)],
+                         vecs)
+    replace_document(db, Layout(), record, [a, a1, x, a2], vecs)  # the parser's order is stored
+    assert db.execute("SELECT count(*) FROM sections WHERE doc_id = 'g.md'").fetchone()[0] == 4
+
+
 def test_part_markers_that_are_no_whole_run_are_refused(db, tmp_path, statement_log, monkeypatch):
     """The context's section expansion reads metadata 'part'/'parts' as a cut section's part k of n: a caller's
     own "part" (Part II of a manual) had moved the default context onto unrelated sections ({"part": 3}), or

@@ -502,6 +502,34 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
                              f"heading(s); it must hold {want}: its ancestors' headings and its own "
                              "(a section with no parent: its own, or none)")
     _check_parts(doc_id, sections)
+    _check_document_order(doc_id, sections, depth)
+
+
+def _check_document_order(doc_id: str, sections: Sequence[SectionLike], depth: Mapping[str, int]) -> None:
+    """Refuse a tree whose sequence_index does not list each subtree as one run (the parent, its later parts,
+    then what lies below it), as a document's headings do.
+
+    The neighbors' "parent" scope and the ``section`` expansion read a subtree as a range of sequence_index:
+    a tree listed in another order (A, B, then A's child a1) had put the sibling B into a1's window scoped to
+    its parent A (found by review). Each section's parent must be the nearest open section one level up.
+    """
+    order = sorted(sections, key=lambda s: s.sequence_index)
+    open_: list[tuple[int, str]] = []  # (depth, the node's first part's id), from a root down
+    for i, s in enumerate(order):
+        d = depth[s.section_id]
+        part = s.metadata.get("part")
+        node = order[i - part + 1].section_id if isinstance(part, int) and part > 1 else s.section_id
+        while open_ and open_[-1][0] >= d:
+            open_.pop()
+        if s.parent_section_id is None:
+            open_.clear()
+        elif not open_ or open_[-1][1] != s.parent_section_id:
+            nearest = open_[-1][1] if open_ else "none (a root)"
+            raise ValueError(f"{doc_id}: section {s.section_id} (sequence_index {s.sequence_index}) has parent "
+                             f"{s.parent_section_id}, but by document order its parent is {nearest}: "
+                             "sequence_index must list the tree in document order (a section after its parent "
+                             "and before its parent's next sibling)")
+        open_.append((d, node))
 
 
 PART_KEYS = ("part", "parts")
