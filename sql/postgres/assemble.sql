@@ -51,9 +51,10 @@
 --           bucket's rows and this file the first k the scan returns, which can
 --           be other hits (see retrieve.sql); with hnsw.ef_search at least the
 --           bucket both return the same rows, except where distances tie at
---           the k-th place (copies of one text): the API keeps the tied rows
---           first by doc_id and sequence_index, this file those the scan
---           returns first.
+--           the k-th place (copies of one text): for a k that is not a bucket
+--           the API keeps the tied rows first by doc_id and sequence_index;
+--           this file, and the API at a k that is a bucket, keep those the
+--           scan returns first.
 -- =============================================================================
 WITH RECURSIVE hits AS MATERIALIZED (
     SELECT s.doc_id,

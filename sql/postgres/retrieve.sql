@@ -62,8 +62,9 @@
 --           against an exact scan 0.993 for the API, 0.984 here). With
 --           hnsw.ef_search at least the bucket both return the same rows,
 --           except where distances tie at the k-th place (copies of one text):
---           the API keeps the tied rows first by doc_id and sequence_index,
---           this file those the scan returns first.
+--           for a k that is not a bucket the API keeps the tied rows first by
+--           doc_id and sequence_index; this file, and the API at a k that is a
+--           bucket, keep those the scan returns first.
 -- =============================================================================
 WITH hits AS MATERIALIZED (
     SELECT s.doc_id,
