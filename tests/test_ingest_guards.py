@@ -159,6 +159,68 @@ def test_delete_document_with_a_source_deletes_only_a_document_still_stored_from
     assert list_documents(db, Layout()) == []
 
 
+def test_a_delete_by_source_waits_for_a_move_of_that_document_and_keeps_it(db, dsn, tmp_path):
+    """Found by review: `--delete-missing` read the stored path, then deleted by doc_id alone; another run moving
+    the document to a file that exists (`set_document_source`, which takes no document lock) could commit in
+    between, and its document was deleted. The delete now reads the path with the row locked."""
+    from onetrip.store import set_document_source
+
+    a, b = _tenants(tmp_path)
+    init_schema(db)
+    ingest_paths(db, [a], layout=Layout(), embedder=HashEmbedder())
+    digest = db.execute("SELECT content_hash FROM documents WHERE doc_id = 'handbook.md'").fetchone()[0]
+    result: list[object] = []
+    with psycopg.connect(dsn) as mover:  # another run, its move not yet committed
+        assert set_document_source(mover, Layout(), "handbook.md", digest, b.resolve().as_uri())
+
+        def delete() -> None:
+            with psycopg.connect(dsn, autocommit=True) as deleter:
+                result.append(deleter.info.backend_pid)
+                result.append(delete_document(deleter, Layout(), "handbook.md", source_uri=a.resolve().as_uri()))
+
+        worker = threading.Thread(target=delete)
+        worker.start()
+        waiting = "SELECT wait_event_type FROM pg_stat_activity WHERE pid = %s"
+        for _ in range(6000):  # until the delete waits on the moved row (a guard against hanging, not a timing)
+            if result and db.execute(waiting, (result[0],)).fetchone() == ("Lock",):
+                break
+            threading.Event().wait(0.01)
+        else:
+            pytest.fail("the delete never waited on the row being moved")
+        mover.commit()
+    worker.join(60)
+    assert result[1:] == [False]  # it had returned True and deleted the moved document
+    assert [d.source_uri for d in list_documents(db, Layout())] == [b.resolve().as_uri()]
+
+
+def test_a_document_another_writer_deleted_is_not_called_stored_again(db, tmp_path, monkeypatch, capsys):
+    """Found by review: a gone file's document that another writer deleted before --delete-missing came to it
+    was listed as "stored again from another file meanwhile, so not deleted"."""
+    import onetrip.ingest
+    from onetrip.cli import _print_gone
+
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "f5.md").write_text(_doc("five"))
+    init_schema(db)
+    ingest_paths(db, [docs], layout=Layout(), embedder=HashEmbedder())
+    (docs / "f5.md").unlink()
+    real = onetrip.ingest.delete_document
+
+    def deleted_first(conn, layout, doc_id, **kw):  # another writer (`onetrip delete`) comes first
+        assert delete_document(conn, layout, doc_id)
+        return real(conn, layout, doc_id, **kw)
+
+    monkeypatch.setattr(onetrip.ingest, "delete_document", deleted_first)
+    report = ingest_paths(db, [docs], layout=Layout(), embedder=HashEmbedder(), delete_missing=True)
+    assert (report.deleted, report.deleted_elsewhere) == ([], ["f5.md"])
+    assert report.as_dict()["deleted_elsewhere"] == ["f5.md"]
+    _print_gone(report, True)
+    err = capsys.readouterr().err
+    assert "1 document whose files are gone had been deleted by another writer meanwhile" in err, err
+    assert "deleted meanwhile: f5.md" in err and "stored again" not in err, err
+
+
 def test_cli_names_files_gone_and_replaced_documents(dsn, tmp_path):
     docs = tmp_path / "docs"
     docs.mkdir()

@@ -739,7 +739,14 @@ def _print_gone(report: Any, delete_missing: bool) -> None:
         for did, path in report.gone:
             if did in deleted:
                 print(f"  deleted: {did} (was {path})", file=sys.stderr)
-    kept = [(d, p) for d, p in report.gone if d not in deleted]
+    elsewhere = set(report.deleted_elsewhere)
+    if elsewhere:  # delete_document found nothing to delete: it had said "stored again", which was untrue
+        print(f"onetrip: note: {_count(len(elsewhere), 'document')} whose files are gone had been deleted by another "
+              "writer meanwhile:", file=sys.stderr)
+        for did, path in report.gone:
+            if did in elsewhere:
+                print(f"  deleted meanwhile: {did} (was {path})", file=sys.stderr)
+    kept = [(d, p) for d, p in report.gone if d not in deleted and d not in elsewhere]
     if kept:
         how = ("stored again from another file meanwhile, so not deleted" if delete_missing else
                "they stay searchable: `onetrip delete ID ...`, or ingest again with --delete-missing")

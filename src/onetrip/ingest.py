@@ -48,6 +48,7 @@ from .store import (
     check_access_values,
     check_doc_id,
     delete_document,
+    is_stored,
     documents_from,
     flush_word_indexes,
     set_document_access,
@@ -86,6 +87,8 @@ class IngestReport:
     replaced: list[tuple[str, str]] = field(default_factory=list)  # (path, the other file, still there, it was from)
     gone: list[tuple[str, str]] = field(default_factory=list)  # (doc_id, its file, gone from a folder given)
     deleted: list[str] = field(default_factory=list)  # of `gone`: deleted (delete_missing=True)
+    #: of `gone`: no longer stored when this run came to delete it (another writer deleted it meanwhile)
+    deleted_elsewhere: list[str] = field(default_factory=list)
     sections: int = 0
     reused: int = 0  # of `sections`: written with the vector stored for the same text (`_stored_vectors`), not embedded
     parse_seconds: float = 0.0
@@ -115,6 +118,7 @@ class IngestReport:
             "warnings": [{"path": p, "warning": w} for p, w in self.warnings],
             "replaced": [{"path": p, "other_file": o} for p, o in self.replaced],
             "gone": [{"doc_id": d, "path": p} for d, p in self.gone], "deleted": self.deleted,
+            "deleted_elsewhere": self.deleted_elsewhere,
             "sections": self.sections, "reused": self.reused, "parse_seconds": round(self.parse_seconds, 3),
             "embed_seconds": round(self.embed_seconds, 3), "load_seconds": round(self.load_seconds, 3),
             "recounted": self.recounted, "words_behind": self.words_behind,
@@ -750,9 +754,13 @@ def ingest_paths(
         for folder in {g.resolve(): g for g in reversed(given) if _is_dir(g)}.values():  # each folder once
             for did, uri, path in _gone_files(conn, layout, folder, doc_id):
                 report.gone.append((did, str(path)))
-                if delete_missing and delete_document(conn, layout, did, keep_history=keep_history, source_uri=uri):
+                if not delete_missing:
+                    continue
+                if delete_document(conn, layout, did, keep_history=keep_history, source_uri=uri):
                     report.deleted.append(did)
                     marked[0] = True  # the deletion committed with the mark: the recount below is due
+                elif not is_stored(conn, layout, did):
+                    report.deleted_elsewhere.append(did)  # else stored again from another file: kept
         # a recount is due when words changed, or marked: a write was tried, or an earlier run stopped
         due = bool(report.new or report.changed > report.access_only or marked[0])
         if due and recount:

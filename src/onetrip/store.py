@@ -1160,9 +1160,11 @@ def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str 
     return [document_info(row) for row in rows]
 
 
-def stored_source(conn: psycopg.Connection, layout: Layout, doc_id: str) -> str | None:
-    """The ``source_uri`` a document is stored with (None if it is not stored, or has none)."""
-    q = sql.SQL("SELECT source_uri FROM {} WHERE doc_id = %s").format(sql.SQL(layout.tables["documents"]))
+def stored_source(conn: psycopg.Connection, layout: Layout, doc_id: str, *, for_update: bool = False) -> str | None:
+    """The ``source_uri`` a document is stored with (None if it is not stored, or has none); ``for_update``: with
+    its row locked until the caller's transaction ends."""
+    q = sql.SQL("SELECT source_uri FROM {} WHERE doc_id = %s{}").format(
+        sql.SQL(layout.tables["documents"]), sql.SQL(" FOR UPDATE" if for_update else ""))
     row = conn.execute(q, (doc_id,)).fetchone()
     return None if row is None else row[0]
 
@@ -1196,7 +1198,10 @@ def delete_document(conn: psycopg.Connection, layout: Layout, doc_id: str, *, ke
     with conn.transaction():
         try:
             _lock_document(conn, doc_id)
-            if source_uri is not None and stored_source(conn, layout, doc_id) != source_uri:
+            # FOR UPDATE: the row stays as read until the DELETE. A plain read had let `set_document_source` (an
+            # unchanged file found at a new path, which takes no document lock) commit in between, and the DELETE
+            # then removed the document another run had just stored from an existing file (found by review)
+            if source_uri is not None and stored_source(conn, layout, doc_id, for_update=True) != source_uri:
                 return False
             if keep_history:
                 _archive_sections(conn, layout, doc_id)
