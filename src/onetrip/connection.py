@@ -20,6 +20,7 @@ import sys
 import re
 import signal
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -342,6 +343,8 @@ def embedded_dsn(data_dir: str | None = None, dbname: str = EMBEDDED_DBNAME) -> 
         if (pgdata / "PG_VERSION").is_file() and not (pgdata / "global" / "pg_control").is_file():
             # initdb killed before it wrote the control file (SIGKILL, OOM)
             raise _half_made(pgdata, "it has no global/pg_control") from e
+        if (pgdata / "PG_VERSION").is_file() and _bootstrap_left(pgdata):
+            raise _half_made(pgdata, "its postmaster.pid names initdb's bootstrap backend, which has ended") from e
         raise ConnectionFailedError(
             f"could not start the embedded PostgreSQL in {pgdata}: {_start_failure(e, kept.messages)}"
             + (f"; its log is {log}" if log.is_file() else "") + f"; set {ENV_DSN} to use another server"
@@ -395,10 +398,23 @@ def _start_failure(e: BaseException, messages: list[str]) -> str:
     assert isinstance(failed, subprocess.CalledProcessError)
     name = Path(str(failed.cmd[0] if isinstance(failed.cmd, (list, tuple)) else failed.cmd).split()[0]).name
     lines = [line.strip() for m in messages for line in m.splitlines() if line.strip()]
-    # the tools' own lines ("initdb: error: ...", "pg_ctl: ...") and the server log's, not pgserver's labels
-    why = next((line for line in reversed(lines)
-                if re.search(r"\b(FATAL|PANIC|ERROR):|^(initdb|pg_ctl|postgres): ", line)
-                and not re.search(r"^\w+: (hint|detail):", line)), None)
+    # the tools' own lines ("initdb: error: ...", "pg_ctl: ...") and the server log's, not pgserver's labels.
+    # initdb's output is its run's alone, so its cause (its backend's FATAL, its "error:") goes before what
+    # followed it: on a full disk, "initdb: removing contents of data directory" and a PANIC came after "FATAL:
+    # could not extend file ...: No space left on device", and the message had named the clean-up (found by
+    # review). A failed start's record holds the whole server log, earlier runs' FATALs too: its last line that
+    # names a severity or a tool stays the one
+    found = r"\b(FATAL|PANIC|ERROR):|^(initdb|pg_ctl|postgres): "
+    patterns = (r"\b(FATAL|ERROR):|^initdb: error: ", found) if name == "initdb" else (found,)
+    why = None
+    for pattern in patterns:
+        why = next((line for line in reversed(lines)
+                    if re.search(pattern, line) and not re.search(r"^\w+: (hint|detail):", line)), None)
+        if why is not None:
+            break
+    if why is not None:  # a log line without its time and pid prefix
+        severity = re.search(r"\b(FATAL|ERROR|PANIC):\s*", why)
+        why = why[severity.start():] if severity else why
     status = (f"was killed by signal {-failed.returncode}" if failed.returncode < 0
               else f"exited with status {failed.returncode}")
     return f"{name} {status}" + (f" ({why})" if why else "")
@@ -470,11 +486,40 @@ def _exit_under_home_lock(server: Any, pgdata: Path) -> None:
 
     def cleanup() -> None:
         with _home_lock(pgdata):
+            try:
+                pgserver = _import_pgserver()
+                # a user killed meanwhile (SIGKILL, the OOM killer) had kept the server up past this last exit
+                _forget_gone_handles(pgserver, pgdata)
+                _follow_restarted_postmaster(pgserver, server, pgdata)
+            except Exception:  # noqa: BLE001 (the exit goes on: pgserver's own handler still runs)
+                logging.getLogger(__name__).debug("could not tidy the embedded server's users", exc_info=True)
             server._cleanup()
 
     atexit.unregister(server._cleanup)
     atexit.register(cleanup)
     server._onetrip_exit_locked = True
+
+
+def _follow_restarted_postmaster(pgserver: Any, server: Any, pgdata: Path) -> None:
+    """Point pgserver's handle at the postmaster that runs for ``pgdata`` now, when the one it started or found has
+    ended (killed, then started again by another onetrip process): at the last exit pgserver stops the postmaster
+    it knows only, and had left the new one running past every onetrip process (found by review)."""
+    from pgserver.utils import PostmasterInfo
+
+    known = server._postmaster_info
+    if known is not None and known.is_running():
+        return
+    with pgserver.PostgresServer._lock:
+        info = PostmasterInfo.read_from_pgdata(pgdata.expanduser().resolve())
+    if info is not None and info.is_running() and _serves(info.process, pgdata):
+        server._postmaster_info = info
+
+
+def _serves(proc: Any, pgdata: Path) -> bool:
+    """Whether a process is a postmaster of ``pgdata``: it works in its data folder (the same folder, not the same
+    path string: a bind mount, a symlink, a renamed folder or a relative -D spell it otherwise, and pgdata2
+    contains pgdata). Raises psutil's errors for a process gone or out of reach."""
+    return proc.name() == "postgres" and os.path.samefile(proc.cwd(), pgdata)
 
 
 def _forget_stale_postmaster(pgdata: Path) -> None:
@@ -490,9 +535,13 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
     try:
         pid = int(pidfile.read_text().split("\n", 1)[0])
         proc = psutil.Process(pid)
-        # a postmaster works in its data folder: the same folder (not the same path string: a bind mount, a
-        # symlink, a renamed folder or a relative -D spell it otherwise, and pgdata2 contains pgdata)
-        ours = proc.name() == "postgres" and os.path.samefile(proc.cwd(), pgdata)
+        if proc.status() == psutil.STATUS_ZOMBIE:
+            # a postmaster just killed, not yet reaped by its parent: pgserver takes it for a running server and
+            # the start failed on a refused connection (found by review). Once reaped, pgserver starts a new one
+            # (PostgreSQL itself checks its old shared memory is free). Not removed: the file is that check's key
+            _wait_reaped(proc)
+            return
+        ours = _serves(proc, pgdata)
     except (OSError, ValueError, psutil.NoSuchProcess):
         return  # no file, or no such process: pgserver handles that itself
     except psutil.AccessDenied:  # another user's process
@@ -503,6 +552,33 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
         # pgserver's attempt to kill it had printed a psutil.AccessDenied traceback; found by review)
     if not ours:
         pidfile.unlink(missing_ok=True)
+
+
+def _wait_reaped(proc: Any, seconds: float = 10.0) -> None:
+    """Wait until a zombie process is gone (its parent reaps it: the init process, within a second or two)."""
+    import psutil
+
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        try:
+            if proc.status() != psutil.STATUS_ZOMBIE:
+                return
+        except psutil.NoSuchProcess:
+            return
+        time.sleep(0.05)
+
+
+def _bootstrap_left(pgdata: Path) -> bool:
+    """Whether postmaster.pid names a standalone backend that has ended (a negative pid: initdb's bootstrap writes
+    such a file, and removes it when it finishes): initdb was killed after it wrote global/pg_control, and every
+    later start had failed with pgserver's assertion on the file's lines (found by review)."""
+    import psutil
+
+    try:
+        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return False
+    return pid < 0 and not psutil.pid_exists(-pid)
 
 
 def _parent_modes(pgdata: Path, pgserver: Any = None) -> dict[Path, int]:
