@@ -602,7 +602,15 @@ def test_a_data_folder_initdb_left_in_its_bootstrap_is_named_half_made(tmp_path)
         assert stops(pgdata)
         gone = subprocess.Popen([sys.executable, "-c", "pass"])
         gone.wait()
-        (pgdata / "postmaster.pid").write_text(f"-{gone.pid}\n{pgdata}\n1796000000\n5432\n\n\n  3408238         0\n")
+        standalone = f"-{gone.pid}\n{pgdata}\n1796000000\n5432\n\n\n  3408238         0\n"
+        (pgdata / "postmaster.pid").write_text(standalone)
+        # a folder a postmaster has run (postmaster.opts): the file is a killed `postgres --single`'s, the data
+        # whole (a review: it had been called half-made, to be deleted); the stale file is removed
+        res = _cli(env, "documents", "--json")
+        assert res.returncode == 0 and json.loads(res.stdout) == [], res.stderr
+        assert stops(pgdata)
+        (pgdata / "postmaster.opts").unlink()  # no postmaster ever ran: initdb's bootstrap was cut short
+        (pgdata / "postmaster.pid").write_text(standalone)
         res = _cli(env, "documents")
         assert res.returncode == 1, res.stderr
         assert "is half-made" in res.stderr and "initdb's bootstrap backend, which has ended" in res.stderr, res.stderr

@@ -406,6 +406,14 @@ def test_a_tree_listed_out_of_document_order_is_refused(db, tmp_path, statement_
         replace_document(db, Layout(), record, [a, a1, replace(a2, sequence_index=2), replace(x, sequence_index=3)],
                          vecs)
     replace_document(db, Layout(), record, [a, a1, x, a2], vecs)  # the parser's order is stored
+    # a child of a split section's later part (the parsers name the first): the order is right, so it is stored
+    # (a review: it had been refused as out of order)
+    marked = [replace(a1, metadata={"part": 1, "parts": 2}), replace(x, heading_path=a1.heading_path,
+                                                                      parent_section_id=a.section_id,
+                                                                      metadata={"part": 2, "parts": 2}),
+              replace(a2, heading_path=(*a1.heading_path, "a2"), parent_section_id=x.section_id)]
+    replace_document(db, Layout(), record, [a, *marked], vecs)
+    assert db.execute("SELECT count(*) FROM sections WHERE doc_id = 'g.md'").fetchone()[0] == 4
     assert db.execute("SELECT count(*) FROM sections WHERE doc_id = 'g.md'").fetchone()[0] == 4
 
 

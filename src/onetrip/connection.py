@@ -534,6 +534,10 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
     pidfile = pgdata.expanduser().resolve() / "postmaster.pid"
     try:
         pid = int(pidfile.read_text().split("\n", 1)[0])
+        if pid < 0:  # a standalone backend's (initdb's bootstrap, `postgres --single`): it has no children
+            if not psutil.pid_exists(-pid) and (pidfile.parent / "postmaster.opts").exists():
+                pidfile.unlink(missing_ok=True)  # ended, in a folder a postmaster has run: stale
+            return  # else initdb's, cut short: `embedded_dsn` names the folder half-made (`_bootstrap_left`)
         proc = psutil.Process(pid)
         if proc.status() == psutil.STATUS_ZOMBIE:
             # a postmaster just killed, not yet reaped by its parent: pgserver takes it for a running server and
@@ -578,7 +582,10 @@ def _bootstrap_left(pgdata: Path) -> bool:
         pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
     except (OSError, ValueError):
         return False
-    return pid < 0 and not psutil.pid_exists(-pid)
+    # postmaster.opts is written by a postmaster's start (pgserver's first follows initdb), never by initdb: with
+    # it the folder is whole, and the file a killed standalone backend's (`postgres --single`, which PostgreSQL's
+    # docs give for maintenance), which `_forget_stale_postmaster` removes (found by review)
+    return pid < 0 and not psutil.pid_exists(-pid) and not (pgdata / "postmaster.opts").exists()
 
 
 def _parent_modes(pgdata: Path, pgserver: Any = None) -> dict[Path, int]:

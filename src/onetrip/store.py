@@ -511,10 +511,12 @@ def _check_document_order(doc_id: str, sections: Sequence[SectionLike], depth: M
 
     The neighbors' "parent" scope and the ``section`` expansion read a subtree as a range of sequence_index:
     a tree listed in another order (A, B, then A's child a1) had put the sibling B into a1's window scoped to
-    its parent A (found by review). Each section's parent must be the nearest open section one level up.
+    its parent A (found by review). Each section's parent must be the nearest open section one level up (any
+    of its parts, when it is split).
     """
     order = sorted(sections, key=lambda s: s.sequence_index)
-    open_: list[tuple[int, str]] = []  # (depth, the node's first part's id), from a root down
+    open_: list[tuple[int, str, set[str]]] = []  # (depth, a node's first part's id, its parts' ids), root down
+    parts_of: dict[str, set[str]] = {}
     for i, s in enumerate(order):
         d = depth[s.section_id]
         part = s.metadata.get("part")
@@ -523,13 +525,15 @@ def _check_document_order(doc_id: str, sections: Sequence[SectionLike], depth: M
             open_.pop()
         if s.parent_section_id is None:
             open_.clear()
-        elif not open_ or open_[-1][1] != s.parent_section_id:
+        elif not open_ or s.parent_section_id not in open_[-1][2]:  # any part of a split section may be it
             nearest = open_[-1][1] if open_ else "none (a root)"
             raise ValueError(f"{doc_id}: section {s.section_id} (sequence_index {s.sequence_index}) has parent "
                              f"{s.parent_section_id}, but by document order its parent is {nearest}: "
                              "sequence_index must list the tree in document order (a section after its parent "
                              "and before its parent's next sibling)")
-        open_.append((d, node))
+        ids = parts_of.setdefault(node, set())
+        ids.add(s.section_id)
+        open_.append((d, node, ids))
 
 
 PART_KEYS = ("part", "parts")
