@@ -245,6 +245,25 @@ def test_doc_ids_and_queries_are_printed_as_written_not_as_markup(dsn, tmp_path)
     assert "[bold red]espresso" in res.stdout
 
 
+def test_control_characters_from_documents_reach_no_terminal(dsn, tmp_path):
+    """Found by review: an ESC in a page (`&#27;[2J` in HTML, or in a file name) reached the terminal through the
+    text output of `search`, `--assemble` and `documents`: it could clear the screen, set the window title or
+    (OSC 52) the clipboard. The text output shows control characters as \\x1b; --json keeps the stored text."""
+    (tmp_path / "w.html").write_text("<html><body><h1>Walrus &#27;]0;title&#7;</h1>"
+                                     "<p>walrus &#27;[2J tusks &#13;over</p></body></html>")
+    (tmp_path / "a\x1b[31mb\tc.md").write_text("# Walrus too\n\nA walrus file with a coloured name.\n")
+    assert onetrip("ingest", str(tmp_path), dsn=dsn).returncode == 0
+    for args in (("search", "walrus", "--mode", "lexical"), ("search", "walrus", "--mode", "lexical", "--assemble"),
+                 ("documents",)):
+        res = onetrip(*args, dsn=dsn, COLUMNS="200")
+        assert res.returncode == 0, res.stderr
+        assert not set(res.stdout + res.stderr) & {"\x1b", "\x07", "\r"}, (args, res.stdout)
+        assert "\\x1b" in res.stdout, (args, res.stdout)
+    assert "a\\x1b[31mb\\x09c.md\trevision 1" in res.stdout  # one line, its columns kept
+    res = onetrip("search", "walrus", "--mode", "lexical", "--json", dsn=dsn)
+    assert "\\u001b[2J" in res.stdout and json.loads(res.stdout)  # as stored, escaped by JSON
+
+
 def test_ingest_refuses_an_empty_collection(dsn):
     """`--collection ""` (an unset "$TENANT", say) had been read as the default collection, moving documents
     stored in a tenant's collection there, while the README and the Python API refuse an empty collection."""

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import shlex
 import signal
@@ -358,6 +359,11 @@ def _no_hits_hint(filters: Any, mode: str) -> str:
     return NOTHING_INGESTED
 
 
+def _path(section: Any) -> str:
+    """A section's heading path on one line, shown harmlessly (`_shown`)."""
+    return _shown(" > ".join(section.heading_path), line=True)
+
+
 def _print_hits(hits: list[Any], console: Any, hint: str = NOTHING_INGESTED) -> None:
     from rich.panel import Panel
     from rich.text import Text
@@ -367,7 +373,7 @@ def _print_hits(hits: list[Any], console: Any, hint: str = NOTHING_INGESTED) -> 
         return
 
     def snippet(text: str, n: int = 300) -> str:
-        text = " ".join(text.split())
+        text = _shown(" ".join(text.split()))
         if not text:  # said, not an empty line after the colon; usually its subsections hold the text, but
             return "(a heading with no text of its own)"  # a leaf can be empty too (`<h2>` left open in HTML)
         return text if len(text) <= n else text[: n - 1] + "…"
@@ -377,27 +383,39 @@ def _print_hits(hits: list[Any], console: Any, hint: str = NOTHING_INGESTED) -> 
         body = Text()
         if hit.parent is not None:
             body.append("parent  ", style="bold cyan")
-            body.append(" > ".join(hit.parent.heading_path) + "\n", style="cyan")
+            body.append(_path(hit.parent) + "\n", style="cyan")
         if hit.prev is not None:
             body.append("prev    ", style="dim")
-            body.append(f"{' > '.join(hit.prev.heading_path) or '(preface)'}: {snippet(hit.prev.content, 120)}\n",
+            body.append(f"{_path(hit.prev) or '(preface)'}: {snippet(hit.prev.content, 120)}\n",
                         style="dim")
         # the hit's own heading path leads its text, as prev/next do: in the panel's title alone a terminal of
         # 80 columns cut it to its first words, and the output no longer said which section was hit
         body.append("hit     ", style="bold")
-        body.append(" > ".join(s.heading_path) or "(preface)", style="bold")
+        body.append(_path(s) or "(preface)", style="bold")
         body.append(": " + snippet(s.content) + "\n")
         if hit.next is not None:
             body.append("next    ", style="dim")
-            body.append(f"{' > '.join(hit.next.heading_path) or '(preface)'}: {snippet(hit.next.content, 120)}",
+            body.append(f"{_path(hit.next) or '(preface)'}: {snippet(hit.next.content, 120)}",
                         style="dim")
         # lexical hits have no distance, dense ones no score; hybrid ones both, ranked by the score
         how = ", ".join(f"{name} {v:.4g}" for name, v in (("score", hit.score), ("distance", hit.distance))
                         if v is not None)
         # a Text, not a str: rich reads a str title as markup, and a doc id holding '[bold]' was shown
         # altered, one holding '[/]' ended the command in a MarkupError traceback
-        title = Text(f"#{hit.rank}  ({how})  {s.doc_id}")
+        title = Text(f"#{hit.rank}  ({how})  {_shown(s.doc_id, line=True)}")
         console.print(Panel(body, title=title, title_align="left"))
+
+
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_CONTROLS_AND_BREAKS = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def _shown(text: object, *, line: bool = False) -> str:
+    """Text from documents, file names or a query as a terminal shows it harmlessly: C0 and C1 control characters
+    as ``\\x1b``. An ESC from a page (``&#27;[2J`` in HTML) had cleared the screen, set the window title or the
+    clipboard through `search` and `documents` (found by review). With ``line`` (a field of a one-line record:
+    an id, a path) newlines and tabs too. --json keeps the text as stored (JSON escapes it)."""
+    return (_CONTROLS_AND_BREAKS if line else _CONTROLS).sub(lambda m: f"\\x{ord(m.group()):02x}", str(text))
 
 
 def _plain(text: str) -> Any:
@@ -636,14 +654,14 @@ def cmd_documents(args: argparse.Namespace) -> int:
     else:
         for d in docs:
             acl = "everyone" if d.acl is None else ",".join(d.acl)
-            warned = f"\twarning: {d.parse_warnings[0]}" if d.parse_warnings else ""  # a file cut short, say
-            print(f"{d.doc_id}\trevision {d.revision}\t{_count(d.section_count, 'section')}\t"
+            warned = f"\twarning: {_shown(d.parse_warnings[0], line=True)}" if d.parse_warnings else ""  # cut short
+            print(f"{_shown(d.doc_id, line=True)}\trevision {d.revision}\t{_count(d.section_count, 'section')}\t"
                   f"{_count(d.token_count, 'token')}\t"
-                  f"collection {d.collection}\tacl {acl}\t{d.ingested_at:%Y-%m-%d %H:%M}\t"
-                  f"embedder {d.embedder or '-'}{warned}")
+                  f"collection {_shown(d.collection, line=True)}\tacl {_shown(acl, line=True)}\t"
+                  f"{d.ingested_at:%Y-%m-%d %H:%M}\tembedder {_shown(d.embedder or '-', line=True)}{warned}")
         print(_count(len(docs), "document"), file=sys.stderr)
     if more:
-        print(f"next page: --after={shlex.quote(docs[-1].doc_id)}", file=sys.stderr)  # '=': an id may start with -
+        print(f"next page: --after={_shown(shlex.quote(docs[-1].doc_id), line=True)}", file=sys.stderr)  # '=': an id may start with -
     return 0
 
 
@@ -709,23 +727,25 @@ def cmd_ingest(args: argparse.Namespace) -> int:
               f"{rate:.1f}/s; parse {report.parse_seconds:.1f}s, embed {report.embed_seconds:.1f}s, "
               f"load {report.load_seconds:.1f}s)")
         for path, reason in report.failed:
-            print(f"  failed: {path}: {reason}", file=sys.stderr)
+            print(f"  failed: {_shown(path, line=True)}: {_shown(reason, line=True)}", file=sys.stderr)
     if report.words_behind:
         print(RECOUNT_LEFT, file=sys.stderr)
     for path, warning in report.warnings:  # stored, but parsing lost part of it (a truncated file)
-        print(f"onetrip: warning: {path}: {warning}", file=sys.stderr)
+        print(f"onetrip: warning: {_shown(path, line=True)}: {_shown(warning, line=True)}", file=sys.stderr)
     for path in report.made_public:  # a run without --acl over documents stored with one: say so
-        print(f"onetrip: note: {path} had an ACL and is now readable by everyone (no --acl given)", file=sys.stderr)
+        print(f"onetrip: note: {_shown(path, line=True)} had an ACL and is now readable by everyone (no --acl given)",
+              file=sys.stderr)
     replaced = dict(report.replaced)
     moved = dict(report.moved)
     for path, old in report.moved:  # one doc_id is one document, whatever the collection: say it moved
         if path not in replaced:
-            print(f"onetrip: note: {path}: its document moved from collection {old!r} to {args.collection!r}",
+            print(f"onetrip: note: {_shown(path, line=True)}: its document moved from collection {old!r} to "
+                  f"{args.collection!r}",
                   file=sys.stderr)
     for path, other in report.replaced:  # one doc_id, two files: the other one's text is no longer stored
         where = f" in collection {moved[path]!r}" if path in moved else ""
-        print(f"onetrip: note: {path} replaced the document stored{where} from another file, which is still there "
-              f"({other}): a document's id is its path relative to the folder given; --doc-id-prefix keeps both",
+        print(f"onetrip: note: {_shown(path, line=True)} replaced the document stored{where} from another file, which "
+              f"is still there ({_shown(other, line=True)}): a document's id is its path relative to the folder given; --doc-id-prefix keeps both",
               file=sys.stderr)
     _print_gone(report, args.delete_missing)
     return 0 if not report.failed else 3
@@ -738,14 +758,14 @@ def _print_gone(report: Any, delete_missing: bool) -> None:
         print(f"onetrip: note: deleted {_count(len(deleted), 'document')} whose files are gone:", file=sys.stderr)
         for did, path in report.gone:
             if did in deleted:
-                print(f"  deleted: {did} (was {path})", file=sys.stderr)
+                print(f"  deleted: {_shown(did, line=True)} (was {_shown(path, line=True)})", file=sys.stderr)
     elsewhere = set(report.deleted_elsewhere)
     if elsewhere:  # delete_document found nothing to delete: it had said "stored again", which was untrue
         print(f"onetrip: note: {_count(len(elsewhere), 'document')} whose files are gone had been deleted by another "
               "writer meanwhile:", file=sys.stderr)
         for did, path in report.gone:
             if did in elsewhere:
-                print(f"  deleted meanwhile: {did} (was {path})", file=sys.stderr)
+                print(f"  deleted meanwhile: {_shown(did, line=True)} (was {_shown(path, line=True)})", file=sys.stderr)
     kept = [(d, p) for d, p in report.gone if d not in deleted and d not in elsewhere]
     if kept:
         how = ("stored again from another file meanwhile, so not deleted" if delete_missing else
@@ -753,7 +773,7 @@ def _print_gone(report: Any, delete_missing: bool) -> None:
         print(f"onetrip: note: {_count(len(kept), 'stored document')} came from files that are gone (renamed, "
               f"moved or deleted); {how}:", file=sys.stderr)
         for did, path in kept:
-            print(f"  gone: {did} (was {path})", file=sys.stderr)
+            print(f"  gone: {_shown(did, line=True)} (was {_shown(path, line=True)})", file=sys.stderr)
 
 
 def _budget(text: str) -> int | str:
@@ -834,7 +854,7 @@ def _print_explained(ex: Explained, as_json: bool) -> None:
     if as_json:
         print(json.dumps(explained_to_json(ex), indent=2))
     else:
-        print(ex.render())
+        print(_shown(ex.render()))
 
 
 def _stdout_console() -> Any:
@@ -917,7 +937,7 @@ def cmd_search(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(context_to_json(ctx), indent=2, ensure_ascii=not _utf8_stdout()))
             else:
-                print(ctx.render())
+                print(_shown(ctx.render()))
                 budget = "no budget" if ctx.max_tokens is None else f"{ctx.max_tokens}"
                 print(f"\n-- {_count(len(ctx.passages), 'passage')}, {ctx.tokens}/{budget} tokens", file=sys.stderr)
             return 0
@@ -965,7 +985,7 @@ def cmd_demo(args: argparse.Namespace) -> int:
                   f"({report.sections} sections written)")
     if report.failed:
         for p, reason in report.failed:
-            console.print("[red]failed[/] " + _markup_escape(f"{p}: {reason}"))
+            console.print("[red]failed[/] " + _markup_escape(_shown(f"{p}: {reason}", line=True)))
         return 1
     with Retriever(args.dsn, schema=args.schema, prefix=args.prefix) as r:
         for q in DEMO_QUESTIONS:
@@ -1167,7 +1187,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"onetrip: error: stdout's encoding ({sys.stdout.encoding}) cannot write {e.object[e.start:e.end]!a}"
                   " of the output: set PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or use --json", file=sys.stderr)
             return 1
-        print(f"onetrip: error: {e}", file=sys.stderr)
+        print(f"onetrip: error: {_shown(e)}", file=sys.stderr)
         return 2
     except Exception as e:
         if _interrupted.is_set():  # what an interrupt turned into (an import it cut short): the interrupt
@@ -1188,7 +1208,7 @@ def report_error(prog: str, e: BaseException) -> int | None:
     import psycopg
 
     if isinstance(e, OnetripError):
-        print(f"{prog}: error: {e}", file=sys.stderr)
+        print(f"{prog}: error: {_shown(e)}", file=sys.stderr)
         return 2 if isinstance(e, ValueError) else 1
     if isinstance(e, psycopg.Error):  # a lost connection, a timeout, a read-only server
         first = (str(e).strip().splitlines() or [""])[0]
