@@ -91,6 +91,10 @@ def test_technical_terms_survive_exactly(kb):
         "pg_stat_activity.wait_event", "pg_stat_activity", "wait_event", "postgresql.conf"]
     assert technical_terms("pg_stat_activity.wait_event") == ["pg_stat_activity.wait_event", "wait_event"]
     assert technical_terms("pg_stat_activity.query") == ["pg_stat_activity.query"]
+    # after leading underscores: Markdown's emphasis, a C name (they had given no term; found by review)
+    assert technical_terms("Set _shared_buffers_ and __max_wal_size__; call _PG_init.") == [
+        "shared_buffers", "max_wal_size", "pg_init"]
+    assert technical_terms("a_b x__init__ max__x") == ["a_b"]  # inside a word, no term starts at an underscore
     # the stemmed english column alone would split it: 'max' & 'connect'
     row = kb.conn.execute("SELECT to_tsvector('english', 'max_connections')::text").fetchone()[0]
     assert "max_connections" not in row

@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 12
+SECTIONING = 13
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -110,7 +110,10 @@ so the stored rows' ``terms`` differ; files are cut as under 10 (the stored vect
 12: (2026-12-07, found by review) HTML: a <dt> term and its definition are one line apart, not a blank line
 (the preferred cut: 705 of the PostgreSQL manual's part boundaries had left a parameter's name at the end of
 one part, its definition in the next); a DocBook title paragraph (``Table 9.1. ...``) that would end a full
-part starts the next, with what it titles, when both fit there. Markdown is cut as under 11."""
+part starts the next, with what it titles, when both fit there. Markdown is cut as under 11;
+13: (2026-12-07, found by review) an identifier after leading underscores is a technical term (``_PG_init`` gives
+``pg_init``; Markdown's emphasis ``_shared_buffers_`` gives ``shared_buffers``: `onetrip.store.technical_terms`),
+so the stored rows' ``terms`` differ; files are cut as under 12 (the stored vectors are reused)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 

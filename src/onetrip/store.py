@@ -675,7 +675,11 @@ def nul_in(value: Any) -> str | None:
     return None
 
 
-_TECH_TERM = re.compile(r"(?<![\w.])[A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+")
+#: An identifier with an underscore or a dot inside, after any leading underscores: ``_PG_init`` is ``pg_init``, and
+#: Markdown's ``_shared_buffers_`` (emphasis) ``shared_buffers``; they had given no term (the underscore before
+#: the first letter failed the look-behind), and the section naming the identifier ranked below prose about its
+#: words (found by review). Query and stored text read them alike.
+_TECH_TERM = re.compile(r"(?<![\w.])_*([A-Za-z][A-Za-z0-9]*(?:[_.][A-Za-z0-9]+)+)")
 
 
 def technical_terms(text: str, *, parts: bool = False) -> list[str]:
@@ -698,7 +702,7 @@ def technical_terms(text: str, *, parts: bool = False) -> list[str]:
     """
     seen: dict[str, None] = {}
     for m in _TECH_TERM.finditer(text.replace("\\_", "_").replace("\\.", ".")):
-        term = m.group(0).lower().rstrip(".")
+        term = m.group(1).lower().rstrip(".")
         if len(term) > MAX_TERM_CHARS:
             continue
         if "_" in term or ("." in term and all(len(part) >= 2 for part in term.split("."))):
