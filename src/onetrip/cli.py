@@ -661,7 +661,8 @@ def cmd_documents(args: argparse.Namespace) -> int:
                   f"{d.ingested_at:%Y-%m-%d %H:%M}\tembedder {_shown(d.embedder or '-', line=True)}{warned}")
         print(_count(len(docs), "document"), file=sys.stderr)
     if more:
-        print(f"next page: --after={_shown(shlex.quote(docs[-1].doc_id), line=True)}", file=sys.stderr)  # '=': an id may start with -
+        after = _shown(shlex.quote(docs[-1].doc_id), line=True)
+        print(f"next page: --after={after}", file=sys.stderr)  # '=': an id may start with -
     return 0
 
 
@@ -745,8 +746,8 @@ def cmd_ingest(args: argparse.Namespace) -> int:
     for path, other in report.replaced:  # one doc_id, two files: the other one's text is no longer stored
         where = f" in collection {moved[path]!r}" if path in moved else ""
         print(f"onetrip: note: {_shown(path, line=True)} replaced the document stored{where} from another file, which "
-              f"is still there ({_shown(other, line=True)}): a document's id is its path relative to the folder given; --doc-id-prefix keeps both",
-              file=sys.stderr)
+              f"is still there ({_shown(other, line=True)}): a document's id is its path relative to the folder "
+              "given; --doc-id-prefix keeps both", file=sys.stderr)
     _print_gone(report, args.delete_missing)
     return 0 if not report.failed else 3
 

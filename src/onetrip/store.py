@@ -1168,7 +1168,8 @@ def list_documents(conn: psycopg.Connection, layout: Layout, *, collection: str 
     return [document_info(row) for row in rows]
 
 
-def stored_source(conn: psycopg.Connection, layout: Layout, doc_id: str, *, for_update: bool = False) -> str | None:
+def stored_source(conn: psycopg.Connection, layout: Layout, doc_id: str, *,
+                  for_update: bool = False) -> str | None:
     """The ``source_uri`` a document is stored with (None if it is not stored, or has none); ``for_update``: with
     its row locked until the caller's transaction ends."""
     q = sql.SQL("SELECT source_uri FROM {} WHERE doc_id = %s{}").format(
