@@ -137,7 +137,11 @@ def coverage(quotes: Sequence[str], context_text: str) -> float | None:
     Each listed quote counts, so a text listed twice counts twice, as in `run`'s per-question figures
     (no question of the three sets lists a quote twice).
     """
-    found = quotes_found(quotes, context_text)
+    return coverage_of(quotes_found(quotes, context_text))
+
+
+def coverage_of(found: Sequence[bool]) -> float | None:
+    """The fraction of quotes found (`quotes_found`'s flags); None when there are none."""
     return sum(found) / len(found) if found else None
 
 

@@ -44,6 +44,7 @@ from benchmarks.args import ef_search, int_list, output_folder, positive_int, ru
 from benchmarks.versions import server_versions
 from benchmarks.quality.metrics import (
     Question,
+    coverage_of,
     covered_pairs,
     distribution,
     load_question_files,
@@ -334,7 +335,7 @@ def score_context(q: Question, passages: Sequence[Any], anchors_of: dict[tuple[s
     cov = covered_pairs(((p.doc_id, p.section_id) for p in passages), anchors_of)
     cited = list(q.cited_pairs)
     return {
-        "coverage": (sum(found) / len(found)) if found else None,
+        "coverage": coverage_of(found),
         "found": found,
         "recall": section_recall(cited, cov),
         "cited_found": [c in cov for c in cited],

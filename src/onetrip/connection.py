@@ -111,11 +111,11 @@ def home_dir() -> Path:
     return default if unsafe_path_character(default) is None else Path.home() / ".onetrip"
 
 
+#: The longest path a Unix socket may have (sockaddr_un's sun_path less its NUL): 103 on macOS and the BSDs.
+MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 #: Characters pgserver's start cannot take in the data folder's path: it hands ``-k <folder>`` to pg_ctl's shell
 #: unquoted (a space split it, ``&`` and ``;`` ran commands) and puts the folder in a URI unencoded (``#``, ``?``,
 #: ``%`` changed it).
-#: The longest path a Unix socket may have (sockaddr_un's sun_path less its NUL): 103 on macOS and the BSDs.
-MAX_SOCKET_PATH = 107 if sys.platform.startswith("linux") else 103
 UNSAFE_PATH_CHARACTERS = frozenset(" \t\n\r\"'\\$`;&|<>()#?%*[]{}!,=")  # ,: -k and libpq's host are lists
 
 

@@ -405,8 +405,8 @@ def zero_query_error() -> ValueError:
     """An all-zero query embedding, whose cosine distance pgvector returns as NaN.
 
     `as_vector` checks for it when asked to check values; the hot search path
-    does not (a numpy reduction costs more there) and `onetrip.retrieve` raises
-    this on the first NaN distance among the returned rows instead.
+    does not (a numpy reduction costs more there), and `onetrip.retrieve` raises
+    `nan_distance_error` on the first NaN distance among the returned rows instead.
     """
     return ValueError("the query embedding has length zero (all zeros): its cosine distance to every section "
                       "is undefined")

@@ -1,4 +1,4 @@
-"""EXPLAIN of the exact statement a search or assemble call sends, with the same binds.
+"""EXPLAIN of the exact statement a search, assemble or search_many call sends, with the same binds.
 
 Why: the mistakes that cost ~1000x in pgvector (ordering by an expression the
 HNSW index cannot serve, a query vector that is not a bind, a filter that

@@ -24,9 +24,10 @@ class Layout:
     prefix: str = ""
     vector_type: str = "vector"   # "halfvec": 16-bit floats, half the table and index size
     partitions: int = 0           # > 0: sections hash-partitioned by doc_id into this many partitions
-    # HNSW build parameters (pgvector's defaults). A larger ef_construction builds a better graph:
-    # on the clustered 100k benchmark corpus recall@10 at ef_search=100 goes 0.89 -> 1.00 with
-    # ef_construction 200, for a build about 2x as long (benchmarks/results/scale.md).
+    # HNSW build parameters (pgvector's defaults). A larger ef_construction builds a better graph: on
+    # the clustered 1M benchmark corpus recall@10 at ef_search=200 goes 0.887 -> 0.906 and at 400
+    # 0.895 -> 0.955 with ef_construction 200, for a build of 384 s instead of 369 s
+    # (benchmarks/results/scale.md; 2 parallel maintenance workers).
     hnsw_m: int = 16
     hnsw_ef_construction: int = 64
 

@@ -1,8 +1,13 @@
-"""The Python face of the one-round-trip query in ``sql/templates/retrieve.sql.j2``.
+"""The retrieval API: `Retriever` (search, assemble, search_many, explain) and its options.
 
-`Retriever.search` renders the template for the options of the call (k, parent,
-neighbors), binds the query embedding and k, and sends ONE statement. The
-options change the SQL text (cached per shape), never the number of statements.
+Each call sends ONE statement rendered from ``sql/templates/`` (the hits CTE in
+``hits_cte.sql.j2``, the per-hit query in ``retrieve_query.sql.j2``, the context
+assembly in ``assemble.sql.j2``): `Retriever.search` renders it for the options of
+the call (k, parent, neighbors, filters, mode), binds the query embedding and k,
+and sends it. The options change the SQL text (cached per shape), never the
+number of statements. Also here: `Filters`, `Expansion`, `HybridOptions`,
+`CONTEXT_DEFAULT`, the result dataclasses (`Hit`, `SectionRecord`), snapshots
+and the lost-connection handling.
 """
 
 from __future__ import annotations

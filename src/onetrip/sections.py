@@ -685,7 +685,8 @@ TEXT_SUFFIXES = {".txt", ".text", ".rst"}
 
 
 def _read_text(path: Path, data: bytes | None = None) -> str:
-    """Read a document as UTF-8 (from ``data``, its bytes, when given), rejecting what cannot be a text document."""
+    """Read a document as UTF-8, or an HTML page in the charset its ``<meta>`` or XML declaration names (from
+    ``data``, its bytes, when given), rejecting what cannot be a text document."""
     shown = str(path)
     if data is None:
         if not path.exists():

@@ -90,14 +90,6 @@ def generate(
         d += 1
 
 
-def query_vectors(n: int, *, dim: int = 384, n_topics: int = 8, seed: int = 1) -> np.ndarray:
-    """Clustered query vectors (same construction as documents, different seed)."""
-    rng = np.random.default_rng(seed)
-    topics = _unit(rng.standard_normal((n_topics, dim)).astype(np.float32))
-    picks = topics[rng.integers(n_topics, size=n)]
-    return _unit(picks + 0.7 * _unit(rng.standard_normal((n, dim)).astype(np.float32))).astype(np.float32)
-
-
 def corpus_query_vectors(docs: list[SyntheticDocument], n: int, *, seed: int = 1) -> np.ndarray:
     """Queries near actual sections of a corpus: a random section's vector plus noise."""
     rng = np.random.default_rng(seed)
