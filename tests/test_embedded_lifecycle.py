@@ -272,16 +272,23 @@ def test_first_starts_at_once_share_one_server_and_one_database(tmp_path):
         assert tmp_path.stat().st_mode & 0o044 == 0, oct(tmp_path.stat().st_mode)
 
 
-@pytest.mark.slow
-def test_a_stale_pid_file_naming_another_live_process_is_not_taken_for_the_server(tmp_path):
-    """After a crash, postmaster.pid's pid may belong to another process: pgserver took it for the server, failed
-    to connect, and at exit signalled it (as root, killed it; found by review). The file is removed first."""
+@contextmanager
+def initialized_home(tmp_path: Path) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A home whose data folder `onetrip init` made, its server stopped again (and stopped after the test)."""
     home = tmp_path / "home"
     pgdata = home / "pgdata"
     env = embedded_env(home)
     with stopped_afterwards(pgdata):
         assert _cli(env, "init").returncode == 0
         assert stops(pgdata)
+        yield pgdata, env
+
+
+@pytest.mark.slow
+def test_a_stale_pid_file_naming_another_live_process_is_not_taken_for_the_server(tmp_path):
+    """After a crash, postmaster.pid's pid may belong to another process: pgserver took it for the server, failed
+    to connect, and at exit signalled it (as root, killed it; found by review). The file is removed first."""
+    with initialized_home(tmp_path) as (pgdata, env):
         bystander = subprocess.Popen(["sleep", "300"])
         try:
             (pgdata / "postmaster.pid").write_text(f"{bystander.pid}\n{pgdata}\n")  # as if the old pid were taken
@@ -594,12 +601,7 @@ def test_the_last_process_to_leave_stops_a_server_another_process_started_again(
 def test_a_data_folder_initdb_left_in_its_bootstrap_is_named_half_made(tmp_path):
     """Found by review: initdb killed after it wrote global/pg_control leaves the postmaster.pid of its bootstrap
     backend (a negative pid, 7 lines), and every later command failed with pgserver's assertion on its lines."""
-    home = tmp_path / "home"
-    pgdata = home / "pgdata"
-    env = embedded_env(home)
-    with stopped_afterwards(pgdata):
-        assert _cli(env, "init").returncode == 0
-        assert stops(pgdata)
+    with initialized_home(tmp_path) as (pgdata, env):
         gone = subprocess.Popen([sys.executable, "-c", "pass"])
         gone.wait()
         standalone = f"-{gone.pid}\n{pgdata}\n1796000000\n5432\n\n\n  3408238         0\n"

@@ -532,8 +532,10 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
     import psutil
 
     pidfile = pgdata.expanduser().resolve() / "postmaster.pid"
+    pid = _pid_in(pidfile)
+    if pid is None:
+        return  # no file: pgserver handles that itself
     try:
-        pid = int(pidfile.read_text().split("\n", 1)[0])
         if pid < 0:  # a standalone backend's (initdb's bootstrap, `postgres --single`): it has no children
             if not psutil.pid_exists(-pid) and (pidfile.parent / "postmaster.opts").exists():
                 pidfile.unlink(missing_ok=True)  # ended, in a folder a postmaster has run: stale
@@ -547,7 +549,7 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
             return
         ours = _serves(proc, pgdata)
     except (OSError, ValueError, psutil.NoSuchProcess):
-        return  # no file, or no such process: pgserver handles that itself
+        return  # no such process: pgserver handles that itself
     except psutil.AccessDenied:  # another user's process
         if os.geteuid() == 0:
             return  # root may inspect any process: leave the decision to pgserver and PostgreSQL
@@ -556,6 +558,14 @@ def _forget_stale_postmaster(pgdata: Path) -> None:
         # pgserver's attempt to kill it had printed a psutil.AccessDenied traceback; found by review)
     if not ours:
         pidfile.unlink(missing_ok=True)
+
+
+def _pid_in(pidfile: Path) -> int | None:
+    """A postmaster.pid's first line: its postmaster's pid, negative for a standalone backend's; None if unread."""
+    try:
+        return int(pidfile.read_text().split("\n", 1)[0])
+    except (OSError, ValueError):
+        return None
 
 
 def _wait_reaped(proc: Any, seconds: float = 10.0) -> None:
@@ -578,9 +588,8 @@ def _bootstrap_left(pgdata: Path) -> bool:
     later start had failed with pgserver's assertion on the file's lines (found by review)."""
     import psutil
 
-    try:
-        pid = int((pgdata / "postmaster.pid").read_text().split("\n", 1)[0])
-    except (OSError, ValueError):
+    pid = _pid_in(pgdata / "postmaster.pid")
+    if pid is None:
         return False
     # postmaster.opts is written by a postmaster's start (pgserver's first follows initdb), never by initdb: with
     # it the folder is whole, and the file a killed standalone backend's (`postgres --single`, which PostgreSQL's

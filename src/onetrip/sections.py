@@ -383,11 +383,12 @@ def _pack(pieces: list[_Piece], max_tokens: int) -> list[list[_Piece]]:
             while keep < len(cur) - 1 and cur[-1 - keep].keep_with_next:
                 keep += 1
             carried = cur[len(cur) - keep:]
+            total = sum(c.tokens for c in carried)
             # not before another title (a run of figure titles with no text between had become a part each)
-            if p.mid_word or p.keep_with_next or sum(c.tokens for c in carried) + p.tokens > max_tokens:
-                carried = []
+            if p.mid_word or p.keep_with_next or total + p.tokens > max_tokens:
+                carried, total = [], 0
             parts.append(cur[:len(cur) - len(carried)])
-            cur, total = carried, sum(c.tokens for c in carried)
+            cur = carried
         cur.append(p)
         total += p.tokens
     if cur:

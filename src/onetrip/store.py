@@ -705,10 +705,10 @@ def technical_terms(text: str, *, parts: bool = False) -> list[str]:
         term = m.group(1).lower().rstrip(".")
         if len(term) > MAX_TERM_CHARS:
             continue
-        if "_" in term or ("." in term and all(len(part) >= 2 for part in term.split("."))):
+        names = term.split(".")
+        if "_" in term or (len(names) > 1 and all(len(part) >= 2 for part in names)):
             seen.setdefault(term, None)
-            names = term.split(".") if "." in term else []
-            for part in names if parts else names[-1:]:
+            for part in names if parts else names[-1:]:  # no dot: the term itself, kept once
                 if "_" in part:
                     seen.setdefault(part, None)
     return list(seen)
