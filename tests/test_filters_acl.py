@@ -56,6 +56,10 @@ def acl_corpus(db):
                                   source_uri=f"file:///kb/{'public' if i % 3 else 'internal'}/{d.record.doc_id}.md",
                                   metadata={"team": "db" if i % 4 == 0 else "app", "i": i})
         replace_document(db, LAYOUT, rec, d.sections, d.embeddings)
+    # Statistics now, not whenever autoanalyze wakes: without them the planner sorts every passing row
+    # exactly; with them it takes the HNSW scan, whose filtered top-k differed for ~0.5% of these queries.
+    # A test comparing two statements' hits failed (once in CI) when autoanalyze ran between the two.
+    db.execute("ANALYZE sections, documents")
     return docs
 
 
@@ -419,18 +423,32 @@ def test_function_wrapper_filters_hits_and_expansions(db, dsn, acl_corpus):
                                   "WHERE doc_id || '/' || section_id = ANY(%s)", (got,)).fetchone()[0] == ["odd"]
 
 
-def test_search_many_applies_each_callers_acl_like_search(db, acl_corpus):
-    r = Retriever(db)
-    acls = _acl_table(db)
+def test_search_many_applies_each_callers_acl_like_search(dsn, acl_corpus):
+    """Each caller's search_many hits, parents and neighbors are theirs to read, and equal search's.
+
+    The two are separate statements, each planned on its own (five custom plans, then the prepared
+    statement's generic one): one may sort the passing rows exactly while the other takes the approximate
+    HNSW scan, and a near tie then differs (README, search_many). That made this test fail in CI (1 query
+    in 72). Equal hits are asserted where both sort exactly; with the index, each row is still checked.
+    """
     queries = list(corpus_query_vectors(acl_corpus, 12, seed=34))
-    for caller, k in itertools.product((("alice",), ("bob", "eng"), ()), (5, 7)):  # a scan bucket, and not
-        flt = Filters(principals=caller)
-        many = r.search_many(queries, k=k, filters=flt)
-        for q, hits in zip(queries, many):
-            assert len(hits) == k and hits == r.search(q, k=k, filters=flt)
-            for h in hits:
-                for rec in (h.section, h.parent, h.prev, h.next):
-                    assert rec is None or _allowed(acls[rec.doc_id, rec.section_id], caller)
+    for exact in (True, False):
+        with connect(dsn) as conn:  # a new session: nothing prepared before the SET
+            if exact:
+                conn.execute("SET enable_indexscan = off")
+            r = Retriever(conn)
+            acls = _acl_table(conn)
+            for caller, k in itertools.product((("alice",), ("bob", "eng"), ()), (5, 7)):  # a bucket, and not
+                flt = Filters(principals=caller)
+                assert not exact or not r.explain_many(queries, k=k, filters=flt, kind="plan").vector_index_scans
+                many = r.search_many(queries, k=k, filters=flt)
+                for q, hits in zip(queries, many):
+                    assert len(hits) == k
+                    if exact:
+                        assert hits == r.search(q, k=k, filters=flt)
+                    for h in hits:
+                        for rec in (h.section, h.parent, h.prev, h.next):
+                            assert rec is None or _allowed(acls[rec.doc_id, rec.section_id], caller)
 
 
 def test_rls_usage_lines_run_as_written_and_cover_lexical_search(db, dsn, acl_corpus):
