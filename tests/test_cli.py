@@ -577,3 +577,24 @@ def test_an_interrupt_that_an_import_turns_into_an_error_exits_130_quietly(monke
     monkeypatch.setitem(cli.COMMANDS, "documents", failing)
     with pytest.raises(ImportError):  # without an interrupt, an ImportError is not taken for one
         cli.main(["documents"])
+
+
+def test_commands_answer_to_their_library_calls_names(dsn):
+    """`init`, `ingest`, `documents`, `delete` and `prune` also answer to init-schema, ingest-paths,
+    list-documents, delete-document and prune-history: the functions they run (the guide: each library
+    feature a CLI command with the same name)."""
+    from onetrip.cli import LIBRARY_NAMES, build_parser
+
+    assert onetrip("init-schema", dsn=dsn).returncode == 0
+    assert json.loads(onetrip("ingest-paths", str(DEMO), "--json", dsn=dsn).stdout)["new"] == 3
+    listed = onetrip("list-documents", "--json", dsn=dsn)
+    assert listed.returncode == 0 and listed.stdout == onetrip("documents", "--json", dsn=dsn).stdout
+    doc_id = json.loads(listed.stdout)[0]["doc_id"]
+    res = onetrip("delete-document", doc_id, "--keep-history", dsn=dsn)
+    assert res.returncode == 0, res.stderr
+    assert doc_id not in {d["doc_id"] for d in json.loads(onetrip("list-documents", "--json", dsn=dsn).stdout)}
+    res = onetrip("prune-history", "--doc-id", doc_id, dsn=dsn)
+    assert res.returncode == 0 and res.stdout.startswith("pruned "), res.stderr
+    assert onetrip("prune-history", "--doc-id", doc_id, dsn=dsn).returncode == 3  # nothing archived now
+    for name, alias in LIBRARY_NAMES.items():  # the command each runs is the canonical one
+        assert build_parser().parse_args([alias, *(["x"] if name in ("ingest", "delete") else [])]).command == name

@@ -135,21 +135,34 @@ class _Parser(argparse.ArgumentParser):
             parser = chosen
 
 
+#: Commands whose name is shorter than the library call they make: each also answers to that call's name
+#: (`onetrip list-documents` is `onetrip documents`, as `list_documents` is what it runs).
+LIBRARY_NAMES = {"init": "init-schema", "ingest": "ingest-paths", "documents": "list-documents",
+                 "delete": "delete-document", "prune": "prune-history"}
+
+
+def _command(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> argparse.ArgumentParser:
+    """A subcommand that also answers to its library call's name; either way ``args.command`` is ``name``."""
+    p = sub.add_parser(name, aliases=[LIBRARY_NAMES[name]], **kwargs)
+    p.set_defaults(command=name)
+    return p
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="onetrip", description=__doc__.split("\n\n")[0])
     from . import __version__
 
     parser.add_argument("--version", action="version", version=f"onetrip {__version__}")
-    sub = parser.add_subparsers(dest="command", required=True)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    p = sub.add_parser("init", help="create the schema (safe to run twice)")
+    p = _command(sub, "init", help="create the schema (safe to run twice)")
     _common(p)
     p.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384, MiniLM)")
     p.add_argument("--recreate", action="store_true",
                    help="drop onetrip's tables (and their data) first, e.g. after an incompatible upgrade")
     _layout_options(p)
 
-    p = sub.add_parser("ingest", help="ingest Markdown, HTML and text files or folders")
+    p = _command(sub, "ingest", help="ingest Markdown, HTML and text files or folders")
     _common(p)
     p.add_argument("paths", nargs="+", help="files or folders")
     p.add_argument("--force", action="store_true", help="re-ingest even when the content hash is unchanged")
@@ -218,7 +231,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "pending entries (ingest does both itself)")
     _common(p)
 
-    p = sub.add_parser("documents", help="list the stored documents (revision, sections, tokens)")
+    p = _command(sub, "documents", help="list the stored documents (revision, sections, tokens)")
     _common(p)
     p.add_argument("--collection", default=None, help="only this collection")
     p.add_argument("--principal", action="append",
@@ -234,14 +247,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="only documents whose doc_id sorts after this one (the previous page's last)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
 
-    p = sub.add_parser("delete", help="delete documents and their sections (by doc_id, as `documents` lists them)")
+    p = _command(sub, "delete", help="delete documents and their sections (by doc_id, as `documents` lists them)")
     _common(p)
     p.add_argument("doc_ids", nargs="+", metavar="DOC_ID", help="document id(s)")
     p.add_argument("--keep-history", action="store_true", help="archive the deleted sections first (audit)")
     p.add_argument("--no-recount", action="store_true",
                    help=f"{NO_RECOUNT_HELP}; the deleted sections' words count until then")
 
-    p = sub.add_parser("prune", help="delete archived revisions")
+    p = _command(sub, "prune", help="delete archived revisions")
     _common(p)
     p.add_argument("--keep", type=int, default=0, help="archived revisions to keep per document (default 0)")
     p.add_argument("--doc-id", help="prune this document's archived revisions only")
