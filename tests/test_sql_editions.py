@@ -659,6 +659,8 @@ def _oracle_predicate_on_postgres(query: str) -> str:
     PostgreSQL's spelling of the two differences (ON ERROR after COLUMNS; text for VARCHAR2) and binds for
     the macro's parameters. Only a cross-check of the predicate's logic, not of Oracle itself."""
     where = re.search(r"\n *FROM sections s\n *WHERE (.*?)\n *ORDER BY", query, re.DOTALL).group(1)
+    # the search's first condition is no filter: a NULL query_embedding finds nothing (see the macro's header)
+    where = re.sub(r"^query_embedding IS NOT NULL *--[^\n]*\n *AND ", "", where)
     return _oracle_json_filters_on_postgres(where)
 
 
@@ -774,6 +776,8 @@ def _macro_on_postgres(query: str) -> str:
     of Oracle itself: its shape (no WITH, one search, the row source, the dedup) on a real corpus."""
     out = query.replace("VECTOR_DISTANCE(s.embedding, query_embedding, COSINE)",
                         "s.embedding <=> %(query_embedding)s::vector")
+    out = out.replace("WHERE query_embedding IS NOT NULL", "WHERE %(query_embedding)s::vector IS NOT NULL")
+    assert not re.search(r"(?<!%\()\bquery_embedding\b", _code(out)), "a macro parameter is left"
     out = out.replace("FETCH APPROX FIRST k ROWS ONLY", "LIMIT %(k)s")
     out = out.replace("ROW_NUMBER() OVER (ORDER BY x.distance,", "ROW_NUMBER() OVER (ORDER BY x.distance + 0,")
     out = re.sub(r"NLSSORT\(([\w.]+), 'NLS_SORT=BINARY'\)", r"\1", out)
@@ -1093,7 +1097,7 @@ def test_oracle_retrieve_many_is_written_in_oracle_sql():
     assert "hits AS (\n    SELECT /*+ MATERIALIZE */ q.query_ord,\n           n.*\n      FROM queries q\n" \
            "     CROSS APPLY (\n" in code
     assert code.count("VECTOR_DISTANCE(s.embedding, q.embedding, COSINE)") == 2
-    assert "FETCH APPROX FIRST :k ROWS ONLY\n           ) n\n)," in code
+    assert "FETCH APPROX FIRST :k ROWS ONLY\n           ) n\n     WHERE q.embedding IS NOT NULL  \n)," in code
     assert "PARTITION BY h.query_ord ORDER BY h.distance, NLSSORT(h.doc_id, 'NLS_SORT=BINARY'), h.sequence_index" in code
     assert "\n    MINUS\n" in code and "EXCEPT" not in code
     for pg_only in ("<=>", "%(", "::", "AS MATERIALIZED", "LIMIT", "LATERAL", "unnest", "ORDINALITY q"):
@@ -1193,3 +1197,60 @@ def test_oracle_retrieve_many_logic_matches_the_api_on_postgres(db, loaded):
         sql = _oracle_many_on_postgres(bad)  # translated as the real one: what fails is the check
         with pytest.raises(AssertionError):
             check(sql, dict(seen))
+
+
+# --------------------------------------------------------------------------- a NULL query embedding (Oracle)
+
+@pytest.mark.parametrize("name", ["retrieve.sql", "assemble.sql", "retrieve_macro.sql", "retrieve_many.sql"])
+def test_oracle_null_query_embedding_finds_nothing_on_postgres(db, loaded, name):
+    """Oracle: TO_VECTOR(NULL) is NULL and so is VECTOR_DISTANCE with a NULL argument, so ORDER BY it FETCH
+    APPROX FIRST k takes k rows, in no order. A NULL query embedding (a SQL*Plus VARIABLE never assigned; the
+    macro's argument, where the PostgreSQL function raises; a null element of retrieve_many's JSON array) must
+    find nothing: retrieve.sql, assemble.sql and the macro return no rows, retrieve_many.sql no row of that
+    query while the others keep their hits. Run through the translations to PostgreSQL above, where a NULL
+    distance orders the same way (the unguarded files returned k hits); each is checked with a real query too,
+    so an empty answer is the guard's, not a translation's."""
+    import json
+
+    from psycopg.rows import dict_row
+
+    text = (SQL_DIR / "oracle" / name).read_text()
+    q = _unit(next(iter(corpus_query_vectors(loaded, 1, seed=43))))
+    k = 4
+    if name == "retrieve_many.sql":
+        if db.info.server_version < 170000:
+            pytest.skip("JSON_TABLE is PostgreSQL 17+ (ONETRIP_TEST_DSN names an older server)")
+        sql = _oracle_many_on_postgres(text)
+        # PostgreSQL's JSON_TABLE reads a JSON null as the text 'null' (FORMAT JSON), which no vector reads; read it
+        # as a NULL vector, what the review of Oracle's docs reports for the Oracle statement
+        read = "SELECT q.query_ord, q.embedding::vector(384) AS embedding"
+        assert read in sql
+        sql = sql.replace(read, "SELECT q.query_ord, NULLIF(q.embedding, 'null')::vector(384) AS embedding")
+
+        def run(qs: list) -> list[dict]:
+            arr = json.dumps([None if x is None else [float(v) for v in x] for x in qs])
+            with db.cursor(row_factory=dict_row) as cur:
+                return cur.execute(sql, {"query_embeddings": arr, "k": k}).fetchall()
+
+        rows = run([q, None, q])
+        hits = [x["query_ord"] for x in rows if x["query_ord"] is not None]
+        assert sorted(hits) == [1] * k + [3] * k, "a NULL query took hits"
+        assert run([None]) == []
+        return
+
+    if name == "retrieve_macro.sql":
+        if db.info.server_version < 170000:
+            pytest.skip("JSON_TABLE is PostgreSQL 17+ (ONETRIP_TEST_DSN names an older server)")
+        sql = _macro_on_postgres(_macro_query())
+        params = {"k": k, "collections": None, "principals": None}
+    elif name == "retrieve.sql":
+        sql = _oracle_statement_on_postgres(text)
+        _assert_no_oracle_left(sql)
+        params = {"k": k}
+    else:
+        sql = _oracle_assemble_on_postgres(text)
+        params = {"k": k, "max_tokens": 10**6, "document_max_tokens": 900}
+    with db.cursor(row_factory=dict_row) as cur:
+        rows = cur.execute(sql, {**params, "query_embedding": vec_literal(q)}).fetchall()
+        assert rows and len([x for x in rows if x["distance"] is not None]) == k
+        assert cur.execute(sql, {**params, "query_embedding": None}).fetchall() == [], "a NULL query took hits"

@@ -351,7 +351,8 @@ def test_oracle_retrieve_many_keeps_its_oracle_constructs():
                                    "ORDINALITY,EMBEDDING CLOB FORMAT JSON PATH '$'))": 1}
     assert found["APPLY"] == {"CROSS APPLY": 1} and not found["LATERAL"]
     assert set(found["bind"]) == {"QUERY_EMBEDDINGS", "K"}
-    assert ") n), context_keys AS (" in st.roundtrip  # the view's alias without AS
+    # the view's alias without AS, then the guard that has a NULL query embedding find nothing
+    assert ") n WHERE NOT q.embedding IS NULL /* a NULL one finds nothing" in st.roundtrip
     (lateral,) = st.tree.find_all(exp.Lateral)
     assert lateral.args["cross_apply"] is True and lateral.find(ApproxFetch) is not None
     src = st.sql

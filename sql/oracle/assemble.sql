@@ -74,6 +74,7 @@ WITH hits AS (
            s.parent_sequence_index,
            VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE) AS distance
       FROM sections s
+     WHERE TO_VECTOR(:query_embedding, 384, FLOAT32) IS NOT NULL  -- a NULL embedding finds nothing (it had taken k rows, in no order)
      ORDER BY VECTOR_DISTANCE(s.embedding, TO_VECTOR(:query_embedding, 384, FLOAT32), COSINE)
      FETCH APPROX FIRST :k ROWS ONLY
 ),

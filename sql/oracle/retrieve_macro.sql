@@ -48,6 +48,11 @@
 --           are in the returned SQL, not chosen by the macro's body: a bind
 --           argument's value is not known at expansion (the body sees NULL),
 --           and one expanded cursor serves every value.
+-- NULL      A NULL query_embedding returns no rows. The PostgreSQL function
+--           raises 'query_embedding must not be NULL'; a SQL macro cannot
+--           raise, so its search has query_embedding IS NOT NULL in its WHERE
+--           (without it, FETCH APPROX by a NULL distance took k rows, in no
+--           order, as hits).
 -- Settings  Approximate search accuracy comes from the index (TARGET ACCURACY in
 --           schema.sql) or per query with FETCH APPROX ... WITH TARGET ACCURACY.
 -- Plan      Expected, not observed: VECTOR INDEX HNSW SCAN under the FETCH
@@ -122,7 +127,8 @@ SELECT r.hit_rank,
                                s.parent_sequence_index,
                                VECTOR_DISTANCE(s.embedding, query_embedding, COSINE) AS distance
                           FROM sections s
-                         WHERE (collections IS NULL OR s.collection IN (
+                         WHERE query_embedding IS NOT NULL  -- a NULL embedding finds nothing (it had taken k rows, in no order)
+                           AND (collections IS NULL OR s.collection IN (
                                   SELECT cc.collection
                                     FROM JSON_TABLE(collections, '$[*]' ERROR ON ERROR
                                                     COLUMNS (collection VARCHAR2(512 CHAR) PATH '$')) cc))

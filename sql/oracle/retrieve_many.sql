@@ -91,6 +91,7 @@ hits AS (
             ORDER BY VECTOR_DISTANCE(s.embedding, q.embedding, COSINE)
             FETCH APPROX FIRST :k ROWS ONLY
            ) n
+     WHERE q.embedding IS NOT NULL  -- a NULL one finds nothing (it had taken k rows, in no order)
 ),
 context_keys AS (
     -- UNION ALL is enough: MINUS returns distinct rows
