@@ -598,3 +598,26 @@ def test_commands_answer_to_their_library_calls_names(dsn):
     assert onetrip("prune-history", "--doc-id", doc_id, dsn=dsn).returncode == 3  # nothing archived now
     for name, alias in LIBRARY_NAMES.items():  # the command each runs is the canonical one
         assert build_parser().parse_args([alias, *(["x"] if name in ("ingest", "delete") else [])]).command == name
+
+
+def test_retriever_calls_are_commands_of_their_names(dsn):
+    """`onetrip assemble`, `explain` and `search-many` are `search` with --assemble, --explain and several
+    questions: the Retriever calls they make, by name."""
+    assert onetrip("init", dsn=dsn).returncode == 0
+    assert onetrip("ingest", str(DEMO), dsn=dsn).returncode == 0
+    q = "Is tennis elbow covered?"
+    got = onetrip("assemble", q, "--max-tokens", "300", "--json", dsn=dsn)
+    assert got.returncode == 0, got.stderr
+    assert json.loads(got.stdout) == json.loads(onetrip("search", q, "--assemble", "--max-tokens", "300", "--json",
+                                                        dsn=dsn).stdout)
+    assert "passages" in json.loads(got.stdout)
+    explained = json.loads(onetrip("explain", q, "-k", "3", "--json", dsn=dsn).stdout)
+    searched = json.loads(onetrip("search", q, "-k", "3", "--explain", "--json", dsn=dsn).stdout)
+    assert explained["kind"] == "analyze" and explained["statement"] == searched["statement"]
+    plan = json.loads(onetrip("explain", q, "--explain", "plan", "--json", dsn=dsn).stdout)
+    assert plan["kind"] == "plan"
+    many = onetrip("search-many", q, "What about dental care?", "-k", "2", "--json", dsn=dsn)
+    assert many.returncode == 0 and many.stdout == onetrip("search", q, "What about dental care?", "-k", "2", "--json",
+                                                           dsn=dsn).stdout
+    res = onetrip("assemble", q, "What about dental care?", dsn=dsn)  # search's own refusal, not a new one
+    assert res.returncode == 2 and "give one query to assemble a context" in res.stderr

@@ -141,6 +141,21 @@ LIBRARY_NAMES = {"init": "init-schema", "ingest": "ingest-paths", "documents": "
                  "delete": "delete-document", "prune": "prune-history"}
 
 
+#: Retriever calls that `search` makes with a flag or several questions, each also a command of its own name:
+#: `onetrip assemble "q"` is `onetrip search "q" --assemble` (the flag they stand for, None: none)
+SEARCH_CALLS = {"search-many": None, "assemble": "--assemble", "explain": "--explain"}
+
+
+def _as_search(args: argparse.Namespace) -> argparse.Namespace:
+    """`search`'s arguments for a command named after the Retriever call it makes (SEARCH_CALLS)."""
+    if args.command == "assemble":
+        args.assemble = True
+    elif args.command == "explain" and args.explain is None:
+        args.explain = "analyze"
+    args.command = "search"
+    return args
+
+
 def _command(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> argparse.ArgumentParser:
     """A subcommand that also answers to its library call's name; either way ``args.command`` is ``name``."""
     p = sub.add_parser(name, aliases=[LIBRARY_NAMES[name]], **kwargs)
@@ -180,7 +195,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
     _model_option(p)
 
-    p = sub.add_parser("search", help="search and print hits with parent and neighbors")
+    p = sub.add_parser("search", aliases=list(SEARCH_CALLS), help="search and print hits with parent and neighbors "
+                       "(search-many: several questions; assemble: as --assemble; explain: as --explain)")
     _common(p)
     p.add_argument("query", nargs="+",
                    help="the question; several questions are searched in ONE statement "
@@ -1185,6 +1201,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     try:
+        if args.command in SEARCH_CALLS:
+            args = _as_search(args)
         code = COMMANDS[args.command](args)
         sys.stdout.flush()  # here, not at exit: a closed pipe must reach the handler below, not "Exception ignored"
         return code
