@@ -579,6 +579,19 @@ def test_encodings_and_invisible_text_are_named(tmp_path):
         parse_file(tmp_path / "zw.md")
 
 
+def test_a_utf8_byte_order_mark_overrides_a_declared_charset(tmp_path):
+    """WHATWG: a byte-order mark decides the encoding, not <meta>. A UTF-8 page with a BOM, a meta naming
+    iso-8859-1 and one stray byte had been read as cp1252 ('CafÃ©' and a section 'ï»¿'); it is named now."""
+    page = tmp_path / "bom.html"
+    page.write_bytes(b'\xef\xbb\xbf<meta charset="iso-8859-1"><h1>Caf\xc3\xa9</h1><p>na\xc3\xafve \xa0 text</p>')
+    with pytest.raises(InputDocumentError, match="invalid UTF-8 .*byte-order mark overrides its declared charset "
+                                                 "'iso-8859-1'"):
+        parse_file(page)
+    page.write_bytes(b'\xef\xbb\xbf<meta charset="iso-8859-1"><h1>Caf\xc3\xa9</h1><p>na\xc3\xafve text</p>')
+    doc = parse_file(page)
+    assert [(s.heading, s.content) for s in doc.sections] == [("Café", "naïve text")]
+
+
 def test_legacy_charsets_are_read_as_browsers_read_them(tmp_path):
     """Found by review: pages declaring GB2312, Shift_JIS or EUC-KR and holding the wider codepage's characters
     (as such pages do; WHATWG reads those labels as GBK, windows-31j, windows-949) were refused; so was a page

@@ -945,3 +945,56 @@ def test_a_run_of_titles_packs_as_text_and_a_term_without_definition_glues_nothi
     _, blocks, _ = parse_html("<html><body><ul><li><dl><dt>lonely_term</dt></dl><p>Para A one.</p>"
                               "<p>Para B two.</p></li></ul></body></html>")
     assert [b.text for b in blocks if isinstance(b, ContentBlock)] == ["lonely_term\n\nPara A one.\n\nPara B two."]
+
+
+def _tree_of(html: str) -> list[tuple]:
+    title, blocks, _ = parse_html(html)
+    return [(s.section_id, s.parent_section_id, s.heading_path, s.content)
+            for s in build_sections(blocks, min_tokens=0, title=title or "x", count_tokens=words)]
+
+
+@pytest.mark.parametrize("page", [
+    "<html><body><h1>Notes</h1><p>v2 adds sync.</p></body><div><h2>Known issues</h2><p>PDF export crashes.</p></div>"
+    "</html>",
+    "<html><body><h1>Notes</h1><p>v2 adds sync.</p></body></html><h2>Known issues</h2><p>PDF export crashes.</p>",
+    "<html><head><title>T</title></head><body><h1>Notes</h1><p>v2 adds sync.</p></body></html>\n<!-- c -->"
+    "<body><h2>Known issues</h2><p>PDF export crashes.</p></body>",
+])
+def test_text_after_the_body_is_the_bodys_as_a_browser_shows_it(page):
+    """Text after </body> or </html>, or in a second <body>, which HTML parsing moves into the body and a
+    browser shows: lxml keeps it beside <body>, and only <body> had been read (lost, no warning)."""
+    assert _tree_of(page) == [("notes", None, ("Notes",), "v2 adds sync."),
+                              ("known-issues", "notes", ("Notes", "Known issues"), "PDF export crashes.")]
+
+
+def test_an_untitled_section_container_keeps_the_pages_heading_open():
+    """An untitled div.section counted as an <h1>: it ended the page's <h1>, and every section after it
+    (a titled container's, a bare <h2>'s) had lost its parent and the page title in its path."""
+    page = ("<h1>Page</h1><p>intro</p><div class='section'><p>untitled</p></div>"
+            "<div class='section'><h2>B</h2><p>b</p></div><h2>C</h2><p>c</p>")
+    got = _tree_of(page)
+    assert [(sid, parent, path) for sid, parent, path, _ in got] == [
+        ("page", None, ("Page",)), ("s1", "page", ("Page", "")), ("b", "page", ("Page", "B")),
+        ("c", "page", ("Page", "C"))]
+    assert [content for *_, content in got] == ["intro", "untitled", "b", "c"]
+
+
+def test_a_formula_is_stored_once_without_its_tex_source():
+    """MathML's <annotation> (a formula's TeX, never rendered) and KaTeX's aria-hidden drawn copy had been
+    stored beside the MathML: 'x+yx+y', and past 20 characters three times."""
+    long = "a+b+c+d+e+f+g+h+i+j+k"
+    mathml = "".join(f"<mi>{c}</mi>" if c.isalpha() else f"<mo>{c}</mo>" for c in long)
+    page = ("<p>Let <span class=katex><span class=katex-mathml><math><semantics><mrow>" + mathml + "</mrow>"
+            f"<annotation encoding='application/x-tex'>{long}</annotation></semantics></math></span>"
+            f"<span class=katex-html aria-hidden=true><span>{long}</span></span></span> hold.</p>"
+            "<p>Wiki <math><semantics><mrow><mi>x</mi></mrow>"
+            "<annotation encoding='application/x-tex'>{\\displaystyle x}</annotation></semantics></math>.</p>")
+    (_, _, _, content), = _tree_of(page)
+    assert content == f"Let {long} hold.\n\nWiki x."
+
+
+def test_a_leading_permalink_glyph_is_dropped_not_the_headings_own():
+    """VuePress puts the permalink before the heading: '<a>#</a> Learn C#' had become '# Learn C'."""
+    page = ("<h2 id=learn-c><a class=header-anchor href='#learn-c'>#</a> Learn C#</h2><p>a</p>"
+            "<h2 id=c-sharp>C#<a href='#c-sharp'>#</a></h2><p>b</p>")
+    assert [path for _, _, path, _ in _tree_of(page)] == [("Learn C#",), ("C#",)]

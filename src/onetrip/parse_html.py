@@ -8,7 +8,8 @@ spaces or line breaks while block elements must start new lines.
 Rules:
 * A section container is a `div` with one of SECTION_CLASSES. Its level is its
   nesting depth among containers (an outermost one sits below the last heading
-  outside containers of a lower h-number than its title's: AsciiDoc's page <h1>);
+  outside containers of a lower h-number than its title's: AsciiDoc's page <h1>;
+  an untitled one, below the last such heading);
   its anchor is its id, else an id or an
   `<a id|name>` in its title (DocBook's default stylesheets mark sections so),
   else the id of the innermost enclosing container (`refsynopsisdiv`: that is
@@ -39,7 +40,11 @@ Rules:
   footnotes), or a nested HTML5 `<section>` inside a `<section>`/`<article>`
   that opened with a heading (bare, or in a `<header>`/`<hgroup>`), gets a
   repeated heading of the parent, so it is not attributed to the last subsection.
-* Dropped (`_dropped`): head, script, style, <nav>, what has role="navigation"
+* The page is <body>'s children, then what lxml left beside it (text after
+  </body> or </html>, a second <body>'s), as HTML parsing moves it all into
+  the one body a browser shows.
+* Dropped (`_dropped`): head, script, style, <nav>, MathML's <annotation> (a
+  formula's TeX source), what has role="navigation"
   or "contentinfo", DROP_CLASSES (DocBook's navheader, navfooter and toc,
   Texinfo's tables of contents, Bootstrap's navbar, ...), an aria-hidden="true"
   dialog or icon (not one holding a heading or more than a few characters: a
@@ -83,11 +88,15 @@ SECTION_CLASSES = frozenset(
 )
 # DocBook's navigation bars and toc; Texinfo's tables of contents (the page's, each chapter's), its 7's nav bar
 # and its index-entry permalinks; Sphinx's and MkDocs' permalinks (a heading's, an API entry's ¶); Doxygen's
-# breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars
+# breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars; KaTeX's drawn copy of a formula
+# (aria-hidden beside its MathML, which is read)
 DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "Overview_element", "section-toc",
                           "mini-toc", "nav-panel", "copiable-anchor", "copiable-link", "headerlink", "navpath",
-                          "navbar", "topNav", "bottomNav", "subNav"})
-DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
+                          "navbar", "topNav", "bottomNav", "subNav", "katex-html"})
+# MathML's <annotation> holds a formula's source (TeX), which browsers never render: KaTeX's and Wikipedia's
+# formulas had been stored as "x+y" then "x+y" again or "{\displaystyle x+y}"
+DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav", "annotation",
+                       "annotation-xml"})
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _HEADING_SET = frozenset(HEADINGS)
 
@@ -270,11 +279,25 @@ def _without_permalink(tag: Tag, text: str, targets: frozenset[str] = frozenset(
         if (_is_glyph(glyph) and href.startswith("#") and len(glyph) < len(text)
                 and (glyph in _PERMALINK_GLYPHS or href[1:] in targets
                      or href[1:] == GithubSlugger.slug(text.replace(glyph, "").strip()))):  # its slug: no id
+            # where the link sits, not which end the glyph matches: "# Learn C#" (VuePress's leading link)
+            # had lost the heading's own "#"
+            if text.startswith(glyph) and not _text_before(tag, a).strip():
+                return text[len(glyph):].lstrip()
             if text.endswith(glyph):
                 return text[: -len(glyph)].rstrip()
             if text.startswith(glyph):
                 return text[len(glyph):].lstrip()
     return text
+
+
+def _text_before(tag: Tag, inner: Tag) -> str:
+    """The text of ``tag`` before ``inner``, an element in it."""
+    parts: list[str] = []
+    for string in tag.find_all(string=True):
+        if inner in string.parents:
+            break
+        parts.append(str(string))
+    return "".join(parts)
 
 
 def _is_text(node: PageElement) -> bool:
@@ -671,7 +694,9 @@ class _Walker:
             depth = self.containers[-1][0] + 1
         else:  # under the last heading outside containers of a lower h-number (AsciiDoc: the page's <h1>, then
             # div.sect1 with an h2 title, beside a bare h2), as a heading of its h-number would be
-            hn = int(title.name[1]) if title is not None else 1
+            # an untitled one nests under the last open heading: counted as an <h1>, it had ended the page's
+            # <h1>, and every section after it had lost its parent
+            hn = int(title.name[1]) if title is not None else (self.open_free[-1][0] + 1 if self.open_free else 1)
             while self.open_free and self.open_free[-1][0] >= hn:
                 self.open_free.pop()
             # under the last open heading; a container before it of a lower h-number is its sibling still
@@ -1019,11 +1044,35 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     title_tag = soup.find(lambda tag: tag.name == "title" and tag.find_parent(_FOREIGN_CONTENT) is None)
     title = _collapse(title_tag.get_text()) if isinstance(title_tag, Tag) else ""
     metadata = _metadata(soup, title)
-    root = soup.body if isinstance(soup.body, Tag) else soup
     walker = _Walker()
-    walker.walk(root.contents)
+    walker.walk(_body_nodes(soup))
     walker.flush()
     return title, walker.blocks, metadata
+
+
+def _body_nodes(soup: BeautifulSoup) -> list[PageElement]:
+    """What a browser shows as the page's body, in order: <body>'s children, then what lxml left beside it.
+
+    HTML parsing moves text after </body> or </html> (a CMS's appended block, pages joined by `cat`) and a
+    second <body>'s children into the one body; lxml keeps them beside <body> or in a second <html>, and
+    only <body> had been read: that text was lost without a warning."""
+    if not isinstance(soup.body, Tag):
+        return list(soup.contents)
+    nodes: list[PageElement] = []
+
+    def add(children: Iterable[PageElement]) -> None:
+        for child in list(children):
+            if isinstance(child, Tag) and child.name in ("html", "body"):
+                add(child.contents)
+            else:  # a <head> among them is dropped as the walk drops any
+                nodes.append(child)
+
+    add(soup.body.contents)
+    add(soup.body.next_siblings)
+    page = soup.body.find_parent("html")
+    if page is not None:
+        add(page.next_siblings)
+    return nodes
 
 
 # elements whose content is raw text: left open, they take in the rest of the page, which is then not read

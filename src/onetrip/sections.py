@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 13
+SECTIONING = 14
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -714,6 +714,8 @@ def _read_text(path: Path, data: bytes | None = None) -> str:
     except UnicodeDecodeError as exc:
         declared = _declared_html_charset(data) if path.suffix.lower() in HTML_SUFFIXES else None
         text, why = None, ""
+        if declared and data.startswith(b"\xef\xbb\xbf"):  # a UTF-8 byte-order mark overrides <meta> (WHATWG)
+            declared, why = None, f"; its UTF-8 byte-order mark overrides its declared charset {declared[0]!r}"
         if declared:  # an HTML page that says its encoding in a <meta> tag is read in it
             label, codec = declared
             named = repr(label) if codec == label else f"{label!r} (read as {codec}, as browsers do)"
