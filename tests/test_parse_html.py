@@ -998,3 +998,19 @@ def test_a_leading_permalink_glyph_is_dropped_not_the_headings_own():
     page = ("<h2 id=learn-c><a class=header-anchor href='#learn-c'>#</a> Learn C#</h2><p>a</p>"
             "<h2 id=c-sharp>C#<a href='#c-sharp'>#</a></h2><p>b</p>")
     assert [path for _, _, path, _ in _tree_of(page)] == [("Learn C#",), ("C#",)]
+
+
+def test_text_after_a_top_level_container_is_the_heading_it_sits_under():
+    """Text after a nested container goes back to its parent (a repeated heading); after a top-level one it had
+    gone to the container's last subsection, though it is the page heading's."""
+    page = ("<h1>Page</h1><div class='section'><h2>A</h2><p>a</p></div><p>after</p>"
+            "<div class='section'><h2>B</h2><p>b</p></div><div class='section'><h2>C</h2><p>c</p></div>")
+    assert [(sid, parent, path, content) for sid, parent, path, content in _tree_of(page)] == [
+        ("page", None, ("Page",), ""), ("a", "page", ("Page", "A"), "a"), ("page~2", None, ("Page",), "after"),
+        ("b", "page~2", ("Page", "B"), "b"), ("c", "page~2", ("Page", "C"), "c")]
+    # a heading right after it, or nothing: no repeated heading
+    assert [s[0] for s in _tree_of("<h1>Page</h1><div class='section'><h2>A</h2><p>a</p></div><h2>D</h2><p>d</p>")] \
+        == ["page", "a", "d"]
+    # no heading to go back to: as before, the container's
+    assert _tree_of("<div class='section'><h2>A</h2><p>a</p></div><p>after</p>") == [
+        ("a", None, ("A",), "a\n\nafter")]

@@ -71,6 +71,7 @@ import itertools
 import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 
 from bs4 import BeautifulSoup, NavigableString, PageElement, Tag
 from bs4.element import CData, PreformattedString
@@ -566,15 +567,16 @@ class _Walker:
     """
 
     def __init__(self) -> None:
-        self.blocks: list[Block] = []
+        self.blocks: list[Block | _Resume] = []
         self.loose = _Text()  # text that sits directly in transparent containers
         self.containers: list[tuple[int, str | None, int | None]] = []  # depth, anchor, title hN
         self.consumed: set[int] = set()  # id() of headings used as container titles
         self.slugger = GithubSlugger()
         self.html5_ids: list[str | None] = []  # per open HTML5 <section>/<article>: its id, until a heading takes it
-        # what is open outside containers, outermost first: (h-number, level, is a container) of each heading
-        # and each top-level container's title, so a heading after a container takes its level on its scale
-        self.open_free: list[tuple[int, int, bool]] = []
+        # what is open outside containers, outermost first: (h-number, level, is a container, the heading's block)
+        # of each heading and each top-level container's title, so a heading after a container takes its level on
+        # its scale, and text after a container goes back to the heading it is under
+        self.open_free: list[tuple[int, int, bool, HeadingBlock | None]] = []
         self.has_text = _TextCheck()
 
     # -- output helpers
@@ -700,8 +702,8 @@ class _Walker:
             while self.open_free and self.open_free[-1][0] >= hn:
                 self.open_free.pop()
             # under the last open heading; a container before it of a lower h-number is its sibling still
-            depth = next((level for _, level, is_container in reversed(self.open_free) if not is_container), 0) + 1
-            self.open_free.append((hn, depth, True))
+            depth = next((level for _, level, is_container, _ in reversed(self.open_free) if not is_container), 0) + 1
+            self.open_free.append((hn, depth, True, None))
         own_id = tag.get("id")
         heading = ""
         children: Iterable[PageElement] = list(tag.contents)
@@ -740,6 +742,11 @@ class _Walker:
             yield child
         self.flush()
         self.containers.pop()
+        if not self.containers:  # text after a top-level container is the heading's it sits under, as text after a
+            # nested one is its parent's: it had gone to the container's last subsection
+            under = next((block for _, _, is_container, block in reversed(self.open_free) if not is_container), None)
+            if under is not None:
+                self.blocks.append(_Resume(under))
 
     def free_heading(self, tag: Tag) -> Iterator[PageElement] | None:
         """A heading's section; returns a heading or section nested in it, and all after that inside it, to walk.
@@ -759,7 +766,7 @@ class _Walker:
             level = depth + max(1, n - title_hn)
         else:  # its h-number, but no deeper than a container before it that it ends: a bare <h3> after a
             # div.section titled <h3> (level 2 under the page's <h1>) had been that section's subsection
-            ended = [lv for hn, lv, _ in self.open_free if hn >= n]
+            ended = [lv for hn, lv, *_ in self.open_free if hn >= n]
             level = min([n, *ended])
         before = _anchor_before(tag)
         section_id = self.html5_ids[-1] if self.html5_ids else None
@@ -783,9 +790,9 @@ class _Walker:
         if not self.containers:  # it ends the headings of its level and below; no container nests under an empty one
             while self.open_free and self.open_free[-1][0] >= n:
                 self.open_free.pop()
-            if text:
-                self.open_free.append((n, level, False))
         self.heading(level, text, str(anchor) if anchor else (self.slugger(text) or None))
+        if not self.containers and text:
+            self.open_free.append((n, level, False, self.blocks[-1]))
         return rest if nested is not None else None
 
     # -- content blocks
@@ -1047,7 +1054,27 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     walker = _Walker()
     walker.walk(_body_nodes(soup))
     walker.flush()
-    return title, walker.blocks, metadata
+    return title, _resumed(walker.blocks), metadata
+
+
+@dataclass(frozen=True)
+class _Resume:
+    """Where a top-level section container ended under a heading: that heading again, if text follows."""
+
+    heading: HeadingBlock
+
+
+def _resumed(blocks: list[Block | _Resume]) -> list[Block]:
+    """The blocks, each _Resume followed by content (before any heading) replaced by its heading, the rest dropped."""
+    out: list[Block] = []
+    for i, block in enumerate(blocks):
+        if not isinstance(block, _Resume):
+            out.append(block)
+            continue
+        following = next((blocks[j] for j in range(i + 1, len(blocks)) if not isinstance(blocks[j], _Resume)), None)
+        if isinstance(following, ContentBlock):
+            out.append(block.heading)
+    return out
 
 
 def _body_nodes(soup: BeautifulSoup) -> list[PageElement]:
