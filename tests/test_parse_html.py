@@ -1014,3 +1014,29 @@ def test_text_after_a_top_level_container_is_the_heading_it_sits_under():
     # no heading to go back to: as before, the container's
     assert _tree_of("<div class='section'><h2>A</h2><p>a</p></div><p>after</p>") == [
         ("a", None, ("A",), "a\n\nafter")]
+
+
+def test_review_of_the_html_fixes():
+    """Found by the review of the fixes above: each had been wrong before them or by them."""
+    formula = "a+b+c+d+e+f+g+h+i+j+k"
+    # KaTeX's HTML-only output has no MathML beside it: its drawn copy is the formula (it had been dropped)
+    assert _tree_of(f"<p>Html <span class=katex><span class=katex-html aria-hidden=true><span>{formula}</span>"
+                    "</span></span> holds.</p>")[0][3] == f"Html {formula} holds."
+    # MathJax 2: the drawn copy beside the assistive MathML is not stored twice
+    assert _tree_of(f"<p>MJ <span class=mjx-chtml><span class=mjx-math aria-hidden=true><span>{formula}</span>"
+                    f"</span><span class=MJX_Assistive_MathML><math><mi>{formula}</mi></math></span></span> holds.</p>"
+                    )[0][3] == f"MJ {formula} holds."
+    # an <annotation> outside <math> is an unknown element, shown
+    assert _tree_of("<p>Unknown <annotation>custom note</annotation> element.</p>")[0][3] == \
+        "Unknown custom note element."
+    # a permalink the page drops anyway (aria-hidden, headerlink) is not in the text: the heading's own # stays
+    for page, heading in (("<h2 id=learn-c><a class=header-anchor href='#learn-c' aria-hidden=true>#</a> Learn C#"
+                           "</h2>", "Learn C#"),
+                          ("<h2 id=f-sharp>F# <a class=header-anchor href='#f-sharp' aria-hidden=true>#</a></h2>", "F#"),
+                          ("<h2 id=c>C#<a class=headerlink href='#c'>#</a></h2>", "C#"),
+                          ("<h2 id=x><a href='#x'>#</a> Title <a href='#x'>#</a></h2>", "Title")):  # both links
+        assert _tree_of(page + "<p>text</p>")[0][2] == (heading,), page
+    # a bare heading after an untitled container is not inside it (the <div> is closed)
+    assert [(sid, parent, path) for sid, parent, path, _ in _tree_of(
+        "<h1>Page</h1><p>intro</p><div class=section><p>note</p></div><h3>Bare</h3><p>t</p>")] == [
+        ("page", None, ("Page",)), ("s1", "page", ("Page", "")), ("bare", "page", ("Page", "Bare"))]

@@ -9,7 +9,8 @@ Rules:
 * A section container is a `div` with one of SECTION_CLASSES. Its level is its
   nesting depth among containers (an outermost one sits below the last heading
   outside containers of a lower h-number than its title's: AsciiDoc's page <h1>;
-  an untitled one, below the last such heading);
+  an untitled one, below the last such heading, and ended by the next heading;
+  text after it goes back to the heading it is under);
   its anchor is its id, else an id or an
   `<a id|name>` in its title (DocBook's default stylesheets mark sections so),
   else the id of the innermost enclosing container (`refsynopsisdiv`: that is
@@ -44,7 +45,8 @@ Rules:
   </body> or </html>, a second <body>'s), as HTML parsing moves it all into
   the one body a browser shows.
 * Dropped (`_dropped`): head, script, style, <nav>, MathML's <annotation> (a
-  formula's TeX source), what has role="navigation"
+  formula's TeX source) and an aria-hidden copy drawn beside a formula's
+  MathML (KaTeX, MathJax 2), what has role="navigation"
   or "contentinfo", DROP_CLASSES (DocBook's navheader, navfooter and toc,
   Texinfo's tables of contents, Bootstrap's navbar, ...), an aria-hidden="true"
   dialog or icon (not one holding a heading or more than a few characters: a
@@ -89,15 +91,14 @@ SECTION_CLASSES = frozenset(
 )
 # DocBook's navigation bars and toc; Texinfo's tables of contents (the page's, each chapter's), its 7's nav bar
 # and its index-entry permalinks; Sphinx's and MkDocs' permalinks (a heading's, an API entry's ¶); Doxygen's
-# breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars; KaTeX's drawn copy of a formula
-# (aria-hidden beside its MathML, which is read)
+# breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars
 DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "Overview_element", "section-toc",
                           "mini-toc", "nav-panel", "copiable-anchor", "copiable-link", "headerlink", "navpath",
-                          "navbar", "topNav", "bottomNav", "subNav", "katex-html"})
-# MathML's <annotation> holds a formula's source (TeX), which browsers never render: KaTeX's and Wikipedia's
-# formulas had been stored as "x+y" then "x+y" again or "{\displaystyle x+y}"
-DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav", "annotation",
-                       "annotation-xml"})
+                          "navbar", "topNav", "bottomNav", "subNav"})
+DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
+# in <math>, a formula's source (TeX), which browsers never render: KaTeX's and Wikipedia's formulas had been
+# stored as "x+y" then "x+y" again or "{\displaystyle x+y}"
+_MATH_SOURCE = frozenset({"annotation", "annotation-xml"})
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 _HEADING_SET = frozenset(HEADINGS)
 
@@ -168,14 +169,14 @@ def _dropped(tag: Tag) -> bool:
     marked `hidden`, is what no one sees until a script shows it. Their links and lines ("Last updated ...", which
     changes on every build) had been kept as sections' text.
     """
-    if tag.name in DROP_TAGS:
+    if tag.name in DROP_TAGS or (tag.name in _MATH_SOURCE and tag.find_parent("math") is not None):
         return True
     classes = _classes(tag)
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
         return True
     if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
         return True
-    if tag.get("aria-hidden") == "true" and _hidden_aside(tag, classes):
+    if tag.get("aria-hidden") == "true" and (_hidden_aside(tag, classes) or _drawn_formula(tag)):
         return True
     # a `hidden` dialog or modal (not "until-found", which find-in-page opens); any other hidden element is
     # kept: an accordion's answer, however short ("Yes, up to 3 users."), is what a reader opens it for
@@ -198,6 +199,16 @@ def _hidden_aside(tag: Tag, classes: list[str]) -> bool:
     if _dialog(tag, classes):
         return True
     return tag.find(HEADINGS) is None and len(tag.get_text().strip()) <= 20
+
+
+def _drawn_formula(tag: Tag) -> bool:
+    """An aria-hidden element beside a formula's MathML: the copy drawn for the eye (KaTeX's katex-html, MathJax
+    2's mjx-math), whose MathML is read; stored too, the formula came twice. KaTeX's HTML-only output has no
+    MathML beside it, and is kept."""
+    parent = tag.parent
+    return parent is not None and any(isinstance(sibling, Tag) and sibling is not tag
+                                      and (sibling.name == "math" or sibling.find("math") is not None)
+                                      for sibling in parent.children)
 
 
 def _in_main_content(tag: Tag) -> bool:
@@ -275,6 +286,8 @@ def _without_permalink(tag: Tag, text: str, targets: frozenset[str] = frozenset(
     if text[-1:].isalnum() and text[:1].isalnum():
         return text
     for a in tag.find_all("a", href=True):
+        if any(_dropped(x) for x in (a, *itertools.takewhile(lambda up: up is not tag, a.parents))):
+            continue  # not in the text (an aria-hidden or headerlink permalink): a glyph it ends with is its own
         glyph = a.get_text().strip()
         href = str(a["href"])
         if (_is_glyph(glyph) and href.startswith("#") and len(glyph) < len(text)
@@ -283,11 +296,11 @@ def _without_permalink(tag: Tag, text: str, targets: frozenset[str] = frozenset(
             # where the link sits, not which end the glyph matches: "# Learn C#" (VuePress's leading link)
             # had lost the heading's own "#"
             if text.startswith(glyph) and not _text_before(tag, a).strip():
-                return text[len(glyph):].lstrip()
-            if text.endswith(glyph):
-                return text[: -len(glyph)].rstrip()
-            if text.startswith(glyph):
-                return text[len(glyph):].lstrip()
+                text = text[len(glyph):].lstrip()
+            elif text.endswith(glyph):
+                text = text[: -len(glyph)].rstrip()
+            elif text.startswith(glyph):
+                text = text[len(glyph):].lstrip()
     return text
 
 
@@ -696,9 +709,9 @@ class _Walker:
             depth = self.containers[-1][0] + 1
         else:  # under the last heading outside containers of a lower h-number (AsciiDoc: the page's <h1>, then
             # div.sect1 with an h2 title, beside a bare h2), as a heading of its h-number would be
-            # an untitled one nests under the last open heading: counted as an <h1>, it had ended the page's
-            # <h1>, and every section after it had lost its parent
-            hn = int(title.name[1]) if title is not None else (self.open_free[-1][0] + 1 if self.open_free else 1)
+            # an untitled one nests under the last open heading and ends at the next heading (an h-number above
+            # any: counted as an <h1>, it had ended the page's <h1>, and every section after it lost its parent)
+            hn = int(title.name[1]) if title is not None else _UNTITLED_HN
             while self.open_free and self.open_free[-1][0] >= hn:
                 self.open_free.pop()
             # under the last open heading; a container before it of a lower h-number is its sibling still
@@ -1033,6 +1046,10 @@ def _matched_heading_ends(text: str) -> str:
             pos = m.end(2)
         open_level = None
     return "".join([*out, text[pos:]]) if out else text
+
+
+#: an untitled section container's h-number: above any heading's, so every heading after it ends it
+_UNTITLED_HN = 7
 
 
 #: elements whose content is another markup language's: a <title> inside is theirs, not the page's
