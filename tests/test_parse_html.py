@@ -1040,3 +1040,41 @@ def test_review_of_the_html_fixes():
     assert [(sid, parent, path) for sid, parent, path, _ in _tree_of(
         "<h1>Page</h1><p>intro</p><div class=section><p>note</p></div><h3>Bare</h3><p>t</p>")] == [
         ("page", None, ("Page",)), ("s1", "page", ("Page", "")), ("bare", "page", ("Page", "Bare"))]
+
+
+def test_office_exports_of_a_policy():
+    """Policies exported from office tools (a review's pages): Google Docs' and LibreOffice's numbered headings
+    (each alone in a list item) had made the whole policy one section without headings; Word's and Confluence's
+    tables of contents, Word's hidden text and its symbol-font bullets were stored as text, in headings too;
+    an unbracketed footnote mark glued to its word hid that word from lexical search."""
+    gdocs = ("<ol class='lst-kix_n-0 start' start=1><li class='li-bullet-0'><h1 id='h.a1' style='display:inline'>"
+             "<span>Purpose</span></h1></li></ol><p class=c2><span>Records are kept as below.</span></p>"
+             "<ol class='lst-kix_n-0' start=2><li class='li-bullet-0'><h1 id='h.b1'><span>Invoices</span></h1></li>"
+             "</ol><p class=c2><span>Invoices are kept for ten years.</span></p>")
+    assert _tree_of(gdocs) == [("h.a1", None, ("Purpose",), "Records are kept as below."),
+                               ("h.b1", None, ("Invoices",), "Invoices are kept for ten years.")]
+    libre = "<ol><li><h1 class=western>Scope</h1></li></ol><p>All staff.</p>"
+    assert _tree_of(libre) == [("scope", None, ("Scope",), "All staff.")]
+    # a list item with a heading and more, or a list with one item of text, stays a list (content)
+    assert [s[0] for s in _tree_of("<ol><li><h2>A</h2><p>x</p></li></ol><ol><li>plain</li></ol>")] == ["s0"]
+    tocs = ("<p class=MsoToc1><a href='#_Toc1'>1. Purpose<span style='display:none'>. </span>"
+            "<span style='display:none'>1</span></a></p>"
+            "<div class='toc-macro rbtoc1'><ul><li><a href='#P-1.Purpose'>1. Purpose</a></li></ul></div>"
+            "<div id='Table of Contents1'><p><a href='#__RefHeading___Toc10_1'>1 Purpose\t1</a></p></div>"
+            "<div id=TOC><ul><li><a href='#purpose'>1 Purpose</a></li></ul></div>"
+            "<h1 id=purpose><a name=_Toc1></a>1. Purpose</h1><p>Body.</p>")
+    assert _tree_of(tocs) == [("purpose", None, ("1. Purpose",), "Body.")]
+    word = ("<div class=WordSection1><h2 style='mso-list:l2 level1 lfo3'><![if !supportLists]>"
+            "<span style='font-family:Wingdings'><span style='mso-list:Ignore'>&sect;<span>&nbsp; </span></span>"
+            "</span><![endif]>Gifts<span style='display:none;mso-hide:all'> [drafting note: align with HR-12]</span>"
+            "</h2><p class=MsoNormal>Gifts above 50 EUR must be declared.</p>"
+            "<p class=MsoNormal><span style='display:none;mso-hide:all'>Internal: not approved.</span></p>"
+            "<p class=MsoListParagraph style='mso-list:l0 level1 lfo1'><![if !supportLists]>"
+            "<span style='mso-list:Ignore'>1.1<span>&nbsp; </span></span><![endif]>Cash is never accepted.</p></div>")
+    assert _tree_of(word) == [("gifts", None, ("Gifts",),
+                               "Gifts above 50 EUR must be declared.\n\n1.1 Cash is never accepted.")]
+    notes = ("<h1 id=a>Reporting</h1><p>Report to the ombudsman.<a href='#fn1' class=footnote-ref role=doc-noteref>"
+             "<sup>1</sup></a> Reports are confidential. Also carried<a class=sdfootnoteanc href='#sdfootnote1sym'>"
+             "<sup>2</sup></a> over; see [<a href='#ftn.x' class=footnote>3</a>].</p>")
+    assert _tree_of(notes)[0][3] == ("Report to the ombudsman. 1 Reports are confidential. Also carried 2 over; "
+                                     "see [3].")

@@ -29,7 +29,11 @@ Rules:
   In an untitled container the first such heading's h-number - 1 stands in
   for the title's, so its h2 and h3 still nest.
 * Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
-  are content, as are `p.title` captions of tables/examples/figures.
+  are content, as are `p.title` captions of tables/examples/figures; but a
+  list whose every item is one heading alone (how Google Docs and LibreOffice
+  number headings) holds headings (the list's number is not kept).
+* An unbracketed footnote mark (Pandoc's, LibreOffice's, docutils') is a word
+  of its own, not glued to the one before it.
 * A heading's text ends where a heading or section container nested in it
   starts (lxml nests a heading left open in the one before it, as in
   `<h3>A<b>x<h3>B`), or where the content block holding that one starts (a
@@ -54,7 +58,10 @@ Rules:
   (<footer>, .footer, #footer with no article, section, main, quote, figure,
   cell, ... around it) and Texinfo's "Next: / Up:" bar (a div.header of links
   that are all rel=next, up, ... or have an accesskey, no heading, no other
-  text than labels). An empty heading outside containers makes no section
+  text than labels), the tables of contents of Word (p.MsoToc1-9), Confluence
+  and Pandoc/LibreOffice (id TOC, "Table of Contents1"), and Word's hidden
+  text (mso-hide:all) and symbol-font bullets (mso-list:Ignore without a
+  letter or digit). An empty heading outside containers makes no section
   unless it has an anchor (a link's target: then it heads what follows, as any
   heading does), and no container nests under it.
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
@@ -91,10 +98,14 @@ SECTION_CLASSES = frozenset(
 )
 # DocBook's navigation bars and toc; Texinfo's tables of contents (the page's, each chapter's), its 7's nav bar
 # and its index-entry permalinks; Sphinx's and MkDocs' permalinks (a heading's, an API entry's ¶); Doxygen's
-# breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars
+# breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars; the tables of contents of Word
+# ("Save as Web Page": a paragraph per entry, its page number hidden) and of Confluence
 DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "Overview_element", "section-toc",
                           "mini-toc", "nav-panel", "copiable-anchor", "copiable-link", "headerlink", "navpath",
-                          "navbar", "topNav", "bottomNav", "subNav"})
+                          "navbar", "topNav", "bottomNav", "subNav", "toc-macro", "MsoTocHeading",
+                          *(f"MsoToc{n}" for n in range(1, 10))})
+#: ids of a table of contents: Pandoc's (HTML 4 output, a div; HTML5's is a <nav>), LibreOffice's "Table of Contents1"
+_TOC_IDS = re.compile(r"TOC|Table of Contents\d*")
 DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
 # in <math>, a formula's source (TeX), which browsers never render: KaTeX's and Wikipedia's formulas had been
 # stored as "x+y" then "x+y" again or "{\displaystyle x+y}"
@@ -171,6 +182,8 @@ def _dropped(tag: Tag) -> bool:
     """
     if tag.name in DROP_TAGS or (tag.name in _MATH_SOURCE and tag.find_parent("math") is not None):
         return True
+    if _TOC_IDS.fullmatch(str(tag.get("id", ""))) or _word_hidden(tag):
+        return True
     classes = _classes(tag)
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
         return True
@@ -199,6 +212,52 @@ def _hidden_aside(tag: Tag, classes: list[str]) -> bool:
     if _dialog(tag, classes):
         return True
     return tag.find(HEADINGS) is None and len(tag.get_text().strip()) <= 20
+
+
+def _word_hidden(tag: Tag) -> bool:
+    """Word's hidden text (mso-hide:all: drafting notes, a TOC entry's page number), which no browser shows, and
+    a list item's bullet drawn from a symbol font (mso-list:Ignore, '§' for Wingdings' square, '·' for Symbol's
+    dot), which had led headings ('§ Gifts') and their slugs; a numbered label ("1.1") stays, as shown."""
+    style = tag.get("style")
+    if not style or "mso-" not in style:
+        return False
+    style = style.replace(" ", "").lower()
+    if "mso-hide:all" in style:
+        return True
+    return "mso-list:ignore" in style and not any(c.isalnum() for c in tag.get_text())
+
+
+def _note_mark(tag: Tag) -> bool:
+    """A footnote's mark as generators write it unbracketed (Pandoc's footnote-ref, LibreOffice's sdfootnoteanc,
+    docutils' footnote-reference, role="doc-noteref"): read glued to the word before it ("ombudsman.1",
+    "carried1"), that word was lost to lexical search; it is a word of its own."""
+    if tag.name != "a":
+        return False
+    return tag.get("role") == "doc-noteref" or not _NOTE_MARK_CLASSES.isdisjoint(_classes(tag))
+
+
+_NOTE_MARK_CLASSES = frozenset({"footnote-ref", "sdfootnoteanc", "footnote-reference"})
+
+
+def _listed_headings(tag: Tag) -> list[Tag] | None:
+    """The headings of a list whose every item is one heading and nothing else, else None.
+
+    Google Docs and LibreOffice number a heading by putting it alone in a list item (<ol><li><h1>); as content
+    (headings in lists are), a numbered policy had become one section without a heading. A browser shows
+    them as headings, after the list's number, which is not kept."""
+    heads: list[Tag] = []
+    for item in tag.children:
+        if isinstance(item, NavigableString):
+            if _is_text(item) and item.strip():
+                return None
+            continue
+        if item.name != "li" or _dropped(item):
+            return None
+        inside = [c for c in item.children if not (isinstance(c, NavigableString) and not (_is_text(c) and c.strip()))]
+        if len(inside) != 1 or not isinstance(inside[0], Tag) or inside[0].name not in _HEADING_SET:
+            return None
+        heads.append(inside[0])
+    return heads or None
 
 
 def _drawn_formula(tag: Tag) -> bool:
@@ -647,6 +706,9 @@ class _Walker:
             # (<p>x <b>y<h2>H</h2>), where a browser closes the paragraph at the heading's start tag and shows
             # a heading. Read through, as a transparent block: its text, then the heading's section
             return self.block(node)
+        elif name in ("ol", "ul") and (headings := _listed_headings(node)) is not None:
+            self.flush()
+            return iter(headings)
         elif name in _BLOCK_TAG_KINDS:
             self.content(node, _BLOCK_TAG_KINDS[name])
         elif name == "div" and (kind := self.block_div_kind(node)):
@@ -658,6 +720,8 @@ class _Walker:
         elif name in _BREAKING:  # transparent block container (div, section, ...)
             return self.block(node)
         else:  # inline element in a transparent container
+            if _note_mark(node):
+                self.loose.add(" ")
             return iter(list(node.contents))
         return None
 
@@ -963,6 +1027,8 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
                 stack.append((iter(child.contents), pre, _GLUE if name == "dt" else _UNGLUE if name == "dl" else n))
                 break
             else:
+                if _note_mark(child) and not pre:
+                    buf.add(" ")
                 stack.append((iter(child.contents), pre, 0))
                 break
         else:
