@@ -1078,3 +1078,39 @@ def test_office_exports_of_a_policy():
              "<sup>2</sup></a> over; see [<a href='#ftn.x' class=footnote>3</a>].</p>")
     assert _tree_of(notes)[0][3] == ("Report to the ombudsman. 1 Reports are confidential. Also carried 2 over; "
                                      "see [3].")
+
+
+def test_review_of_the_office_export_fixes():
+    """The review of the fixes above: what they broke on ordinary pages, and variants they missed."""
+    # a list of linked headings (cards, related articles) stays content: the text after it is not the last card's
+    cards = ("<h1>Our products</h1><p>Pick one.</p><ul><li><h3><a href='/b'>Basic plan</a></h3></li>"
+             "<li><h3><a href='/p'>Pro plan</a></h3></li></ul><p>All plans have a trial.</p>"
+             "<h2>Related</h2><ol><li><h4><a href='/x'>Enable login</a></h4></li></ol><p>Still stuck?</p>")
+    assert [(sid, content) for sid, _, _, content in _tree_of(cards)] == [
+        ("our-products", "Pick one.\n\nBasic plan\n\nPro plan\n\nAll plans have a trial."),
+        ("related", "Enable login\n\nStill stuck?")]
+    # mso-hide:all alone hides from Outlook only (an e-mail's link for every other client): shown, so kept
+    assert "Pay online" in _tree_of("<p>Balance due.</p><div style='mso-hide:all'><a href='/pay'>Pay online</a>"
+                                    "</div>")[0][3]
+    # id="TOC" on a heading or a term is content (only a div or section of that id is Pandoc's table of contents)
+    assert [path for _, _, path, _ in _tree_of("<h1>Lean</h1><p>i</p><h2 id=TOC>Theory of Constraints</h2><p>t</p>")
+            ] == [("Lean",), ("Lean", "Theory of Constraints")]
+    # LibreOffice's next level inside the item, an <ol> in the <ol>, an empty <p> or an <a name> beside the heading
+    libre = ("<ol><li><h1>Purpose</h1><ol><li><h2>Scope</h2></li></ol></li></ol><p>Every system.</p>"
+             "<ol><ol><li><h2>Terms</h2></li></ol></ol><p>Words.</p>"
+             "<ol><li><p></p><a name=x></a><h1>Duties</h1></li></ol><p>Do.</p>")
+    assert [(sid, parent, path) for sid, parent, path, _ in _tree_of(libre)] == [
+        ("purpose", None, ("Purpose",)), ("scope", "purpose", ("Purpose", "Scope")),
+        ("terms", "purpose", ("Purpose", "Terms")), ("x", None, ("Duties",))]
+    # Word's bullets drawn from letters of a symbol font (Wingdings' Ø, v)
+    word = ("<h2 style='mso-list:l0 level1 lfo1'><span style='font-family:Wingdings'><span style='mso-list:Ignore'>"
+            "&Oslash;<span>&nbsp;</span></span></span>Gifts</h2><p>g</p>"
+            "<h2 style='mso-list:l0 level1 lfo1'><span style='font-family:Wingdings'><span style='mso-list:Ignore'>"
+            "v<span>&nbsp;</span></span></span>Conflicts</h2><p>c</p>")
+    assert [path for _, _, path, _ in _tree_of(word)] == [("Gifts",), ("Conflicts",)]
+    # a mark in a heading, after an opening bracket, LibreOffice's endnote marks and a note's own mark
+    notes = ("<h2>Scope<a class=footnote-ref href='#fn1'><sup>1</sup></a></h2><p>Before (<a class=footnote-ref "
+             "href='#fn4'><sup>4</sup></a>) the ombudsman<a class=sdendnoteanc href='#sdendnote1sym'><sup>i</sup></a>"
+             " acts.</p><p><a class=sdendnotesym href='#sdendnote1anc'>i</a>The ombudsman is independent.</p>")
+    (_, _, path, content), = _tree_of(notes)
+    assert path == ("Scope 1",) and content == "Before (4) the ombudsman i acts.\n\ni The ombudsman is independent."

@@ -29,11 +29,12 @@ Rules:
   In an untitled container the first such heading's h-number - 1 stands in
   for the title's, so its h2 and h3 still nest.
 * Headings inside admonitions (note, tip, ...), tables, lists and the titlepage
-  are content, as are `p.title` captions of tables/examples/figures; but a
-  list whose every item is one heading alone (how Google Docs and LibreOffice
-  number headings) holds headings (the list's number is not kept).
+  are content, as are `p.title` captions of tables/examples/figures; but an
+  <ol> whose every item is one heading that is not all a link, and nothing
+  else with text but such lists (how Google Docs and LibreOffice number
+  headings), holds headings (the list's number is not kept).
 * An unbracketed footnote mark (Pandoc's, LibreOffice's, docutils') is a word
-  of its own, not glued to the one before it.
+  of its own, not glued to the word before it (or, a note's own mark, after).
 * A heading's text ends where a heading or section container nested in it
   starts (lxml nests a heading left open in the one before it, as in
   `<h3>A<b>x<h3>B`), or where the content block holding that one starts (a
@@ -59,9 +60,10 @@ Rules:
   cell, ... around it) and Texinfo's "Next: / Up:" bar (a div.header of links
   that are all rel=next, up, ... or have an accesskey, no heading, no other
   text than labels), the tables of contents of Word (p.MsoToc1-9), Confluence
-  and Pandoc/LibreOffice (id TOC, "Table of Contents1"), and Word's hidden
-  text (mso-hide:all) and symbol-font bullets (mso-list:Ignore without a
-  letter or digit). An empty heading outside containers makes no section
+  and Pandoc/LibreOffice (a div or section of id TOC, "Table of Contents1"),
+  and Word's hidden text (display:none with mso-hide:all) and symbol-font
+  bullets (mso-list:Ignore of one character that is no digit, or of none
+  that is a letter or digit). An empty heading outside containers makes no section
   unless it has an anchor (a link's target: then it heads what follows, as any
   heading does), and no container nests under it.
 * Tables are one block: rows on lines (header rows first), cells joined " | ";
@@ -182,7 +184,7 @@ def _dropped(tag: Tag) -> bool:
     """
     if tag.name in DROP_TAGS or (tag.name in _MATH_SOURCE and tag.find_parent("math") is not None):
         return True
-    if _TOC_IDS.fullmatch(str(tag.get("id", ""))) or _word_hidden(tag):
+    if (tag.name in ("div", "section") and _TOC_IDS.fullmatch(str(tag.get("id", "")))) or _word_hidden(tag):
         return True
     classes = _classes(tag)
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
@@ -215,16 +217,21 @@ def _hidden_aside(tag: Tag, classes: list[str]) -> bool:
 
 
 def _word_hidden(tag: Tag) -> bool:
-    """Word's hidden text (mso-hide:all: drafting notes, a TOC entry's page number), which no browser shows, and
-    a list item's bullet drawn from a symbol font (mso-list:Ignore, '§' for Wingdings' square, '·' for Symbol's
-    dot), which had led headings ('§ Gifts') and their slugs; a numbered label ("1.1") stays, as shown."""
+    """Word's hidden text (display:none;mso-hide:all: drafting notes, a TOC entry's page number), which no browser
+    shows (mso-hide alone hides from Outlook only: an e-mail's "Pay online" link), and a list item's bullet drawn
+    from a symbol font (mso-list:Ignore holding one character that is no digit: '§' or 'Ø' in Wingdings, '·' in
+    Symbol, 'o' in Courier New), which had led headings ('§ Gifts') and their slugs; a numbered label ("1.1",
+    "a)") stays, as shown."""
     style = tag.get("style")
     if not style or "mso-" not in style:
         return False
     style = style.replace(" ", "").lower()
-    if "mso-hide:all" in style:
+    if "mso-hide:all" in style and "display:none" in style:
         return True
-    return "mso-list:ignore" in style and not any(c.isalnum() for c in tag.get_text())
+    if "mso-list:ignore" not in style:
+        return False
+    label = tag.get_text().replace("\xa0", " ").strip()
+    return not any(c.isalnum() for c in label) or (len(label) == 1 and not label.isdigit())
 
 
 def _note_mark(tag: Tag) -> bool:
@@ -236,28 +243,55 @@ def _note_mark(tag: Tag) -> bool:
     return tag.get("role") == "doc-noteref" or not _NOTE_MARK_CLASSES.isdisjoint(_classes(tag))
 
 
-_NOTE_MARK_CLASSES = frozenset({"footnote-ref", "sdfootnoteanc", "footnote-reference"})
+_NOTE_MARK_CLASSES = frozenset({"footnote-ref", "sdfootnoteanc", "sdendnoteanc", "footnote-reference"})
+#: a note's own mark, before the note's text (LibreOffice): glued to its first word ("1The ombudsman ...")
+_NOTE_SYM_CLASSES = frozenset({"sdfootnotesym", "sdendnotesym"})
 
 
-def _listed_headings(tag: Tag) -> list[Tag] | None:
-    """The headings of a list whose every item is one heading and nothing else, else None.
+def _listed_headings(tag: Tag, has_text: Callable[[Tag], bool]) -> list[PageElement] | None:
+    """What to walk of a numbered list that only numbers headings, else None.
 
-    Google Docs and LibreOffice number a heading by putting it alone in a list item (<ol><li><h1>); as content
-    (headings in lists are), a numbered policy had become one section without a heading. A browser shows
-    them as headings, after the list's number, which is not kept."""
-    heads: list[Tag] = []
+    Google Docs and LibreOffice number a heading by putting it in an item of an <ol> (Google: one list per
+    heading; LibreOffice: the next level's <ol> in the item, or in the list); as content (headings in lists
+    are), a numbered policy had become one section without a heading. A browser shows them as headings,
+    after the list's number, which is not kept. Each item holds one heading, besides nothing with text (an
+    empty <p>, an <a name>) and such lists; a heading that is all one link is a card or a link list's item
+    (Related articles), whose list stays content."""
+    if tag.name != "ol":
+        return None
+    nodes: list[PageElement] = []
     for item in tag.children:
         if isinstance(item, NavigableString):
             if _is_text(item) and item.strip():
                 return None
             continue
+        if item.name == "ol":
+            if _listed_headings(item, has_text) is None:
+                return None
+            nodes.append(item)
+            continue
         if item.name != "li" or _dropped(item):
             return None
-        inside = [c for c in item.children if not (isinstance(c, NavigableString) and not (_is_text(c) and c.strip()))]
-        if len(inside) != 1 or not isinstance(inside[0], Tag) or inside[0].name not in _HEADING_SET:
+        headings = 0
+        for child in item.children:
+            if isinstance(child, NavigableString):
+                if _is_text(child) and child.strip():
+                    return None
+                continue
+            if child.name in _HEADING_SET:
+                text = _collapse(child.get_text())
+                if any(_collapse(a.get_text()) == text for a in child.find_all("a", href=True)):
+                    return None
+                headings += 1
+            elif child.name == "ol":
+                if _listed_headings(child, has_text) is None:
+                    return None
+            elif _has_text(child, has_text):
+                return None
+            nodes.append(child)
+        if headings != 1:
             return None
-        heads.append(inside[0])
-    return heads or None
+    return nodes or None
 
 
 def _drawn_formula(tag: Tag) -> bool:
@@ -390,6 +424,10 @@ class _Text:
         self.line_start = True
         self.glued = False  # after a <dt>: one newline at most before the next text, its definition's
 
+    def after_opening(self) -> bool:
+        """Whether the text so far ends with an opening bracket (or nothing): a note's mark needs no space there."""
+        return not self.parts or self.parts[-1][-1:] in _OPENING
+
     def add(self, text: str, pre: bool = False) -> None:
         if not pre:
             text = _WS.sub(" ", text)
@@ -453,7 +491,7 @@ def _flat_text_until(tag: Tag, stop: Callable[[Tag], bool] | None, *,
                             itertools.chain((child,), *(itertools.chain(it, (_BLOCK_END,)) if after else it
                                                         for it, after, _ in reversed(stack))))
                 breaking = child.name in _BREAKING
-                if breaking:
+                if breaking or (_note_mark(child) and out and out[-1][-1:] not in _OPENING):
                     out.append(" ")
                 stack.append((iter(child.contents), " " if breaking else "", in_table or child.name == "table"))
                 break  # read the child's content first
@@ -706,9 +744,9 @@ class _Walker:
             # (<p>x <b>y<h2>H</h2>), where a browser closes the paragraph at the heading's start tag and shows
             # a heading. Read through, as a transparent block: its text, then the heading's section
             return self.block(node)
-        elif name in ("ol", "ul") and (headings := _listed_headings(node)) is not None:
+        elif name == "ol" and (numbered := _listed_headings(node, self.has_text)) is not None:
             self.flush()
-            return iter(headings)
+            return iter(numbered)
         elif name in _BLOCK_TAG_KINDS:
             self.content(node, _BLOCK_TAG_KINDS[name])
         elif name == "div" and (kind := self.block_div_kind(node)):
@@ -720,7 +758,7 @@ class _Walker:
         elif name in _BREAKING:  # transparent block container (div, section, ...)
             return self.block(node)
         else:  # inline element in a transparent container
-            if _note_mark(node):
+            if _note_mark(node) and not self.loose.after_opening():
                 self.loose.add(" ")
             return iter(list(node.contents))
         return None
@@ -980,7 +1018,9 @@ def _has_text(node: PageElement, has_text: Callable[[Tag], bool]) -> bool:
     return _is_text(node) and bool(str(node).strip())
 
 
+_OPENING = frozenset("([{\"'“‘ \n") | {""}
 _GLUE, _UNGLUE = -1, -2  # what the end of a <dt> and of a <dl> does in `_inline`, for line breaks owed
+_SPACE = -3  # what the end of a note's own mark does: a space before the note's text
 
 
 def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
@@ -1027,13 +1067,16 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
                 stack.append((iter(child.contents), pre, _GLUE if name == "dt" else _UNGLUE if name == "dl" else n))
                 break
             else:
-                if _note_mark(child) and not pre:
+                if _note_mark(child) and not pre and not buf.after_opening():
                     buf.add(" ")
-                stack.append((iter(child.contents), pre, 0))
+                note_sym = not pre and not _NOTE_SYM_CLASSES.isdisjoint(_classes(child))
+                stack.append((iter(child.contents), pre, _SPACE if note_sym else 0))
                 break
         else:
             stack.pop()
-            if after == _GLUE:
+            if after == _SPACE:
+                buf.add(" ")
+            elif after == _GLUE:
                 buf.glue()
             elif after == _UNGLUE:
                 buf.glued = False
