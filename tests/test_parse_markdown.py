@@ -453,3 +453,37 @@ def test_valid_yaml_front_matter_with_aliases_is_read_as_yaml() -> None:
         assert meta is None or len(json.dumps(meta)) < 150_000, ch
     # the same long string aliased a few times is YAML
     assert parse_front_matter(f'a: &a "{long}"\nb: [*a, *a]\n') == {"a": long, "b": [long, long]}
+
+
+def test_markdown_as_export_tools_write_it() -> None:
+    """A review of Markdown from Google Docs, Pandoc, Docusaurus, Obsidian and Confluence converters."""
+    import base64
+
+    # an embedded image's base64 (a link definition, or inline) had made dozens of sections that outranked answers
+    blob = base64.b64encode(bytes(range(256)) * 24).decode()
+    for md in (f"# Setup\n\nOpen the VPN client.\n\n![][image1]\n\n[image1]: <data:image/png;base64,{blob}>\n",
+               f"# Setup\n\nOpen the VPN client. ![shot](data:image/png;base64,{blob}) Then log in.\n"):
+        (only,) = sections_of(md)
+        assert "data:image/png;base64,…" in only.content and blob[:64] not in only.content
+    # an attribute block is not the heading's text; its #id is the anchor
+    title, blocks, _ = parse_markdown("# **Section 3** {#h.4f1x9k2}\n\nx\n\n## Deletion requests {#gdpr-erasure .x}\n\n"
+                                      "y\n\n## Appendix {-}\n\nz\n\n## Scope ^scope1\n\nw\n\n## Set {a} of rules\n\nv\n")
+    assert title == "Section 3"
+    assert [(b.text, b.anchor) for b in blocks if isinstance(b, HeadingBlock)] == [
+        ("Section 3", "h.4f1x9k2"), ("Deletion requests", "gdpr-erasure"), ("Appendix", "appendix"),
+        ("Scope", "scope"), ("Set {a} of rules", "set-a-of-rules")]
+    # an HTML block that opens with a heading starts a section; the rest of the block is its content
+    _, blocks, _ = parse_markdown("## On-call\n\nText.\n\n<h2 id=\"OC-Handover\">Hand<b>over</b></h2>\n"
+                                  "<p>Write a note.</p>\n\n<h1 align=\"center\"><img src=logo.png></h1>\n")
+    assert blocks[2] == HeadingBlock(2, "Handover", "OC-Handover", '<h2 id="OC-Handover">Hand<b>over</b></h2>')
+    assert blocks[3] == ContentBlock("other", "<p>Write a note.</p>")
+    assert blocks[4] == ContentBlock("other", '<h1 align="center"><img src=logo.png></h1>')  # no text: content
+    # a grid table is a table: cut by lines, each part under its header
+    rows = "".join(f"| Control {i:<3} | Requirement number {i} is long enough to count |\n"
+                   f"+-------------+-----------------------------------------------+\n" for i in range(30))
+    grid = ("# Controls\n\n+-------------+-----------------------------------------------+\n"
+            "| Control     | Requirement                                   |\n"
+            "+=============+===============================================+\n" + rows)
+    parts = sections_of(grid)
+    assert len(parts) > 1 and all(p.content.startswith("+---") and "| Control     | Requirement" in p.content
+                                  for p in parts)

@@ -361,8 +361,11 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     # every rendered heading takes its anchor in document order, as GitHub numbers repeats: a `> ## Note` (content
     # here, a heading on the page) before a top-level `## Note` makes that one `note-1`
     slugger = GithubSlugger()
-    anchors = {id(t): slugger(_slug_source(tokens[i + 1])) or None
-               for i, t in enumerate(tokens) if t.type == "heading_open"}
+    anchors: dict[int, str | None] = {}
+    for i, t in enumerate(tokens):
+        if t.type == "heading_open":
+            source, own_id = heading_attributes(_slug_source(tokens[i + 1]))
+            anchors[id(t)] = own_id or slugger(source) or None
 
     metadata: dict = {}
     fm_title: str | None = None  # front matter's title, as written
@@ -371,7 +374,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
 
     def gap(start: int, end: int) -> None:
         """Source lines no token claims (e.g. link definitions) stay as content."""
-        chunk = "\n".join(lines[start:end]).strip("\n").rstrip()
+        chunk = without_data_payloads("\n".join(lines[start:end]).strip("\n").rstrip())
         if chunk.strip():
             blocks.append(ContentBlock("other", chunk))
 
@@ -390,7 +393,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
         if tok.type == "heading_open":
             level = int(tok.tag[1])
             inline = tokens[index[id(tok)] + 1]
-            heading = _plain(inline)
+            heading = heading_attributes(_plain(inline))[0]
             anchor = anchors[id(tok)]
             raw = "\n".join(lines[start:end]).strip()
             blocks.append(HeadingBlock(level, heading, anchor, raw))
@@ -402,6 +405,16 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
         kind = _KINDS.get(tok.type, "other")
         body = "\n".join(lines[start:next_start]).rstrip().strip("\n")
         header_lines = 2 if kind == "table" else 0
+        if kind != "code":
+            body = without_data_payloads(body)
+        if kind == "paragraph" and (grid_header := _grid_table_header(body)) is not None:
+            kind, header_lines = "table", grid_header
+        if tok.type == "html_block" and (html_heading := _html_heading(body)) is not None:
+            level, heading, anchor, raw, rest = html_heading
+            blocks.append(HeadingBlock(level, heading, anchor, raw))
+            if level == 1 and not first_h1:
+                first_h1 = heading
+            body = rest
         if body.strip():
             blocks.append(ContentBlock(kind, body, header_lines))
         covered = next_start
@@ -409,6 +422,72 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
         gap(covered, len(lines))
 
     return (fm_title or first_h1 or "").strip(), blocks, metadata
+
+
+#: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class
+#: key=value}, {-} for unnumbered), or Obsidian's block id (^id)
+_ATTRIBUTE = r"(?:#[\w:.-]+|\.[\w-]+|[\w-]+=(?:\"[^\"]*\"|'[^']*'|[^\s}]+)|-)"
+_HEADING_ATTRIBUTES = re.compile(rf"\s+\{{\s*({_ATTRIBUTE}(?:\s+{_ATTRIBUTE})*)\s*\}}\s*$|\s+\^[A-Za-z0-9-]+\s*$")
+
+
+def heading_attributes(text: str) -> tuple[str, str | None]:
+    """(a heading's text without its attribute block, the id that block gives, or None).
+
+    `## Deletion requests {#gdpr-erasure}` is a heading "Deletion requests" at #gdpr-erasure on every page
+    those tools render (not on GitHub, which shows the braces): the block had been kept in the heading path
+    and slugged into an anchor no page has (deletion-requests-gdpr-erasure)."""
+    m = _HEADING_ATTRIBUTES.search(text)
+    if m is None or not text[:m.start()].strip():
+        return text, None
+    own_id = next((a[1:] for a in re.findall(_ATTRIBUTE, m.group(1) or "") if a.startswith("#")), None)
+    return text[:m.start()].rstrip(), own_id
+
+
+#: a data: URI's base64 payload (an image Google Docs' Markdown export writes as a link definition): no text, and
+#: split into tokens (+ and / separate them) it had made hundreds of sections that outranked real answers
+_DATA_PAYLOAD = re.compile(r"(data:[\w.+-]*/?[\w.+-]*(?:;[\w.+-]+=[\w.+-]+)*;base64,)[A-Za-z0-9+/=\s]{64,}")
+
+
+def without_data_payloads(text: str) -> str:
+    """The text with each data: URI's base64 payload (64 characters or more) shown as "…"."""
+    return _DATA_PAYLOAD.sub(r"\1…", text) if "base64," in text else text
+
+
+_GRID_BORDER = re.compile(r"\+(?:[-=:]+\+)+\s*")
+
+
+def _grid_table_header(body: str) -> int | None:
+    """A Pandoc grid table's header lines (through its +===+ line; 0 when it has none), or None if ``body`` is none.
+
+    CommonMark reads a grid table as a paragraph, which was cut by sentences mid-row and lost its header."""
+    rows = body.split("\n")
+    if len(rows) < 3 or not _GRID_BORDER.fullmatch(rows[0]) or not _GRID_BORDER.fullmatch(rows[-1]):
+        return None
+    if any(not row.startswith(("+", "|")) for row in rows):
+        return None
+    return next((i + 1 for i, row in enumerate(rows) if i and _GRID_BORDER.fullmatch(row) and "=" in row), 0)
+
+
+_HTML_HEADING = re.compile(r"\s*<h([1-6])(\s[^>]*)?>(.*?)</h\1\s*>", re.IGNORECASE | re.DOTALL)
+_HTML_ID = re.compile(r"""\sid\s*=\s*(?:"([^"]*)"|'([^']*)'|([^\s>]+))""", re.IGNORECASE)
+
+
+def _html_heading(body: str) -> tuple[int, str, str | None, str, str] | None:
+    """(level, text, id, its source, the rest) of an HTML block that opens with a heading with text, else None.
+
+    A converter's (Confluence's) or a README's `<h2 id="x">Handover</h2>` is a heading on the page; as an HTML
+    block it had been content of the section before. The rest of the block stays content, as written."""
+    m = _HTML_HEADING.match(body)
+    if m is None:
+        return None
+    from bs4 import BeautifulSoup
+
+    text = re.sub(r"\s+", " ", BeautifulSoup(m.group(3), "html.parser").get_text()).strip()
+    if not text:  # a logo: <h1 align="center"><img ...></h1>
+        return None
+    found = _HTML_ID.search(m.group(2) or "")
+    own_id = next((g for g in found.groups() if g), None) if found else None
+    return int(m.group(1)), text, own_id, m.group(0).strip(), body[m.end():].strip("\n")
 
 
 _RAW_HTML_OPEN = re.compile(r"\s*<(script|pre|style|textarea)(?=[\s/>]|$)", re.IGNORECASE)
