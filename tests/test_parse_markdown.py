@@ -487,3 +487,18 @@ def test_markdown_as_export_tools_write_it() -> None:
     parts = sections_of(grid)
     assert len(parts) > 1 and all(p.content.startswith("+---") and "| Control     | Requirement" in p.content
                                   for p in parts)
+
+
+def test_review_of_the_markdown_export_fixes() -> None:
+    """The review of the fixes above: words after a payload had been taken with it; a code span, an escape or
+    a power at a heading's end had been read as an attribute block or an Obsidian id."""
+    payload = "A" * 80
+    _, blocks, _ = parse_markdown(f"# Logo\n\nThe logo is data:image/png;base64,{payload}\nInstall it with pip\n\n"
+                                  "A URI like data:image/gif;base64,R0lGODlhAQABAAAAACw and the rest follow\n")
+    assert [b.text for b in blocks[1:]] == ["The logo is data:image/png;base64,…\nInstall it with pip",
+                                            "A URI like data:image/gif;base64,R0lGODlhAQABAAAAACw and the rest follow"]
+    _, blocks, _ = parse_markdown("## Heading IDs `{#custom-id}`\n\n## Escaped \\{#notid}\n\n## Power ^2\n\n"
+                                  "Setext {#sx}\n---\n\n## Closed {#cl} ##\n")
+    assert [(b.text, b.anchor) for b in blocks if isinstance(b, HeadingBlock)] == [
+        ("Heading IDs {#custom-id}", "heading-ids-custom-id"), ("Escaped {#notid}", "escaped-notid"),
+        ("Power ^2", "power-2"), ("Setext", "sx"), ("Closed", "cl")]

@@ -362,9 +362,13 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     # here, a heading on the page) before a top-level `## Note` makes that one `note-1`
     slugger = GithubSlugger()
     anchors: dict[int, str | None] = {}
+    written: set[int] = set()  # headings whose source ends with an attribute block (not a code span's text)
     for i, t in enumerate(tokens):
         if t.type == "heading_open":
-            source, own_id = heading_attributes(_slug_source(tokens[i + 1]))
+            source, own_id = _slug_source(tokens[i + 1]), None
+            if _attributes_written(t, lines):
+                written.add(id(t))
+                source, own_id = heading_attributes(source)
             anchors[id(t)] = own_id or slugger(source) or None
 
     metadata: dict = {}
@@ -393,7 +397,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
         if tok.type == "heading_open":
             level = int(tok.tag[1])
             inline = tokens[index[id(tok)] + 1]
-            heading = heading_attributes(_plain(inline))[0]
+            heading = heading_attributes(_plain(inline))[0] if id(tok) in written else _plain(inline)
             anchor = anchors[id(tok)]
             raw = "\n".join(lines[start:end]).strip()
             blocks.append(HeadingBlock(level, heading, anchor, raw))
@@ -427,7 +431,20 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
 #: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class
 #: key=value}, {-} for unnumbered), or Obsidian's block id (^id)
 _ATTRIBUTE = r"(?:#[\w:.-]+|\.[\w-]+|[\w-]+=(?:\"[^\"]*\"|'[^']*'|[^\s}]+)|-)"
-_HEADING_ATTRIBUTES = re.compile(rf"\s+\{{\s*({_ATTRIBUTE}(?:\s+{_ATTRIBUTE})*)\s*\}}\s*$|\s+\^[A-Za-z0-9-]+\s*$")
+_HEADING_ATTRIBUTES = re.compile(rf"\s+\{{\s*({_ATTRIBUTE}(?:\s+{_ATTRIBUTE})*)\s*\}}\s*$"
+                                 r"|\s+\^(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]+\s*$")  # ^2 is a power, no id
+
+
+def _attributes_written(heading_open: Token, lines: list[str]) -> bool:
+    """Whether the heading's source ends with an attribute block: not one in a code span (`{#id}` explained in
+    a README), escaped (\\{#x}) or in emphasis, which its text ends with too."""
+    if heading_open.map is None:
+        return False
+    source = lines[heading_open.map[0]:heading_open.map[1]]
+    if heading_open.markup in ("=", "-"):  # setext: the underline is no text
+        source = source[:-1]
+    text = re.sub(r"[ \t]+#+[ \t]*$", "", "\n".join(source).rstrip())  # an ATX closing sequence
+    return _HEADING_ATTRIBUTES.search(text) is not None
 
 
 def heading_attributes(text: str) -> tuple[str, str | None]:
@@ -445,12 +462,18 @@ def heading_attributes(text: str) -> tuple[str, str | None]:
 
 #: a data: URI's base64 payload (an image Google Docs' Markdown export writes as a link definition): no text, and
 #: split into tokens (+ and / separate them) it had made hundreds of sections that outranked real answers
-_DATA_PAYLOAD = re.compile(r"(data:[\w.+-]*/?[\w.+-]*(?:;[\w.+-]+=[\w.+-]+)*;base64,)[A-Za-z0-9+/=\s]{64,}")
+# (a payload wrapped over lines goes on with lines of base64 alone, 40 characters or more: the words after one
+# are not taken; the bounded media type keeps a long run after "data:" from backtracking)
+_DATA_PAYLOAD = re.compile(r"(data:(?:[\w.+-]{1,127}/[\w.+-]{1,127})?(?:;[\w.+-]{1,127}=[\w.+-]{1,127})*;base64,)"
+                           r"([A-Za-z0-9+/=]+(?:[ \t]*\n[ \t]*[A-Za-z0-9+/=]{40,}(?=[ \t]*(?:\n|$)))*)")
 
 
 def without_data_payloads(text: str) -> str:
-    """The text with each data: URI's base64 payload (64 characters or more) shown as "…"."""
-    return _DATA_PAYLOAD.sub(r"\1…", text) if "base64," in text else text
+    """The text with each data: URI's base64 payload (64 base64 characters or more) shown as "…"."""
+    if "base64," not in text:
+        return text
+    return _DATA_PAYLOAD.sub(lambda m: m.group(1) + "…" if len(m.group(2).split()) and
+                             sum(len(part) for part in m.group(2).split()) >= 64 else m.group(0), text)
 
 
 _GRID_BORDER = re.compile(r"\+(?:[-=:]+\+)+\s*")
