@@ -448,7 +448,7 @@ def test_parse_file_html_without_headings_is_a_preface(tmp_path: Path) -> None:
 
 
 def test_parse_file_plain_text_is_one_level_0_section(tmp_path: Path) -> None:
-    p = tmp_path / "notes.rst"
+    p = tmp_path / "notes.txt"
     p.write_text("First paragraph.\n\nSecond paragraph.\n")
     doc = parse_file(p, count_tokens=words)
     assert (doc.format, doc.title, doc.metadata) == ("text", "notes", {})

@@ -29,6 +29,7 @@ from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumen
 from .sections import (
     HTML_SUFFIXES,
     MARKDOWN_SUFFIXES,
+    RST_SUFFIXES,
     SECTIONING,
     TEXT_SUFFIXES,
     ParsedDocument,
@@ -68,7 +69,7 @@ from .schema import read_layout
 from .connection import require_autocommit
 
 #: what a folder walk picks up (what `parse_file` reads by its suffix); a file named directly is read as it is
-SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | TEXT_SUFFIXES
+SUFFIXES = MARKDOWN_SUFFIXES | HTML_SUFFIXES | RST_SUFFIXES | TEXT_SUFFIXES
 
 
 @dataclass

@@ -153,7 +153,7 @@ class ParsedDocument:
     title: str
     sections: list[Section]
     metadata: dict
-    format: str  # "markdown" | "html" | "text"
+    format: str  # "markdown" | "html" | "rst" | "text"
     #: what parsing lost without failing (a file cut short, a fence or comment never closed), for the report
     warnings: tuple[str, ...] = ()
 
@@ -681,8 +681,9 @@ def section_anchors(section: Section) -> tuple[str, ...]:
 
 MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".mkdn"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
+RST_SUFFIXES = {".rst", ".rest"}
 #: read as plain text; so is a file named directly with any other suffix
-TEXT_SUFFIXES = {".txt", ".text", ".rst"}
+TEXT_SUFFIXES = {".txt", ".text"}
 
 
 def _read_text(path: Path, data: bytes | None = None) -> str:
@@ -852,6 +853,12 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
             isinstance(b, HeadingBlock) and b.text.strip() for b in blocks
         ):
             raise InputDocumentError(str(path), "HTML has no visible text" + (f" ({lost})" if lost else ""))
+    elif suffix in RST_SUFFIXES:
+        from onetrip.parse_rst import parse_rst
+
+        title, blocks, metadata = parse_rst(text)
+        fmt = "rst"
+        lost = None
     else:
         title, blocks, metadata = "", [ContentBlock("paragraph", text.strip("\n"))], {}
         fmt = "text"

@@ -282,7 +282,7 @@ EMBEDDER_PROBE_KEY = "onetrip_embedder_probe"
 #: The documents.metadata key `ingest_paths` records `ingest.EMBEDDING_TEXT` under: how a section's text was put to
 #: the model, which a stored vector must share to be reused for the same text.
 EMBEDDING_TEXT_KEY = "onetrip_embedding_text"
-#: The documents.metadata key `ingest_paths` records the file's format under ("markdown", "html", "text").
+#: The documents.metadata key `ingest_paths` records the file's format under ("markdown", "html", "rst", "text").
 FORMAT_KEY = "onetrip_format"
 #: The documents.metadata key `ingest_paths` keeps a file's `ParsedDocument.warnings` under (when it has any).
 PARSE_WARNINGS_KEY = "onetrip_parse_warnings"
