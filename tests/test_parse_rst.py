@@ -75,3 +75,39 @@ def test_blocks_are_the_source_lines() -> None:
                       ContentBlock("paragraph", "Body::", keep_with_next=True),
                       ContentBlock("code", "   code\n\n   more")]
     assert make_id("2. Überblick & Ziele") == "uberblick-ziele"
+
+
+def _headings(text: str) -> list[tuple[int, str, str | None]]:
+    return [(b.level, b.text, b.anchor) for b in parse_rst(text)[1] if isinstance(b, HeadingBlock)]
+
+
+def test_review_of_the_rst_parser() -> None:
+    """Differences from docutils/Sphinx a review found on real files and made-up ones."""
+    # a repeated title (or one whose id a target took) gets docutils' idN, unknown here: no anchor, not a wrong one
+    assert _headings("Guide\n=====\n\nInstall\n-------\n\nUsage\n~~~~~\n\nx\n\nUpgrade\n-------\n\nUsage\n~~~~~\n\ny\n") \
+        == [(1, "Guide", "guide"), (2, "Install", "install"), (3, "Usage", "usage"), (2, "Upgrade", "upgrade"),
+            (3, "Usage", None)]
+    assert _headings(".. _usage:\n\nIntro\n=====\n\nx\n\nUsage\n-----\n\ny\n") == [(1, "Intro", "usage"),
+                                                                              (2, "Usage", None)]
+    # inline markup is not the title's text, nor its id
+    assert _headings(":mod:`email` Package\n====================\n\n:func:`open` and files\n----------------------\n\n"
+                     "`Requests <https://example.com>`_ usage\n--------------------------------------\n\n"
+                     "The ``foo`` option\n------------------\n") == [
+        (1, "email Package", "email-package"), (2, "open and files", "open-and-files"),
+        (2, "Requests usage", "requests-usage"), (2, "The foo option", "the-foo-option")]
+    # docutils' letter tables
+    assert [make_id(t) for t in ("Straße und Øresund", "Łódź ™", "Requests: HTTP for Humans™")] == [
+        "strasze-und-oresund", "lodz", "requests-http-for-humans"]
+    # a title right after a title or an explicit markup block, no blank line between
+    assert _headings("Guide\n=====\nInstall\n-------\n\nRun.\n") == [(1, "Guide", "guide"), (2, "Install", "install")]
+    assert _headings("Guide\n=====\n\n.. _inst:\nInstall\n-------\n\nRun.\n") == [(1, "Guide", "guide"),
+                                                                              (2, "Install", "inst")]
+    # a simple table's rows and span rules, a bullet item or a directive with an underline: no titles
+    table = ("Guide\n=====\n\n=====  ===========\nKey    Meaning\n=====  ===========\na      first\n\nb      second\n"
+             "------------------\nc      third\n=====  ===========\n\nAfter.\n\n- Item one\n----------\n\n"
+             ".. note::\n---------\n")
+    assert _headings(table) == [(1, "Guide", "guide")]
+    (_, blocks, _) = parse_rst(table)
+    assert "\n".join(b.raw if isinstance(b, HeadingBlock) else b.text for b in blocks).split() == table.split()
+    # a wide title's underline is measured in columns: 3 under 4 columns is too short, text (docutils)
+    assert _headings("概要\n===\n\n本文。\n") == [] and _headings("概要\n====\n\n本文。\n") == [(1, "概要", None)]

@@ -12,9 +12,13 @@ titles are all that is needed, and their rules are few (docutils' spec,
   sample's), except under an overline.
 * Levels come from the adornment styles in the order they first appear
   (character, and whether it has an overline): the first style seen is level 1.
-* A title's anchor is the id docutils gives it (`make_id`: lowercase, runs of
-  other characters as '-'), or the name of an explicit target (`.. _name:`)
-  right before it, which is what a `:ref:` links to.
+* A title's text is its line without inline markup (roles, literals, links);
+  its anchor the id docutils gives it (`make_id`: lowercase, runs of other
+  characters as '-'), or the name of an explicit target (`.. _name:`) right
+  before it, which is what a `:ref:` links to; none when that id is taken
+  (docutils then numbers it, idN, which only its whole run knows).
+* Not titles: a line starting a bullet item or explicit markup, a simple
+  table's rows (its "=====  =====" borders, its span rules).
 * The document's title is its first level-1 title.
 * Between titles, blocks are runs of lines between blank lines; an indented
   run (a literal block, a directive's body), with the blank lines inside it,
@@ -32,13 +36,41 @@ from onetrip.sections import Block, ContentBlock, HeadingBlock
 #: a line of one punctuation character repeated (docutils: any non-alphanumeric printable 7-bit ASCII character)
 _ADORNMENT = re.compile(r"([!-/:-@\[-`{-~])\1+[ \t]*")
 _TARGET = re.compile(r"\.\.[ \t]+_(?:`([^`]+)`|([^:`]+)):[ \t]*")
+#: a simple table's border of two or more columns ("=====  =====")
+_TABLE_BORDER = re.compile(r"=+(?:[ \t]+=+)+[ \t]*")
+#: a line that starts a bullet list item or explicit markup, which docutils reads before a title
+_NOT_TITLE = re.compile(r"(?:[-*+\u2022\u2023\u2043]|\.\.)(?:[ \t]|$)")
+
+# docutils.nodes' tables for make_id: letters NFKD does not take to ASCII (after lowercasing)
+_ID_DIGRAPHS = {0x00DF: "sz", 0x00E6: "ae", 0x0153: "oe", 0x0238: "db", 0x0239: "qp"}
+_ID_LETTERS = {0x00F8: "o", 0x0111: "d", 0x0127: "h", 0x0131: "i", 0x0142: "l", 0x0167: "t", 0x0180: "b",
+               0x0183: "b", 0x0188: "c", 0x018C: "d", 0x0192: "f", 0x0199: "k", 0x019A: "l", 0x019E: "n",
+               0x01A5: "p", 0x01AB: "t", 0x01AD: "t", 0x01B4: "y", 0x01B6: "z", 0x01E5: "g", 0x0225: "z",
+               0x0234: "l", 0x0235: "n", 0x0236: "t", 0x0237: "j", 0x023C: "c", 0x023F: "s", 0x0240: "z",
+               0x0247: "e", 0x0249: "j", 0x024B: "q", 0x024D: "r", 0x024F: "y"}
 
 
 def make_id(text: str) -> str:
-    """The id docutils makes of a title or a target name: ASCII, lowercase, other characters' runs as '-', no
-    leading digit or '-'."""
-    ascii_text = unicodedata.normalize("NFKD", text).encode("ascii", "ignore").decode().lower()
-    return re.sub(r"^[^a-z]+|[^a-z0-9]+$", "", re.sub(r"[^a-z0-9]+", "-", ascii_text))
+    """The id docutils makes of a title's text or a target's name (docutils.nodes.make_id): lowercase, its
+    letter tables (ß sz, ø o, ł l, ...), NFKD to ASCII, other characters' runs as '-', no leading digit or '-'."""
+    folded = text.lower().translate(_ID_DIGRAPHS).translate(_ID_LETTERS)
+    folded = unicodedata.normalize("NFKD", folded).encode("ascii", "ignore").decode("ascii")
+    return re.sub(r"^[-0-9]+|-+$", "", re.sub(r"[^a-z0-9]+", "-", " ".join(folded.split())))
+
+
+def title_text(source: str) -> str:
+    """A title's text as rendered: inline markup dropped (roles, ``literals``, `links <url>`_, *emphasis*)."""
+    text = re.sub(r":[\w.+:-]+:`([^`]*)`", lambda m: re.sub(r"\s*<[^>]*>$", "", m.group(1)).lstrip("~!"), source)
+    text = re.sub(r"`([^`<]*?)\s*<[^>]*>`__?", r"\1", text)  # a link with its URI
+    text = re.sub(r"``([^`]+)``", r"\1", text)
+    text = re.sub(r"`([^`]+)`(?:__?|:[\w.+:-]+:)?", r"\1", text)
+    text = re.sub(r"\*\*([^*]+)\*\*|\*([^*]+)\*", lambda m: m.group(1) or m.group(2), text)
+    return " ".join(text.split())
+
+
+def _width(text: str) -> int:
+    """Columns the text takes (a wide character two), as docutils measures a title against its underline."""
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
 
 
 def _is_adornment(line: str) -> bool:
@@ -46,7 +78,7 @@ def _is_adornment(line: str) -> bool:
 
 
 def _title_at(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int] | None:
-    """(text, style, lines it takes) of a title that starts at line ``i`` (after a blank line), else None."""
+    """(source text, style, lines it takes) of a title that starts at line ``i``, else None."""
     line = lines[i]
     nxt = lines[i + 1] if i + 1 < len(lines) else ""
     if _is_adornment(line) and i + 2 < len(lines):  # overline, text, underline
@@ -54,12 +86,24 @@ def _title_at(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int] | N
         if text and not _is_adornment(lines[i + 1]) and _is_adornment(under) and under.strip() == line.strip():
             return text, (line.strip()[0], True), 3
         return None
-    if not line.strip() or line[:1].isspace() or _is_adornment(line) or not _is_adornment(nxt) or nxt[:1].isspace():
+    if (not line.strip() or line[:1].isspace() or _is_adornment(line) or _NOT_TITLE.match(line)
+            or not _is_adornment(nxt) or nxt[:1].isspace()):
         return None
     text, length = line.rstrip(), len(nxt.strip())
-    if length < len(text) and length < 4:  # "Possible title underline, too short": ordinary text
+    if length < _width(text) and length < 4:  # "Possible title underline, too short": ordinary text
         return None
     return text.strip(), (nxt.strip()[0], False), 2
+
+
+def _simple_table_end(lines: list[str], i: int) -> int:
+    """The line after a simple table that starts at ``i``: past the border followed by a blank line (or the end);
+    rows with blank lines between them and full-width span rules stay in it, no title."""
+    j = i + 1
+    while j < len(lines):
+        if _TABLE_BORDER.fullmatch(lines[j]) and (j + 1 == len(lines) or not lines[j + 1].strip()):
+            return j + 1
+        j += 1
+    return i + 1
 
 
 def parse_rst(text: str) -> tuple[str, list[Block], dict]:
@@ -69,28 +113,42 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
     blocks: list[Block] = []
     title = ""
     target: str | None = None  # an explicit target's id, waiting for the title right after it
+    used: set[str] = set()  # ids given out: a repeated title gets docutils' idN, which is not known here: no anchor
+    may_title = True  # after a blank line, a title or an explicit markup block
     i, n = 0, len(lines)
     while i < n:
         if not lines[i].strip():
             i += 1
+            may_title = True
             continue
-        found = _title_at(lines, i) if i == 0 or not lines[i - 1].strip() else None
+        found = _title_at(lines, i) if may_title else None
         if found is not None:
-            heading, style, taken = found
+            source, style, taken = found
+            heading = title_text(source)
             if style not in styles:
                 styles.append(style)
             level = styles.index(style) + 1
-            blocks.append(HeadingBlock(level, heading, target or make_id(heading) or None,
-                                       "\n".join(lines[i:i + taken])))
+            own = make_id(heading)
+            anchor = target or (own if own and own not in used else None)
+            used.update(a for a in (target, own) if a)
+            blocks.append(HeadingBlock(level, heading, anchor, "\n".join(lines[i:i + taken])))
             if level == 1 and not title:
                 title = heading
             target = None
             i += taken
             continue
         start, indented = i, lines[i][:1].isspace()
+        explicit = lines[i].startswith("..")
         i += 1
-        while i < n and lines[i].strip():
-            i += 1
+        if _TABLE_BORDER.fullmatch(lines[start]):
+            i = _simple_table_end(lines, start)
+        elif explicit:  # a comment, target or directive: its indented lines; a line at the margin ends it
+            while i < n and lines[i].strip() and lines[i][:1].isspace():
+                i += 1
+        else:
+            while i < n and lines[i].strip():
+                i += 1
+        may_title = explicit
         if indented:  # an indented run goes on over blank lines while it stays indented
             while i < n:
                 j = i
@@ -104,7 +162,11 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
                     break
         block = "\n".join(lines[start:i])
         m = _TARGET.fullmatch(block)
-        target = make_id(m.group(1) or m.group(2)) or None if m else None
+        if m:
+            target = make_id(m.group(1) or m.group(2)) or None
+            used.add(target or "")
+        else:
+            target = None
         kind = "code" if indented else "other" if block.startswith("..") else "paragraph"
         # a paragraph ending in "::" (its literal block follows) or a directive stays with the indented run after it
         if indented and blocks and isinstance(blocks[-1], ContentBlock) and blocks[-1].kind != "code" and (
