@@ -111,3 +111,26 @@ def test_review_of_the_rst_parser() -> None:
     assert "\n".join(b.raw if isinstance(b, HeadingBlock) else b.text for b in blocks).split() == table.split()
     # a wide title's underline is measured in columns: 3 under 4 columns is too short, text (docutils)
     assert _headings("概要\n===\n\n本文。\n") == [] and _headings("概要\n====\n\n本文。\n") == [(1, "概要", None)]
+
+
+def test_second_review_of_the_rst_parser() -> None:
+    """The review of the fixes above, against docutils and Sphinx."""
+    # a header table ends at its second border even without a blank line after it (it had swallowed a section)
+    assert [h[1] for h in _headings("Doc\n===\n\n=====  =====\nA      B\n=====  =====\n1      2\n=====  =====\n"
+                                    "After para.\n\nTitle Two\n=========\n\ntext\n")] == ["Doc", "Title Two"]
+    # a '*' or '`' that is no markup stays, and joins no words
+    assert [(h[1], h[2]) for h in _headings(
+        "x*y*z size\n==========\n\n:math:`a*b` and *c*\n-------------------\n\na * b * c\n---------\n\n"
+        "def f(*args, **kwargs)\n----------------------\n\nQuote ``a`b`` ok\n----------------\n\n"
+        "Escaped \\*star\\* name\n---------------------\n")] == [
+        ("x*y*z size", "x-y-z-size"), ("a*b and c", "a-b-and-c"), ("a * b * c", "a-b-c"),
+        ("def f(*args, **kwargs)", "def-f-args-kwargs"), ("Quote a`b ok", "quote-a-b-ok"),
+        ("Escaped *star* name", "escaped-star-name")]
+    # a target whose id a title took, a target with a URI, an inline target: the title keeps or loses its own id
+    assert _headings("Intro\n-----\n\n.. _intro:\n\nOther\n-----\n") == [(1, "Intro", "intro"), (1, "Other", "other")]
+    assert _headings("See docutils_ and an _`inline` target.\n\n.. _docutils: https://docutils.sourceforge.io/\n\n"
+                     "Docutils\n--------\n\nInline\n------\n") == [(1, "Docutils", None), (1, "Inline", None)]
+    # an ellipsis, a field, an option, a line block, a doctest over an underline: no titles
+    for text in ("...and so it goes\nSub\n---\n", ":Version: 1.0\n-------------\n", "-v  Verbose\n-----------\n",
+                 "| text\n------\n", ">>> x\n-----\n"):
+        assert _headings("Doc\n===\n\n" + text) == [(1, "Doc", "doc")], text

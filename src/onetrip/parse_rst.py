@@ -38,8 +38,23 @@ _ADORNMENT = re.compile(r"([!-/:-@\[-`{-~])\1+[ \t]*")
 _TARGET = re.compile(r"\.\.[ \t]+_(?:`([^`]+)`|([^:`]+)):[ \t]*")
 #: a simple table's border of two or more columns ("=====  =====")
 _TABLE_BORDER = re.compile(r"=+(?:[ \t]+=+)+[ \t]*")
-#: a line that starts a bullet list item or explicit markup, which docutils reads before a title
-_NOT_TITLE = re.compile(r"(?:[-*+\u2022\u2023\u2043]|\.\.)(?:[ \t]|$)")
+#: explicit markup's start (a comment, target or directive); "...and so" is a paragraph
+_EXPLICIT = re.compile(r"\.\.(?:[ \t]|$)")
+#: a line docutils reads as another body element before a title: a bullet item, explicit markup, a field, an
+#: option ("-v  Verbose"), a line block, a doctest
+_NOT_TITLE = re.compile(r"(?:[-*+\u2022\u2023\u2043]|\.\.|\||>>>)(?:[ \t]|$)|:[^:\s][^:]*:(?:[ \t]|$)"
+                        r"|--?\w[\w-]*(?:[ =][\w<>.-]+)?(?: {2,}|\t)")
+#: what else takes an id: a target with a URI (".. _name: https://..."), an inline target (_`name`)
+_URI_TARGET = re.compile(r"\.\.[ \t]+_(?:`([^`]+)`|([^:`]+)):[ \t]+\S")
+_INLINE_TARGET = re.compile(r"(?<![\w`])_`([^`]+)`")
+#: inline markup, one pass (what one removes cannot make another), docutils' start and end rules roughly: a role
+#: (its text, without <target> or ~), a literal, a link with its URI, interpreted text, strong, emphasis
+_INLINE = re.compile(r"(?<![\w\\]):[\w.+:-]+:`(?P<role>[^`]+)`(?!\w)"
+                     r"|(?<![\w\\`])``(?P<literal>\S(?:.*?\S)?)``(?!`)"
+                     r"|(?<![\w\\`])`(?P<link>[^`<]*?)\s*<[^>]*>`__?(?!\w)"
+                     r"|(?<![\w\\`])`(?P<text>[^`\s](?:[^`]*[^`\s])?)`(?::[\w.+:-]+:|__?)?(?![\w`])"
+                     r"|(?<![\w\\*])\*\*(?P<strong>\S(?:.*?\S)?)\*\*(?![\w*])"
+                     r"|(?<![\w\\*])\*(?P<emphasis>[^*\s](?:[^*]*[^*\s])?)\*(?![\w*])")
 
 # docutils.nodes' tables for make_id: letters NFKD does not take to ASCII (after lowercasing)
 _ID_DIGRAPHS = {0x00DF: "sz", 0x00E6: "ae", 0x0153: "oe", 0x0238: "db", 0x0239: "qp"}
@@ -59,12 +74,13 @@ def make_id(text: str) -> str:
 
 
 def title_text(source: str) -> str:
-    """A title's text as rendered: inline markup dropped (roles, ``literals``, `links <url>`_, *emphasis*)."""
-    text = re.sub(r":[\w.+:-]+:`([^`]*)`", lambda m: re.sub(r"\s*<[^>]*>$", "", m.group(1)).lstrip("~!"), source)
-    text = re.sub(r"`([^`<]*?)\s*<[^>]*>`__?", r"\1", text)  # a link with its URI
-    text = re.sub(r"``([^`]+)``", r"\1", text)
-    text = re.sub(r"`([^`]+)`(?:__?|:[\w.+:-]+:)?", r"\1", text)
-    text = re.sub(r"\*\*([^*]+)\*\*|\*([^*]+)\*", lambda m: m.group(1) or m.group(2), text)
+    """A title's text as rendered: inline markup dropped (roles, ``literals``, `links <url>`_, *emphasis*), escapes
+    resolved; a '*' or '`' that starts or ends no markup (`a * b`, `x*y*z`, `*args`) stays."""
+    def shown(m: re.Match[str]) -> str:
+        kind = m.lastgroup
+        inner = m.group(kind) if kind else m.group(0)
+        return re.sub(r"\s*<[^>]*>$", "", inner).lstrip("~!") if kind == "role" else inner
+    text = re.sub(r"\\(.)", r"\1", _INLINE.sub(shown, source))
     return " ".join(text.split())
 
 
@@ -96,13 +112,15 @@ def _title_at(lines: list[str], i: int) -> tuple[str, tuple[str, bool], int] | N
 
 
 def _simple_table_end(lines: list[str], i: int) -> int:
-    """The line after a simple table that starts at ``i``: past the border followed by a blank line (or the end);
-    rows with blank lines between them and full-width span rules stay in it, no title."""
-    j = i + 1
-    while j < len(lines):
-        if _TABLE_BORDER.fullmatch(lines[j]) and (j + 1 == len(lines) or not lines[j + 1].strip()):
-            return j + 1
-        j += 1
+    """The line after a simple table that starts at ``i`` (docutils' isolate_simple_table): at its second border
+    after the top one (the header rule, then the bottom), or at a border a blank line follows; rows with blank
+    lines between them and span rules stay in it, no title."""
+    found = 0
+    for j in range(i + 1, len(lines)):
+        if _TABLE_BORDER.fullmatch(lines[j]):
+            found += 1
+            if found == 2 or j + 1 == len(lines) or not lines[j + 1].strip():
+                return j + 1
     return i + 1
 
 
@@ -138,7 +156,7 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
             i += taken
             continue
         start, indented = i, lines[i][:1].isspace()
-        explicit = lines[i].startswith("..")
+        explicit = _EXPLICIT.match(lines[i]) is not None
         i += 1
         if _TABLE_BORDER.fullmatch(lines[start]):
             i = _simple_table_end(lines, start)
@@ -162,12 +180,14 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
                     break
         block = "\n".join(lines[start:i])
         m = _TARGET.fullmatch(block)
-        if m:
-            target = make_id(m.group(1) or m.group(2)) or None
-            used.add(target or "")
-        else:
+        target = make_id(m.group(1) or m.group(2)) or None if m else None
+        if target in used:  # taken (by a title before it): the next title keeps its own id
             target = None
-        kind = "code" if indented else "other" if block.startswith("..") else "paragraph"
+        elif target:
+            used.add(target)
+        used.update(make_id(name) for found in _URI_TARGET.finditer(block) for name in found.groups() if name)
+        used.update(make_id(name) for name in _INLINE_TARGET.findall(block))
+        kind = "code" if indented else "other" if explicit else "paragraph"
         # a paragraph ending in "::" (its literal block follows) or a directive stays with the indented run after it
         if indented and blocks and isinstance(blocks[-1], ContentBlock) and blocks[-1].kind != "code" and (
                 blocks[-1].text.rstrip().endswith("::") or blocks[-1].text.startswith("..")):
