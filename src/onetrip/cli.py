@@ -142,8 +142,8 @@ LIBRARY_NAMES = {"init": "init-schema", "ingest": "ingest-paths", "documents": "
 
 
 #: Retriever calls that `search` makes with a flag or several questions, each also a command of its own name:
-#: `onetrip assemble "q"` is `onetrip search "q" --assemble` (the flag they stand for, None: none)
-SEARCH_CALLS = {"search-many": None, "assemble": "--assemble", "explain": "--explain"}
+#: `onetrip assemble "q"` is `search "q" --assemble`, `explain` is `search --explain`, `search-many` is `search`
+SEARCH_CALLS = ("search-many", "assemble", "explain")
 
 
 def _as_search(args: argparse.Namespace) -> argparse.Namespace:
@@ -177,7 +177,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="drop onetrip's tables (and their data) first, e.g. after an incompatible upgrade")
     _layout_options(p)
 
-    p = _command(sub, "ingest", help="ingest Markdown, HTML and text files or folders")
+    p = _command(sub, "ingest", help="ingest Markdown, HTML, reStructuredText and text files or folders")
     _common(p)
     p.add_argument("paths", nargs="+", help="files or folders")
     p.add_argument("--force", action="store_true", help="re-ingest even when the content hash is unchanged")
