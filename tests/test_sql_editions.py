@@ -1221,8 +1221,9 @@ def test_oracle_null_query_embedding_finds_nothing_on_postgres(db, loaded, name)
         if db.info.server_version < 170000:
             pytest.skip("JSON_TABLE is PostgreSQL 17+ (ONETRIP_TEST_DSN names an older server)")
         sql = _oracle_many_on_postgres(text)
-        # PostgreSQL's JSON_TABLE reads a JSON null as the text 'null' (FORMAT JSON), which no vector reads; read it
-        # as a NULL vector, what the review of Oracle's docs reports for the Oracle statement
+        # PostgreSQL's JSON_TABLE reads a JSON null as the text 'null' (FORMAT JSON), which no vector reads; so, by
+        # its docs, does Oracle's, whose TO_VECTOR then refuses it (ORA-51804: an error, as the header says). Read
+        # here as a NULL vector, this checks the guard itself: a NULL query embedding finds nothing
         read = "SELECT q.query_ord, q.embedding::vector(384) AS embedding"
         assert read in sql
         sql = sql.replace(read, "SELECT q.query_ord, NULLIF(q.embedding, 'null')::vector(384) AS embedding")

@@ -19,7 +19,11 @@
 --                      ERROR ON ERROR, so malformed JSON is an error) and
 --                      TO_VECTOR(..., 384, FLOAT32) a vector (SQL*Plus has no VECTOR
 --                      or array bind type; one vector as text is already over
---                      the 4,000 bytes of a VARCHAR2 bind)
+--                      the 4,000 bytes of a VARCHAR2 bind). A null element is
+--                      expected to be an error, not no hits (from the docs, not
+--                      run: the FORMAT JSON column holds the text null, which
+--                      TO_VECTOR refuses, ORA-51804); the IS NOT NULL guard
+--                      covers a SQL NULL
 --           :k                 NUMBER  number of hits (top-K) of each query
 --           SQL*Plus (a line holds at most 2,500 characters and a PL/SQL
 --           string expression at most 32,767 bytes: give the array in pieces,
