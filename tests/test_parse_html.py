@@ -1114,3 +1114,15 @@ def test_review_of_the_office_export_fixes():
              " acts.</p><p><a class=sdendnotesym href='#sdendnote1anc'>i</a>The ombudsman is independent.</p>")
     (_, _, path, content), = _tree_of(notes)
     assert path == ("Scope 1",) and content == "Before (4) the ombudsman i acts.\n\ni The ombudsman is independent."
+
+
+def test_a_google_docs_table_of_contents_is_dropped():
+    """Google Docs writes its table of contents as paragraphs that are each one link to a heading (#h.x): they
+    had put every heading's words into the first section again. A paragraph with a link among other words, or
+    one linking elsewhere, stays."""
+    page = ("<p class=c2><span class=c1><a class=c5 href='#h.a1'>Purpose</a></span></p>"
+            "<p><a href='#h.b1'>Invoices</a></p><p>See <a href='#h.b1'>Invoices</a> below.</p>"
+            "<p><a href='https://example.com'>Example</a></p><p><a href='#nowhere'>Elsewhere</a></p>"
+            "<h1 id='h.a1'>Purpose</h1><p>Why.</p><h1 id='h.b1'>Invoices</h1><p>Ten years.</p>")
+    assert _tree_of(page) == [("s0", None, (), "See Invoices below.\n\nExample\n\nElsewhere"),
+                              ("h.a1", None, ("Purpose",), "Why."), ("h.b1", None, ("Invoices",), "Ten years.")]

@@ -61,7 +61,9 @@ Rules:
   that are all rel=next, up, ... or have an accesskey, no heading, no other
   text than labels), the tables of contents of Word (p.MsoToc1-9), Confluence
   and Pandoc/LibreOffice (a div or section of id TOC, "Table of Contents1"),
-  and Word's hidden text (display:none with mso-hide:all) and symbol-font
+  a paragraph that is one link to a heading of the page and nothing else
+  (Google Docs' table of contents), and Word's hidden text (display:none
+  with mso-hide:all) and symbol-font
   bullets (mso-list:Ignore of one character that is no digit, or of none
   that is a letter or digit). An empty heading outside containers makes no section
   unless it has an anchor (a link's target: then it heads what follows, as any
@@ -688,6 +690,7 @@ class _Walker:
         # its scale, and text after a container goes back to the heading it is under
         self.open_free: list[tuple[int, int, bool, HeadingBlock | None]] = []
         self.has_text = _TextCheck()
+        self.heading_ids: frozenset[str] = frozenset()  # the page's headings' ids: what a table of contents links to
 
     # -- output helpers
     def flush(self) -> None:
@@ -747,6 +750,8 @@ class _Walker:
         elif name == "ol" and (numbered := _listed_headings(node, self.has_text)) is not None:
             self.flush()
             return iter(numbered)
+        elif name == "p" and self.toc_entry(node):
+            return None
         elif name in _BLOCK_TAG_KINDS:
             self.content(node, _BLOCK_TAG_KINDS[name])
         elif name == "div" and (kind := self.block_div_kind(node)):
@@ -796,6 +801,17 @@ class _Walker:
                 own = next((b for b in self.blocks[before:] if isinstance(b, HeadingBlock)), None)
         self.html5_ids.pop()
         self.flush()
+
+    def toc_entry(self, tag: Tag) -> bool:
+        """A paragraph that is one link to a heading of this page and nothing else: a table of contents' entry
+        (Google Docs writes its table of contents so, <p><a href="#h.x">Purpose</a></p>), which had put every
+        heading's words into the page's first section again."""
+        links = tag.find_all("a", href=True, limit=2)
+        if len(links) != 1 or not str(links[0]["href"]).startswith("#") or str(links[0]["href"])[1:] not in \
+                self.heading_ids:
+            return False
+        text = _collapse(tag.get_text())
+        return bool(text) and text == _collapse(links[0].get_text())
 
     @staticmethod
     def block_div_kind(tag: Tag) -> str | None:
@@ -1178,6 +1194,7 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     title = _collapse(title_tag.get_text()) if isinstance(title_tag, Tag) else ""
     metadata = _metadata(soup, title)
     walker = _Walker()
+    walker.heading_ids = frozenset(str(h["id"]) for h in soup.find_all(HEADINGS) if h.get("id"))
     walker.walk(_body_nodes(soup))
     walker.flush()
     return title, _resumed(walker.blocks), metadata
