@@ -1085,7 +1085,7 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
             else:
                 if _note_mark(child) and not pre and not buf.after_opening():
                     buf.add(" ")
-                note_sym = not pre and not _NOTE_SYM_CLASSES.isdisjoint(_classes(child))
+                note_sym = name == "a" and not pre and not _NOTE_SYM_CLASSES.isdisjoint(_classes(child))
                 stack.append((iter(child.contents), pre, _SPACE if note_sym else 0))
                 break
         else:

@@ -472,8 +472,8 @@ def without_data_payloads(text: str) -> str:
     """The text with each data: URI's base64 payload (64 base64 characters or more) shown as "…"."""
     if "base64," not in text:
         return text
-    return _DATA_PAYLOAD.sub(lambda m: m.group(1) + "…" if len(m.group(2).split()) and
-                             sum(len(part) for part in m.group(2).split()) >= 64 else m.group(0), text)
+    return _DATA_PAYLOAD.sub(lambda m: m.group(1) + "…" if sum(map(len, m.group(2).split())) >= 64 else m.group(0),
+                             text)
 
 
 _GRID_BORDER = re.compile(r"\+(?:[-=:]+\+)+\s*")
