@@ -1126,3 +1126,106 @@ def test_a_google_docs_table_of_contents_is_dropped():
             "<h1 id='h.a1'>Purpose</h1><p>Why.</p><h1 id='h.b1'>Invoices</h1><p>Ten years.</p>")
     assert _tree_of(page) == [("s0", None, (), "See Invoices below.\n\nExample\n\nElsewhere"),
                               ("h.a1", None, ("Purpose",), "Why."), ("h.b1", None, ("Invoices",), "Ten years.")]
+
+
+def _notes_page(first: str, notes: str, second: str = "<h2 id=b>Contact</h2><p>Write to us.</p>") -> str:
+    return f"<h1 id=p>Policy</h1><h2 id=a>Scope</h2><p>The ombudsman{first} handles complaints.</p>{second}{notes}"
+
+
+@pytest.mark.parametrize(("mark", "notes", "note"), [
+    # Google Docs: the mark and the note's own [1] link to each other, one <div> per note, after an <hr>
+    ("<sup><a href='#ftnt1' id='ftnt_ref1'>[1]</a></sup>",
+     "<hr><div><p><a href='#ftnt_ref1' id='ftnt1'>[1]</a><span>&nbsp;The ombudsman is independent.</span></p></div>"
+     "<div><p><a href='#cmnt_ref9' id='cmnt9'>[a]</a>A comment on nothing here.</p></div>",
+     "[1] The ombudsman is independent."),
+    # Word: <a name> marks, the footnote list's div of one footnote's div
+    ("<a style='mso-footnote-id:ftn1' href='#_ftn1' name='_ftnref1'><span class=MsoFootnoteReference>[1]</span></a>",
+     "<div style='mso-element:footnote-list'><br clear=all><hr align=left size=1 width='33%'>"
+     "<div style='mso-element:footnote' id=ftn1><p class=MsoFootnoteText><a style='mso-footnote-id:ftn1' "
+     "href='#_ftnref1' name='_ftn1'><span class=MsoFootnoteReference>[1]</span></a> The ombudsman is"
+     "</p><p class=MsoFootnoteText>independent.</p></div></div>",
+     "[1] The ombudsman is\n\nindependent."),
+    # LibreOffice: the note's own mark is glued to its text
+    ("<a class=sdfootnoteanc name='sdfootnote1anc' href='#sdfootnote1sym'><sup>1</sup></a>",
+     "<div id=sdfootnote1><p class=sdfootnote><a class=sdfootnotesym name='sdfootnote1sym' "
+     "href='#sdfootnote1anc'>1</a>The ombudsman is independent.</p></div>",
+     "1 The ombudsman is independent."),
+    # Pandoc (HTML5): a list of notes, each linking back from its end
+    ("<a href='#fn1' class=footnote-ref id=fnref1 role=doc-noteref><sup>1</sup></a>",
+     "<section id=footnotes class='footnotes footnotes-end-of-document' role=doc-endnotes><hr><ol>"
+     "<li id=fn1><p>The ombudsman is independent.<a href='#fnref1' class=footnote-back role=doc-backlink>↩︎</a>"
+     "</p></li><li id=fn2><p>Unused.<a href='#fnref2' class=footnote-back role=doc-backlink>↩︎</a></p></li></ol>"
+     "</section>",
+     "The ombudsman is independent.↩︎"),
+    # Python-Markdown: the mark's id on the <sup> around its link
+    ("<sup id='fnref:1'><a class=footnote-ref href='#fn:1'>1</a></sup>",
+     "<div class=footnote><hr><ol><li id='fn:1'><p>The ombudsman is independent.&#160;<a class=footnote-backref "
+     "href='#fnref:1'>&#8617;</a></p></li></ol></div>",
+     "The ombudsman is independent. ↩"),
+    # docutils (HTML5): an <aside> per note, its label linking back
+    ("<a class='footnote-reference brackets' href='#footnote-1' id='footnote-reference-1' role=doc-noteref>"
+     "<span class=fn-bracket>[</span>1<span class=fn-bracket>]</span></a>",
+     "<aside class='footnote-list brackets'><aside class='footnote brackets' id='footnote-1' role=doc-footnote>"
+     "<span class=label><span class=fn-bracket>[</span><a role=doc-backlink href='#footnote-reference-1'>1</a>"
+     "<span class=fn-bracket>]</span></span><p>The ombudsman is independent.</p></aside></aside>",
+     "[1]\n\nThe ombudsman is independent."),
+])
+def test_an_end_note_goes_to_the_section_that_refers_to_it(mark: str, notes: str, note: str) -> None:
+    """Office tools and documentation generators write notes after the last section: each had gone into the
+    last section (Contact), away from the clause it explains (Scope). A note and its mark link to each other;
+    the note now ends the section of its mark, word for word as before."""
+    sections = {sid: content for sid, _, _, content in _tree_of(_notes_page(mark, notes))}
+    assert sections["a"].endswith("handles complaints.\n\n" + note)
+    assert sections["b"].startswith("Write to us.")
+    assert "independent" not in sections["b"]
+
+
+def test_end_notes_that_stay_where_they_are() -> None:
+    """A cross-reference is no note (nothing links back), a note in its mark's table stays in the table, a note
+    under the last section stays there, and a note referred to twice goes to its first mark's section; notes
+    not at the end, or before their marks, and a term linked both ways stay."""
+    xref = ("<h1 id=p>P</h1><p>See <a href='#t'>the table</a>.</p><h2 id=x>X</h2><p>x</p>"
+            "<div id=t><p>Table: <a href='#p'>top</a></p></div>")
+    assert [sid for sid, *_ in _tree_of(xref)] == ["p", "x"] and _tree_of(xref)[1][3].endswith("Table: top")
+    table = ("<h1 id=p>P</h1><table><tr><td>Fee<a href='#n1' id=r1>*</a></td></tr>"
+             "<tr><td id=n1><a href='#r1'>*</a> Waived for members.</td></tr></table><h2 id=x>X</h2><p>x</p>")
+    assert _tree_of(table)[0][3] == "Fee*\n* Waived for members."
+    last = "<h1 id=p>P</h1><h2 id=a>A</h2><p>a<a href='#n' id=r>1</a></p><hr><p id=n><a href='#r'>1</a> Note.</p>"
+    assert _tree_of(last)[-1][3] == "a1\n\n1 Note."
+    # notes with a heading after them (not at the end), notes before their marks, and a term and its use that
+    # link to each other (more than a mark's few characters): nothing moves
+    middle = _notes_page("<a href='#n' id=r>1</a>", "<p id=n><a href='#r'>1</a> Note.</p><h2 id=c>Later</h2><p>l</p>")
+    ahead = ("<h1 id=p>P</h1><p id=n><a href='#r'>1</a> Note.</p><h2 id=a>A</h2><p>a</p><h2 id=b>B</h2>"
+             "<p>Text b<a href='#n' id=r>1</a>.</p>")
+    terms = ("<h1 id=p>P</h1><p>A <a href='#d' id=u>quorum</a> is needed.</p><h2 id=g>Glossary</h2>"
+             "<p id=d><a href='#u'>quorum</a>: half the members.</p>")
+    for page in (middle, ahead, terms):
+        assert _tree_of(page) == [(sid, parent, path, content) for sid, parent, path, content in _tree_of(
+            page.replace("href='#", "href='#x-"))]  # as with links that go nowhere
+    twice = _notes_page("<a href='#n' id=r>1</a>", "<p id=n><a href='#r'>1</a> Note.</p>",
+                        "<h2 id=b>Contact</h2><p>Write<a href='#n' id=r2>1</a>.</p>")
+    assert [content for *_, content in _tree_of(twice)][1:] == ["The ombudsman1 handles complaints.\n\n1 Note.",
+                                                                "Write1."]
+
+
+def test_docbook_footnotes_end_their_sections() -> None:
+    """DocBook (the manual's 24 footnotes): the mark is an <a> around a <sup id>, the note a div.footnote in
+    div.footnotes after the last section, which had made a repeated page section. A mark in a section's text
+    before its subsections: the note ends that text, before the first subsection; a mark in the last
+    subsection: the note ends that subsection."""
+    def mark(n: int) -> str:
+        return f"<a href='#ftn.f{n}' class=footnote><sup class=footnote id=f{n}>[{n}]</sup></a>"
+
+    def note(n: int) -> str:
+        return (f"<div id='ftn.f{n}' class=footnote><p><a href='#f{n}' class=para><sup class=para>[{n}] </sup></a>"
+                f"Note {n}.</p></div>")
+
+    page = (f"<div class=sect1 id=S><div class=titlepage><div><div><h2 class=title>1. Top</h2></div></div></div>"
+            f"<p>Intro{mark(1)}.</p>"
+            f"<div class=sect2 id=A><div class=titlepage><div><div><h3 class=title>1.1. A</h3></div></div></div>"
+            f"<p>a</p></div>"
+            f"<div class=sect2 id=B><div class=titlepage><div><div><h3 class=title>1.2. B</h3></div></div></div>"
+            f"<p>b{mark(2)}.</p></div>"
+            f"<div class=footnotes><br><hr>{note(1)}{note(2)}</div></div>")
+    assert [(sid, content) for sid, _, _, content in _tree_of(page)] == [
+        ("S", "Intro[1].\n\n[1] Note 1."), ("A", "a"), ("B", "b[2].\n\n[2] Note 2.")]

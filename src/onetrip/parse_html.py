@@ -46,6 +46,11 @@ Rules:
   footnotes), or a nested HTML5 `<section>` inside a `<section>`/`<article>`
   that opened with a heading (bare, or in a `<header>`/`<hgroup>`), gets a
   repeated heading of the parent, so it is not attributed to the last subsection.
+* A note written after the last section (footnotes, endnotes, comments of
+  Google Docs, Word, LibreOffice, Pandoc, DocBook, docutils: the note and
+  its mark of a few characters link to each other) is read at the end of
+  its mark's section (`_place_notes`), unless it shares a table, list or
+  quote with its mark or a heading follows it.
 * The page is <body>'s children, then what lxml left beside it (text after
   </body> or </html>, a second <body>'s), as HTML parsing moves it all into
   the one body a browser shows.
@@ -1193,11 +1198,148 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     title_tag = soup.find(lambda tag: tag.name == "title" and tag.find_parent(_FOREIGN_CONTENT) is None)
     title = _collapse(title_tag.get_text()) if isinstance(title_tag, Tag) else ""
     metadata = _metadata(soup, title)
+    _place_notes(soup)
     walker = _Walker()
     walker.heading_ids = frozenset(str(h["id"]) for h in soup.find_all(HEADINGS) if h.get("id"))
     walker.walk(_body_nodes(soup))
     walker.flush()
     return title, _resumed(walker.blocks), metadata
+
+
+#: a note's mark: a number, one or two letters, a roman numeral or a symbol, maybe bracketed ([1], 12, (a), iv, *)
+_NOTE_MARK = re.compile(r"[\[(]?(?:\d{1,3}|[a-z]{1,2}|[ivxlc]{1,6}|[*\u2020\u2021\u00a7\u00b6#]{1,3})[\])]?", re.I)
+_ROOTS = frozenset({"body", "html", "[document]"})
+_LISTS = frozenset({"ol", "ul", "dl", "menu"})
+#: where a note stays with what holds its reference: a note in the same table, list, quote or figure
+_NOTE_UNITS = frozenset({"table", "thead", "tbody", "tfoot", "tr", "td", "th", "ul", "ol", "menu", "dl", "dt", "dd",
+                         "li", "blockquote", "figure", "aside", "pre"})
+
+
+def _own_ids(tag: Tag) -> set[str]:
+    """The ids and names a link to this note mark may target: its own, its children's (DocBook's <sup id>) and
+    its inline parents' (Python-Markdown's <sup id><a href>)."""
+    ids = {str(t.get(key)) for t in (tag, *tag.find_all(True)) for key in ("id", "name") if t.get(key)}
+    for parent in tag.parents:
+        if parent.name in _BREAKING or parent.name in _ROOTS:
+            break
+        ids.update(str(parent.get(key)) for key in ("id", "name") if parent.get(key))
+    return ids
+
+
+def _note_pairs(soup: BeautifulSoup) -> list[tuple[Tag, Tag]]:
+    """(mark, note) of each note that links back to a mark linking to it, in the marks' document order: the
+    note is the mark's target, which is (Google Docs, Word, LibreOffice) or holds (Pandoc, DocBook, docutils,
+    Python-Markdown) a link to the mark, its child (DocBook's <sup id>) or its inline parent (Python-Markdown's
+    <sup id> around it). A note referred to more than once goes with its first mark."""
+    targets: dict[str, Tag] = {}
+    for tag in soup.find_all(lambda t: t.get("id") or t.name == "a" and t.get("name")):
+        for key in ("id", "name"):
+            if tag.get(key) and (key == "id" or tag.name == "a"):
+                targets.setdefault(str(tag[key]), tag)
+    links = soup.find_all(_links_within)
+    if not links:
+        return []
+    links_in: dict[int, set[str]] = {}  # a target's links within the page (its own href among them): read once
+    pairs: list[tuple[Tag, Tag]] = []
+    taken: set[int] = set()
+    for mark in links:
+        note = targets.get(str(mark["href"])[1:])
+        if note is None or note is mark or note.name in _HEADING_SET or id(note) in taken:
+            continue
+        if any(id(p) in taken or p is note for p in (mark, *mark.parents)):  # in a note (its link back) or in
+            continue  # its own target
+        if id(note) not in links_in:
+            links_in[id(note)] = {str(a["href"])[1:] for a in (note, *note.find_all(_links_within)) if _links_within(a)}
+        if any(p is mark for p in note.parents) or links_in[id(note)].isdisjoint(_own_ids(mark)):
+            continue
+        taken.add(id(note))
+        pairs.append((mark, note))
+    return pairs
+
+
+def _place_notes(soup: BeautifulSoup) -> None:
+    """Move each note written at the end (footnotes, endnotes, a reviewer's comments) to the end of the
+    section that refers to it.
+
+    Google Docs, Word, LibreOffice, Pandoc, DocBook and docutils write notes after the last section (a
+    note and its mark link to each other, which is how a note is told from a cross-reference), so every
+    note had gone into the last section, or a repeated page heading, away from the clause it explains. The
+    note is placed before the next section that starts after its mark, or at the end of the section
+    container holding the mark (DocBook's div.sect2, an HTML5 <section>); a note already in that section,
+    in the same table, list or quote as its mark, or with a heading after it (not at the end), stays, as do
+    two links between words (a cross-reference and its way back). Its words are not changed."""
+    pairs = _note_pairs(soup)
+    if not pairs:
+        return
+    order = {id(tag): i for i, tag in enumerate(soup.find_all(True))}
+    notes = {id(note) for _, note in pairs}
+    marks = {id(mark) for mark, _ in pairs}
+    for mark, note in pairs:
+        block = _note_block(note, notes, marks)
+        # two linked words are a cross-reference and its way back, not a mark and its note
+        if block is None or order[id(block)] < order[id(mark)] or not _NOTE_MARK.fullmatch(_collapse(mark.get_text())) \
+                or not _shown(mark) or any(_shown(h) for h in block.find_all_next(HEADINGS)):  # not at the end
+            continue
+        common = next(p for p in block.parents if any(q is p for q in mark.parents))
+        if common.name in _NOTE_UNITS or _Walker.block_div_kind(common):
+            continue
+        heading = next((h for h in mark.find_all_next(HEADINGS) if _shown(h) and not any(p is h for p in mark.parents)),
+                       None)
+        if heading is not None and order[id(heading)] > order[id(block)]:
+            heading = None
+        section = mark.find_parent(lambda t: _is_container(t) or t.name in _HTML5_SECTIONS)
+        if section is not None and not any(p is section for p in block.parents) and (
+                heading is None or not any(p is section for p in heading.parents)):
+            section.append(block.extract())  # the end of the section holding the mark, before any after it
+        elif heading is not None:
+            _section_start(heading, mark).insert_before(block.extract())
+
+
+def _shown(tag: Tag) -> bool:
+    """Neither the element nor one around it is dropped."""
+    return not any(_dropped(t) for t in (tag, *tag.parents) if t.name not in _ROOTS)
+
+
+def _note_block(note: Tag, notes: set[int], marks: set[int]) -> Tag | None:
+    """The element that is the whole note, or None (a heading in it): the block the note's target is or starts
+    (an <a> is in a <p>), widened to an element around it while that holds no other note, mark or heading and
+    nothing else that links within the page (Word: the div of one footnote around its paragraphs), and is no
+    list or section container (Pandoc: the <li>, not its list)."""
+    block = note
+    while block.name not in _BREAKING and (parent := block.parent) is not None and parent.name not in _ROOTS:
+        block = parent
+    if block.find(HEADINGS) is not None:
+        return None
+    while (parent := block.parent) is not None and parent.name not in _ROOTS and parent.name not in _LISTS \
+            and not _is_container(parent):
+        inside = parent.find_all(True)
+        if any(id(t) in marks or id(t) in notes and t is not note or t.name in _HEADING_SET for t in inside):
+            break
+        if any(child is not block and isinstance(child, Tag) and (_links_within(child) or child.find(_links_within))
+               for child in parent.children):
+            break
+        block = parent
+    return block
+
+
+def _links_within(tag: Tag) -> bool:
+    """A link to a place in this page (a note's link back to its mark is one)."""
+    return tag.name == "a" and len(href := str(tag.get("href") or "")) > 1 and href.startswith("#")
+
+
+
+def _section_start(heading: Tag, mark: Tag) -> Tag:
+    """The outermost element that starts with ``heading`` and does not hold ``mark``: where its section starts
+    (DocBook: the div.sect2 around the div.titlepage around the heading)."""
+    top = heading
+    while (parent := top.parent) is not None and parent.name not in _ROOTS:
+        if any(p is parent for p in mark.parents):
+            break
+        before = itertools.takewhile(lambda n: n is not top, parent.contents)
+        if any(_is_text(n) and str(n).strip() or isinstance(n, Tag) and n.get_text().strip() for n in before):
+            break
+        top = parent
+    return top
 
 
 @dataclass(frozen=True)

@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 14
+SECTIONING = 15
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -113,7 +113,14 @@ one part, its definition in the next); a DocBook title paragraph (``Table 9.1. .
 part starts the next, with what it titles, when both fit there. Markdown is cut as under 11;
 13: (2026-12-07, found by review) an identifier after leading underscores is a technical term (``_PG_init`` gives
 ``pg_init``; Markdown's emphasis ``_shared_buffers_`` gives ``shared_buffers``: `onetrip.store.technical_terms`),
-so the stored rows' ``terms`` differ; files are cut as under 12 (the stored vectors are reused)."""
+so the stored rows' ``terms`` differ; files are cut as under 12 (the stored vectors are reused);
+14: (2026-12-07, found by review) HTML: text after ``</body>`` or after a top-level container, untitled
+containers, formulas, permalinks, a byte-order mark, office exports (numbered headings, tables of contents,
+hidden text, footnote marks); Markdown: ``data:`` payloads, heading attributes, HTML-block headings, grid tables;
+reStructuredText is cut by its titles. The PostgreSQL manual is cut as under 13;
+15: (2026-12-07) HTML: a note written after the last section (a footnote, an endnote, a reviewer's comment,
+linked to its mark and back) ends the section of its mark (it had gone into the last section or a repeated
+page heading). 7 of the PostgreSQL manual's 1,167 pages are cut differently (their 24 footnotes)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
