@@ -1162,6 +1162,12 @@ def _notes_page(first: str, notes: str, second: str = "<h2 id=b>Contact</h2><p>W
      "<div class=footnote><hr><ol><li id='fn:1'><p>The ombudsman is independent.&#160;<a class=footnote-backref "
      "href='#fnref:1'>&#8617;</a></p></li></ol></div>",
      "The ombudsman is independent. ↩"),
+    # docutils before 0.18 (HTML5): a <dt> label per note, its text in the <dd> after it
+    ("<a class='footnote-reference brackets' href='#omb' id='id1'>1</a>",
+     "<dl class='footnote brackets'><dt class=label id=omb><span class=brackets><a class=fn-backref href='#id1'>1"
+     "</a></span></dt><dd><p>The ombudsman is independent.</p></dd><dt class=label id=x><span class=brackets>"
+     "<a class=fn-backref href='#nowhere'>2</a></span></dt><dd><p>Unused.</p></dd></dl>",
+     "1\nThe ombudsman is independent."),
     # docutils (HTML5): an <aside> per note, its label linking back
     ("<a class='footnote-reference brackets' href='#footnote-1' id='footnote-reference-1' role=doc-noteref>"
      "<span class=fn-bracket>[</span>1<span class=fn-bracket>]</span></a>",
@@ -1183,7 +1189,9 @@ def test_an_end_note_goes_to_the_section_that_refers_to_it(mark: str, notes: str
 def test_end_notes_that_stay_where_they_are() -> None:
     """A cross-reference is no note (nothing links back), a note in its mark's table stays in the table, a note
     under the last section stays there, and a note referred to twice goes to its first mark's section; notes
-    not at the end, or before their marks, and a term linked both ways stay."""
+    not at the end, or before their marks, under a heading of their own (Texinfo's "Footnotes") or not shown,
+    and a term linked both ways stay; a note is put into no layout table, and takes no text of the section it
+    leaves (a review's findings)."""
     xref = ("<h1 id=p>P</h1><p>See <a href='#t'>the table</a>.</p><h2 id=x>X</h2><p>x</p>"
             "<div id=t><p>Table: <a href='#p'>top</a></p></div>")
     assert [sid for sid, *_ in _tree_of(xref)] == ["p", "x"] and _tree_of(xref)[1][3].endswith("Table: top")
@@ -1199,9 +1207,27 @@ def test_end_notes_that_stay_where_they_are() -> None:
              "<p>Text b<a href='#n' id=r>1</a>.</p>")
     terms = ("<h1 id=p>P</h1><p>A <a href='#d' id=u>quorum</a> is needed.</p><h2 id=g>Glossary</h2>"
              "<p id=d><a href='#u'>quorum</a>: half the members.</p>")
-    for page in (middle, ahead, terms):
+    # Texinfo: each note's target is an <h5> label, under a "Footnotes" heading; a "Notes" section of their own
+    texinfo = _notes_page("<a id=DOCF1 href='#FOOT1'><sup>1</sup></a>", "<div class=footnote><hr><h4 "
+                          "class=footnotes-heading>Footnotes</h4><h5><a id=FOOT1 href='#DOCF1'>(1)</a></h5><p>Body.</p>"
+                          "</div>")
+    own = _notes_page("<a href='#n' id=r>1</a>", "<h2 id=n-h>Notes</h2><ol><li id=n><a href='#r'>^</a> Body.</li></ol>")
+    # a note hidden as the page's footer, in a <nav> or as Word's hidden text is not shown: it is not moved in
+    footer = _notes_page("<a href='#n' id=r>1</a>", "<footer><div class=fn><p id=n><a href='#r'>1</a> Body.</p></div>"
+                         "<p>Copyright 2024 Example Inc.</p></footer>")
+    hidden = _notes_page("<a href='#n' id=r>1</a>", "<div style='display:none;mso-hide:all'><p id=n><a href='#r'>1</a>"
+                         " Drafting note.</p></div>")
+    # a heading in a layout table starts no section: the note is not put into the table
+    layout = ("<table><tr><td><h1 id=p>P</h1><p>a<a href='#n1' id=r1>1</a></p></td><td><h2 id=b>B</h2><p>b</p></td>"
+              "</tr></table><hr><p id=n1><a href='#r1'>1</a> Body.</p>")
+    for page in (middle, ahead, terms, texinfo, own, footer, hidden, layout):
         assert _tree_of(page) == [(sid, parent, path, content) for sid, parent, path, content in _tree_of(
             page.replace("href='#", "href='#x-"))]  # as with links that go nowhere
+    # the note's wrapper holds the last section's own text too: only the note moves, the text stays
+    wrapped = _notes_page("<a href='#n' id=r>1</a>", "", "<h2 id=b>Contact</h2><div><p>Write to us.</p><hr>"
+                          "<p id=n><a href='#r'>1</a> Body.</p></div>")
+    assert [content for *_, content in _tree_of(wrapped)][1:] == ["The ombudsman1 handles complaints.\n\n1 Body.",
+                                                                  "Write to us."]
     twice = _notes_page("<a href='#n' id=r>1</a>", "<p id=n><a href='#r'>1</a> Note.</p>",
                         "<h2 id=b>Contact</h2><p>Write<a href='#n' id=r2>1</a>.</p>")
     assert [content for *_, content in _tree_of(twice)][1:] == ["The ombudsman1 handles complaints.\n\n1 Note.",

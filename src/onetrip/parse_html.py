@@ -85,6 +85,7 @@ hundred levels, so the whole file was refused though browsers show it fine.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import re
 import warnings
@@ -1218,11 +1219,12 @@ _NOTE_UNITS = frozenset({"table", "thead", "tbody", "tfoot", "tr", "td", "th", "
 def _own_ids(tag: Tag) -> set[str]:
     """The ids and names a link to this note mark may target: its own, its children's (DocBook's <sup id>) and
     its inline parents' (Python-Markdown's <sup id><a href>)."""
-    ids = {str(t.get(key)) for t in (tag, *tag.find_all(True)) for key in ("id", "name") if t.get(key)}
+    ids = {str(v) for t in (tag, *tag.descendants) if isinstance(t, Tag)
+           for v in (t.attrs.get("id"), t.attrs.get("name")) if v}
     for parent in tag.parents:
         if parent.name in _BREAKING or parent.name in _ROOTS:
             break
-        ids.update(str(parent.get(key)) for key in ("id", "name") if parent.get(key))
+        ids.update(str(v) for v in (parent.attrs.get("id"), parent.attrs.get("name")) if v)
     return ids
 
 
@@ -1232,24 +1234,31 @@ def _note_pairs(soup: BeautifulSoup) -> list[tuple[Tag, Tag]]:
     Python-Markdown) a link to the mark, its child (DocBook's <sup id>) or its inline parent (Python-Markdown's
     <sup id> around it). A note referred to more than once goes with its first mark."""
     targets: dict[str, Tag] = {}
-    for tag in soup.find_all(lambda t: t.get("id") or t.name == "a" and t.get("name")):
-        for key in ("id", "name"):
-            if tag.get(key) and (key == "id" or tag.name == "a"):
-                targets.setdefault(str(tag[key]), tag)
-    links = soup.find_all(_links_within)
+    links: list[Tag] = []
+    for tag in soup.find_all(True):  # one pass, reading attributes directly: bs4's filters cost a page 25%
+        attrs = tag.attrs
+        if "id" in attrs or "name" in attrs:
+            for key in ("id", "name") if tag.name == "a" else ("id",):
+                if attrs.get(key):
+                    targets.setdefault(str(attrs[key]), tag)
+        if _links_within(tag):
+            links.append(tag)
     if not links:
         return []
-    links_in: dict[int, set[str]] = {}  # a target's links within the page (its own href among them): read once
+    target_ids = {id(t) for t in targets.values()}
+    links_in: dict[int, set[str]] = {}  # per target: the links within the page it is or holds (hrefs without #)
+    for link in links:
+        for holder in (link, *link.parents):
+            if id(holder) in target_ids:
+                links_in.setdefault(id(holder), set()).add(str(link["href"])[1:])
     pairs: list[tuple[Tag, Tag]] = []
     taken: set[int] = set()
     for mark in links:
         note = targets.get(str(mark["href"])[1:])
-        if note is None or note is mark or note.name in _HEADING_SET or id(note) in taken:
+        if note is None or id(note) not in links_in or id(note) in taken or note.name in _HEADING_SET:
             continue
         if any(id(p) in taken or p is note for p in (mark, *mark.parents)):  # in a note (its link back) or in
             continue  # its own target
-        if id(note) not in links_in:
-            links_in[id(note)] = {str(a["href"])[1:] for a in (note, *note.find_all(_links_within)) if _links_within(a)}
         if any(p is mark for p in note.parents) or links_in[id(note)].isdisjoint(_own_ids(mark)):
             continue
         taken.add(id(note))
@@ -1265,34 +1274,50 @@ def _place_notes(soup: BeautifulSoup) -> None:
     note and its mark link to each other, which is how a note is told from a cross-reference), so every
     note had gone into the last section, or a repeated page heading, away from the clause it explains. The
     note is placed before the next section that starts after its mark, or at the end of the section
-    container holding the mark (DocBook's div.sect2, an HTML5 <section>); a note already in that section,
-    in the same table, list or quote as its mark, or with a heading after it (not at the end), stays, as do
-    two links between words (a cross-reference and its way back). Its words are not changed."""
+    container holding the mark (DocBook's div.sect2, an HTML5 <section>). A note stays where it is when it
+    is not at the end (a section starts after it), is under a heading of the notes' own (Notes, References:
+    the last section holds nothing but notes), shares a table, list or quote with its mark, or is not
+    shown; so do two links between words (a cross-reference and its way back). Its words are not changed."""
     pairs = _note_pairs(soup)
     if not pairs:
         return
-    order = {id(tag): i for i, tag in enumerate(soup.find_all(True))}
     notes = {id(note) for _, note in pairs}
     marks = {id(mark) for mark, _ in pairs}
-    for mark, note in pairs:
-        block = _note_block(note, notes, marks)
-        # two linked words are a cross-reference and its way back, not a mark and its note
-        if block is None or order[id(block)] < order[id(mark)] or not _NOTE_MARK.fullmatch(_collapse(mark.get_text())) \
-                or not _shown(mark) or any(_shown(h) for h in block.find_all_next(HEADINGS)):  # not at the end
-            continue
-        common = next(p for p in block.parents if any(q is p for q in mark.parents))
+    order: dict[int, int] = {}
+    headings: list[Tag] = []  # the headings that start sections, in document order
+    for i, tag in enumerate(soup.find_all(True)):
+        order[id(tag)] = i
+        if tag.name in _HEADING_SET and _starts_section(tag):
+            headings.append(tag)
+    starts = [order[id(h)] for h in headings]
+    found = [(mark, _note_parts(note, notes, marks)) for mark, note in pairs
+             if _NOTE_MARK.fullmatch(_collapse(mark.get_text())) and _shown(mark) and _shown(note)]
+    found = [(mark, parts) for mark, parts in found if parts and order[id(mark)] < order[id(parts[0])]
+             and (not starts or starts[-1] < order[id(parts[0])])]  # after its mark, and at the end
+    if not found or headings and _notes_only_after(headings[-1], [part for _, parts in found for part in parts]):
+        return
+    for mark, parts in found:
+        common = next(p for p in parts[0].parents if any(q is p for q in mark.parents))
         if common.name in _NOTE_UNITS or _Walker.block_div_kind(common):
             continue
-        heading = next((h for h in mark.find_all_next(HEADINGS) if _shown(h) and not any(p is h for p in mark.parents)),
-                       None)
-        if heading is not None and order[id(heading)] > order[id(block)]:
-            heading = None
+        j = bisect.bisect_right(starts, order[id(mark)])  # the first section to start after the mark
+        heading = headings[j] if j < len(headings) and starts[j] < order[id(parts[0])] else None
         section = mark.find_parent(lambda t: _is_container(t) or t.name in _HTML5_SECTIONS)
-        if section is not None and not any(p is section for p in block.parents) and (
-                heading is None or not any(p is section for p in heading.parents)):
-            section.append(block.extract())  # the end of the section holding the mark, before any after it
-        elif heading is not None:
-            _section_start(heading, mark).insert_before(block.extract())
+        into = section is not None and not any(p is section for p in parts[0].parents) and (
+            heading is None or not any(p is section for p in heading.parents))
+        if not into and heading is None:
+            continue
+        before = None if into else _section_start(heading, mark)
+        if parts[0].name == "dt":  # a label and its text stay one definition, as in their list
+            dl = soup.new_tag("dl")
+            for part in parts:
+                dl.append(part.extract())
+            parts = [dl]
+        for part in parts:
+            if before is not None:
+                before.insert_before(part.extract())
+            elif section is not None:  # the end of the section holding the mark, before any after it
+                section.append(part.extract())
 
 
 def _shown(tag: Tag) -> bool:
@@ -1300,32 +1325,64 @@ def _shown(tag: Tag) -> bool:
     return not any(_dropped(t) for t in (tag, *tag.parents) if t.name not in _ROOTS)
 
 
-def _note_block(note: Tag, notes: set[int], marks: set[int]) -> Tag | None:
-    """The element that is the whole note, or None (a heading in it): the block the note's target is or starts
-    (an <a> is in a <p>), widened to an element around it while that holds no other note, mark or heading and
-    nothing else that links within the page (Word: the div of one footnote around its paragraphs), and is no
-    list or section container (Pandoc: the <li>, not its list)."""
+#: where a heading is content, not a section's start (besides a block div: a note, a sidebar)
+_CONTENT_HEADING_PARENTS = frozenset({"table", "blockquote", "pre", "figure", "aside", "details"})
+
+
+def _starts_section(heading: Tag) -> bool:
+    """The heading starts a section as the walk reads it: it is shown, and not in a table, quote, note, ...
+    (a heading in a layout table had been taken for the next section's start, and a note put in the table)."""
+    return _shown(heading) and not any(
+        p.name in _CONTENT_HEADING_PARENTS or p.name == "div" and _Walker.block_div_kind(p) is not None
+        and "titlepage" not in _classes(p) for p in heading.parents)
+
+
+def _notes_only_after(heading: Tag, parts: list[Tag]) -> bool:
+    """Nothing but notes is shown after the last heading (Notes, References): the notes have a section of
+    their own, and stay in it."""
+    skip = {id(s) for tag in (heading, *parts) for s in tag.find_all(string=True)}
+    return not any(_is_text(s) and id(s) not in skip and s.strip() and _shown(s.parent)
+                   for s in heading.next_elements if isinstance(s, NavigableString))
+
+
+def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
+    """The elements that are the whole note, in order, or none (the note is or holds a heading).
+
+    The block the note's target is or starts (an <a> is in a <p>); a <dt> label with its <dd>s (docutils before
+    0.18); else widened to an element around it while that starts with it, holds no other note, mark or
+    heading and nothing else that links within the page (Word: the div of one footnote around its
+    paragraphs), and is no list, section container or dropped element (Pandoc: the <li>, not its list)."""
     block = note
     while block.name not in _BREAKING and (parent := block.parent) is not None and parent.name not in _ROOTS:
         block = parent
-    if block.find(HEADINGS) is not None:
-        return None
+    if block.name in _HEADING_SET or block.find(HEADINGS) is not None:
+        return []
+    if block.name == "dt":
+        parts = [block]
+        for sib in block.next_siblings:
+            if isinstance(sib, Tag):
+                if sib.name != "dd":
+                    break
+                parts.append(sib)
+        return parts
     while (parent := block.parent) is not None and parent.name not in _ROOTS and parent.name not in _LISTS \
-            and not _is_container(parent):
-        inside = parent.find_all(True)
-        if any(id(t) in marks or id(t) in notes and t is not note or t.name in _HEADING_SET for t in inside):
+            and not _is_container(parent) and not _dropped(parent):
+        if any(_is_text(s) and s.strip() or isinstance(s, Tag) and s.get_text().strip()
+               for s in block.previous_siblings):  # its parent does not start with it
+            break
+        if any(isinstance(t, Tag) and (id(t) in marks or id(t) in notes and t is not note or t.name in _HEADING_SET)
+               for t in parent.descendants):
             break
         if any(child is not block and isinstance(child, Tag) and (_links_within(child) or child.find(_links_within))
                for child in parent.children):
             break
         block = parent
-    return block
+    return [block]
 
 
 def _links_within(tag: Tag) -> bool:
     """A link to a place in this page (a note's link back to its mark is one)."""
     return tag.name == "a" and len(href := str(tag.get("href") or "")) > 1 and href.startswith("#")
-
 
 
 def _section_start(heading: Tag, mark: Tag) -> Tag:
