@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.pgdoc import DEFAULT_ROOT, HTML_SUBDIR
-from onetrip.parse_html import parse_html
+from onetrip.errors import InputDocumentError
+from onetrip.parse_html import _navs_closed, _unclosed_navs, parse_html, truncation_warning
 from onetrip.sections import ContentBlock, HeadingBlock, Section, build_sections, parse_file
 
 DATA = Path(__file__).parent / "data" / "parsing"
@@ -1255,3 +1256,44 @@ def test_docbook_footnotes_end_their_sections() -> None:
             f"<div class=footnotes><br><hr>{note(1)}{note(2)}</div></div>")
     assert [(sid, content) for sid, _, _, content in _tree_of(page)] == [
         ("S", "Intro[1].\n\n[1] Note 1."), ("A", "a"), ("B", "b[2].\n\n[2] Note 2.")]
+
+
+_LEAVE = "<h1>Leave policy</h1><p>Employees get 25 days.</p><h2>Sick leave</h2><p>Report before 9am.</p>"
+
+
+@pytest.mark.parametrize("nav", [
+    "<nav><ul><li><a href='/'>Home</a></li><li><a href='/hr'>HR</a></li></ul>",  # a site menu
+    "<nav aria-label=Breadcrumb><a href='/'>Home</a> &gt; <a href='/hr'>HR</a>",  # a breadcrumb, no list
+    "<NAV class=sidebar><h3>Navigation</h3><ul><li><a href='/'>Home</a><li><a href='/hr'>HR</a></ul>",  # its heading
+    "<nav><div class=inner><a href='/'>Home</a>",  # an element in it left open too
+])
+def test_a_nav_left_open_ends_where_its_links_end(nav: str) -> None:
+    """A <nav> never closed holds the rest of the page (for a browser too), and all of it had been dropped as
+    navigation: "HTML has no visible text". It now ends at the first heading, paragraph, table, ... after a
+    link in it, outside a list, and the ingest report says so."""
+    page = f"<html><head><title>Leave</title></head><body>\n{nav}\n{_LEAVE}</body></html>"
+    assert [(path, content) for _, _, path, content in _tree_of(page)] == [
+        (("Leave policy",), "Employees get 25 days."), (("Leave policy", "Sick leave"), "Report before 9am.")]
+    assert truncation_warning(page) == "a <nav> opened at line 2 is never closed: it is taken to end before the <h1> " \
+                                       "at line 3"
+
+
+def test_a_nav_closed_by_what_is_around_it_or_never() -> None:
+    """A <nav> that an element around it closes (lxml and browsers end it there) is read as before, with no
+    warning; nor is a <nav> in a script or comment one. One with no link before the page's text runs to the
+    end: the page is refused naming it."""
+    around = f"<header><nav><ul><li><a href='/'>Home</a></li></ul></header>{_LEAVE}"
+    assert _tree_of(around)[0][2:] == (("Leave policy",), "Employees get 25 days.")
+    quoted = f"<script>var menu = '<nav>';</script><!-- <nav> -->{_LEAVE}"
+    assert truncation_warning(around) is None and truncation_warning(quoted) is None
+    assert _navs_closed(quoted, _unclosed_navs(quoted)) is quoted
+    bare = f"<nav>\n{_LEAVE}"
+    assert truncation_warning(bare) == f"a <nav> opened at line 1 is never closed: the {len(bare)} characters from " \
+                                       "it on are dropped as navigation"
+
+
+def test_a_page_that_is_all_open_nav_is_refused_naming_it(tmp_path: Path) -> None:
+    page = tmp_path / "menu.html"
+    page.write_text(f"<body><nav><p>Menu</p>{_LEAVE}")
+    with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a <nav> opened at line 1 is never closed"):
+        parse_file(page)
