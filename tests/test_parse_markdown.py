@@ -502,3 +502,24 @@ def test_review_of_the_markdown_export_fixes() -> None:
     assert [(b.text, b.anchor) for b in blocks if isinstance(b, HeadingBlock)] == [
         ("Heading IDs {#custom-id}", "heading-ids-custom-id"), ("Escaped {#notid}", "escaped-notid"),
         ("Power ^2", "power-2"), ("Setext", "sx"), ("Closed", "cl")]
+
+
+def test_toml_front_matter_is_metadata_and_title() -> None:
+    """Hugo and Zola write front matter in TOML between `+++` lines: it had been read as Markdown, its keys the
+    first section's text and its title not the document's. Line numbers after it do not move (a heading's
+    source lines are kept); a `+++` block that is no TOML, or one never closed, stays Markdown."""
+    text = ('+++\ntitle = "Expense policy"\ndate = 2024-03-01\ndraft = false\ntags = ["finance", "hr"]\n'
+            '[params]\nowner = "finance"\n+++\n\nIntro text.\n\n## Travel {#travel}\n\nBook economy class.\n')
+    title, blocks, metadata = parse_markdown(text)
+    assert title == "Expense policy"
+    assert metadata == {"title": "Expense policy", "date": "2024-03-01", "draft": False, "tags": ["finance", "hr"],
+                        "params": {"owner": "finance"}}
+    assert blocks == [ContentBlock("paragraph", "Intro text."),
+                      HeadingBlock(2, "Travel", "travel", "## Travel {#travel}"),
+                      ContentBlock("paragraph", "Book economy class.")]
+    assert json.dumps(metadata)  # stored in a JSON column
+    # a title that is not a string is no title (the first h1 is); \r\n line ends; no TOML, or not closed: Markdown
+    assert parse_markdown("+++\r\ntitle = 1984\r\n+++\r\n# Animal Farm\r\n")[:1] == ("Animal Farm",)
+    for text in ("+++\nnot toml at all\n+++\n\nBody.\n", "+++\ntitle = \"x\"\n\nBody.\n", "+++ plus\n+++\nBody.\n"):
+        title, blocks, metadata = parse_markdown(text)
+        assert metadata == {} and "+++" in "\n".join(b.text for b in blocks), text

@@ -12,9 +12,15 @@ import datetime as _dt
 import json
 import math
 import re
+import sys
 import unicodedata
 from functools import lru_cache
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - the same module, from PyPI
+    import tomli as tomllib
 
 from markdown_it import MarkdownIt
 from markdown_it.rules_core import inline as _inline_rule
@@ -331,6 +337,33 @@ def _front_matter(raw: str) -> tuple[dict | None, str | None]:
         return _with_title(_simple_front_matter(raw))
 
 
+#: a `+++` line, which opens and closes TOML front matter
+_TOML_FENCE = re.compile(r"^\+\+\+[ \t]*(?:\n|$)", re.MULTILINE)
+
+
+def _toml_front_matter(text: str) -> tuple[dict | None, str | None, str]:
+    """(metadata, title, text without it) of front matter in TOML between two `+++` lines, as Hugo and Zola
+    write it; (None, None, text) when the text opens with no such block or it is not TOML (it is read as
+    Markdown then). The block's lines stay as blank lines, so that line numbers do not move.
+
+    It had been read as Markdown: its keys (title = "...", draft = true) were the first section's text, and
+    its title was not the document's."""
+    if not text.startswith("+++"):
+        return None, None, text
+    first = _TOML_FENCE.match(text)
+    close = _TOML_FENCE.search(text, first.end()) if first else None
+    if first is None or close is None:
+        return None, None, text
+    try:
+        data = tomllib.loads(text[first.end():close.start()])
+    except tomllib.TOMLDecodeError:
+        return None, None, text
+    title = data.get("title")
+    blank = "\n" * text.count("\n", 0, close.end())
+    return _jsonable(data), (title if isinstance(title, str) else None), blank + text[close.end():]
+
+
+
 def _with_title(metadata: dict | None) -> tuple[dict | None, str | None]:
     """Key: value lines' metadata and title: their values are text as written."""
     title = None if metadata is None else metadata.get("title")
@@ -349,6 +382,7 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
     headings are section headings (a heading inside a list or quote is content).
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
+    toml_metadata, toml_title, text = _toml_front_matter(text)
     lines = text.split("\n")
     tokens = _tokens(text)
     if any(t.level >= MAX_NESTING - 1 for t in tokens):
@@ -371,8 +405,8 @@ def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
                 source, own_id = heading_attributes(source)
             anchors[id(t)] = own_id or slugger(source) or None
 
-    metadata: dict = {}
-    fm_title: str | None = None  # front matter's title, as written
+    metadata: dict = toml_metadata or {}
+    fm_title: str | None = toml_title  # front matter's title, as written
     blocks: list[Block] = []
     first_h1 = ""
 
