@@ -1297,3 +1297,17 @@ def test_a_page_that_is_all_open_nav_is_refused_naming_it(tmp_path: Path) -> Non
     page.write_text(f"<body><nav><p>Menu</p>{_LEAVE}")
     with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a <nav> opened at line 1 is never closed"):
         parse_file(page)
+def test_breadcrumbs_and_confluence_page_metadata_are_dropped() -> None:
+    """A breadcrumb trail ("Home > HR > Policies") and Confluence's "Created by X, last modified on Y" line are
+    around the page's text, not in it: they had been its first section's text (the date changes on each edit)."""
+    confluence = ("<div id=main-header><div id=breadcrumb-section><ol id=breadcrumbs><li class=first><span>"
+                  "<a href=index.html>HR</a></span></li><li><span><a href=Policies_1.html>Policies</a></span></li>"
+                  "</ol></div><h1 id=title-heading class=pagetitle><span id=title-text>HR : Leave</span></h1></div>"
+                  "<div id=content class=view><div class=page-metadata>Created by <span class=author>Jane Doe</span>"
+                  ", last modified on Mar 01, 2024</div><div id=main-content class='wiki-content group'>"
+                  "<p>Employees get 25 days.</p></div></div>")
+    assert _tree_of(confluence) == [("title-heading", None, ("HR : Leave",), "Employees get 25 days.")]
+    trails = ("<ol class=breadcrumb><li><a href=/>Home</a></li></ol><div class=breadcrumbs><a href=/hr>HR</a></div>"
+              "<div aria-label=Breadcrumb><a href=/p>Policies</a></div><h1>Leave</h1><p>25 days.</p>"
+              "<p>Bread crumbs are not a breadcrumb.</p>")
+    assert _tree_of(trails) == [("leave", None, ("Leave",), "25 days.\n\nBread crumbs are not a breadcrumb.")]

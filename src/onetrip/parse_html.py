@@ -68,7 +68,9 @@ Rules:
   (<footer>, .footer, #footer with no article, section, main, quote, figure,
   cell, ... around it) and Texinfo's "Next: / Up:" bar (a div.header of links
   that are all rel=next, up, ... or have an accesskey, no heading, no other
-  text than labels), the tables of contents of Word (p.MsoToc1-9), Confluence
+  text than labels), breadcrumb trails (class or id breadcrumb(s),
+  aria-label="breadcrumb"), Confluence's page metadata, the tables of contents
+  of Word (p.MsoToc1-9), Confluence
   and Pandoc/LibreOffice (a div or section of id TOC, "Table of Contents1"),
   a paragraph that is one link to a heading of the page and nothing else
   (Google Docs' table of contents), and Word's hidden text (display:none
@@ -114,11 +116,15 @@ SECTION_CLASSES = frozenset(
 # DocBook's navigation bars and toc; Texinfo's tables of contents (the page's, each chapter's), its 7's nav bar
 # and its index-entry permalinks; Sphinx's and MkDocs' permalinks (a heading's, an API entry's ¶); Doxygen's
 # breadcrumbs (and footer); a Bootstrap site menu (MkDocs); Javadoc's bars; the tables of contents of Word
-# ("Save as Web Page": a paragraph per entry, its page number hidden) and of Confluence
+# ("Save as Web Page": a paragraph per entry, its page number hidden) and of Confluence; breadcrumb trails, whose
+# links ("Home > HR > Policies") had been the first section's text, and Confluence's page metadata ("Created by
+# X, last modified on Y")
 DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "Overview_element", "section-toc",
                           "mini-toc", "nav-panel", "copiable-anchor", "copiable-link", "headerlink", "navpath",
                           "navbar", "topNav", "bottomNav", "subNav", "toc-macro", "MsoTocHeading",
-                          *(f"MsoToc{n}" for n in range(1, 10))})
+                          *(f"MsoToc{n}" for n in range(1, 10)), "breadcrumb", "breadcrumbs", "page-metadata"})
+#: ids of a breadcrumb trail: Confluence's export (div#breadcrumb-section around ol#breadcrumbs), many CMSs'
+_CRUMB_IDS = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section"})
 #: ids of a table of contents: Pandoc's (HTML 4 output, a div; HTML5's is a <nav>), LibreOffice's "Table of Contents1"
 _TOC_IDS = re.compile(r"TOC|Table of Contents\d*")
 DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
@@ -198,6 +204,8 @@ def _dropped(tag: Tag) -> bool:
     if tag.name in DROP_TAGS or (tag.name in _MATH_SOURCE and tag.find_parent("math") is not None):
         return True
     if (tag.name in ("div", "section") and _TOC_IDS.fullmatch(str(tag.get("id", "")))) or _word_hidden(tag):
+        return True
+    if tag.get("id") in _CRUMB_IDS or str(tag.get("aria-label", "")).lower() in ("breadcrumb", "breadcrumbs"):
         return True
     classes = _classes(tag)
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):

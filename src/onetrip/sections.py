@@ -121,9 +121,9 @@ reStructuredText is cut by its titles. The PostgreSQL manual is cut as under 13;
 15: (2026-12-07) HTML: a note written after the last section (a footnote, an endnote, a reviewer's comment,
 linked to its mark and back) ends the section of its mark (it had gone into the last section or a repeated
 page heading); a <nav> never closed ends where its links end, at the first heading, paragraph or table after a
-link outside a list (the rest of the page had been dropped as navigation). Markdown: TOML front matter between
-`+++` lines (Hugo, Zola) is metadata and title, not text. 5 of the PostgreSQL manual's 1,167 pages are cut
-differently (their footnotes)."""
+link outside a list (the rest of the page had been dropped as navigation); breadcrumb trails and Confluence's
+page metadata are dropped. Markdown: TOML front matter between `+++` lines (Hugo, Zola) is metadata and title,
+not text. 5 of the PostgreSQL manual's 1,167 pages are cut differently (their footnotes)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
