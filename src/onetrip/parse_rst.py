@@ -124,6 +124,13 @@ def _simple_table_end(lines: list[str], i: int) -> int:
     return i + 1
 
 
+def _run_end(lines: list[str], i: int, *, indented: bool = False) -> int:
+    """The first blank line at or after ``i`` (or, ``indented``, the first line that is blank or not indented)."""
+    while i < len(lines) and lines[i].strip() and (not indented or lines[i][:1].isspace()):
+        i += 1
+    return i
+
+
 def parse_rst(text: str) -> tuple[str, list[Block], dict]:
     """(title, blocks, metadata) for a reStructuredText document (metadata: none is read)."""
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
@@ -148,7 +155,8 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
             level = styles.index(style) + 1
             own = make_id(heading)
             anchor = target or (own if own and own not in used else None)
-            used.update(a for a in (target, own) if a)
+            if own:  # (a target is in `used` from when it was read)
+                used.add(own)
             blocks.append(HeadingBlock(level, heading, anchor, "\n".join(lines[i:i + taken])))
             if level == 1 and not title:
                 title = heading
@@ -160,12 +168,8 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
         i += 1
         if _TABLE_BORDER.fullmatch(lines[start]):
             i = _simple_table_end(lines, start)
-        elif explicit:  # a comment, target or directive: its indented lines; a line at the margin ends it
-            while i < n and lines[i].strip() and lines[i][:1].isspace():
-                i += 1
-        else:
-            while i < n and lines[i].strip():
-                i += 1
+        else:  # a comment, target or directive: its indented lines, a line at the margin ends it; else its lines
+            i = _run_end(lines, i, indented=explicit)
         may_title = explicit
         if indented:  # an indented run goes on over blank lines while it stays indented
             while i < n:
@@ -173,9 +177,7 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
                 while j < n and not lines[j].strip():
                     j += 1
                 if j < n and lines[j][:1].isspace():
-                    i = j + 1
-                    while i < n and lines[i].strip():
-                        i += 1
+                    i = _run_end(lines, j + 1)
                 else:
                     break
         block = "\n".join(lines[start:i])
@@ -185,7 +187,7 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
             target = None
         elif target:
             used.add(target)
-        used.update(make_id(name) for found in _URI_TARGET.finditer(block) for name in found.groups() if name)
+        used.update(make_id(name) for uri in _URI_TARGET.finditer(block) for name in uri.groups() if name)
         used.update(make_id(name) for name in _INLINE_TARGET.findall(block))
         kind = "code" if indented else "other" if explicit else "paragraph"
         # a paragraph ending in "::" (its literal block follows) or a directive stays with the indented run after it
