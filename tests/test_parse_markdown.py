@@ -523,3 +523,20 @@ def test_toml_front_matter_is_metadata_and_title() -> None:
     for text in ("+++\nnot toml at all\n+++\n\nBody.\n", "+++\ntitle = \"x\"\n\nBody.\n", "+++ plus\n+++\nBody.\n"):
         title, blocks, metadata = parse_markdown(text)
         assert metadata == {} and "+++" in "\n".join(b.text for b in blocks), text
+
+
+def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> None:
+    """A Docusaurus page (.mdx) had been skipped in a folder, or read as one plain text: its imports, exports,
+    {/* comments */} and <TabItem value="x"> lines are MDX's syntax, not text; code keeps them, and HTML and
+    inline components stay as CommonMark keeps them."""
+    doc = parse_file(Path(__file__).parent / "data" / "parsing" / "docusaurus_install.mdx", min_tokens=0)
+    assert (doc.title, doc.format, doc.metadata) == ("Installing the client", "markdown",
+                                                     {"title": "Installing the client", "sidebar_position": 2})
+    (section,) = doc.sections
+    assert section.heading_path == ("Install",)
+    assert section.content == ("Run the installer with apt.\n\n```bash\nimport this is code, kept\n```\n\n"
+                               "Use <Highlight>brew</Highlight> instead.\n\n:::tip\nRestart the shell afterwards.\n"
+                               ":::\n\n<details>\n<summary>Proxy</summary>\nSet HTTPS_PROXY first.\n</details>")
+    # the same text as .md is CommonMark: the imports are a paragraph, as before
+    assert parse_markdown("import A from 'a';\n\n# T\n")[1][0] == ContentBlock("paragraph", "import A from 'a';")
+    assert parse_markdown("import A from 'a';\n\n# T\n", mdx=True)[1] == [HeadingBlock(1, "T", "t", "# T")]

@@ -375,14 +375,43 @@ def _top_level(tokens: list[Token]) -> list[Token]:
     return [t for t in tokens if t.level == 0 and t.nesting >= 0 and t.map is not None]
 
 
-def parse_markdown(text: str) -> tuple[str, list[Block], dict]:
-    """(title, blocks, front-matter metadata) for a markdown document.
+#: MDX's ESM: a top-level paragraph opening with import or export (Docusaurus: `import Tabs from '@theme/Tabs';`)
+_ESM = re.compile(r"(?:import|export)\s")
+#: a line that is only a component's JSX tag (<Tabs>, </TabItem>, <Admonition type="tip">, <Video src="x" />) or a
+#: fragment's (<>, </>); lowercase tags are HTML, which CommonMark keeps
+_JSX_TAG_LINE = re.compile(r"[ \t]*<(?:/?[A-Z][\w.]*(?:\s[^<>]*)?/?|/?)>[ \t]*")
+_JSX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
+
+
+def without_mdx_syntax(text: str) -> str:
+    """``text`` with MDX's own syntax as blank lines (line numbers do not move): ESM (import and export
+    blocks), lines that are only a component's JSX tag, and paragraphs that are only {/* comments */}; code
+    keeps them. Read as Markdown, a Docusaurus page had stored its imports and its <TabItem value="x"> lines
+    as text."""
+    lines = text.split("\n")
+    for tok in _tokens(text):
+        if tok.map is None or tok.nesting < 0:
+            continue
+        start, end = tok.map
+        source = lines[start:end]
+        if tok.type == "paragraph_open" and (tok.level == 0 and _ESM.match(source[0]) is not None
+                                             or _JSX_COMMENT.fullmatch("\n".join(source).strip()) is not None) \
+                or tok.type == "html_block" and all(_JSX_TAG_LINE.fullmatch(line) or not line.strip()
+                                                    for line in source):
+            lines[start:end] = [""] * (end - start)
+    return "\n".join(lines)
+
+
+def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], dict]:
+    """(title, blocks, front-matter metadata) for a markdown document (``mdx``: an MDX one, `without_mdx_syntax`).
 
     Title: front matter `title`, else the first h1, else "". Only top-level
     headings are section headings (a heading inside a list or quote is content).
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     toml_metadata, toml_title, text = _toml_front_matter(text)
+    if mdx:
+        text = without_mdx_syntax(text)
     lines = text.split("\n")
     tokens = _tokens(text)
     if any(t.level >= MAX_NESTING - 1 for t in tokens):

@@ -123,7 +123,7 @@ linked to its mark and back) ends the section of its mark (it had gone into the 
 page heading); a <nav> never closed ends where its links end, at the first heading, paragraph or table after a
 link outside a list (the rest of the page had been dropped as navigation); breadcrumb trails and Confluence's
 page metadata are dropped. Markdown: TOML front matter between `+++` lines (Hugo, Zola) is metadata and title,
-not text. 5 of the PostgreSQL manual's 1,167 pages are cut differently (their footnotes)."""
+not text; an .mdx file is Markdown without MDX's imports, exports, component tag lines and comments. 5 of the PostgreSQL manual's 1,167 pages are cut differently (their footnotes)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
@@ -689,7 +689,7 @@ def section_anchors(section: Section) -> tuple[str, ...]:
 
 # ---------------------------------------------------------------------- file entry
 
-MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".mkdn"}
+MARKDOWN_SUFFIXES = {".md", ".markdown", ".mdown", ".mkd", ".mkdn", ".mdx"}
 HTML_SUFFIXES = {".html", ".htm", ".xhtml"}
 RST_SUFFIXES = {".rst", ".rest"}
 #: read as plain text; so is a file named directly with any other suffix
@@ -847,7 +847,7 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
         from onetrip.parse_markdown import MarkdownTooDeepError, parse_markdown, truncation_warning
 
         try:
-            title, blocks, metadata = parse_markdown(text)
+            title, blocks, metadata = parse_markdown(text, mdx=suffix == ".mdx")
         except MarkdownTooDeepError as e:
             raise InputDocumentError(str(path), str(e)) from None
         fmt = "markdown"
