@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.pgdoc import DEFAULT_ROOT, HTML_SUBDIR
 from onetrip.errors import InputDocumentError
-from onetrip.parse_html import _navs_closed, _unclosed_navs, parse_html, truncation_warning
+from onetrip.parse_html import parse_html
 from onetrip.sections import ContentBlock, HeadingBlock, Section, build_sections, parse_file
 
 DATA = Path(__file__).parent / "data" / "parsing"
@@ -1261,42 +1261,51 @@ def test_docbook_footnotes_end_their_sections() -> None:
 _LEAVE = "<h1>Leave policy</h1><p>Employees get 25 days.</p><h2>Sick leave</h2><p>Report before 9am.</p>"
 
 
-@pytest.mark.parametrize("nav", [
-    "<nav><ul><li><a href='/'>Home</a></li><li><a href='/hr'>HR</a></li></ul>",  # a site menu
-    "<nav aria-label=Breadcrumb><a href='/'>Home</a> &gt; <a href='/hr'>HR</a>",  # a breadcrumb, no list
-    "<NAV class=sidebar><h3>Navigation</h3><ul><li><a href='/'>Home</a><li><a href='/hr'>HR</a></ul>",  # its heading
-    "<nav><div class=inner><a href='/'>Home</a>",  # an element in it left open too
+def _parsed(page: str) -> tuple[list[tuple], list[str]]:
+    report: list[str] = []
+    title, blocks, _ = parse_html(page, report)
+    sections = build_sections(blocks, min_tokens=0, title=title or "x", count_tokens=words)
+    return [(s.heading_path, s.content) for s in sections], report
+
+
+@pytest.mark.parametrize(("nav", "cut"), [
+    ("<nav><ul><li><a href='/'>Home</a></li><li><a href='/hr'>HR</a></li></ul>", "h1"),  # a site menu
+    ("<nav aria-label=Breadcrumb><a href='/'>Home</a> &gt; <a href='/hr'>HR</a>", "h1"),  # a breadcrumb
+    ("<NAV class=sidebar><h3>Navigation</h3><ul><li><a href='/'>Home</a><li><a href='/hr'>HR</a></ul>", "h1"),
+    ("<nav><div class=inner><a href='/'>Home</a>", "h1"),  # an element in it left open too
+    ("<nav><button>Menu</button><span>Acme</span>", "h1"),  # no link
+    ("<nav><a href='/'>Acme</a><h2>In this section</h2><ul><li><a href='/a'>A</a></li></ul><main>", "main"),
 ])
-def test_a_nav_left_open_ends_where_its_links_end(nav: str) -> None:
+def test_a_nav_left_open_keeps_the_page_text_it_took_in(nav: str, cut: str) -> None:
     """A <nav> never closed holds the rest of the page (for a browser too), and all of it had been dropped as
-    navigation: "HTML has no visible text". It now ends at the first heading, paragraph, table, ... after a
-    link in it, outside a list, and the ingest report says so."""
+    navigation: "HTML has no visible text". Its text from its <main> or <article>, else its <h1>, else the first
+    heading, paragraph, ... after a link outside a list, is the page's; the menu before stays dropped, and the
+    ingest report says where the cut was made."""
     page = f"<html><head><title>Leave</title></head><body>\n{nav}\n{_LEAVE}</body></html>"
-    assert [(path, content) for _, _, path, content in _tree_of(page)] == [
-        (("Leave policy",), "Employees get 25 days."), (("Leave policy", "Sick leave"), "Report before 9am.")]
-    assert truncation_warning(page) == "a <nav> opened at line 2 is never closed: it is taken to end before the <h1> " \
-                                       "at line 3"
+    sections, report = _parsed(page)
+    assert sections == [(("Leave policy",), "Employees get 25 days."),
+                        (("Leave policy", "Sick leave"), "Report before 9am.")]
+    text = "Leave policy" if cut == "h1" else "Leave policy Employees get 25 days. Sick leave Report before 9am."
+    assert report == [f"a <nav> is never closed: it is taken to end before the <{cut}> {text[:60]!r}"]
 
 
-def test_a_nav_closed_by_what_is_around_it_or_never() -> None:
-    """A <nav> that an element around it closes (lxml and browsers end it there) is read as before, with no
-    warning; nor is a <nav> in a script or comment one. One with no link before the page's text runs to the
-    end: the page is refused naming it."""
-    around = f"<header><nav><ul><li><a href='/'>Home</a></li></ul></header>{_LEAVE}"
-    assert _tree_of(around)[0][2:] == (("Leave policy",), "Employees get 25 days.")
-    quoted = f"<script>var menu = '<nav>';</script><!-- <nav> -->{_LEAVE}"
-    assert truncation_warning(around) is None and truncation_warning(quoted) is None
-    assert _navs_closed(quoted, _unclosed_navs(quoted)) is quoted
-    bare = f"<nav>\n{_LEAVE}"
-    assert truncation_warning(bare) == f"a <nav> opened at line 1 is never closed: the {len(bare)} characters from " \
-                                       "it on are dropped as navigation"
+def test_a_nav_closed_by_what_is_around_it_is_left_as_it_is(tmp_path: Path) -> None:
+    """A <nav> that an element around it closes before the page's end (lxml and browsers end it there; a review
+    found a first version cutting Python's sidebar so, its headings leaking into the page) is read as before;
+    so are pages whose every <nav> is closed. One with nothing to keep: the page is refused, naming it."""
+    sidebar = ("<div class=sphinxsidebar><nav><a href='/'>Home</a><h4>Previous topic</h4><p><a href='/p'>Install</a>"
+               f"</p></div>{_LEAVE}")
+    closed = f"<nav><a href='/'>Home</a><p>x</p></nav><script>var menu = '<nav>';</script>{_LEAVE}"
+    for page in (sidebar, closed):
+        assert _parsed(page) == ([(("Leave policy",), "Employees get 25 days."),
+                                  (("Leave policy", "Sick leave"), "Report before 9am.")], [])
+    menu = tmp_path / "menu.html"
+    menu.write_text("<body><nav><p>Menu</p><ul><li>Plain item</li></ul>")
+    with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a <nav> is never closed: the 14 "
+                                                 r"characters of text from it to the page's end are dropped"):
+        parse_file(menu)
 
 
-def test_a_page_that_is_all_open_nav_is_refused_naming_it(tmp_path: Path) -> None:
-    page = tmp_path / "menu.html"
-    page.write_text(f"<body><nav><p>Menu</p>{_LEAVE}")
-    with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a <nav> opened at line 1 is never closed"):
-        parse_file(page)
 def test_breadcrumbs_and_confluence_page_metadata_are_dropped() -> None:
     """A breadcrumb trail ("Home > HR > Policies") and Confluence's "Created by X, last modified on Y" line are
     around the page's text, not in it: they had been its first section's text (the date changes on each edit)."""

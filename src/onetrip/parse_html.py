@@ -50,11 +50,13 @@ Rules:
   Google Docs, Word, LibreOffice, Pandoc, DocBook, docutils: the note and
   its mark of a few characters link to each other) is read at the end of
   its mark's section (`_place_notes`), unless it shares a table, list or
-  quote with its mark or a heading follows it.
-* A <nav> the source never closes (neither </nav> nor an element around it
-  ends it) ends before the first heading, paragraph, table, pre, quote,
-  <main> or <article> after a link in it and outside a list
-  (`_unclosed_navs`); it had taken in, and dropped, the rest of the page.
+  quote with its mark, a heading follows it, or the notes have a heading
+  of their own.
+* A <nav> left open that runs to the page's end (the source has fewer
+  </nav> than <nav>, and no text follows it) keeps its text from its first
+  <main>/<article>, else <h1>, else the first heading, paragraph, table,
+  pre or quote after a link outside a list (`_cut_open_navs`); it had taken
+  in, and dropped, the rest of the page.
 * The page is <body>'s children, then what lxml left beside it (text after
   </body> or </html>, a second <body>'s), as HTML parsing moves it all into
   the one body a browser shows.
@@ -97,7 +99,6 @@ import re
 import warnings
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from typing import Literal
 
 from bs4 import BeautifulSoup, NavigableString, PageElement, Tag
 from bs4.element import CData, PreformattedString
@@ -1200,105 +1201,73 @@ _UNTITLED_HN = 7
 _FOREIGN_CONTENT = ("svg", "math")
 
 
-def _source_tags(text: str) -> Iterator[tuple[int, str, bool]]:
-    """(position, lowercase name, is an end tag) of each tag of the page's source, in order, as a browser
-    reads them: a comment and a raw-text element's content (script, style, ...) hold none."""
-    pos = 0
-    while m := _TAG.search(text, pos):
-        if m.group(0) == "<!--":
-            short = next((n for n in (">", "->") if text.startswith(n, m.end())), None)  # <!--> and <!--->
-            c = None if short else _COMMENT_END.search(text, m.end())
-            if not short and c is None:
-                return
-            pos = m.end() + len(short) if short else c.end()
-            continue
-        rest = _TAG_REST.match(text, m.end())
-        if rest is None:  # the page ends inside this tag
-            return
-        name, closing, pos = m.group(2).lower(), bool(m.group(1)), rest.end()
-        yield m.start(), name, closing
-        if not closing and name in _RAW_TEXT and text[pos - 2] != "/":
-            c = re.compile(rf"</{re.escape(name)}\s*>", re.IGNORECASE).search(text, pos)
-            if c is None:
-                return
-            pos = c.start()
-
-
-_TAG = re.compile(r"<!--|<(/?)([A-Za-z][^\s/>]*)")
 _NAV_START = re.compile(r"<nav[\s/>]", re.IGNORECASE)
-_COMMENT_END = re.compile(r"--!?>")
-#: start tags of the page's own text: where a <nav> left open ends, after its links
-_AFTER_NAV = frozenset({*HEADINGS, "main", "article", "p", "table", "pre", "blockquote"})
-_VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
-                   "wbr", "param"})
+_NAV_END = re.compile(r"</nav\s*>", re.IGNORECASE)
+#: what a <nav> left open holds after its links: the page's own text
+_AFTER_NAV = frozenset({*HEADINGS, "p", "table", "pre", "blockquote"})
 
 
-@dataclass(frozen=True)
-class _OpenNav:
-    """A <nav> the source never closes: where it opens, where its links end (None: not found), the tag there and
-    the end tags that close it there (of what was opened in it and left open, then </nav>)."""
+def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
+    """Read the page's text that a <nav> left open took in; what was done, for the ingest report.
 
-    start: int
-    end: int | None
-    end_tag: str = ""
-    closing: str = ""
-
-
-def _unclosed_navs(text: str) -> list[_OpenNav]:
-    """The <nav>s that neither a </nav> nor the end of an element around them closes.
-
-    Such a <nav> holds the rest of the page, for a browser too, and all of it had been dropped as
-    navigation: the page's text was lost ("HTML has no visible text", or only what came before it). It is
-    taken to end where its links end: at the first heading, paragraph, table, ... outside a list after a
-    link in it."""
-    if _NAV_START.search(text) is None:
+    A <nav> the source never closes holds the rest of the page (for a browser too), and all of it was dropped
+    as navigation: "HTML has no visible text", or only what came before it. When the source opens more <nav>s
+    than it closes and a <nav> runs to the page's end (no text after it), its content is taken to start at
+    its first <main> or <article>, else its first <h1>, else the first heading, paragraph, table, pre or quote
+    after a link that is in no list; what comes before that stays dropped. A <nav> an element around it
+    closes, or </nav>, ends before the page's end and is left as it is."""
+    if len(_NAV_START.findall(text)) <= len(_NAV_END.findall(text)):
         return []
-    tags = list(_source_tags(text))
-    stack: list[int] = []
-    for i, (_, name, closing) in enumerate(tags):
-        if name == "nav":
-            if not closing:
-                stack.append(i)
-            elif stack:
-                stack.pop()
-    found: list[_OpenNav] = []
-    for i in stack:
-        end = _nav_end(tags[i + 1:])
-        if end is not False:
-            found.append(_OpenNav(tags[i][0], *end) if end else _OpenNav(tags[i][0], None))
+    found: list[str] = []
+    has_text = _TextCheck()
+    for nav in soup.find_all("nav"):
+        if any(p.name == "nav" for p in nav.parents) or _text_after(nav, has_text):
+            continue
+        cut = _nav_content_start(nav)
+        if cut is None:
+            found.append(f"a <nav> is never closed: the {len(nav.get_text())} characters of text from it to the "
+                         "page's end are dropped as navigation")
+            continue
+        node = cut
+        while node is not nav:  # the menu: what comes before the cut, at each level down to it
+            parent = node.parent
+            assert parent is not None
+            for before in list(itertools.takewhile(lambda n: n is not node, parent.contents)):
+                before.extract()
+            node = parent
+        nav.name, nav.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
+        found.append(f"a <nav> is never closed: it is taken to end before the <{cut.name}> "
+                     f"{_collapse(cut.get_text(' '))[:60]!r}")
     return found
 
 
-def _nav_end(tags: list[tuple[int, str, bool]]) -> tuple[int, str, str] | None | Literal[False]:
-    """(position, name, end tags) of the tag a <nav> left open is taken to end before, given the tags after it,
-    and the end tags that close what is open in it, then it (lxml ignores a </nav> while a <div> in it is open);
-    None: none found, it runs to the page's end; False: an element around it ends first, and so closes it."""
-    opened: list[str] = []  # elements opened in it, not yet closed
+def _text_after(tag: Tag, has_text: Callable[[Tag], bool]) -> bool:
+    """Some text is shown after the element (outside it)."""
+    for holder in (tag, *tag.parents):
+        for sib in holder.next_siblings:
+            if isinstance(sib, Tag) and not _dropped(sib) and has_text(sib) or _is_text(sib) and sib.strip():
+                return True
+    return False
+
+
+def _nav_content_start(nav: Tag) -> Tag | None:
+    """Where the page's text starts in a <nav> left open (see `_cut_open_navs`), or None."""
+    first = nav.find(["main", "article"]) or nav.find("h1")
+    if first is not None:
+        return first
     linked = False
-    for pos, name, closing in tags:
-        if closing:
-            if name not in opened:
-                return False
-            del opened[len(opened) - 1 - opened[::-1].index(name):]
-            linked = linked or name == "a"
-        elif name in _AFTER_NAV and linked and _LISTS.isdisjoint(opened):
-            return pos, name, "".join(f"</{o}>" for o in reversed(opened)) + "</nav>"
-        elif name not in _VOID:
-            opened.append(name)
+    for tag in nav.find_all(True):
+        if tag.name == "a" and tag.get("href"):
+            linked = True
+        elif tag.name in _AFTER_NAV and linked and not any(p.name in _LISTS for p in tag.parents if p is not nav):
+            return tag
     return None
 
 
-def _navs_closed(text: str, navs: list[_OpenNav]) -> str:
-    """``text`` closing each <nav> left open where it is taken to end."""
-    for nav in reversed(navs):
-        if nav.end is not None:
-            text = text[:nav.end] + nav.closing + text[nav.end:]
-    return text
-
-
-def parse_html(text: str) -> tuple[str, list[Block], dict]:
-    """(title, blocks, metadata) for an HTML page; title is the <title> text."""
-    text = _matched_heading_ends(_navs_closed(text, _unclosed_navs(text)))
+def parse_html(text: str, report: list[str] | None = None) -> tuple[str, list[Block], dict]:
+    """(title, blocks, metadata) for an HTML page; title is the <title> text. ``report``: where to add what was
+    read otherwise than the markup says (a <nav> left open), for the ingest report."""
+    text = _matched_heading_ends(text)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         # class stays a plain string: building per-tag class lists costs ~15% of parse time
@@ -1308,6 +1277,9 @@ def parse_html(text: str) -> tuple[str, list[Block], dict]:
     title_tag = soup.find(lambda tag: tag.name == "title" and tag.find_parent(_FOREIGN_CONTENT) is None)
     title = _collapse(title_tag.get_text()) if isinstance(title_tag, Tag) else ""
     metadata = _metadata(soup, title)
+    cut = _cut_open_navs(soup, text)
+    if report is not None:
+        report.extend(cut)
     _place_notes(soup)
     walker = _Walker()
     walker.heading_ids = frozenset(str(h["id"]) for h in soup.find_all(HEADINGS) if h.get("id"))
@@ -1567,19 +1539,7 @@ def _line_of(text: str, pos: int) -> int:
 
 
 def truncation_warning(text: str) -> str | None:
-    """What a page cut short or left open loses, or how it is read, for the ingest report (the page is still
-    stored): `_cut_short`, and each <nav> left open (`_unclosed_navs`)."""
-    found = [_cut_short(text)]
-    for nav in _unclosed_navs(text):
-        where = f"a <nav> opened at line {_line_of(text, nav.start)} is never closed"
-        found.append(f"{where}: it is taken to end before the <{nav.end_tag}> at line {_line_of(text, nav.end)}"
-                     if nav.end is not None else
-                     f"{where}: the {len(text) - nav.start} characters from it on are dropped as navigation")
-    return "; ".join(f for f in found if f) or None
-
-
-def _cut_short(text: str) -> str | None:
-    """What a page cut short or left open loses.
+    """What a page cut short or left open loses, for the ingest report (the page is still stored).
 
     Browsers and lxml read such a page without complaint, so nothing fails:
     a comment or a raw-text element (script, style, title, textarea, ...)

@@ -120,8 +120,8 @@ hidden text, footnote marks); Markdown: ``data:`` payloads, heading attributes, 
 reStructuredText is cut by its titles. The PostgreSQL manual is cut as under 13;
 15: (2026-12-07) HTML: a note written after the last section (a footnote, an endnote, a reviewer's comment,
 linked to its mark and back) ends the section of its mark (it had gone into the last section or a repeated
-page heading); a <nav> never closed ends where its links end, at the first heading, paragraph or table after a
-link outside a list (the rest of the page had been dropped as navigation); breadcrumb trails and Confluence's
+page heading); a <nav> left open that runs to the page's end keeps the text from its <main>/<article>, <h1>, or
+first heading, paragraph or table after a link outside a list (the rest of the page had been dropped as navigation); breadcrumb trails and Confluence's
 page metadata are dropped. Markdown: TOML front matter between `+++` lines (Hugo, Zola) is metadata and title,
 not text; an .mdx file is Markdown without MDX's imports, exports, component tag lines and comments. 5 of the PostgreSQL manual's 1,167 pages are cut differently (their footnotes)."""
 
@@ -856,9 +856,10 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
         from onetrip.parse_html import parse_html
         from onetrip.parse_html import truncation_warning as html_truncation_warning
 
-        title, blocks, metadata = parse_html(text)
+        report: list[str] = []
+        title, blocks, metadata = parse_html(text, report)
         fmt = "html"
-        lost = html_truncation_warning(text)
+        lost = "; ".join(w for w in (html_truncation_warning(text), *report) if w) or None
         if not any(isinstance(b, ContentBlock) and b.text.strip() for b in blocks) and not any(
             isinstance(b, HeadingBlock) and b.text.strip() for b in blocks
         ):
