@@ -1221,7 +1221,18 @@ def test_end_notes_that_stay_where_they_are() -> None:
     # a heading in a layout table starts no section: the note is not put into the table
     layout = ("<table><tr><td><h1 id=p>P</h1><p>a<a href='#n1' id=r1>1</a></p></td><td><h2 id=b>B</h2><p>b</p></td>"
               "</tr></table><hr><p id=n1><a href='#r1'>1</a> Body.</p>")
-    for page in (middle, ahead, terms, texinfo, own, footer, hidden, layout):
+    # a review's second round: "Back to top" under the notes, an uncited entry after them; an aria-hidden
+    # wrapper (moving its notes out would leave it short enough to be dropped, with its other text)
+    backtop = _notes_page("<a href='#n' id=r>1</a>", "<h2 id=n-h>Notes</h2><p id=n><a href='#r'>1</a> Body.</p>"
+                          "<p><a href='#p'>Back to top</a></p>")
+    uncited = _notes_page("<a href='#n' id=r>1</a>", "<h2 id=n-h>Bibliography</h2><p id=n><a href='#r'>1</a> Smith."
+                          "</p><p>[3] Brown, further reading.</p>")
+    hidden_wrapper = _notes_page("<a href='#n' id=r>1</a>", "<div aria-hidden=true><p id=n><a href='#r'>1</a> A long "
+                                 "note body.</p><p>Shown tail</p></div>")
+    assert [content for *_, content in _tree_of(backtop)][1:] == ["The ombudsman1 handles complaints.", "Write to us.",
+                                                                  "1 Body."]  # (a paragraph of one link to a heading
+    # is dropped as a table of contents' entry)
+    for page in (middle, ahead, terms, texinfo, own, footer, hidden, layout, uncited, hidden_wrapper):
         assert _tree_of(page) == [(sid, parent, path, content) for sid, parent, path, content in _tree_of(
             page.replace("href='#", "href='#x-"))]  # as with links that go nowhere
     # the note's wrapper holds the last section's own text too: only the note moves, the text stays
@@ -1229,6 +1240,21 @@ def test_end_notes_that_stay_where_they_are() -> None:
                           "<p id=n><a href='#r'>1</a> Body.</p></div>")
     assert [content for *_, content in _tree_of(wrapped)][1:] == ["The ombudsman1 handles complaints.\n\n1 Body.",
                                                                   "Write to us."]
+    # the note ends its mark's section, whose heading in <details> or a list item is content; the last section's
+    # own text stays there, after a wrapper that starts with the note too; a rule before them: notes after a
+    # section holding only images
+    details = _notes_page("<a href='#n' id=r>1</a>", "<p id=n><a href='#r'>1</a> Body.</p>",
+                          "<details><summary>More</summary><h3>Sub</h3><p>s</p></details><h2 id=b>Contact</h2>"
+                          "<ul><li><h3>Tip</h3></li></ul>")
+    assert [content for *_, content in _tree_of(details)][1:] == [
+        "The ombudsman1 handles complaints.\n\nMore\n\n1 Body.", "s", "Tip"]
+    trailing = _notes_page("<a href='#n' id=r>1</a>", "<div><p id=n><a href='#r'>1</a> Body.</p><p>Open daily.</p>"
+                           "</div>")
+    images = _notes_page("<a href='#n' id=r>1</a>", "<hr><p id=n><a href='#r'>1</a> Body.</p>",
+                         "<h2 id=b>Screenshots</h2><p><img src=a.png></p>")
+    assert [content for *_, content in _tree_of(trailing)][1:] == ["The ombudsman1 handles complaints.\n\n1 Body.",
+                                                                   "Write to us.\n\nOpen daily."]
+    assert [content for *_, content in _tree_of(images)][1] == "The ombudsman1 handles complaints.\n\n1 Body."
     twice = _notes_page("<a href='#n' id=r>1</a>", "<p id=n><a href='#r'>1</a> Note.</p>",
                         "<h2 id=b>Contact</h2><p>Write<a href='#n' id=r2>1</a>.</p>")
     assert [content for *_, content in _tree_of(twice)][1:] == ["The ombudsman1 handles complaints.\n\n1 Note.",
@@ -1320,3 +1346,12 @@ def test_breadcrumbs_and_confluence_page_metadata_are_dropped() -> None:
               "<div aria-label=Breadcrumb><a href=/p>Policies</a></div><h1>Leave</h1><p>25 days.</p>"
               "<p>Bread crumbs are not a breadcrumb.</p>")
     assert _tree_of(trails) == [("leave", None, ("Leave",), "25 days.\n\nBread crumbs are not a breadcrumb.")]
+    more = ("<div aria-label='Breadcrumb navigation'><a href=/>Home</a></div><ol itemscope "
+            "itemtype='https://schema.org/BreadcrumbList'><li><a href=/hr>HR</a></li></ol><p class=Breadcrumb>"
+            "<a href=/p>Policies</a></p><h1>Leave</h1><p>25 days.</p>")
+    assert _tree_of(more) == [("leave", None, ("Leave",), "25 days.")]
+    # a section, article or heading about breadcrumbs is text (a review: docutils', Pandoc's and Bootstrap's
+    # cheat sheet's had been lost)
+    about = ("<h1>UI</h1><p>Parts.</p><section id=breadcrumbs><h2>Breadcrumbs</h2><p>Show the path.</p></section>"
+             "<article id=breadcrumb><h3>Breadcrumb</h3><p>One level.</p></article>")
+    assert [content for *_, content in _tree_of(about)] == ["Parts.", "Show the path.", "One level."]

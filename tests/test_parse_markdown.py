@@ -520,23 +520,34 @@ def test_toml_front_matter_is_metadata_and_title() -> None:
     assert json.dumps(metadata)  # stored in a JSON column
     # a title that is not a string is no title (the first h1 is); \r\n line ends; no TOML, or not closed: Markdown
     assert parse_markdown("+++\r\ntitle = 1984\r\n+++\r\n# Animal Farm\r\n")[:1] == ("Animal Farm",)
-    for text in ("+++\nnot toml at all\n+++\n\nBody.\n", "+++\ntitle = \"x\"\n\nBody.\n", "+++ plus\n+++\nBody.\n"):
+    # not TOML, not closed, an integer of 5,000 digits, arrays 1,000 deep (a review: those two had failed the file)
+    for text in ("+++\nnot toml at all\n+++\n\nBody.\n", "+++\ntitle = \"x\"\n\nBody.\n", "+++ plus\n+++\nBody.\n",
+                 "+++\nn = " + "9" * 5000 + "\n+++\nBody.\n", "+++\na = " + "[" * 1000 + "]" * 1000 + "\n+++\nBody.\n"):
         title, blocks, metadata = parse_markdown(text)
         assert metadata == {} and "+++" in "\n".join(b.text for b in blocks), text
 
 
 def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> None:
     """A Docusaurus page (.mdx) had been skipped in a folder, or read as one plain text: its imports, exports,
-    {/* comments */} and <TabItem value="x"> lines are MDX's syntax, not text; code keeps them, and HTML and
-    inline components stay as CommonMark keeps them."""
+    {/* comments */} and <TabItem value="x"> lines are MDX's syntax, not text (a tab's label is); code keeps
+    them, and HTML and inline components stay as CommonMark keeps them."""
     doc = parse_file(Path(__file__).parent / "data" / "parsing" / "docusaurus_install.mdx", min_tokens=0)
     assert (doc.title, doc.format, doc.metadata) == ("Installing the client", "markdown",
                                                      {"title": "Installing the client", "sidebar_position": 2})
     (section,) = doc.sections
     assert section.heading_path == ("Install",)
-    assert section.content == ("Run the installer with apt.\n\n```bash\nimport this is code, kept\n```\n\n"
-                               "Use <Highlight>brew</Highlight> instead.\n\n:::tip\nRestart the shell afterwards.\n"
+    assert section.content == ("Debian\n\nRun the installer with apt.\n\n```bash\nimport this is code, kept\n```\n\n"
+                               "macOS\n\nUse <Highlight>brew</Highlight> instead.\n\n:::tip\nRestart the shell afterwards.\n"
                                ":::\n\n<details>\n<summary>Proxy</summary>\nSet HTTPS_PROXY first.\n</details>")
+    # a review: a paragraph with text between two comments keeps it; a tab's label and a card's title are shown
+    # (the tag lines become them); Docusaurus' explicit heading id {/* #id */} is the heading's anchor
+    _, blocks, _ = parse_markdown("## Requirements {/* #reqs */}\n\n{/* BEGIN */}\nGenerated text.\n{/* END */}\n\n"
+                                  "{/* only a comment */}\n\n<Tabs>\n<TabItem value='win' label=\"Windows\">\n\n"
+                                  "Run setup.\n\n</TabItem>\n<Card title=\"Quickstart\" href=\"/q\" />\n</Tabs>\n",
+                                  mdx=True)
+    assert blocks[0] == HeadingBlock(2, "Requirements", "reqs", "## Requirements {#reqs}")
+    assert [b.text for b in blocks[1:]] == ["{/* BEGIN */}\nGenerated text.\n{/* END */}", "Windows", "Run setup.",
+                                            "Quickstart"]
     # the same text as .md is CommonMark: the imports are a paragraph, as before
     assert parse_markdown("import A from 'a';\n\n# T\n")[1][0] == ContentBlock("paragraph", "import A from 'a';")
     assert parse_markdown("import A from 'a';\n\n# T\n", mdx=True)[1] == [HeadingBlock(1, "T", "t", "# T")]

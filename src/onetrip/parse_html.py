@@ -123,9 +123,12 @@ SECTION_CLASSES = frozenset(
 DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "Overview_element", "section-toc",
                           "mini-toc", "nav-panel", "copiable-anchor", "copiable-link", "headerlink", "navpath",
                           "navbar", "topNav", "bottomNav", "subNav", "toc-macro", "MsoTocHeading",
-                          *(f"MsoToc{n}" for n in range(1, 10)), "breadcrumb", "breadcrumbs", "page-metadata"})
-#: ids of a breadcrumb trail: Confluence's export (div#breadcrumb-section around ol#breadcrumbs), many CMSs'
-_CRUMB_IDS = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section"})
+                          *(f"MsoToc{n}" for n in range(1, 10)), "page-metadata"})
+#: a breadcrumb trail's class or id (Bootstrap's ol.breadcrumb; Confluence's div#breadcrumb-section around
+#: ol#breadcrumbs; many CMSs'), lowercased
+_CRUMB_NAMES = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section"})
+#: what a breadcrumb trail is written as: a section, article or heading of that id is text (a chapter on breadcrumbs)
+_CRUMB_TAGS = frozenset({"ol", "ul", "div", "p", "span"})
 #: ids of a table of contents: Pandoc's (HTML 4 output, a div; HTML5's is a <nav>), LibreOffice's "Table of Contents1"
 _TOC_IDS = re.compile(r"TOC|Table of Contents\d*")
 DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
@@ -206,9 +209,9 @@ def _dropped(tag: Tag) -> bool:
         return True
     if (tag.name in ("div", "section") and _TOC_IDS.fullmatch(str(tag.get("id", "")))) or _word_hidden(tag):
         return True
-    if tag.get("id") in _CRUMB_IDS or str(tag.get("aria-label", "")).lower() in ("breadcrumb", "breadcrumbs"):
-        return True
     classes = _classes(tag)
+    if tag.name in _CRUMB_TAGS and _breadcrumb(tag, classes):
+        return True
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
         return True
     if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
@@ -222,6 +225,14 @@ def _dropped(tag: Tag) -> bool:
     if tag.name == "footer" or "footer" in classes or tag.get("id") == "footer":
         return not _in_main_content(tag)  # a page's footer; an article's or a quote's own <footer> is its text
     return "header" in classes and tag.name == "div" and _nav_bar(tag)
+
+
+def _breadcrumb(tag: Tag, classes: list[str]) -> bool:
+    """A breadcrumb trail ("Home > HR > Policies"): by its class, id, aria-label or schema.org type, holding no
+    heading (a review: an element of id "breadcrumbs" had also been a section about them, which was lost)."""
+    named = str(tag.get("id", "")).lower() in _CRUMB_NAMES or any(c.lower() in _CRUMB_NAMES for c in classes) \
+        or "breadcrumb" in str(tag.get("aria-label", "")).lower() or "BreadcrumbList" in str(tag.get("itemtype", ""))
+    return named and tag.find(HEADINGS) is None
 
 
 def _dialog(tag: Tag, classes: list[str]) -> bool:
@@ -1357,8 +1368,10 @@ def _place_notes(soup: BeautifulSoup) -> None:
     note is placed before the next section that starts after its mark, or at the end of the section
     container holding the mark (DocBook's div.sect2, an HTML5 <section>). A note stays where it is when it
     is not at the end (a section starts after it), is under a heading of the notes' own (Notes, References:
-    the last section holds nothing but notes), shares a table, list or quote with its mark, or is not
-    shown; so do two links between words (a cross-reference and its way back). Its words are not changed."""
+    nothing is shown between the last heading and the first note), shares a table,
+    list or quote with its mark, or is not shown (nor in an aria-hidden element, which moving them could leave
+    short enough to drop); so do two links between words (a cross-reference and its way back). Its words are
+    not changed."""
     pairs = _note_pairs(soup)
     if not pairs:
         return
@@ -1372,10 +1385,12 @@ def _place_notes(soup: BeautifulSoup) -> None:
             headings.append(tag)
     starts = [order[id(h)] for h in headings]
     found = [(mark, _note_parts(note, notes, marks)) for mark, note in pairs
-             if _NOTE_MARK.fullmatch(_collapse(mark.get_text())) and _shown(mark) and _shown(note)]
+             if _NOTE_MARK.fullmatch(_collapse(mark.get_text())) and _shown(mark) and _shown(note)
+             and not any(p.get("aria-hidden") == "true" for p in note.parents)]
     found = [(mark, parts) for mark, parts in found if parts and order[id(mark)] < order[id(parts[0])]
              and (not starts or starts[-1] < order[id(parts[0])])]  # after its mark, and at the end
-    if not found or headings and _notes_only_after(headings[-1], [part for _, parts in found for part in parts]):
+    if not found or headings and _notes_section(headings[-1], min((parts[0] for _, parts in found),
+                                                                   key=lambda t: order[id(t)])):
         return
     for mark, parts in found:
         common = next(p for p in parts[0].parents if any(q is p for q in mark.parents))
@@ -1406,24 +1421,38 @@ def _shown(tag: Tag) -> bool:
     return not any(_dropped(t) for t in (tag, *tag.parents) if t.name not in _ROOTS)
 
 
-#: where a heading is content, not a section's start (besides a block div: a note, a sidebar)
-_CONTENT_HEADING_PARENTS = frozenset({"table", "blockquote", "pre", "figure", "aside", "details"})
+#: where a heading is content to the walk, not a section's start (besides a block div: a note, a sidebar; and a
+#: list, unless it is an <ol> that numbers headings)
+_CONTENT_HEADING_PARENTS = frozenset({"table", "blockquote", "pre", "ul", "dl", "menu"})
 
 
 def _starts_section(heading: Tag) -> bool:
-    """The heading starts a section as the walk reads it: it is shown, and not in a table, quote, note, ...
+    """The heading starts a section as the walk reads it: it is shown, and not in a table, quote, list, note, ...
     (a heading in a layout table had been taken for the next section's start, and a note put in the table)."""
     return _shown(heading) and not any(
-        p.name in _CONTENT_HEADING_PARENTS or p.name == "div" and _Walker.block_div_kind(p) is not None
-        and "titlepage" not in _classes(p) for p in heading.parents)
+        p.name in _CONTENT_HEADING_PARENTS
+        or p.name == "ol" and _listed_headings(p, _TextCheck()) is None
+        or p.name == "div" and _Walker.block_div_kind(p) is not None and "titlepage" not in _classes(p)
+        for p in heading.parents)
 
 
-def _notes_only_after(heading: Tag, parts: list[Tag]) -> bool:
-    """Nothing but notes is shown after the last heading (Notes, References): the notes have a section of
-    their own, and stay in it."""
-    skip = {id(s) for tag in (heading, *parts) for s in tag.find_all(string=True)}
-    return not any(_is_text(s) and id(s) not in skip and s.strip() and _shown(s.parent)
-                   for s in heading.next_elements if isinstance(s, NavigableString))
+def _notes_section(heading: Tag, first: Tag) -> bool:
+    """The last heading heads the notes (Notes, References, Texinfo's Footnotes): nothing is shown between it
+    and the first note (a link within the page, "Back to top", is nothing), and no rule (Google Docs, Word, Pandoc
+    and DocBook put one between a section's own content, even images only, and the notes). Text after the
+    notes (an uncited entry, a copyright line) does not matter; an introduction before them does, and they
+    then move."""
+    own = {id(s) for s in heading.find_all(string=True)}
+    for node in heading.next_elements:
+        if node is first:
+            return True
+        if isinstance(node, Tag):
+            if node.name == "hr" and _shown(node):  # notes after a rule follow the section's own content
+                return False
+        elif _is_text(node) and id(node) not in own and node.strip() and _shown(node.parent) and \
+                node.find_parent(_links_within) is None:
+            return False
+    return True
 
 
 def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
@@ -1431,8 +1460,9 @@ def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
 
     The block the note's target is or starts (an <a> is in a <p>); a <dt> label with its <dd>s (docutils before
     0.18); else widened to an element around it while that starts with it, holds no other note, mark or
-    heading and nothing else that links within the page (Word: the div of one footnote around its
-    paragraphs), and is no list, section container or dropped element (Pandoc: the <li>, not its list)."""
+    heading and nothing else that links within the page, holds no text after it unless it is a note's own
+    element (Word: the div of one footnote around its paragraphs), and is no list, section container or
+    dropped element (Pandoc: the <li>, not its list)."""
     block = note
     while block.name not in _BREAKING and (parent := block.parent) is not None and parent.name not in _ROOTS:
         block = parent
@@ -1457,8 +1487,16 @@ def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
         if any(child is not block and isinstance(child, Tag) and (_links_within(child) or child.find(_links_within))
                for child in parent.children):
             break
+        if not _NOTE_ELEMENT.search(" ".join(str(parent.get(a, "")) for a in ("id", "class", "style"))) and any(
+                _is_text(s) and s.strip() or isinstance(s, Tag) and s.get_text().strip() for s in block.next_siblings):
+            break  # text after it in an element that is no note's own is not the note's (a wrapper's)
         block = parent
     return [block]
+
+
+#: an element that is one note by its id, class or style: Word's div id=ftn1 (mso-element:footnote, endnote:
+#: edn1), LibreOffice's div id=sdfootnote1, a "footnote" class; its paragraphs after the first are the note's
+_NOTE_ELEMENT = re.compile(r"(?i)foot|endnote|\bftn\d|\bedn\d|mso-element:\s*(?:foot|end)note")
 
 
 def _links_within(tag: Tag) -> bool:

@@ -356,7 +356,9 @@ def _toml_front_matter(text: str) -> tuple[dict | None, str | None, str]:
         return None, None, text
     try:
         data = tomllib.loads(text[first.end():close.start()])
-    except tomllib.TOMLDecodeError:
+    # ValueError (TOMLDecodeError among them): an integer of thousands of digits; RecursionError: arrays nested
+    # hundreds deep; the file stays Markdown, as YAML front matter that fails does
+    except (ValueError, RecursionError):
         return None, None, text
     title = data.get("title")
     blank = "\n" * text.count("\n", 0, close.end())
@@ -384,22 +386,31 @@ _JSX_COMMENT = re.compile(r"\{/\*.*?\*/\}", re.DOTALL)
 
 
 def without_mdx_syntax(text: str) -> str:
-    """``text`` with MDX's own syntax as blank lines (line numbers do not move): ESM (import and export
-    blocks), lines that are only a component's JSX tag, and paragraphs that are only {/* comments */}; code
-    keeps them. Read as Markdown, a Docusaurus page had stored its imports and its <TabItem value="x"> lines
-    as text."""
+    """``text`` without MDX's own syntax, line numbers kept: ESM (import and export blocks) and paragraphs that
+    are only {/* comments */} become blank lines, a line that is only a component's JSX tag becomes its
+    visible props (label="macOS", title="Quickstart") or a blank line, and a heading's {/* #id */} (Docusaurus'
+    explicit id) its {#id} attribute block; code keeps them all. Read as Markdown, a Docusaurus page had
+    stored its imports and its <TabItem value="x"> lines as text."""
     lines = text.split("\n")
     for tok in _tokens(text):
         if tok.map is None or tok.nesting < 0:
             continue
         start, end = tok.map
         source = lines[start:end]
-        if tok.type == "paragraph_open" and (tok.level == 0 and _ESM.match(source[0]) is not None
-                                             or _JSX_COMMENT.fullmatch("\n".join(source).strip()) is not None) \
-                or tok.type == "html_block" and all(_JSX_TAG_LINE.fullmatch(line) or not line.strip()
-                                                    for line in source):
+        if tok.type == "heading_open":
+            lines[start] = _MDX_HEADING_ID.sub(r"{\1}", lines[start])
+        elif tok.type == "paragraph_open" and (tok.level == 0 and _ESM.match(source[0]) is not None
+                                               or not _JSX_COMMENT.sub("", "\n".join(source)).strip()):
             lines[start:end] = [""] * (end - start)
+        elif tok.type == "html_block" and all(_JSX_TAG_LINE.fullmatch(line) or not line.strip() for line in source):
+            lines[start:end] = [" ".join(a or b for a, b in _JSX_SHOWN_PROP.findall(line)) for line in source]
     return "\n".join(lines)
+
+
+#: the props of a component a reader sees: a tab's label, a card's or an admonition's title
+_JSX_SHOWN_PROP = re.compile(r"""\b(?:label|title)=(?:"([^"]*)"|'([^']*)')""")
+#: Docusaurus' explicit heading id, `## Requirements {/* #requirements */}` in MDX (`{#id}` in Markdown)
+_MDX_HEADING_ID = re.compile(r"\{/\*\s*(#[\w:.-]+)\s*\*/\}(?=\s*(?:#+\s*)?$)")
 
 
 def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], dict]:
