@@ -1325,6 +1325,14 @@ def test_a_nav_closed_by_what_is_around_it_is_left_as_it_is(tmp_path: Path) -> N
     for page in (sidebar, closed):
         assert _parsed(page) == ([(("Leave policy",), "Employees get 25 days."),
                                   (("Leave policy", "Sick leave"), "Report before 9am.")], [])
+    # the last nav is the open one: a closed header menu before it, and a closed pager in the text it took in,
+    # stay dropped (a review: each nav had been cut in turn, the header's title and blurb kept as the page's)
+    header = ("<header><nav><h1 class=brand><a href=/>MySite</a></h1><p>Docs for everyone</p></nav></header>"
+              f"<nav class=side><ul><li><a href=/a>A</a></li></ul>{_LEAVE}<nav class=pager><a href=/p>Previous</a>"
+              "<p>Next topic: Install</p></nav>")
+    assert _parsed(header) == ([(("Leave policy",), "Employees get 25 days."),
+                                (("Leave policy", "Sick leave"), "Report before 9am.")],
+                               ["a <nav> is never closed: it is taken to end before the <h1> 'Leave policy'"])
     menu = tmp_path / "menu.html"
     menu.write_text("<body><nav><p>Menu</p><ul><li>Plain item</li></ul>")
     with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a <nav> is never closed: the 14 "

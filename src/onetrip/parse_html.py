@@ -52,11 +52,11 @@ Rules:
   its mark's section (`_place_notes`), unless it shares a table, list or
   quote with its mark, a heading follows it, or the notes have a heading
   of their own.
-* A <nav> left open that runs to the page's end (the source has fewer
-  </nav> than <nav>, and no text follows it) keeps its text from its first
-  <main>/<article>, else <h1>, else the first heading, paragraph, table,
-  pre or quote after a link outside a list (`_cut_open_navs`); it had taken
-  in, and dropped, the rest of the page.
+* A <nav> left open (more <nav> elements than the source has </nav>: the
+  last outermost one, when no text follows it) keeps its text from its
+  first <main>, <article> or <h1>, else the first heading, paragraph,
+  table, pre or quote after a link outside a list (`_cut_open_navs`); it
+  had taken in, and dropped, the rest of the page.
 * The page is <body>'s children, then what lxml left beside it (text after
   </body> or </html>, a second <body>'s), as HTML parsing moves it all into
   the one body a browser shows.
@@ -1212,7 +1212,6 @@ _UNTITLED_HN = 7
 _FOREIGN_CONTENT = ("svg", "math")
 
 
-_NAV_START = re.compile(r"<nav[\s/>]", re.IGNORECASE)
 _NAV_END = re.compile(r"</nav\s*>", re.IGNORECASE)
 #: what a <nav> left open holds after its links: the page's own text
 _AFTER_NAV = frozenset({*HEADINGS, "p", "table", "pre", "blockquote"})
@@ -1222,34 +1221,32 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
     """Read the page's text that a <nav> left open took in; what was done, for the ingest report.
 
     A <nav> the source never closes holds the rest of the page (for a browser too), and all of it was dropped
-    as navigation: "HTML has no visible text", or only what came before it. When the source opens more <nav>s
-    than it closes and a <nav> runs to the page's end (no text after it), its content is taken to start at
-    its first <main> or <article>, else its first <h1>, else the first heading, paragraph, table, pre or quote
-    after a link that is in no list; what comes before that stays dropped. A <nav> an element around it
-    closes, or </nav>, ends before the page's end and is left as it is."""
-    if len(_NAV_START.findall(text)) <= len(_NAV_END.findall(text)):
+    as navigation: "HTML has no visible text", or only what came before it. When the page holds more <nav>
+    elements than its source has </nav>, the last outermost <nav> is taken for the open one if no text follows
+    it: its text from its first <main>, <article> or <h1>, else from the first heading, paragraph, table,
+    pre or quote after a link that is in no list, is the page's; what comes before stays dropped. Only that
+    one: a <nav> before it ends where its source ends it (a review: cutting each in turn had kept a closed
+    header's menu)."""
+    navs = soup.find_all("nav")
+    if len(navs) <= len(_NAV_END.findall(text)):  # (elements, not strings: a "<nav>" in a script is none)
         return []
-    found: list[str] = []
     has_text = _TextCheck()
-    for nav in soup.find_all("nav"):
-        if any(p.name == "nav" for p in nav.parents) or _text_after(nav, has_text):
-            continue
-        cut = _nav_content_start(nav)
-        if cut is None:
-            found.append(f"a <nav> is never closed: the {len(nav.get_text())} characters of text from it to the "
-                         "page's end are dropped as navigation")
-            continue
-        node = cut
-        while node is not nav:  # the menu: what comes before the cut, at each level down to it
-            parent = node.parent
-            assert parent is not None
-            for before in list(itertools.takewhile(lambda n: n is not node, parent.contents)):
-                before.extract()
-            node = parent
-        nav.name, nav.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
-        found.append(f"a <nav> is never closed: it is taken to end before the <{cut.name}> "
-                     f"{_collapse(cut.get_text(' '))[:60]!r}")
-    return found
+    nav = next((n for n in reversed(navs) if not any(p.name == "nav" for p in n.parents)), None)
+    if nav is None or _text_after(nav, has_text):
+        return []
+    cut = _nav_content_start(nav)
+    if cut is None:
+        return [f"a <nav> is never closed: the {len(nav.get_text())} characters of text from it to the page's end "
+                "are dropped as navigation"]
+    node = cut
+    while node is not nav:  # the menu: what comes before the cut, at each level down to it
+        parent = node.parent
+        assert parent is not None
+        for before in list(itertools.takewhile(lambda n: n is not node, parent.contents)):
+            before.extract()
+        node = parent
+    nav.name, nav.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
+    return [f"a <nav> is never closed: it is taken to end before the <{cut.name}> {_collapse(cut.get_text(' '))[:60]!r}"]
 
 
 def _text_after(tag: Tag, has_text: Callable[[Tag], bool]) -> bool:
@@ -1263,7 +1260,7 @@ def _text_after(tag: Tag, has_text: Callable[[Tag], bool]) -> bool:
 
 def _nav_content_start(nav: Tag) -> Tag | None:
     """Where the page's text starts in a <nav> left open (see `_cut_open_navs`), or None."""
-    first = nav.find(["main", "article"]) or nav.find("h1")
+    first = nav.find(["main", "article", "h1"])  # the first of them (an <h1> and its intro before an <article>)
     if first is not None:
         return first
     linked = False
