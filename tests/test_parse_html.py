@@ -1250,6 +1250,16 @@ def test_end_notes_that_stay_where_they_are() -> None:
         "The ombudsman1 handles complaints.\n\nMore\n\n1 Body.", "s", "Tip"]
     trailing = _notes_page("<a href='#n' id=r>1</a>", "<div><p id=n><a href='#r'>1</a> Body.</p><p>Open daily.</p>"
                            "</div>")
+    # a third review: Google Docs' note of two paragraphs (a bare <div> after the rule) moves whole; notes
+    # under a Notes heading and a rule stay
+    gdocs = _notes_page("<a href='#n' id=r>[1]</a>", "<hr><div><p><a href='#r' id=n>[1]</a> First.</p><p>Second.</p>"
+                        "</div>")
+    assert [content for *_, content in _tree_of(gdocs)][1:] == [
+        "The ombudsman[1] handles complaints.\n\n[1] First.\n\nSecond.", "Write to us."]
+    ruled = _notes_page("<a href='#n' id=r>1</a>", "<h2 id=n-h>Notes</h2><hr><ol><li id=n>Body. <a href='#r'>^</a>"
+                        "</li></ol>")
+    assert [content for *_, content in _tree_of(ruled)][1:] == ["The ombudsman1 handles complaints.", "Write to us.",
+                                                                "Body. ^"]
     images = _notes_page("<a href='#n' id=r>1</a>", "<hr><p id=n><a href='#r'>1</a> Body.</p>",
                          "<h2 id=b>Screenshots</h2><p><img src=a.png></p>")
     assert [content for *_, content in _tree_of(trailing)][1:] == ["The ombudsman1 handles complaints.\n\n1 Body.",
@@ -1333,6 +1343,10 @@ def test_a_nav_closed_by_what_is_around_it_is_left_as_it_is(tmp_path: Path) -> N
     assert _parsed(header) == ([(("Leave policy",), "Employees get 25 days."),
                                 (("Leave policy", "Sick leave"), "Report before 9am.")],
                                ["a <nav> is never closed: it is taken to end before the <h1> 'Leave policy'"])
+    # a "</nav>" in a comment or script closes nothing (a third review: it had hidden the open nav)
+    quoted = f"<body><!-- <nav></nav> --><script>var s = '</nav>';</script><nav><a href=/>Home</a>{_LEAVE}"
+    assert _parsed(quoted)[0] == [(("Leave policy",), "Employees get 25 days."),
+                                  (("Leave policy", "Sick leave"), "Report before 9am.")]
     menu = tmp_path / "menu.html"
     menu.write_text("<body><nav><p>Menu</p><ul><li>Plain item</li></ul>")
     with pytest.raises(InputDocumentError, match=r"HTML has no visible text \(a <nav> is never closed: the 14 "

@@ -536,8 +536,8 @@ def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> Non
                                                      {"title": "Installing the client", "sidebar_position": 2})
     (section,) = doc.sections
     assert section.heading_path == ("Install",)
-    assert section.content == ("Debian\n\nRun the installer with apt.\n\n```bash\nimport this is code, kept\n```\n\n"
-                               "macOS\n\nUse <Highlight>brew</Highlight> instead.\n\n:::tip\nRestart the shell afterwards.\n"
+    assert section.content == ("  Debian\n\nRun the installer with apt.\n\n```bash\nimport this is code, kept\n```\n\n"
+                               "  macOS\n\nUse <Highlight>brew</Highlight> instead.\n\n:::tip\nRestart the shell afterwards.\n"
                                ":::\n\n<details>\n<summary>Proxy</summary>\nSet HTTPS_PROXY first.\n</details>")
     # a review: a paragraph with text between two comments keeps it; a tab's label and a card's title are shown
     # (the tag lines become them); Docusaurus' explicit heading id {/* #id */} is the heading's anchor
@@ -548,6 +548,13 @@ def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> Non
     assert blocks[0] == HeadingBlock(2, "Requirements", "reqs", "## Requirements {#reqs}")
     assert [b.text for b in blocks[1:]] == ["{/* BEGIN */}\nGenerated text.\n{/* END */}", "Windows", "Run setup.",
                                             "Quickstart"]
+    # a tag line keeps its indentation (in a list item it stays in the item) and a label that would start a
+    # block is escaped (a third review)
+    listed = parse_markdown("1. Step\n\n   <Tabs>\n   <TabItem label=\"Linux\">\n\n   Run it.\n\n   </TabItem>\n"
+                            "   </Tabs>\n2. Next\n\n<TabItem label=\"# Foo\">\n<TabItem label=\"1. first\">\n",
+                            mdx=True)[1]
+    assert [(b.kind, b.text) for b in listed] == [("list", "1. Step\n\n\n   Linux\n\n   Run it.\n\n\n\n2. Next"),
+                                                  ("paragraph", "\\# Foo\n1\\. first")]
     # the same text as .md is CommonMark: the imports are a paragraph, as before
     assert parse_markdown("import A from 'a';\n\n# T\n")[1][0] == ContentBlock("paragraph", "import A from 'a';")
     assert parse_markdown("import A from 'a';\n\n# T\n", mdx=True)[1] == [HeadingBlock(1, "T", "t", "# T")]

@@ -1213,6 +1213,8 @@ _FOREIGN_CONTENT = ("svg", "math")
 
 
 _NAV_END = re.compile(r"</nav\s*>", re.IGNORECASE)
+#: comments and the content of scripts and styles, where a tag is text
+_NOT_MARKUP = re.compile(r"<!--.*?(?:-->|$)|<(script|style)\b.*?(?:</\1\s*>|$)", re.IGNORECASE | re.DOTALL)
 #: what a <nav> left open holds after its links: the page's own text
 _AFTER_NAV = frozenset({*HEADINGS, "p", "table", "pre", "blockquote"})
 
@@ -1228,7 +1230,8 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
     one: a <nav> before it ends where its source ends it (a review: cutting each in turn had kept a closed
     header's menu)."""
     navs = soup.find_all("nav")
-    if len(navs) <= len(_NAV_END.findall(text)):  # (elements, not strings: a "<nav>" in a script is none)
+    # elements, and end tags outside comments, scripts and styles: a "<nav></nav>" in a script is neither
+    if len(navs) <= len(_NAV_END.findall(_NOT_MARKUP.sub("", text))):
         return []
     has_text = _TextCheck()
     nav = next((n for n in reversed(navs) if not any(p.name == "nav" for p in n.parents)), None)
@@ -1375,10 +1378,11 @@ def _place_notes(soup: BeautifulSoup) -> None:
     notes = {id(note) for _, note in pairs}
     marks = {id(mark) for mark, _ in pairs}
     order: dict[int, int] = {}
+    listed: dict[int, bool] = {}  # per <ol>: it numbers headings (`_listed_headings`), asked once
     headings: list[Tag] = []  # the headings that start sections, in document order
     for i, tag in enumerate(soup.find_all(True)):
         order[id(tag)] = i
-        if tag.name in _HEADING_SET and _starts_section(tag):
+        if tag.name in _HEADING_SET and _starts_section(tag, listed):
             headings.append(tag)
     starts = [order[id(h)] for h in headings]
     found = [(mark, _note_parts(note, notes, marks)) for mark, note in pairs
@@ -1423,28 +1427,38 @@ def _shown(tag: Tag) -> bool:
 _CONTENT_HEADING_PARENTS = frozenset({"table", "blockquote", "pre", "ul", "dl", "menu"})
 
 
-def _starts_section(heading: Tag) -> bool:
+def _starts_section(heading: Tag, listed: dict[int, bool]) -> bool:
     """The heading starts a section as the walk reads it: it is shown, and not in a table, quote, list, note, ...
-    (a heading in a layout table had been taken for the next section's start, and a note put in the table)."""
+    (a heading in a layout table had been taken for the next section's start, and a note put in the table).
+    ``listed``: each <ol>'s answer to `_listed_headings`, kept for the page (asked per heading, nested lists of
+    headings had cost seconds)."""
+    def numbers_headings(ol: Tag) -> bool:
+        if id(ol) not in listed:
+            listed[id(ol)] = _listed_headings(ol, _TextCheck()) is not None
+        return listed[id(ol)]
+
     return _shown(heading) and not any(
         p.name in _CONTENT_HEADING_PARENTS
-        or p.name == "ol" and _listed_headings(p, _TextCheck()) is None
+        or p.name == "ol" and not numbers_headings(p)
         or p.name == "div" and _Walker.block_div_kind(p) is not None and "titlepage" not in _classes(p)
         for p in heading.parents)
 
 
+#: what shows as content without text: a section holding only images (Screenshots) is no heading of notes
+_SHOWN_WITHOUT_TEXT = frozenset({"img", "picture", "video", "audio", "iframe", "svg", "canvas", "object", "embed"})
+
+
 def _notes_section(heading: Tag, first: Tag) -> bool:
     """The last heading heads the notes (Notes, References, Texinfo's Footnotes): nothing is shown between it
-    and the first note (a link within the page, "Back to top", is nothing), and no rule (Google Docs, Word, Pandoc
-    and DocBook put one between a section's own content, even images only, and the notes). Text after the
-    notes (an uncited entry, a copyright line) does not matter; an introduction before them does, and they
-    then move."""
+    and the first note (a link within the page, "Back to top", and a rule are nothing; an image is something).
+    Text after the notes (an uncited entry, a copyright line) does not matter; an introduction before them
+    does, and they then move."""
     own = {id(s) for s in heading.find_all(string=True)}
     for node in heading.next_elements:
         if node is first:
             return True
         if isinstance(node, Tag):
-            if node.name == "hr" and _shown(node):  # notes after a rule follow the section's own content
+            if node.name in _SHOWN_WITHOUT_TEXT and _shown(node):
                 return False
         elif _is_text(node) and id(node) not in own and node.strip() and _shown(node.parent) and \
                 node.find_parent(_links_within) is None:
@@ -1484,7 +1498,7 @@ def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
         if any(child is not block and isinstance(child, Tag) and (_links_within(child) or child.find(_links_within))
                for child in parent.children):
             break
-        if not _NOTE_ELEMENT.search(" ".join(str(parent.get(a, "")) for a in ("id", "class", "style"))) and any(
+        if not _note_element(parent, notes) and any(
                 _is_text(s) and s.strip() or isinstance(s, Tag) and s.get_text().strip() for s in block.next_siblings):
             break  # text after it in an element that is no note's own is not the note's (a wrapper's)
         block = parent
@@ -1494,6 +1508,16 @@ def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
 #: an element that is one note by its id, class or style: Word's div id=ftn1 (mso-element:footnote, endnote:
 #: edn1), LibreOffice's div id=sdfootnote1, a "footnote" class; its paragraphs after the first are the note's
 _NOTE_ELEMENT = re.compile(r"(?i)foot|endnote|\bftn\d|\bedn\d|mso-element:\s*(?:foot|end)note")
+
+
+def _note_element(tag: Tag, notes: set[int]) -> bool:
+    """The element is one note's own: by its id, class or style, or by where it is, after a rule or another
+    note (Google Docs writes each note as a bare <div>, its paragraphs after the first in it)."""
+    if _NOTE_ELEMENT.search(" ".join(str(tag.get(a, "")) for a in ("id", "class", "style"))):
+        return True
+    before = tag.find_previous_sibling(True)
+    return before is not None and (before.name == "hr" or any(
+        isinstance(t, Tag) and id(t) in notes for t in (before, *before.descendants)))
 
 
 def _links_within(tag: Tag) -> bool:

@@ -403,8 +403,23 @@ def without_mdx_syntax(text: str) -> str:
                                                or not _JSX_COMMENT.sub("", "\n".join(source)).strip()):
             lines[start:end] = [""] * (end - start)
         elif tok.type == "html_block" and all(_JSX_TAG_LINE.fullmatch(line) or not line.strip() for line in source):
-            lines[start:end] = [" ".join(a or b for a, b in _JSX_SHOWN_PROP.findall(line)) for line in source]
+            lines[start:end] = [_shown_props(line) for line in source]
     return "\n".join(lines)
+
+
+def _shown_props(tag_line: str) -> str:
+    """A JSX tag line as the label or title it shows, at its indentation (in a list item it stays in the item),
+    escaped where it would start a heading, list or quote (label="# Foo"); a blank line when it shows none."""
+    shown = " ".join(a or b for a, b in _JSX_SHOWN_PROP.findall(tag_line)).strip()
+    if not shown:
+        return ""
+    if (m := _BLOCK_START.match(shown)) is not None:  # "\\# Foo", "1\\. first": Markdown's escapes
+        shown = shown[:m.end(1)] + "\\" + shown[m.end(1):] if m.group(1) else "\\" + shown
+    return tag_line[:len(tag_line) - len(tag_line.lstrip())] + shown
+
+
+#: text that Markdown would read as a block's start: a heading, a list item, a quote, a rule
+_BLOCK_START = re.compile(r"(\d{1,9})(?=[.)](?:\s|$))|#|>|[-+*](?:\s|$)|=+\s*$|-+\s*$")
 
 
 #: the props of a component a reader sees: a tab's label, a card's or an admonition's title
