@@ -1249,7 +1249,8 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
             before.extract()
         node = parent
     nav.name, nav.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
-    return [f"a <nav> is never closed: it is taken to end before the <{cut.name}> {_collapse(cut.get_text(' '))[:60]!r}"]
+    start = _collapse(cut.get_text(" "))[:60]
+    return [f"a <nav> is never closed: it is taken to end before the <{cut.name}> {start!r}"]
 
 
 def _text_after(tag: Tag, has_text: Callable[[Tag], bool]) -> bool:

@@ -365,7 +365,6 @@ def _toml_front_matter(text: str) -> tuple[dict | None, str | None, str]:
     return _jsonable(data), (title if isinstance(title, str) else None), blank + text[close.end():]
 
 
-
 def _with_title(metadata: dict | None) -> tuple[dict | None, str | None]:
     """Key: value lines' metadata and title: their values are text as written."""
     title = None if metadata is None else metadata.get("title")

@@ -118,13 +118,14 @@ so the stored rows' ``terms`` differ; files are cut as under 12 (the stored vect
 containers, formulas, permalinks, a byte-order mark, office exports (numbered headings, tables of contents,
 hidden text, footnote marks); Markdown: ``data:`` payloads, heading attributes, HTML-block headings, grid tables;
 reStructuredText is cut by its titles. The PostgreSQL manual is cut as under 13;
-15: (2026-12-07) HTML: a note written after the last section (a footnote, an endnote, a reviewer's comment,
-linked to its mark and back) ends the section of its mark (it had gone into the last section or a repeated
-page heading); a <nav> left open (the last, when no text follows it) keeps the text from its first <main>,
-<article> or <h1>, or first heading, paragraph or table after a link outside a list (the rest of the page had
-been dropped as navigation); breadcrumb trails and Confluence's
-page metadata are dropped. Markdown: TOML front matter between `+++` lines (Hugo, Zola) is metadata and title,
-not text; an .mdx file is Markdown without MDX's imports, exports, component tag lines and comments. 5 of the PostgreSQL manual's 1,167 pages are cut differently (their footnotes)."""
+15: (2026-12-07, reviewed) HTML: a note written after the last section (a footnote, an endnote, a reviewer's
+comment, linked to its mark and back) ends the section of its mark (it had gone into the last section or a
+repeated page heading); a <nav> left open (the last, when no text follows it) keeps the text from its first
+<main>, <article> or <h1>, or first heading, paragraph or table after a link outside a list (the rest of the
+page had been dropped as navigation); breadcrumb trails and Confluence's page metadata are dropped. Markdown:
+TOML front matter between `+++` lines (Hugo, Zola) is metadata and title, not text; an .mdx file is Markdown
+without MDX's imports, exports, component tag lines and comments. 5 of the PostgreSQL manual's 1,167 pages are
+cut differently (their footnotes)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
