@@ -1377,3 +1377,5 @@ def test_breadcrumbs_and_confluence_page_metadata_are_dropped() -> None:
     about = ("<h1>UI</h1><p>Parts.</p><section id=breadcrumbs><h2>Breadcrumbs</h2><p>Show the path.</p></section>"
              "<article id=breadcrumb><h3>Breadcrumb</h3><p>One level.</p></article>")
     assert [content for *_, content in _tree_of(about)] == ["Parts.", "Show the path.", "One level."]
+    inline = "<h1>Users</h1><p>Choose <span class=breadcrumb>Settings &gt; Users</span> to add one.</p>"
+    assert _tree_of(inline)[0][3] == "Choose Settings > Users to add one."

@@ -518,8 +518,10 @@ def test_toml_front_matter_is_metadata_and_title() -> None:
                       HeadingBlock(2, "Travel", "travel", "## Travel {#travel}"),
                       ContentBlock("paragraph", "Book economy class.")]
     assert json.dumps(metadata)  # stored in a JSON column
-    # a title that is not a string is no title (the first h1 is); \r\n line ends; no TOML, or not closed: Markdown
-    assert parse_markdown("+++\r\ntitle = 1984\r\n+++\r\n# Animal Farm\r\n")[:1] == ("Animal Farm",)
+    # a title that is a float is no title (the first h1 is: 1.10 would read 1.1); \r\n line ends; no TOML, or not
+    # closed: Markdown
+    assert parse_markdown("+++\r\ntitle = 1.5\r\n+++\r\n# Animal Farm\r\n")[:1] == ("Animal Farm",)
+    assert parse_markdown("+++\ntitle = 1984\n+++\n# Animal Farm\n")[:1] == ("1984",)  # an integer, as written
     # not TOML, not closed, an integer of 5,000 digits, arrays 1,000 deep (a review: those two had failed the file)
     for text in ("+++\nnot toml at all\n+++\n\nBody.\n", "+++\ntitle = \"x\"\n\nBody.\n", "+++ plus\n+++\nBody.\n",
                  "+++\nn = " + "9" * 5000 + "\n+++\nBody.\n", "+++\na = " + "[" * 1000 + "]" * 1000 + "\n+++\nBody.\n"):

@@ -127,8 +127,9 @@ DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "
 #: a breadcrumb trail's class or id (Bootstrap's ol.breadcrumb; Confluence's div#breadcrumb-section around
 #: ol#breadcrumbs; many CMSs'), lowercased
 _CRUMB_NAMES = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section"})
-#: what a breadcrumb trail is written as: a section, article or heading of that id is text (a chapter on breadcrumbs)
-_CRUMB_TAGS = frozenset({"ol", "ul", "div", "p", "span"})
+#: what a breadcrumb trail is written as: a section, article or heading of that id is text (a chapter on
+#: breadcrumbs), and so is a <span> (inline in a sentence: "choose <span class=breadcrumb>Settings > Users</span>")
+_CRUMB_TAGS = frozenset({"ol", "ul", "div", "p"})
 #: ids of a table of contents: Pandoc's (HTML 4 output, a div; HTML5's is a <nav>), LibreOffice's "Table of Contents1"
 _TOC_IDS = re.compile(r"TOC|Table of Contents\d*")
 DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})

@@ -361,6 +361,8 @@ def _toml_front_matter(text: str) -> tuple[dict | None, str | None, str]:
     except (ValueError, RecursionError):
         return None, None, text
     title = data.get("title")
+    if isinstance(title, int) and not isinstance(title, bool):  # title = 1984: Hugo shows 1984, as YAML's does
+        title = str(title)
     blank = "\n" * text.count("\n", 0, close.end())
     return _jsonable(data), (title if isinstance(title, str) else None), blank + text[close.end():]
 
