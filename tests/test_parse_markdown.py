@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from onetrip.parse_markdown import GithubSlugger, parse_front_matter, parse_markdown
+from onetrip.parse_markdown import GithubSlugger, parse_front_matter, parse_markdown, truncation_warning
 from onetrip.sections import ContentBlock, HeadingBlock, Section, build_sections, parse_file
 
 
@@ -522,6 +522,9 @@ def test_toml_front_matter_is_metadata_and_title() -> None:
     # closed: Markdown
     assert parse_markdown("+++\r\ntitle = 1.5\r\n+++\r\n# Animal Farm\r\n")[:1] == ("Animal Farm",)
     assert parse_markdown("+++\ntitle = 1984\n+++\n# Animal Farm\n")[:1] == ("1984",)  # an integer, as written
+    # a TOML string holding a code fence is no unclosed fence (a review: the warning had read it as Markdown)
+    assert truncation_warning('+++\nsummary = """\n```sh\nls\n"""\n+++\n# T\n') is None
+    assert truncation_warning("# T\n\n```sh\nls\n") is not None
     # not TOML, not closed, an integer of 5,000 digits, arrays 1,000 deep (a review: those two had failed the file)
     for text in ("+++\nnot toml at all\n+++\n\nBody.\n", "+++\ntitle = \"x\"\n\nBody.\n", "+++ plus\n+++\nBody.\n",
                  "+++\nn = " + "9" * 5000 + "\n+++\nBody.\n", "+++\na = " + "[" * 1000 + "]" * 1000 + "\n+++\nBody.\n"):

@@ -629,9 +629,11 @@ def truncation_warning(text: str) -> str | None:
     an unclosed HTML comment, <script>/<pre>/<style>/<textarea>, <?...?>,
     <![CDATA[...]]> or <!DECLARATION> as raw HTML,
     so a file cut short or a lost closing line turns the rest of a document,
-    headings included, into one block: valid Markdown, so nothing fails.
+    headings included, into one block: valid Markdown, so nothing fails. TOML
+    front matter is read as `parse_markdown` reads it, not as Markdown (a
+    string in it holding ``` had been named an unclosed fence).
     """
-    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _toml_front_matter(text.replace("\r\n", "\n").replace("\r", "\n"))[2]
     lines = text.split("\n")
     last = len(lines)
     while last and not lines[last - 1].strip():
