@@ -1213,6 +1213,7 @@ _UNTITLED_HN = 7
 _FOREIGN_CONTENT = ("svg", "math")
 
 
+_NAV_START = re.compile(r"<nav[\s/>]", re.IGNORECASE)
 _NAV_END = re.compile(r"</nav\s*>", re.IGNORECASE)
 #: comments and the content of scripts and styles, where a tag is text
 _NOT_MARKUP = re.compile(r"<!--.*?(?:-->|$)|<(script|style)\b.*?(?:</\1\s*>|$)", re.IGNORECASE | re.DOTALL)
@@ -1230,6 +1231,8 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
     pre or quote after a link that is in no list, is the page's; what comes before stays dropped. Only that
     one: a <nav> before it ends where its source ends it (a review: cutting each in turn had kept a closed
     header's menu)."""
+    if _NAV_START.search(text) is None:  # no <nav> element (lxml makes one only of that tag): no walk of the page
+        return []
     navs = soup.find_all("nav")
     # elements, and end tags outside comments, scripts and styles: a "<nav></nav>" in a script is neither
     if len(navs) <= len(_NAV_END.findall(_NOT_MARKUP.sub("", text))):
@@ -1256,11 +1259,7 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
 
 def _text_after(tag: Tag, has_text: Callable[[Tag], bool]) -> bool:
     """Some text is shown after the element (outside it)."""
-    for holder in (tag, *tag.parents):
-        for sib in holder.next_siblings:
-            if isinstance(sib, Tag) and not _dropped(sib) and has_text(sib) or _is_text(sib) and sib.strip():
-                return True
-    return False
+    return any(_has_text(sib, has_text) for holder in (tag, *tag.parents) for sib in holder.next_siblings)
 
 
 def _nav_content_start(nav: Tag) -> Tag | None:
@@ -1293,7 +1292,8 @@ def parse_html(text: str, report: list[str] | None = None) -> tuple[str, list[Bl
     cut = _cut_open_navs(soup, text)
     if report is not None:
         report.extend(cut)
-    _place_notes(soup)
+    if _IN_PAGE_HREF.search(text):  # no link within the page (an href whose value starts with #): no note
+        _place_notes(soup)
     walker = _Walker()
     walker.heading_ids = frozenset(str(h["id"]) for h in soup.find_all(HEADINGS) if h.get("id"))
     walker.walk(_body_nodes(soup))
@@ -1301,6 +1301,8 @@ def parse_html(text: str, report: list[str] | None = None) -> tuple[str, list[Bl
     return title, _resumed(walker.blocks), metadata
 
 
+#: an href that may start with "#" once read (written so, or as a character reference: &#35;)
+_IN_PAGE_HREF = re.compile(r"""\bhref\s*=\s*["']?[#&]""", re.IGNORECASE)
 #: a note's mark: a number, one or two letters, a roman numeral or a symbol, maybe bracketed ([1], 12, (a), iv, *)
 _NOTE_MARK = re.compile(r"[\[(]?(?:\d{1,3}|[a-z]{1,2}|[ivxlc]{1,6}|[*\u2020\u2021\u00a7\u00b6#]{1,3})[\])]?", re.I)
 _ROOTS = frozenset({"body", "html", "[document]"})
@@ -1491,8 +1493,7 @@ def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
         return parts
     while (parent := block.parent) is not None and parent.name not in _ROOTS and parent.name not in _LISTS \
             and not _is_container(parent) and not _dropped(parent):
-        if any(_is_text(s) and s.strip() or isinstance(s, Tag) and s.get_text().strip()
-               for s in block.previous_siblings):  # its parent does not start with it
+        if any(_shows_text(s) for s in block.previous_siblings):  # its parent does not start with it
             break
         if any(isinstance(t, Tag) and (id(t) in marks or id(t) in notes and t is not note or t.name in _HEADING_SET)
                for t in parent.descendants):
@@ -1500,8 +1501,7 @@ def _note_parts(note: Tag, notes: set[int], marks: set[int]) -> list[Tag]:
         if any(child is not block and isinstance(child, Tag) and (_links_within(child) or child.find(_links_within))
                for child in parent.children):
             break
-        if not _note_element(parent, notes) and any(
-                _is_text(s) and s.strip() or isinstance(s, Tag) and s.get_text().strip() for s in block.next_siblings):
+        if not _note_element(parent, notes) and any(_shows_text(s) for s in block.next_siblings):
             break  # text after it in an element that is no note's own is not the note's (a wrapper's)
         block = parent
     return [block]
@@ -1522,6 +1522,11 @@ def _note_element(tag: Tag, notes: set[int]) -> bool:
         isinstance(t, Tag) and id(t) in notes for t in (before, *before.descendants)))
 
 
+def _shows_text(node: PageElement) -> bool:
+    """A string with text, or an element holding any (dropped ones too: where a note or a section starts)."""
+    return _is_text(node) and bool(node.strip()) or isinstance(node, Tag) and bool(node.get_text().strip())
+
+
 def _links_within(tag: Tag) -> bool:
     """A link to a place in this page (a note's link back to its mark is one)."""
     return tag.name == "a" and len(href := str(tag.get("href") or "")) > 1 and href.startswith("#")
@@ -1535,7 +1540,7 @@ def _section_start(heading: Tag, mark: Tag) -> Tag:
         if any(p is parent for p in mark.parents):
             break
         before = itertools.takewhile(lambda n: n is not top, parent.contents)
-        if any(_is_text(n) and str(n).strip() or isinstance(n, Tag) and n.get_text().strip() for n in before):
+        if any(_shows_text(n) for n in before):
             break
         top = parent
     return top
