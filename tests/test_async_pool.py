@@ -1342,3 +1342,82 @@ def test_async_close_right_after_a_search_cancels_the_task_queued_behind_it(db, 
             await first.close()
 
     assert isinstance(asyncio.run(asyncio.wait_for(run(), 60)), psycopg.Error)
+
+
+def _refused_dsn() -> str:
+    """A DSN on a loopback port nothing listens on (bound, then let go), with a password to keep out of errors."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"postgresql://someone:s3cr3t@127.0.0.1:{port}/nodb"
+
+
+def test_a_pool_that_cannot_connect_names_why_in_its_timeout():
+    """psycopg_pool's PoolTimeout had said only "couldn't get a connection after 10.00 sec" for a DSN that
+    refuses, as for a busy pool; the reason was in a log line. Now it is PoolUnreachableError, still a
+    PoolTimeout (and a ConnectionFailedError), naming libpq's reason and not the password."""
+    from psycopg_pool import PoolTimeout
+
+    from onetrip import ConnectionFailedError
+    from onetrip.pool import PoolUnreachableError
+
+    dsn = _refused_dsn()
+    pool = make_pool(dsn, min_size=1, max_size=1, timeout=1.5)
+    try:
+        with pytest.raises(PoolUnreachableError) as caught:
+            Retriever(pool, embedder=HashEmbedder())
+    finally:
+        pool.close()
+    message = str(caught.value)
+    assert isinstance(caught.value, PoolTimeout) and isinstance(caught.value, ConnectionFailedError)
+    assert "couldn't get a connection after 1.50 sec" in message and "Connection refused" in message, message
+    assert "s3cr3t" not in message
+
+    async def run() -> None:
+        apool = make_async_pool(dsn, min_size=1, max_size=1, timeout=1.5)
+        await apool.open()
+        try:
+            with pytest.raises(PoolUnreachableError, match="Connection refused") as caught:
+                await AsyncRetriever.create(apool, embedder=HashEmbedder())
+            assert "s3cr3t" not in str(caught.value)
+        finally:
+            await apool.close()
+
+    asyncio.run(run())
+
+
+def test_a_pool_names_a_database_without_pgvector_then_forgets_it_once_a_connection_opens(db, dsn):
+    """A pool on a database without the vector extension timed out unnamed (pgvector's adapters failed in each
+    new connection's setup). It is named; once a connection opens, a busy pool's timeout is the plain one."""
+    from psycopg_pool import PoolTimeout
+
+    from onetrip.pool import PoolUnreachableError
+
+    db.execute("DROP EXTENSION vector")
+    pool = make_pool(dsn, min_size=1, max_size=1, timeout=1.5)
+    try:
+        with pytest.raises(PoolUnreachableError, match="the vector extension is not created in this database"):
+            with pool.connection():
+                pass
+        db.execute("CREATE EXTENSION vector")
+        with pool.connection(timeout=15) as conn:  # the pool tries again 1, 2, 4 ... s after a failure
+            conn.execute("SELECT 1")
+            with pytest.raises(PoolTimeout) as caught:  # busy, not unreachable
+                with pool.connection(timeout=0.5):
+                    pass
+            assert type(caught.value) is PoolTimeout, caught.value
+    finally:
+        pool.close()
+
+
+def test_pool_makers_keep_the_callers_connection_class(db, dsn):
+    """The recording of failed attempts subclasses a caller's ``connection_class``, not replacing it."""
+
+    class Mine(psycopg.Connection):  # type: ignore[type-arg]
+        pass
+
+    with make_pool(dsn, min_size=1, max_size=1, timeout=5, connection_class=Mine) as pool:
+        with pool.connection() as conn:
+            assert isinstance(conn, Mine)

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time, `__getattr__` imports them
     from .async_retrieve import AsyncRetriever  # noqa: F401
     from .connection import connect, resolve_dsn  # noqa: F401
-    from .pool import make_async_pool, make_pool  # noqa: F401
+    from .pool import PoolUnreachableError, make_async_pool, make_pool  # noqa: F401
     from .embedders import Embedder, PrecomputedEmbedder, SentenceTransformerEmbedder  # noqa: F401
     from .errors import (  # noqa: F401
         ConnectionFailedError, ConnectionLostError, DimensionMismatchError, EmbedderMismatchError,
@@ -36,6 +36,7 @@ _EXPORTS = {
     "AsyncRetriever": "async_retrieve",
     "make_async_pool": "pool",
     "make_pool": "pool",
+    "PoolUnreachableError": "pool",
     "ConnectionFailedError": "errors",
     "ConnectionLostError": "errors",
     "Context": "context",

@@ -12,25 +12,129 @@ from dataclasses import dataclass
 from typing import Any
 
 import psycopg
+import psycopg_pool
 
-from .connection import resolve_dsn, timeout_kwargs
+from .connection import _connect_error, _one_line, resolve_dsn, timeout_kwargs
+from .errors import ConnectionFailedError
 from .retrieve import POOL_SETTINGS, apply_settings, session_settings
 
 
-#: The attribute `make_async_pool` keeps its `Opened` count under (the HTTP service tells down from busy by it).
+#: The attribute `make_pool` / `make_async_pool` keep their `Opened` record under (the HTTP service tells down
+#: from busy by its count; the pools name its failure in their PoolTimeout).
 POOL_OPENED = "onetrip_opened"
 
 
 @dataclass
 class Opened:
-    """The connections a pool has opened, each counted once configured.
+    """The connections a pool has opened, each counted once configured, and why its last attempt failed.
 
     psycopg_pool's get_stats counts an attempt when it starts (connections_num)
     and its failure when it ends (connections_errors): attempts minus failures
-    take one under way for one opened.
+    take one under way for one opened. ``failure``: the reason of the last failed
+    attempt (libpq's, or the setup's: no pgvector, a refused setting), None once
+    one succeeded after it. psycopg_pool only logs it.
     """
 
     count: int = 0
+    failure: str | None = None
+
+
+class PoolUnreachableError(ConnectionFailedError, psycopg_pool.PoolTimeout):
+    """No pooled connection within the pool's timeout, and the pool's last attempt to open one failed: the
+    message names why (the server refused or did not answer, no pgvector, ...).
+
+    Also a ``psycopg_pool.PoolTimeout``, which is what callers caught before. psycopg_pool's own said only
+    "couldn't get a connection after 10.00 sec", for a DSN that does not answer as for a busy pool; its
+    reason was in a log line. A pool whose connections are all busy still raises the plain PoolTimeout.
+    """
+
+
+def _named(e: psycopg_pool.PoolTimeout, opened: Opened | None) -> psycopg_pool.PoolTimeout:
+    """``e`` with the pool's last failed connection attempt named, when the last attempt failed."""
+    if opened is None or opened.failure is None:
+        return e
+    return PoolUnreachableError(f"{e}: the pool could not open a connection: {opened.failure}")
+
+
+def _failure(e: BaseException, conninfo: str) -> str:
+    """A failed connect's reason, the DSN's password not shown (as `connect`'s errors)."""
+    if isinstance(e, (psycopg.OperationalError, psycopg.ProgrammingError)):
+        return str(_connect_error(e, conninfo))
+    return f"{type(e).__name__}: {_one_line(e)}"
+
+
+def _setup_failure(e: BaseException) -> str:
+    """Why ``configure`` failed on a connection the server accepted."""
+    message = _one_line(e)
+    if "vector type not found" in message:  # pgvector-python's register_vector
+        return ("the vector extension is not created in this database: run `onetrip init` (or CREATE EXTENSION "
+                "vector), or connect to the database the sections are in")
+    return f"it connected, then setting the connection up failed: {type(e).__name__}: {message}"
+
+
+def _recording(base: type[Any], opened: Opened) -> type[Any]:
+    """``base`` (psycopg's Connection, or the caller's ``connection_class``) with a connect() that records its
+    failure in ``opened``: the pool calls it, catches the error and only logs it."""
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            try:
+                return super().connect(conninfo, **kwargs)
+            except Exception as e:
+                opened.failure = _failure(e, conninfo)
+                raise
+
+    Recording.__name__ = Recording.__qualname__ = base.__name__
+    return Recording
+
+
+def _recording_async(base: type[Any], opened: Opened) -> type[Any]:
+    """`_recording` for an AsyncConnection class."""
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        @classmethod
+        async def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            try:
+                return await super().connect(conninfo, **kwargs)
+            except Exception as e:
+                opened.failure = _failure(e, conninfo)
+                raise
+
+    Recording.__name__ = Recording.__qualname__ = base.__name__
+    return Recording
+
+
+class ConnectionPool(psycopg_pool.ConnectionPool):  # type: ignore[type-arg]
+    """psycopg_pool's pool whose PoolTimeout names why it could not connect (`PoolUnreachableError`)."""
+
+    def getconn(self, timeout: float | None = None) -> Any:
+        try:
+            return super().getconn(timeout)
+        except psycopg_pool.PoolTimeout as e:
+            raise _named(e, getattr(self, POOL_OPENED, None)) from None
+
+    def wait(self, timeout: float = 30.0) -> None:
+        try:
+            super().wait(timeout)
+        except psycopg_pool.PoolTimeout as e:
+            raise _named(e, getattr(self, POOL_OPENED, None)) from None
+
+
+class AsyncConnectionPool(psycopg_pool.AsyncConnectionPool):  # type: ignore[type-arg]
+    """`ConnectionPool`'s asyncio twin."""
+
+    async def getconn(self, timeout: float | None = None) -> Any:
+        try:
+            return await super().getconn(timeout)
+        except psycopg_pool.PoolTimeout as e:
+            raise _named(e, getattr(self, POOL_OPENED, None)) from None
+
+    async def wait(self, timeout: float = 30.0) -> None:
+        try:
+            await super().wait(timeout)
+        except psycopg_pool.PoolTimeout as e:
+            raise _named(e, getattr(self, POOL_OPENED, None)) from None
 
 
 def statement_timeout_setting(seconds: float | None) -> dict[str, str]:
@@ -94,23 +198,32 @@ def make_pool(
     ``prepare_threshold``, ...) to each connection; anything else is a TypeError.
     """
     pool_options, conn_options = split_options(kwargs, "make_pool")
-    from psycopg_pool import ConnectionPool
-
     from .psycopg_adapters import register_adapters
 
     settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | statement_timeout_setting(statement_timeout)
+    opened = Opened()
 
     def configure(conn: psycopg.Connection) -> None:
-        conn.autocommit = True
-        register_adapters(conn)
-        apply_settings(conn, settings)
+        try:
+            conn.autocommit = True
+            register_adapters(conn)
+            apply_settings(conn, settings)
+        except Exception as e:
+            opened.failure = _setup_failure(e)
+            raise
+        opened.count += 1
+        opened.failure = None
 
     target = resolve_dsn(dsn)
+    pool_options["connection_class"] = _recording(pool_options.get("connection_class", psycopg.Connection), opened)
     pool = ConnectionPool(
-        target, min_size=min_size, max_size=max_size, timeout=timeout, open=open,
+        target, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
         configure=configure, kwargs={**timeout_kwargs(target), **conn_options}, **pool_options,
     )
     setattr(pool, POOL_SETTINGS, settings)  # what a Retriever over it reports (retrieve.settings_of_pool)
+    setattr(pool, POOL_OPENED, opened)
+    if open:
+        pool.open()
     return pool
 
 
@@ -131,8 +244,6 @@ def make_async_pool(
     if "open" in kwargs:
         raise TypeError("make_async_pool() makes the pool closed (it has no open=): open it with await pool.open()")
     pool_options, conn_options = split_options(kwargs, "make_async_pool")
-    from psycopg_pool import AsyncConnectionPool
-
     from .psycopg_adapters import register_adapters_async
 
     settings = session_settings(ef_search, iterative_scan, max_scan_tuples) | statement_timeout_setting(statement_timeout)
@@ -142,12 +253,19 @@ def make_async_pool(
     opened = Opened()
 
     async def configure(conn: psycopg.AsyncConnection) -> None:
-        await conn.set_autocommit(True)
-        await register_adapters_async(conn)
-        await apply_settings_async(conn, settings)
+        try:
+            await conn.set_autocommit(True)
+            await register_adapters_async(conn)
+            await apply_settings_async(conn, settings)
+        except Exception as e:
+            opened.failure = _setup_failure(e)
+            raise
         opened.count += 1
+        opened.failure = None
 
     target = resolve_dsn(dsn)
+    pool_options["connection_class"] = _recording_async(
+        pool_options.get("connection_class", psycopg.AsyncConnection), opened)
     pool = AsyncConnectionPool(
         target, min_size=min_size, max_size=max_size, timeout=timeout, open=False,
         configure=configure, kwargs={**timeout_kwargs(target), **conn_options}, **pool_options,
