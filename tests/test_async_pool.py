@@ -1374,6 +1374,7 @@ def test_a_pool_that_cannot_connect_names_why_in_its_timeout():
     assert isinstance(caught.value, PoolTimeout) and isinstance(caught.value, ConnectionFailedError)
     assert "couldn't get a connection after 1.50 sec" in message and "Connection refused" in message, message
     assert "s3cr3t" not in message
+    assert caught.value.diag.sqlstate is None and caught.value.pgconn is None  # a whole psycopg.Error (review)
 
     async def run() -> None:
         apool = make_async_pool(dsn, min_size=1, max_size=1, timeout=1.5)
@@ -1386,6 +1387,28 @@ def test_a_pool_that_cannot_connect_names_why_in_its_timeout():
             await apool.close()
 
     asyncio.run(run())
+
+
+def test_a_pool_whose_server_does_not_answer_is_named_before_its_first_attempt_ends():
+    """A server that takes the TCP connection and never answers: libpq waits connect_timeout (10 s here), longer
+    than the pool's timeout, so no attempt had failed yet and the timeout read as a busy pool's (review)."""
+    import socket
+
+    from onetrip.pool import PoolUnreachableError
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        port = listener.getsockname()[1]
+        pool = make_pool(f"postgresql://someone@127.0.0.1:{port}/nodb?connect_timeout=10", min_size=1, max_size=1,
+                         timeout=1)
+        try:
+            with pytest.raises(PoolUnreachableError, match="has not opened a connection yet and its first attempt "
+                               "has not ended"):
+                with pool.connection():
+                    pass
+        finally:
+            pool.close(timeout=0)
 
 
 def test_a_pool_names_a_database_without_pgvector_then_forgets_it_once_a_connection_opens(db, dsn):

@@ -8,7 +8,10 @@ iterative scans) applied. Queries then pay no extra round trip for them.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import itertools
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import psycopg
@@ -30,30 +33,65 @@ class Opened:
 
     psycopg_pool's get_stats counts an attempt when it starts (connections_num)
     and its failure when it ends (connections_errors): attempts minus failures
-    take one under way for one opened. ``failure``: the reason of the last failed
-    attempt (libpq's, or the setup's: no pgvector, a refused setting), None once
-    one succeeded after it. psycopg_pool only logs it.
+    take one under way for one opened. psycopg_pool only logs why an attempt
+    failed; this keeps it (libpq's reason, or the setup's: no pgvector, a refused
+    setting) for the pool's PoolTimeout (`unreachable`). Attempts are numbered
+    as they start, so one that started before a success and failed after it (a
+    connect that waited out its connect_timeout meanwhile) does not name a pool
+    that connects again as unreachable.
     """
 
     count: int = 0
     failure: str | None = None
+    failed_attempt: int = 0  # the latest-started attempt that failed: ``failure`` is its reason
+    opened_attempt: int = 0  # the latest-started attempt that opened a connection
+    _numbers: Iterator[int] = field(default_factory=lambda: itertools.count(1), repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
+
+    def started(self) -> int:
+        """A number for an attempt starting now."""
+        with self._lock:
+            return next(self._numbers)
+
+    def failed(self, attempt: int, why: str) -> None:
+        with self._lock:
+            if attempt > self.failed_attempt:
+                self.failed_attempt, self.failure = attempt, why
+
+    def succeeded(self, attempt: int) -> None:
+        with self._lock:
+            self.count += 1
+            self.opened_attempt = max(self.opened_attempt, attempt)
+
+    def unreachable(self) -> str | None:
+        """Why no connection could be had, or None: the pool has opened connections since its last failure."""
+        with self._lock:
+            if self.failed_attempt > self.opened_attempt:
+                return f"the pool could not open a connection: {self.failure}"
+            if self.count == 0:  # nothing opened, none failed yet: it cannot be busy
+                return ("the pool has not opened a connection yet and its first attempt has not ended (a server "
+                        "that does not answer is waited for up to connect_timeout)")
+            return None
 
 
 class PoolUnreachableError(ConnectionFailedError, psycopg_pool.PoolTimeout):
-    """No pooled connection within the pool's timeout, and the pool's last attempt to open one failed: the
-    message names why (the server refused or did not answer, no pgvector, ...).
+    """No pooled connection within the pool's timeout, and the pool's last attempt to open one failed (or its
+    first one has not ended): the message names why (the server refused or did not answer, no pgvector, ...).
 
     Also a ``psycopg_pool.PoolTimeout``, which is what callers caught before. psycopg_pool's own said only
     "couldn't get a connection after 10.00 sec", for a DSN that does not answer as for a busy pool; its
     reason was in a log line. A pool whose connections are all busy still raises the plain PoolTimeout.
     """
 
+    def __init__(self, *args: Any) -> None:
+        # psycopg.Error's own set-up (diag, pgconn, pgresult), which OSError's, first in the bases, skips
+        psycopg_pool.PoolTimeout.__init__(self, *args)
+
 
 def _named(e: psycopg_pool.PoolTimeout, opened: Opened | None) -> psycopg_pool.PoolTimeout:
-    """``e`` with the pool's last failed connection attempt named, when the last attempt failed."""
-    if opened is None or opened.failure is None:
-        return e
-    return PoolUnreachableError(f"{e}: the pool could not open a connection: {opened.failure}")
+    """``e`` with the reason the pool could not connect, when it could not."""
+    why = None if opened is None else opened.unreachable()
+    return e if why is None else PoolUnreachableError(f"{e}: {why}")
 
 
 def _failure(e: BaseException, conninfo: str) -> str:
@@ -72,6 +110,10 @@ def _setup_failure(e: BaseException) -> str:
     return f"it connected, then setting the connection up failed: {type(e).__name__}: {message}"
 
 
+#: the attribute a pooled connection keeps its attempt's number under, for ``configure`` to report on
+_ATTEMPT = "_onetrip_attempt"
+
+
 def _recording(base: type[Any], opened: Opened) -> type[Any]:
     """``base`` (psycopg's Connection, or the caller's ``connection_class``) with a connect() that records its
     failure in ``opened``: the pool calls it, catches the error and only logs it."""
@@ -79,14 +121,16 @@ def _recording(base: type[Any], opened: Opened) -> type[Any]:
     class Recording(base):  # type: ignore[misc, valid-type]
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            attempt = opened.started()
             try:
-                return super().connect(conninfo, **kwargs)
+                conn = super().connect(conninfo, **kwargs)
             except Exception as e:
-                opened.failure = _failure(e, conninfo)
+                opened.failed(attempt, _failure(e, conninfo))
                 raise
+            setattr(conn, _ATTEMPT, attempt)
+            return conn
 
-    Recording.__name__ = Recording.__qualname__ = base.__name__
-    return Recording
+    return _named_as(Recording, base)
 
 
 def _recording_async(base: type[Any], opened: Opened) -> type[Any]:
@@ -95,14 +139,22 @@ def _recording_async(base: type[Any], opened: Opened) -> type[Any]:
     class Recording(base):  # type: ignore[misc, valid-type]
         @classmethod
         async def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            attempt = opened.started()
             try:
-                return await super().connect(conninfo, **kwargs)
+                conn = await super().connect(conninfo, **kwargs)
             except Exception as e:
-                opened.failure = _failure(e, conninfo)
+                opened.failed(attempt, _failure(e, conninfo))
                 raise
+            setattr(conn, _ATTEMPT, attempt)
+            return conn
 
-    Recording.__name__ = Recording.__qualname__ = base.__name__
-    return Recording
+    return _named_as(Recording, base)
+
+
+def _named_as(cls: type[Any], base: type[Any]) -> type[Any]:
+    """``cls`` under ``base``'s names, so that its connections' reprs stay psycopg's (or the caller's)."""
+    cls.__name__, cls.__qualname__, cls.__module__ = base.__name__, base.__qualname__, base.__module__
+    return cls
 
 
 class ConnectionPool(psycopg_pool.ConnectionPool):  # type: ignore[type-arg]
@@ -209,10 +261,9 @@ def make_pool(
             register_adapters(conn)
             apply_settings(conn, settings)
         except Exception as e:
-            opened.failure = _setup_failure(e)
+            opened.failed(getattr(conn, _ATTEMPT, 0), _setup_failure(e))
             raise
-        opened.count += 1
-        opened.failure = None
+        opened.succeeded(getattr(conn, _ATTEMPT, 0))
 
     target = resolve_dsn(dsn)
     pool_options["connection_class"] = _recording(pool_options.get("connection_class", psycopg.Connection), opened)
@@ -258,10 +309,9 @@ def make_async_pool(
             await register_adapters_async(conn)
             await apply_settings_async(conn, settings)
         except Exception as e:
-            opened.failure = _setup_failure(e)
+            opened.failed(getattr(conn, _ATTEMPT, 0), _setup_failure(e))
             raise
-        opened.count += 1
-        opened.failure = None
+        opened.succeeded(getattr(conn, _ATTEMPT, 0))
 
     target = resolve_dsn(dsn)
     pool_options["connection_class"] = _recording_async(
