@@ -1410,6 +1410,19 @@ def test_a_pool_whose_server_does_not_answer_is_named_before_its_first_attempt_e
         finally:
             pool.close(timeout=0)
 
+        async def run() -> None:
+            apool = make_async_pool(f"postgresql://someone@127.0.0.1:{port}/nodb?connect_timeout=10", min_size=1,
+                                    max_size=1, timeout=1)
+            await apool.open()
+            try:
+                with pytest.raises(PoolUnreachableError, match="first attempt has not ended"):
+                    async with apool.connection():
+                        pass
+            finally:
+                await apool.close(timeout=0)
+
+        asyncio.run(run())
+
 
 def test_a_pool_names_a_database_without_pgvector_then_forgets_it_once_a_connection_opens(db, dsn):
     """A pool on a database without the vector extension timed out unnamed (pgvector's adapters failed in each
@@ -1436,11 +1449,46 @@ def test_a_pool_names_a_database_without_pgvector_then_forgets_it_once_a_connect
 
 
 def test_pool_makers_keep_the_callers_connection_class(db, dsn):
-    """The recording of failed attempts subclasses a caller's ``connection_class``, not replacing it."""
+    """The recording of failed attempts subclasses a caller's ``connection_class``, not replacing it, and
+    records with it; another pool's class given to a new pool records only in the new pool's (review: a
+    healthy pool had been named unreachable for the other pool's refused attempts)."""
+    from psycopg_pool import PoolTimeout
+
+    from onetrip.pool import PoolUnreachableError
 
     class Mine(psycopg.Connection):  # type: ignore[type-arg]
         pass
 
     with make_pool(dsn, min_size=1, max_size=1, timeout=5, connection_class=Mine) as pool:
         with pool.connection() as conn:
-            assert isinstance(conn, Mine)
+            assert isinstance(conn, Mine) and type(conn).__name__ == "Mine" and "Mine" in repr(conn)
+            refused = make_pool(_refused_dsn(), min_size=1, max_size=1, timeout=1, connection_class=pool.connection_class)
+            try:
+                with pytest.raises(PoolUnreachableError, match="Connection refused"):
+                    with refused.connection():
+                        pass
+            finally:
+                refused.close()
+            with pytest.raises(PoolTimeout) as caught:  # this pool is busy, not unreachable
+                with pool.connection(timeout=0.3):
+                    pass
+            assert type(caught.value) is PoolTimeout, caught.value
+
+
+def test_a_failed_attempt_that_started_before_a_success_does_not_name_the_pool_unreachable():
+    """The pool's record keeps the failure of the latest-started attempt: a connect that waited out its
+    connect_timeout while a later one opened a connection is not the pool's state (review: whichever ended
+    last had won, and a pool that connected again was named unreachable until the next attempt)."""
+    from onetrip.pool import Opened
+
+    record = Opened()
+    assert record.unreachable() is not None  # nothing opened yet: not busy
+    slow, quick = record.started(), record.started()
+    record.succeeded(quick)
+    record.failed(slow, "connection timeout expired")
+    assert record.unreachable() is None
+    later = record.started()
+    record.failed(later, "Connection refused")
+    assert record.unreachable() == "the pool could not open a connection: Connection refused"
+    record.succeeded(record.started())
+    assert record.unreachable() is None

@@ -69,8 +69,8 @@ class Opened:
             if self.failed_attempt > self.opened_attempt:
                 return f"the pool could not open a connection: {self.failure}"
             if self.count == 0:  # nothing opened, none failed yet: it cannot be busy
-                return ("the pool has not opened a connection yet and its first attempt has not ended (a server "
-                        "that does not answer is waited for up to connect_timeout)")
+                return ("the pool has not opened a connection yet and its first attempt has not ended (the server is "
+                        "slow to answer, or does not answer: libpq waits for it up to connect_timeout)")
             return None
 
 
@@ -121,6 +121,8 @@ def _recording(base: type[Any], opened: Opened) -> type[Any]:
     class Recording(base):  # type: ignore[misc, valid-type]
         @classmethod
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            if not _records(cls, Recording):
+                return super().connect(conninfo, **kwargs)
             attempt = opened.started()
             try:
                 conn = super().connect(conninfo, **kwargs)
@@ -139,6 +141,8 @@ def _recording_async(base: type[Any], opened: Opened) -> type[Any]:
     class Recording(base):  # type: ignore[misc, valid-type]
         @classmethod
         async def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
+            if not _records(cls, Recording):
+                return await super().connect(conninfo, **kwargs)
             attempt = opened.started()
             try:
                 conn = await super().connect(conninfo, **kwargs)
@@ -154,7 +158,19 @@ def _recording_async(base: type[Any], opened: Opened) -> type[Any]:
 def _named_as(cls: type[Any], base: type[Any]) -> type[Any]:
     """``cls`` under ``base``'s names, so that its connections' reprs stay psycopg's (or the caller's)."""
     cls.__name__, cls.__qualname__, cls.__module__ = base.__name__, base.__qualname__, base.__module__
+    setattr(cls, _RECORDED, base)
     return cls
+
+
+#: the attribute a recording class keeps the class it wraps under
+_RECORDED = "_onetrip_recorded"
+
+
+def _records(cls: type[Any], recording: type[Any]) -> bool:
+    """Whether ``recording`` is the recording class nearest ``cls`` (the one its pool made): another onetrip
+    pool's ``connection_class``, given to a new pool or subclassed for it, is inside the new pool's, and had
+    recorded the new pool's attempts in the other pool's record too (found by review)."""
+    return next(c for c in cls.__mro__ if _RECORDED in c.__dict__) is recording
 
 
 class ConnectionPool(psycopg_pool.ConnectionPool):  # type: ignore[type-arg]
