@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -114,6 +115,23 @@ def _setup_failure(e: BaseException) -> str:
 _ATTEMPT = "_onetrip_attempt"
 
 
+@contextmanager
+def _attempt(opened: Opened, conninfo: str) -> Iterator[Callable[[Any], Any]]:
+    """One connection attempt of a pool, numbered: its failure recorded in ``opened``, its connection marked
+    with its number (for ``configure`` to report on) by the function this yields."""
+    attempt = opened.started()
+
+    def numbered(conn: Any) -> Any:
+        setattr(conn, _ATTEMPT, attempt)
+        return conn
+
+    try:
+        yield numbered
+    except Exception as e:
+        opened.failed(attempt, _failure(e, conninfo))
+        raise
+
+
 def _recording(base: type[Any], opened: Opened) -> type[Any]:
     """``base`` (psycopg's Connection, or the caller's ``connection_class``) with a connect() that records its
     failure in ``opened``: the pool calls it, catches the error and only logs it."""
@@ -123,14 +141,8 @@ def _recording(base: type[Any], opened: Opened) -> type[Any]:
         def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
             if not _records(cls, Recording):
                 return super().connect(conninfo, **kwargs)
-            attempt = opened.started()
-            try:
-                conn = super().connect(conninfo, **kwargs)
-            except Exception as e:
-                opened.failed(attempt, _failure(e, conninfo))
-                raise
-            setattr(conn, _ATTEMPT, attempt)
-            return conn
+            with _attempt(opened, conninfo) as numbered:
+                return numbered(super().connect(conninfo, **kwargs))
 
     return _named_as(Recording, base)
 
@@ -143,14 +155,8 @@ def _recording_async(base: type[Any], opened: Opened) -> type[Any]:
         async def connect(cls, conninfo: str = "", **kwargs: Any) -> Any:
             if not _records(cls, Recording):
                 return await super().connect(conninfo, **kwargs)
-            attempt = opened.started()
-            try:
-                conn = await super().connect(conninfo, **kwargs)
-            except Exception as e:
-                opened.failed(attempt, _failure(e, conninfo))
-                raise
-            setattr(conn, _ATTEMPT, attempt)
-            return conn
+            with _attempt(opened, conninfo) as numbered:
+                return numbered(await super().connect(conninfo, **kwargs))
 
     return _named_as(Recording, base)
 
