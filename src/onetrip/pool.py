@@ -262,7 +262,8 @@ def make_pool(
     open: bool = True,
     **kwargs: Any,
 ) -> Any:
-    """A `psycopg_pool.ConnectionPool` for `Retriever(pool)`.
+    """A `psycopg_pool.ConnectionPool` for `Retriever(pool)`, whose PoolTimeout is `PoolUnreachableError`,
+    naming why, when the pool could not open a connection (psycopg_pool's only logs it).
 
     ``statement_timeout`` (seconds) has the server cancel a statement that runs
     longer (psycopg raises ``QueryCanceled``), so that a search blocked by a lock
