@@ -81,7 +81,7 @@ def test_the_ingestion_example_in_a_folder_of_documents(db, dsn, embedder, tmp_p
     printed = capsys.readouterr().out.split()
     assert {"espresso-machine-manual.md", "remote-work-policy.html", "travel-insurance-policy.md"} <= set(printed)
     assert ns["page"] == []  # after the last document of a one-page list: the next page is empty
-    rows = db.execute("SELECT DISTINCT collection, acl FROM documents").fetchall()
+    rows = db.execute("SELECT DISTINCT collection, acl FROM kb_documents").fetchall()  # the example's prefix
     assert rows == [("policies", ["hr"])]
 
 
