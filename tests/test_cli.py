@@ -492,6 +492,26 @@ def test_ingest_of_only_missing_paths_is_bad_input_and_touches_nothing(dsn, tmp_
     assert res.returncode == 0 and "note: no files to ingest in" in res.stderr and ".md" in res.stderr
 
 
+def test_an_empty_path_is_bad_input_not_the_current_folder(dsn, db):
+    """Path("") is "."; `onetrip ingest "$DOCS"` with DOCS unset had ingested whatever folder the shell was in
+    (with --delete-missing, it would have deleted the documents stored from the real folder). Found by review."""
+    from onetrip import ingest_paths
+    from onetrip.errors import InputDocumentError
+
+    res = onetrip("ingest", "", "--prefix", "empty_", dsn=dsn)
+    assert res.returncode == 2, res.stderr
+    assert "'': an empty path (an unset variable?)" in res.stderr and "nothing was ingested" in res.stderr
+    assert db.execute("SELECT to_regclass('empty_sections')").fetchone()[0] is None
+    from onetrip import Layout, init_schema
+
+    from .embedders import HashEmbedder
+
+    layout = init_schema(db, Layout(dim=384, prefix="empty_"))
+    with pytest.raises(InputDocumentError, match="an empty path"):
+        ingest_paths(db, [str(DEMO), ""], layout=layout, embedder=HashEmbedder())
+    assert db.execute("SELECT count(*) FROM empty_documents").fetchone()[0] == 0
+
+
 @pytest.mark.parametrize("args, names", [(("search", "x", "-k", "abc"), "argument -k: invalid int value: 'abc'"),
                                          (("ingest",), "the following arguments are required: paths"),
                                          (("sarch", "x"), "invalid choice: 'sarch'")])
