@@ -598,3 +598,31 @@ def test_a_long_word_glued_by_control_characters_and_one_in_a_heading_cost_their
     word = "y" * 3000
     s = Section("s", None, 0, 1, word, (word,), "short text", 2, "s")
     assert passage_tokens("d.md", [s])[0] >= 3000 // 4  # the heading path in the header
+
+
+def test_a_heading_too_long_is_cut_in_the_path_and_kept_whole_in_its_section(tmp_path):
+    """Every part of a section carries its heading path and the title, read and counted with each part: a
+    200 KB heading (a broken Markdown file's) had taken 71 s and 1.8 GB to ingest, its text repeated in each of
+    167 parts. Now a heading over MAX_HEADING_CHARS is cut at a word with "…" (and so is the title it gives),
+    and its whole text is its section's first paragraph: no word is lost, none is repeated per part. The anchor
+    made from it is cut too (found while measuring: each part's passage header, with the anchor, was counted)."""
+    from onetrip.sections import MAX_HEADING_CHARS
+
+    long_heading = " ".join(f"word{i}" for i in range(2000))
+    path = tmp_path / "broken.md"
+    path.write_text(f"# {long_heading}\n\n" + "Body text of the section. " * 400 + "\n\n## Short\n\nMore.\n")
+    doc = parse_file(path)
+    assert len(doc.title) <= MAX_HEADING_CHARS + 2 and doc.title.endswith(" …")
+    first = doc.sections[0]
+    assert first.heading == first.heading_path[0] == doc.title
+    assert long_heading.startswith(first.heading[:-2]) and first.heading[-3] != " "  # cut after a whole word
+    parts = [s for s in doc.sections if s.heading_path == first.heading_path]
+    words = " ".join(s.content for s in parts).split()
+    assert words[:2000] == long_heading.split()  # the whole heading, once, in its section's text (split in parts)
+    assert sum(s.content.count("word1999") for s in doc.sections) == 1
+    assert all(len(" / ".join(s.heading_path)) <= 2 * (MAX_HEADING_CHARS + 2) for s in doc.sections)
+    assert all(len(s.anchor or "") <= MAX_HEADING_CHARS for s in doc.sections)  # made from the heading: cut too
+    assert doc.sections[-1].heading_path == (doc.title, "Short")
+    short = tmp_path / "fine.md"
+    short.write_text("# " + "x" * MAX_HEADING_CHARS + "\n\nText.\n")  # at the limit: as written
+    assert parse_file(short).sections[0].heading == "x" * MAX_HEADING_CHARS

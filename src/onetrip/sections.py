@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 15
+SECTIONING = 16
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -125,7 +125,13 @@ repeated page heading); a <nav> left open (the last, when no text follows it) ke
 page had been dropped as navigation); breadcrumb trails and Confluence's page metadata are dropped. Markdown:
 TOML front matter between `+++` lines (Hugo, Zola) is metadata and title, not text; an .mdx file is Markdown
 without MDX's imports, exports, component tag lines and comments. 5 of the PostgreSQL manual's 1,167 pages are
-cut differently (their footnotes)."""
+cut differently (their footnotes);
+16: (2026-12-07, found by review) a heading over MAX_HEADING_CHARS characters is cut at a word with "…" in the
+heading and heading path, its whole text the first paragraph of its section, and so is a document's title (an
+anchor is cut there too) (a 200 KB heading, a broken
+Markdown file's, had been read once per part of its section: 71 s and 1.8 GB to ingest); reStructuredText title
+markup never closed is given up at the next opener (quadratic before). The PostgreSQL manual is cut as under 15
+(its longest heading: 68 characters)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
@@ -430,6 +436,21 @@ class _Node:
         return sum(c for c in self.counts if c is not None)
 
 
+MAX_HEADING_CHARS = 300
+"""A longer heading is cut (`_shown_heading`), and a longer anchor (made from it): every part of a section
+carries its heading path and anchor, read and counted with each part, so a 200 KB heading (a broken file's) had
+cost its length times its parts."""
+
+
+def _shown_heading(text: str) -> str:
+    """``text`` if it is at most MAX_HEADING_CHARS long, else its start, cut at a word, and "…"."""
+    if len(text) <= MAX_HEADING_CHARS:
+        return text
+    cut = text[:MAX_HEADING_CHARS]
+    space = cut.rfind(" ")
+    return (cut[:space] if space > MAX_HEADING_CHARS // 2 else cut).rstrip() + " …"
+
+
 def _tree(blocks: Sequence[Block]) -> list[_Node]:
     nodes: list[_Node] = []
     stack: list[_Node] = []
@@ -440,8 +461,12 @@ def _tree(blocks: Sequence[Block]) -> list[_Node]:
             while stack and stack[-1].level >= level:
                 stack.pop()
             parent = stack[-1] if stack else None
-            path = (parent.path if parent else ()) + (b.text,)
-            current = _Node(level, b.text, b.raw or b.text, b.anchor, path, parent)
+            heading = _shown_heading(b.text)
+            path = (parent.path if parent else ()) + (heading,)
+            anchor = b.anchor[:MAX_HEADING_CHARS] if b.anchor else b.anchor  # made from the heading: as long
+            current = _Node(level, heading, b.raw or b.text, anchor, path, parent)
+            if heading != b.text:  # its words are kept, as its section's first paragraph
+                current.blocks.append(ContentBlock("paragraph", b.text))
             nodes.append(current)
             stack.append(current)
         else:
@@ -876,7 +901,7 @@ def _parse_text(path: Path, text: str, *, count_tokens: TokenCounter, max_tokens
         title, blocks, metadata = "", [ContentBlock("paragraph", text.strip("\n"))], {}
         fmt = "text"
         lost = None
-    title = title or path.stem
+    title = _shown_heading(title or path.stem)  # read with every part, as a heading path is
     sections = build_sections(
         blocks, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens, title=title
     )
