@@ -623,6 +623,15 @@ def test_a_heading_too_long_is_cut_in_the_path_and_kept_whole_in_its_section(tmp
     assert all(len(" / ".join(s.heading_path)) <= 2 * (MAX_HEADING_CHARS + 2) for s in doc.sections)
     assert all(len(s.anchor or "") <= MAX_HEADING_CHARS for s in doc.sections)  # made from the heading: cut too
     assert doc.sections[-1].heading_path == (doc.title, "Short")
+    # once, also when a tiny section merges into it (the merge had put its heading in again) and where HTML
+    # resumes its section after a nested one (each resume had added it again); found by review
+    merged = tmp_path / "merged.md"
+    merged.write_text(f"# T\n\n## tiny\n\nhi\n\n## {long_heading}\n\nbody text here.\n")
+    assert sum(s.content.count("word1999") for s in parse_file(merged).sections) == 1
+    resumed = tmp_path / "resumed.html"
+    resumed.write_text(f"<section><h2>{long_heading}</h2><p>a</p><section><h3>Sub</h3><p>b</p></section>"
+                       "<p>after</p></section>")
+    assert sum(s.content.count("word1999") for s in parse_file(resumed).sections) == 1
     short = tmp_path / "fine.md"
     short.write_text("# " + "x" * MAX_HEADING_CHARS + "\n\nText.\n")  # at the limit: as written
     assert parse_file(short).sections[0].heading == "x" * MAX_HEADING_CHARS

@@ -48,15 +48,15 @@ _NOT_TITLE = re.compile(r"(?:[-*+\u2022\u2023\u2043]|\.\.|\||>>>)(?:[ \t]|$)|:[^
 _URI_TARGET = re.compile(r"\.\.[ \t]+_(?:`([^`]+)`|([^:`]+)):[ \t]+\S")
 _INLINE_TARGET = re.compile(r"(?<![\w`])_`([^`]+)`")
 #: inline markup, one pass (what one removes cannot make another), docutils' start and end rules roughly: a role
-#: (its text, without <target> or ~), a literal, a link with its URI, interpreted text, strong, emphasis. A literal
-#: or strong text holds no `` or ** of its own, and a link's <URI> no backquote, so an opener never closed is given
-#: up at the next one, not at the line's end: 30,000 unclosed ** in a title had taken minutes (found by review). Unlike
-#: docutils, "**a **b**" is then "**a b", not "a **b" (a closer must follow its text, docutils' reading here)
-_INLINE = re.compile(r"(?<![\w\\]):[\w.+:-]+:`(?P<role>[^`]+)`(?!\w)"
-                     r"|(?<![\w\\`])``(?P<literal>\S(?:(?:(?!``).)*?\S)?)``(?!`)"
-                     r"|(?<![\w\\`])`(?P<link>[^`<]*?)\s*<[^>`]*>`__?(?!\w)"
+#: (its text, without <target> or ~), a literal, a link with its URI, interpreted text, strong, emphasis. A role's
+#: name, a literal's or strong text and a link's <URI> are searched for so far only (64, 200, 200 and 500
+#: characters): an opener never closed had been searched for to the line's end once per opener, and 30,000 of
+#: them in a title took minutes (found by review); longer spans stay as written
+_INLINE = re.compile(r"(?<![\w\\]):[\w.+:-]{1,64}:`(?P<role>[^`]+)`(?!\w)"
+                     r"|(?<![\w\\`])``(?P<literal>\S(?:.{0,200}?\S)?)``(?!`)"
+                     r"|(?<![\w\\`])`(?P<link>[^`<]*?)\s*<[^>]{0,500}>`__?(?!\w)"
                      r"|(?<![\w\\`])`(?P<text>[^`\s](?:[^`]*[^`\s])?)`(?::[\w.+:-]+:|__?)?(?![\w`])"
-                     r"|(?<![\w\\*])\*\*(?P<strong>\S(?:(?:(?!\*\*).)*?\S)?)\*\*(?![\w*])"
+                     r"|(?<![\w\\*])\*\*(?P<strong>\S(?:.{0,200}?\S)?)\*\*(?![\w*])"
                      r"|(?<![\w\\*])\*(?P<emphasis>[^*\s](?:[^*]*[^*\s])?)\*(?![\w*])")
 
 # docutils.nodes' tables for make_id: letters NFKD does not take to ASCII (after lowercasing)

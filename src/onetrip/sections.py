@@ -127,8 +127,8 @@ TOML front matter between `+++` lines (Hugo, Zola) is metadata and title, not te
 without MDX's imports, exports, component tag lines and comments. 5 of the PostgreSQL manual's 1,167 pages are
 cut differently (their footnotes);
 16: (2026-12-07, found by review) a heading over MAX_HEADING_CHARS characters is cut at a word with "…" in the
-heading and heading path, its whole text the first paragraph of its section, and so is a document's title (an
-anchor is cut there too) (a 200 KB heading, a broken
+heading and heading path, its whole text the first paragraph of its section, and so is a document's title (the
+heading's anchor is cut there too) (a 200 KB heading, a broken
 Markdown file's, had been read once per part of its section: 71 s and 1.8 GB to ingest); reStructuredText title
 markup never closed is given up at the next opener (quadratic before). The PostgreSQL manual is cut as under 15
 (its longest heading: 68 characters)."""
@@ -455,6 +455,7 @@ def _tree(blocks: Sequence[Block]) -> list[_Node]:
     nodes: list[_Node] = []
     stack: list[_Node] = []
     current: _Node | None = None
+    kept: set[tuple[int, str, str | None]] = set()  # the cut headings whose whole text a section holds
     for b in blocks:
         if isinstance(b, HeadingBlock):
             level = min(max(int(b.level), 1), MAX_LEVEL)
@@ -463,10 +464,14 @@ def _tree(blocks: Sequence[Block]) -> list[_Node]:
             parent = stack[-1] if stack else None
             heading = _shown_heading(b.text)
             path = (parent.path if parent else ()) + (heading,)
-            anchor = b.anchor[:MAX_HEADING_CHARS] if b.anchor else b.anchor  # made from the heading: as long
-            current = _Node(level, heading, b.raw or b.text, anchor, path, parent)
-            if heading != b.text:  # its words are kept, as its section's first paragraph
-                current.blocks.append(ContentBlock("paragraph", b.text))
+            if heading == b.text:
+                current = _Node(level, heading, b.raw or b.text, b.anchor, path, parent)
+            else:  # cut: so is the anchor made from it, and a merge puts the cut heading in (found by review)
+                anchor = b.anchor[:MAX_HEADING_CHARS] if b.anchor else b.anchor
+                current = _Node(level, heading, heading, anchor, path, parent)
+                if (level, b.text, b.anchor) not in kept:  # not again where HTML resumes the section
+                    kept.add((level, b.text, b.anchor))
+                    current.blocks.append(ContentBlock("paragraph", b.text))  # its words, once
             nodes.append(current)
             stack.append(current)
         else:
