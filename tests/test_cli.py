@@ -514,7 +514,9 @@ def test_an_empty_path_is_bad_input_not_the_current_folder(dsn, db):
 
 @pytest.mark.parametrize("args, names", [(("search", "x", "-k", "abc"), "argument -k: invalid int value: 'abc'"),
                                          (("ingest",), "the following arguments are required: paths"),
-                                         (("sarch", "x"), "invalid choice: 'sarch'")])
+                                         (("sarch", "x"), "invalid choice: 'sarch'"),
+                                         (("sql", "render", "--out", ""), "argument --out: empty (an unset variable?)"),
+                                         (("search", "x", "--model", ""), "argument --model: empty (an unset")])
 def test_a_usage_error_is_one_line_naming_it(args, names):
     """Found by the README review: "Errors are one line naming the cause", but argparse printed its whole
     usage block first (16 lines for `search -k abc`). Now one line, with where to read the options."""

@@ -69,8 +69,17 @@ def _pgvector_settings(p: argparse.ArgumentParser) -> None:
                         "selective filter returns fewer than k hits")
 
 
+def _given(value: str) -> str:
+    """An argparse type refusing "" (exit 2): an unset variable in `--out "$DIR"` had written to the current
+    folder, in `--model "$MODEL"` embedded with the default model (found by review)."""
+    if not value:
+        raise argparse.ArgumentTypeError("empty (an unset variable?): give a folder, or leave the option out for "
+                                         "its default")
+    return value
+
+
 def _model_option(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, metavar="FOLDER",
+    p.add_argument("--model", default=None, metavar="FOLDER", type=_given,
                    help="sentence-transformers model folder to embed with (default: $ONETRIP_MODEL, else the "
                         "bundled all-MiniLM-L6-v2); ingest records its name, and search must use the same")
 
@@ -283,7 +292,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--dim", type=int, default=384)
     r.add_argument("--schema", default=None)
     r.add_argument("--prefix", default="")
-    r.add_argument("--out", default="sql", help="output folder (default: ./sql)")
+    r.add_argument("--out", default="sql", type=_given, help="output folder (default: ./sql)")
     r.add_argument("--stdout", action="store_true", help="print instead of writing files")
 
     p = sub.add_parser("demo", help="ingest the bundled sample corpus (tables prefixed demo_) and answer sample questions")
