@@ -132,6 +132,19 @@ def _attempt(opened: Opened, conninfo: str) -> Iterator[Callable[[Any], Any]]:
         raise
 
 
+@contextmanager
+def _setting_up(opened: Opened, conn: Any) -> Iterator[None]:
+    """A pool's ``configure`` of a new connection: its failure recorded in ``opened``, else the connection
+    counted as opened (under the number `_attempt` gave it)."""
+    attempt = getattr(conn, _ATTEMPT, 0)
+    try:
+        yield
+    except Exception as e:
+        opened.failed(attempt, _setup_failure(e))
+        raise
+    opened.succeeded(attempt)
+
+
 def _recording(base: type[Any], opened: Opened) -> type[Any]:
     """``base`` (psycopg's Connection, or the caller's ``connection_class``) with a connect() that records its
     failure in ``opened``: the pool calls it, catches the error and only logs it."""
@@ -279,14 +292,10 @@ def make_pool(
     opened = Opened()
 
     def configure(conn: psycopg.Connection) -> None:
-        try:
+        with _setting_up(opened, conn):
             conn.autocommit = True
             register_adapters(conn)
             apply_settings(conn, settings)
-        except Exception as e:
-            opened.failed(getattr(conn, _ATTEMPT, 0), _setup_failure(e))
-            raise
-        opened.succeeded(getattr(conn, _ATTEMPT, 0))
 
     target = resolve_dsn(dsn)
     pool_options["connection_class"] = _recording(pool_options.get("connection_class", psycopg.Connection), opened)
@@ -327,14 +336,10 @@ def make_async_pool(
     opened = Opened()
 
     async def configure(conn: psycopg.AsyncConnection) -> None:
-        try:
+        with _setting_up(opened, conn):
             await conn.set_autocommit(True)
             await register_adapters_async(conn)
             await apply_settings_async(conn, settings)
-        except Exception as e:
-            opened.failed(getattr(conn, _ATTEMPT, 0), _setup_failure(e))
-            raise
-        opened.succeeded(getattr(conn, _ATTEMPT, 0))
 
     target = resolve_dsn(dsn)
     pool_options["connection_class"] = _recording_async(
