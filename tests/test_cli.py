@@ -512,6 +512,25 @@ def test_an_empty_path_is_bad_input_not_the_current_folder(dsn, db):
     assert db.execute("SELECT count(*) FROM empty_documents").fetchone()[0] == 0
 
 
+def test_the_filesystem_root_is_bad_input_not_walked(dsn, db):
+    """`onetrip ingest "$DOCS/"` with DOCS unset is `onetrip ingest /`: it had walked the whole filesystem.
+    Found by review."""
+    from onetrip import Layout, ingest_paths, init_schema
+    from onetrip.errors import InputDocumentError
+
+    from .embedders import HashEmbedder
+
+    res = onetrip("ingest", "/", "--prefix", "root_", dsn=dsn)
+    assert res.returncode == 2, res.stderr
+    assert "/: the filesystem root (an unset variable in \"$DOCS/\"?)" in res.stderr, res.stderr
+    assert "nothing was ingested" in res.stderr and "Traceback" not in res.stderr
+    layout = init_schema(db, Layout(dim=384, prefix="root_"))
+    for root in ["//", "/.", "/tmp/..", Path("/")]:
+        with pytest.raises(InputDocumentError, match="the filesystem root"):
+            ingest_paths(db, [str(DEMO), root], layout=layout, embedder=HashEmbedder())
+    assert db.execute("SELECT count(*) FROM root_documents").fetchone()[0] == 0
+
+
 @pytest.mark.parametrize("args, names", [(("search", "x", "-k", "abc"), "argument -k: invalid int value: 'abc'"),
                                          (("ingest",), "the following arguments are required: paths"),
                                          (("sarch", "x"), "invalid choice: 'sarch'"),

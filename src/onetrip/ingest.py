@@ -141,7 +141,7 @@ def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
     its files for gone and deleted their documents.
     """
     for raw in [paths] if isinstance(paths, (str, os.PathLike)) else paths:
-        p = Path(_not_empty(raw))
+        p = Path(_checked_path(raw))
         if _is_dir(p):
             found: list[Path] = []
             for folder, dirs, names in os.walk(p, onerror=lambda e: found.append(Path(e.filename))):
@@ -154,12 +154,17 @@ def iter_files(paths: Paths) -> Iterator[tuple[Path, Path]]:
             yield p, p.parent
 
 
-def _not_empty(raw: str | os.PathLike[str]) -> str | os.PathLike[str]:
-    """``raw``, refused when it is "": Path("") is ".", and `onetrip ingest "$DOCS"` with DOCS unset had ingested
-    the folder the shell was in (with --delete-missing, deleting what was stored from the real one)."""
+def _checked_path(raw: str | os.PathLike[str]) -> str | os.PathLike[str]:
+    """``raw``, refused when it is "" or the filesystem root. Path("") is ".": `onetrip ingest "$DOCS"` with DOCS
+    unset had ingested the folder the shell was in (with --delete-missing, deleting what was stored from the real
+    one), and `onetrip ingest "$DOCS/"` walks the whole filesystem (found by review)."""
     if isinstance(raw, str) and not raw:
         raise InputDocumentError(repr(raw), "an empty path (an unset variable?): name a file or folder ('.' for "
                                  "the current folder); nothing was ingested")
+    resolved = Path(raw).resolve()
+    if resolved == Path(resolved.anchor):
+        raise InputDocumentError(str(raw), "the filesystem root (an unset variable in \"$DOCS/\"?): name the "
+                                 "documents' folder; nothing was ingested")
     return raw
 
 
@@ -578,7 +583,7 @@ def ingest_paths(
     require_autocommit(conn, "ingest_paths")  # each document commits in a transaction of its own
     report = IngestReport()
     check_access_values(collection, acl)
-    given = [Path(_not_empty(p)) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))]
+    given = [Path(_checked_path(p)) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))]
     planned = plan_files(given, doc_id)  # before any write: two files for one doc_id are refused
     # before any write: the tables as they are, not as the caller's Layout says. A Layout(dim=768) over a
     # vector(384) table had failed every file with COPY's multi-line 'expected 384 dimensions, not 768'; a prefix
