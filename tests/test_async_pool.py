@@ -347,6 +347,59 @@ def test_a_block_opened_by_another_thread_or_task_on_the_one_connection_joins_th
     asyncio.run(main())
 
 
+def test_a_block_opened_as_another_ends_on_the_one_connection_reads_one_snapshot(db, dsn, corpus):
+    """A review: over one connection, a task opening a block in the loop turn another block ended in sent its
+    BEGIN before that block's COMMIT (the count had dropped first; the COMMIT ran in a task queued behind it),
+    which then ended the transaction the new block read in: its calls ran in autocommit, outside any snapshot,
+    and its COMMIT found no transaction. It joins the ending block's snapshot, as `Retriever.snapshot`'s does."""
+    doc = corpus[0]
+    q = np.asarray(doc.embeddings[0], dtype=np.float32)
+    first = doc.sections[0].section_id
+
+    def content(hits) -> str:
+        return next(h.section.content for h in hits if h.section.section_id == first)
+
+    async def main() -> tuple[list[str], list[str], list[str], Any]:
+        ar = await AsyncRetriever.create(dsn, embedder=HashEmbedder())
+        notices: list[str] = []
+        ar.conn.add_notice_handler(lambda d: notices.append(d.message_primary or ""))
+        go, a_in = asyncio.Event(), asyncio.Event()
+        seen: list[str] = []
+        settings: list[str] = []
+        try:
+            async def a() -> None:
+                async with ar.snapshot():
+                    await ar.search(q, k=1)
+                    a_in.set()
+                    await go.wait()  # woken first ...
+
+            async def b() -> None:
+                await a_in.wait()
+                await go.wait()  # ... then this, in the same loop turn: before a's block has committed
+                async with ar.snapshot():
+                    cur = await ar.conn.execute("SELECT current_setting('transaction_read_only')")
+                    settings.append((await cur.fetchone())[0])
+                    seen.append(content(await ar.search(q, k=1)))
+                    db.execute("UPDATE sections SET content = 'RACED ' || content WHERE doc_id = %s AND "
+                               "section_id = %s", (doc.record.doc_id, first))
+                    seen.append(content(await ar.search(q, k=1)))
+            ta, tb = asyncio.create_task(a()), asyncio.create_task(b())
+            await a_in.wait()
+            await asyncio.sleep(0.05)
+            go.set()
+            await asyncio.gather(ta, tb)
+            after = content(await ar.search(q, k=1))
+            return seen, settings, notices, (ar.conn.info.transaction_status, after)
+        finally:
+            await ar.close()
+
+    seen, settings, notices, (status, after) = asyncio.run(main())
+    assert settings == ["on"], settings  # in a read-only transaction, not autocommit
+    assert len(seen) == 2 and seen[0] == seen[1] and not seen[0].startswith("RACED "), seen
+    assert not notices, notices  # no "there is already a transaction in progress", no "there is no transaction"
+    assert status == psycopg.pq.TransactionStatus.IDLE and after.startswith("RACED ")
+
+
 def test_a_snapshot_ends_its_transaction_whatever_happens_to_its_last_call(db, dsn, corpus):
     """Reviews of the snapshot join:
     - a task cancelled while its block's COMMIT waited for the connection (another task's statement on it) left

@@ -227,17 +227,25 @@ class AsyncRetriever:
                 failed = False
             finally:
                 _SNAPSHOT.reset(token)
-                left = IN_SNAPSHOT.pop(conn, 1) - 1  # counted before any await: a cancellation cannot skip it
-                if left:
-                    IN_SNAPSHOT[conn] = left
-                else:  # a block opened meanwhile sends its BEGIN after this COMMIT (the connection's own lock)
-                    # shielded: a cancellation while the COMMIT waited for the connection (another task's
-                    # statement on it) had left the transaction open for good, every later call reading it
-                    # (found by review); the task that ends it is held until it has
-                    end = asyncio.ensure_future(_end_snapshot(conn, failed))
-                    self._checks.add(end)
-                    end.add_done_callback(self._checks.discard)
-                    await asyncio.shield(end)
+                # shielded, and begun before any await: a cancellation while the COMMIT waited for the connection
+                # (another task's statement on it) had left the transaction open for good, every later call
+                # reading it (found by review); the task that ends it is held until it has
+                end = asyncio.ensure_future(self._leave_snapshot(conn, failed))
+                self._checks.add(end)
+                end.add_done_callback(self._checks.discard)
+                await asyncio.shield(end)
+
+    async def _leave_snapshot(self, conn: psycopg.AsyncConnection, failed: bool) -> None:
+        """One block fewer on ``conn``; the last one commits. Under the lock the BEGIN takes (over one
+        connection), as `Retriever.snapshot` does: with the count dropped before the COMMIT was sent, a block
+        another task opened meanwhile sent its BEGIN first, and this COMMIT ended the transaction that block
+        read in; its calls ran outside any snapshot, and its own COMMIT found none (found by review)."""
+        async with (self._snapshot_lock if self.pool is None else _NO_LOCK):
+            left = IN_SNAPSHOT.pop(conn, 1) - 1
+            if left:
+                IN_SNAPSHOT[conn] = left
+            else:
+                await _end_snapshot(conn, failed)
 
     def _pinned(self) -> psycopg.AsyncConnection | None:
         """The connection of this retriever's `snapshot` block that this task runs in. A task started inside the
