@@ -161,7 +161,10 @@ def _checked_path(raw: str | os.PathLike[str]) -> str | os.PathLike[str]:
     if isinstance(raw, str) and not raw:
         raise InputDocumentError(repr(raw), "an empty path (an unset variable?): name a file or folder ('.' for "
                                  "the current folder); nothing was ingested")
-    resolved = Path(raw).resolve()
+    try:  # not Path.resolve(), which raises on a symbolic link loop
+        resolved = Path(os.path.realpath(raw))
+    except (OSError, ValueError):  # a NUL in it: that path fails as it did, alone
+        return raw
     if resolved == Path(resolved.anchor):
         raise InputDocumentError(str(raw), "the filesystem root (an unset variable in \"$DOCS/\"?): name the "
                                  "documents' folder; nothing was ingested")
