@@ -140,6 +140,15 @@ def test_embeddings_that_are_not_numbers_or_out_of_range(r):
             r.query_vector(bad)
     with pytest.raises(TypeError, match="got None"):
         r.search(None, 3)
+    # a text the embedder gives None for: the embedder is named, not the caller's query (found by review)
+    real = r.embedder.embed_query
+    r.embedder.embed_query = lambda text: None
+    try:
+        for call in (r.search, r.assemble):
+            with pytest.raises(TypeError, match="^the embedder's embed_query returned None$"):
+                call("some text", 3)
+    finally:
+        r.embedder.embed_query = real
     # finite, but past what pgvector's float32 norm handles: every distance was 1.0 (or 0.0)
     for scale in (1e20, 1e-22):
         with pytest.raises(ValueError, match="normalise it"):

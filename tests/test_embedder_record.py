@@ -331,6 +331,10 @@ def test_http_answers_500_embedder_mismatch(db, dsn, tmp_path):
         assert status == 200 and data["hits"][0]["doc_id"] == "alpha.md"
         status, data, _ = call_many(base, {"queries": ["alpha", "beta"], "k": 1})
         assert_error(status, data, 500, "embedder_mismatch", "'hash-test'")
+    # a model of the recorded name making vectors of another size: the service's fault, said as such
+    with serving(dsn, embedder_factory=lambda: HashEmbedder(dim=16)) as base:
+        assert_error(*search(base, {"query": "alpha"}), 500, "embedder_mismatch", "makes 16-d vectors",
+                     "vector(384)")
 
 
 def call_many(base: str, body: dict) -> tuple:
@@ -649,3 +653,69 @@ def test_the_async_retriever_checks_the_model_off_the_event_loop(db, dsn, tmp_pa
         return seen
 
     assert asyncio.run(main()) == {name: [False] for name in calls}
+
+
+def test_a_document_stored_without_a_record_hides_no_other_documents_record(db, dsn, tmp_path):
+    """`replace_document` records no model. A retriever read any one document's record: that document, stored
+    first, hid the record the ingested ones hold, and another model's searches went unchecked. Found by review."""
+    from onetrip.store import replace_document
+    from onetrip.synthetic import generate
+
+    layout = init_schema(db, Layout())
+    doc = next(iter(generate(1, dim=384, seed=5)))
+    replace_document(db, layout, doc.record, doc.sections, doc.embeddings)
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    wrong = Retriever(db, embedder=OtherHashEmbedder())
+    assert wrong.recorded_embedders == ["hash-test"]
+    with pytest.raises(EmbedderMismatchError, match="embedded with 'hash-test'.*embeds with 'hash-other'"):
+        wrong.search("alpha", 1)
+    asyncio.run(_async_wrong_then_right(dsn, OtherHashEmbedder(), "'hash-test'"))
+
+
+@pytest.mark.parametrize("name", [None, 123, ""])
+def test_an_embedder_name_that_is_no_string_is_refused_not_recorded(db, tmp_path, name):
+    """A name of None or 123 was stored as JSON null or a number, which the model checks (strings only) read as
+    no record: another model's ingest and searches then passed. Found by review."""
+
+    class Unnamed(HashEmbedder):
+        pass
+
+    Unnamed.name = name  # type: ignore[assignment]
+    layout = init_schema(db, Layout())
+    with pytest.raises(TypeError, match="embedder's name must be a non-empty string"):
+        ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=Unnamed())
+    assert documents(db) == {}
+    ingest_paths(db, [tmp_path / "a"], layout=layout, embedder=HashEmbedder())
+    with pytest.raises(TypeError, match="embedder's name must be a non-empty string"):
+        Retriever(db, embedder=Unnamed()).search("alpha", 1)
+
+
+def test_ingest_paths_refuses_what_is_not_an_embedder_before_reading(db, tmp_path):
+    """A model folder's path given as the embedder had failed with AttributeError: 'str' object has no attribute
+    'dim'; a retriever already said what to pass. Found by review."""
+    layout = init_schema(db, Layout())
+    folder = write_docs(tmp_path / "a", "alpha")
+    with pytest.raises(TypeError, match="must be an Embedder .*got str.*SentenceTransformerEmbedder"):
+        ingest_paths(db, [folder], layout=layout, embedder=str(tmp_path))  # type: ignore[arg-type]
+    with pytest.raises(TypeError, match="ingest_paths needs an embedder"):
+        ingest_paths(db, [folder], layout=layout, embedder=None)  # type: ignore[arg-type]
+    assert documents(db) == {}
+
+
+def test_a_retriever_names_a_dimension_mismatch_before_comparing_the_model(db, dsn, tmp_path):
+    """A model named as the recorded one but making 16-d vectors for a 384-d table had been told its vectors
+    differ ('another version or fine-tune?'); ingest calls it a dimension mismatch, and so does search now."""
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    with pytest.raises(DimensionMismatchError, match=r"embedder hash-test makes 16-d vectors but the sections "
+                                                     r"table sections stores vector\(384\)"):
+        Retriever(db, embedder=HashEmbedder(dim=16)).search("alpha", 1)
+
+    async def main() -> None:
+        r = await AsyncRetriever.create(dsn, embedder=HashEmbedder(dim=16))
+        try:
+            with pytest.raises(DimensionMismatchError, match="makes 16-d vectors"):
+                await r.search("alpha", 1)
+        finally:
+            await r.close()
+    asyncio.run(main())

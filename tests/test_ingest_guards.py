@@ -940,6 +940,26 @@ def test_an_embedder_returning_too_few_vectors_stores_none_of_its_batch(db, tmp_
     assert report.new == 2 and report.failed == []
 
 
+class _Flat(HashEmbedder):
+    """An embedder that returns its batch's numbers as one flat array (a reshape forgotten)."""
+
+    def embed_documents(self, texts):
+        return super().embed_documents(texts).reshape(-1)
+
+
+def test_an_embedder_returning_a_flat_array_is_named_by_its_shape(db, tmp_path):
+    """A flat array of 4 x 384 numbers had been told 'returned 1536 vectors for 4 sections'. Found by review."""
+    init_schema(db)
+    for name in ("a.md", "b.md", "c.md", "d.md"):
+        (tmp_path / name).write_text(f"# {name}\n\nThe {name} section says this once.\n")
+    report = ingest_paths(db, [tmp_path], layout=Layout(), embedder=_Flat(), batch_sections=1000)
+    assert report.new == 0 and len(report.failed) == 4
+    assert {why for _, why in report.failed} == {("the embedder 'hash-test' returned an array of shape (1536,) for 4 "
+                                                  "sections (this batch of 4 files); none was stored, as a vector "
+                                                  "could not be matched to its section")}
+    assert list_documents(db, Layout()) == []
+
+
 def test_embeddings_halfvec_cannot_hold_are_refused_naming_the_section(db, tmp_path):
     """Found by review: a halfvec table stored a vector of components ~1e-9 (length 2.8e-9, inside the range
     float32 checks allow) as all zeros; dense search never found it and every hybrid search reaching it failed

@@ -57,6 +57,17 @@ def embedder_dim(embedder: Embedder) -> int:
     return int(dim)
 
 
+def embedder_name(embedder: Embedder) -> str:
+    """``embedder.name`` if it is a non-empty string: a TypeError naming it otherwise. Ingest records it and every
+    model check compares it; a name of None or 123 was stored as JSON null or a number, which the checks (strings
+    only) read as no record, so another model's ingest and searches passed unchecked (found by review)."""
+    name = embedder.name
+    if not isinstance(name, str) or not name:
+        raise TypeError(f"embedder's name must be a non-empty string (ingest records it, and searches compare it, "
+                        f"to keep one model per table), got {type(name).__name__} {name!r:.80}")
+    return name
+
+
 @runtime_checkable
 class Embedder(Protocol):
     """What onetrip needs from an embedding model."""

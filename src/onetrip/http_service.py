@@ -91,8 +91,8 @@ from starlette.routing import Route
 from .async_retrieve import AsyncRetriever, read_layout_async
 from .cli import context_to_json, document_to_json, explained_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
-from .errors import (ConnectionFailedError, ConnectionLostError, EmbedderMismatchError, OnetripError,
-                     SchemaMissingError, ServerRequirementError, missing_table_error)
+from .errors import (ConnectionFailedError, ConnectionLostError, DimensionMismatchError, EmbedderMismatchError,
+                     OnetripError, SchemaMissingError, ServerRequirementError, missing_table_error)
 from .explain import KINDS as EXPLAIN_KINDS
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, SEARCH_K,
                        TOKENS_PER_HIT, Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion,
@@ -776,7 +776,7 @@ class Service:
         """The service's embedder, once the retriever has checked it is the one the documents were ingested with."""
         try:
             return r.embedder
-        except EmbedderMismatchError as e:
+        except (EmbedderMismatchError, DimensionMismatchError) as e:  # another model, or one of another size
             raise ApiError(500, "embedder_mismatch", str(e)) from None
 
     def embed(self, r: AsyncRetriever, texts: Sequence[str]) -> list[Any]:

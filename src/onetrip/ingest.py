@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 import psycopg
 
-from .embedders import Embedder, check_embedder, check_probe, embedder_dim, embedder_probe, probe_differs
+from .embedders import (Embedder, check_embedder, check_embedder_object, check_probe, embedder_dim, embedder_name,
+                        embedder_probe, probe_differs)
 from .errors import DimensionMismatchError, IngestInterruptedError, InputDocumentError, OnetripError
 from .sections import (
     HTML_SUFFIXES,
@@ -584,6 +585,11 @@ def ingest_paths(
     documents waited for the whole run, and closing the connection lost it all.
     """
     require_autocommit(conn, "ingest_paths")  # each document commits in a transaction of its own
+    if embedder is None:  # None is "the default" to a retriever, not to ingest, which records what embedded
+        raise TypeError("ingest_paths needs an embedder: onetrip.embedders.SentenceTransformerEmbedder() for the "
+                        "bundled model")
+    check_embedder_object(embedder)  # a model folder's path: a TypeError saying so, not AttributeError 'dim'
+    embedder_name(embedder)  # recorded on every document: a string, or the model checks read no record
     report = IngestReport()
     check_access_values(collection, acl)
     given = [Path(_checked_path(p)) for p in ([paths] if isinstance(paths, (str, os.PathLike)) else list(paths))]
@@ -635,7 +641,9 @@ def ingest_paths(
             except TypeError:
                 n_vectors = None
             if n_vectors != len(todo):  # each document's slice would take another's vectors: none is stored
-                got = f"{n_vectors} vectors" if n_vectors is not None else f"a {type(made).__name__}"
+                # a flat array of the batch's numbers is named by its shape: 'returned 1536 vectors' had misled
+                got = (f"an array of shape {tuple(made.shape)}" if getattr(made, "ndim", 2) != 2
+                       else f"{n_vectors} vectors" if n_vectors is not None else f"a {type(made).__name__}")
                 why = (f"the embedder {embedder.name!r} returned {got} for {len(todo)} sections (this "
                        f"batch of {len(pending)} files); none was stored, as a vector could not be matched to its "
                        "section")

@@ -38,10 +38,12 @@ from .embedders import (
     check_embedder_object,
     check_length,
     check_recorded_probe,
+    embedder_dim,
+    embedder_name,
     embedder_probe,
     nan_distance_error,
 )
-from .errors import ConnectionLostError, missing_table_error
+from .errors import ConnectionLostError, DimensionMismatchError, missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
 from .sections import MAX_LEVEL
@@ -710,8 +712,9 @@ def bind_vector(plan: Plan, vector: np.ndarray | None, dim: int) -> dict[str, An
     if not plan.needs_vector:
         return plan.params
     vec = vector if vector is not None else plan.vector
-    if vec is None:
-        raise TypeError("the query must be a text or an embedding, got None")
+    if vec is None:  # a text's: the embedder's embed_query gave None (the caller's text was not None)
+        raise TypeError("the embedder's embed_query returned None" if plan.embed is not None else
+                        "the query must be a text or an embedding, got None")
     vec = as_vector(vec, dim, check_finite=False)
     return {**plan.params, "query_embedding": vec}  # dumped by onetrip.psycopg_adapters.Float32VectorDumper
 
@@ -891,6 +894,13 @@ def check_model(r: Any, embedder: Embedder) -> bool:
     service's /health, another thread) replaced it, and the new record is checked on the next call."""
     record = r.recorded_embedders
     table = r.layout.tables["documents"]
+    name = embedder_name(embedder)  # not a string: a TypeError, not a model check that reads no record
+    # the dimension first: a model also named as the recorded one but making vectors of another size had been
+    # told its vectors differ ('another version or fine-tune?'), which ingest reports as a dimension mismatch
+    dim = embedder_dim(embedder)
+    if dim != r.layout.dim:
+        raise DimensionMismatchError(f"embedder {name} makes {dim}-d vectors but the sections table "
+                                     f"{r.layout.tables['sections']} stores {r.layout.vector_type}({r.layout.dim})")
     check_embedder(record, embedder, table)
     probe = r.recorded_probe
     if probe is not None:

@@ -297,14 +297,19 @@ RECORD_KEYS = {"k": EMBEDDER_KEY, "p": EMBEDDER_PROBE_KEY}
 
 
 def recorded_embedders_query(layout: Layout) -> sql.Composed:
-    """What any one stored document says of its embedder: its name and its probe (binds: RECORD_KEYS).
+    """What any one stored document with a record says of its embedder: its name and its probe (binds:
+    RECORD_KEYS). No row when none has one.
 
-    One row, no scan: what a retriever reads when it is made (ingest keeps one
-    model per table). Ingest reads every document's, `recorded_models`.
+    What a retriever reads when it is made (ingest keeps one model per table); the
+    first row with a record ends the scan. Any one row had been read: a document
+    stored by `replace_document`, which records no model, hid the others' record,
+    and a search embedded with another model unchecked (found by review). Ingest
+    reads every document's, `recorded_models`.
     """
-    return sql.SQL("SELECT CASE WHEN jsonb_typeof(metadata -> %(k)s) = 'string' THEN metadata ->> %(k)s END, "
+    return sql.SQL("SELECT metadata ->> %(k)s, "
                    "CASE WHEN jsonb_typeof(metadata -> %(p)s) = 'array' THEN metadata -> %(p)s END "
-                   "FROM {} LIMIT 1").format(sql.SQL(layout.tables["documents"]))
+                   "FROM {} WHERE jsonb_typeof(metadata -> %(k)s) = 'string' LIMIT 1").format(
+        sql.SQL(layout.tables["documents"]))
 
 
 def recorded_models(conn: psycopg.Connection, layout: Layout) -> list[tuple[str, Any, int]]:
