@@ -212,6 +212,24 @@ def test_serve_on_a_port_in_use_is_one_line_and_exit_1(dsn):
     assert "Traceback" not in res.stderr and "Started server process" not in res.stderr
 
 
+def test_serve_with_a_folder_that_is_not_a_model_says_what_ingest_says(dsn, tmp_path):
+    """A --model folder that exists but holds no model (or a broken one) loaded in the service's startup, inside
+    uvicorn: a ~58-line traceback and uvicorn's exit 3 (onetrip's "some files or ids failed"), where `ingest`
+    says it in one line, exit 2. Found by review."""
+    (tmp_path / "a.md").write_text("# A\n\ntext\n")
+    empty = tmp_path / "notamodel"
+    empty.mkdir()
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / "modules.json").write_text("{")
+    for model in (empty, broken):
+        ingested = onetrip("ingest", str(tmp_path / "a.md"), "--model", str(model), dsn=dsn)
+        assert ingested.returncode == 2 and len(ingested.stderr.splitlines()) == 1, ingested.stderr
+        served = onetrip("serve", "--port", "0", "--prefix", "demo_", "--model", str(model), dsn=dsn)
+        assert served.returncode == 2, served.stderr
+        assert served.stderr == ingested.stderr and str(model) in served.stderr
+
+
 def test_bad_numbers_a_server_would_drop_or_a_socket_refuse_are_named_at_once(dsn, tmp_path):
     """--port 70000 had passed the early port check and ended, after the model loaded, in uvicorn's OverflowError
     traceback (--port -1 blamed --host); --max-scan-tuples past pgvector's 2147483647 was dropped by the server
