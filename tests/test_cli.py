@@ -680,3 +680,31 @@ def test_retriever_calls_are_commands_of_their_names(dsn):
                                                            dsn=dsn).stdout
     res = onetrip("assemble", q, "What about dental care?", dsn=dsn)  # search's own refusal, not a new one
     assert res.returncode == 2 and "give one query to assemble a context" in res.stderr
+
+
+def test_search_many_answers_in_its_shape_whatever_the_number_of_questions(dsn):
+    """`onetrip search-many "q" --json` with one question printed `search`'s flat list of hits (its text output
+    had no line naming the question, its --explain was `search`'s statement, and --assemble assembled): it ran
+    `search`, since `search-many` was taken as `search` and only the number of questions chose search_many.
+    `search` with one question keeps its own shape. Found by review."""
+    assert onetrip("ingest", str(DEMO), dsn=dsn).returncode == 0
+    q = "Is tennis elbow covered?"
+    one = onetrip("search-many", q, "-k", "2", "--json", dsn=dsn)
+    assert one.returncode == 0, one.stderr
+    searched = json.loads(onetrip("search", q, "-k", "2", "--json", dsn=dsn).stdout)  # search's shape: a list of hits
+    assert len(searched) == 2 and "section_id" in searched[0]
+    assert json.loads(one.stdout) == [{"query": q, "hits": searched}]
+    two = json.loads(onetrip("search-many", q, "descaling", "-k", "2", "--json", dsn=dsn).stdout)
+    assert [b["query"] for b in two] == [q, "descaling"] and two[0]["hits"] == searched
+    # the text output heads each question's hits with it, one question as several
+    text = onetrip("search-many", q, "-k", "1", dsn=dsn, COLUMNS="120")
+    assert text.returncode == 0 and any(q in line and "─" in line for line in text.stdout.splitlines()), text.stdout
+    plain = onetrip("search", q, "-k", "1", dsn=dsn, COLUMNS="120")
+    assert plain.returncode == 0 and q not in plain.stdout  # search: the hits alone
+    refused = onetrip("search-many", q, "--assemble", dsn=dsn)  # it had assembled a context
+    assert refused.returncode == 2 and "search-many" in refused.stderr and "onetrip assemble" in refused.stderr
+    # search_many sends one question's search as `search` does (explain_many): the statement `explain` shows
+    planned = json.loads(onetrip("search-many", q, "--explain", "plan", "--json", dsn=dsn).stdout)
+    explained = json.loads(onetrip("explain", q, "--explain", "plan", "--json", dsn=dsn).stdout)
+    assert (planned["statement"], planned["params"]) == (explained["statement"], explained["params"])
+    assert planned["params"]["query_text"] == q

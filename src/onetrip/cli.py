@@ -152,11 +152,17 @@ LIBRARY_NAMES = {"init": "init-schema", "ingest": "ingest-paths", "documents": "
 
 #: Retriever calls that `search` makes with a flag or several questions, each also a command of its own name:
 #: `onetrip assemble "q"` is `search "q" --assemble`, `explain` is `search --explain`, `search-many` is `search`
+#: with several questions (one too: search_many's output, a list of {query, hits})
 SEARCH_CALLS = ("search-many", "assemble", "explain")
 
 
 def _as_search(args: argparse.Namespace) -> argparse.Namespace:
-    """`search`'s arguments for a command named after the Retriever call it makes (SEARCH_CALLS)."""
+    """`search`'s arguments for a command named after the Retriever call it makes (SEARCH_CALLS).
+
+    `search-many` is search_many whatever the number of questions (``args.many``): with one question it had
+    been `search`, whose --json shape (a list of hits) is not search_many's (a list of {query, hits}).
+    """
+    args.many = args.command == "search-many"
     if args.command == "assemble":
         args.assemble = True
     elif args.command == "explain" and args.explain is None:
@@ -205,8 +211,10 @@ def build_parser() -> argparse.ArgumentParser:
     _model_option(p)
 
     p = sub.add_parser("search", aliases=list(SEARCH_CALLS), help="search and print hits with parent and neighbors "
-                       "(search-many: several questions; assemble: as --assemble; explain: as --explain)")
+                       "(search-many: search_many's output, for one question too; assemble: as --assemble; "
+                       "explain: as --explain)")
     _common(p)
+    p.set_defaults(many=False)  # `search-many`: True (_as_search)
     p.add_argument("query", nargs="+",
                    help="the question; several questions are searched in ONE statement "
                         "(Retriever.search_many), with -k, --mode, the parent/neighbor flags and the filters")
@@ -926,7 +934,10 @@ def cmd_search(args: argparse.Namespace) -> int:
     if assemble_only and not args.assemble:
         raise ValueError(f"{', '.join(assemble_only)} shape the assembled context: add --assemble "
                          "(search's hits take --no-parent / --no-neighbors)")
-    if len(args.query) > 1:
+    if len(args.query) > 1 or args.many:  # search-many is search_many's, with one question too
+        if args.assemble and args.many:
+            raise ValueError("search-many returns each question's hits, not an assembled context: `onetrip "
+                             "assemble QUESTION` assembles one")
         if args.assemble:
             raise ValueError("several queries are searched together without --assemble: give one query to "
                              "assemble a context")
