@@ -1101,11 +1101,6 @@ def _serve(args: argparse.Namespace) -> int:
         **_settings_of(args),
     )
     embedder = _embedder(args)
-    http_service.check_listen(args.host, args.port)  # a port in use is said before the model loads (run: again)
-    # the model loads here, as `ingest` loads it: a folder that holds no model (or a broken one) is its one-line
-    # error, exit 2; loaded in the service's startup it had been uvicorn's traceback and exit 3. The service
-    # gets this embedder, loaded, from the factory below (its startup warm-up loads nothing again)
-    embedder.dim  # noqa: B018
     http_service.run(cfg, host=args.host, port=args.port, log_level=args.log_level,
                      access_log=not args.no_access_log, embedder_factory=lambda: embedder,
                      shutdown_timeout=args.shutdown_timeout)

@@ -1223,7 +1223,12 @@ def run(cfg: ServiceConfig, *, host: str = DEFAULT_HOST, port: int = DEFAULT_POR
     unreachable = None if cfg.dsn is None else probe_dsn(cfg.dsn, timeout=cfg.db_timeout)
     if unreachable is not None:
         log.warning("%s; the service starts and answers 503 until the database does", unreachable)
-    app = answering_503_when_stopped(create_app(cfg, embedder_factory=embedder_factory))
+    # the model loads here, after the checks above and before serving, as `ingest` loads it: a folder that holds
+    # no model (or a broken one) is the start's error (the CLI: one line, exit 2); loaded in the service's
+    # startup it had been uvicorn's traceback and exit 3. The startup gets this embedder, loaded
+    embedder = (embedder_factory or SentenceTransformerEmbedder)()
+    embedder.dim  # noqa: B018
+    app = answering_503_when_stopped(create_app(cfg, embedder_factory=lambda: embedder))
     uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=access_log, server_header=False,
                 lifespan="on", log_config=config,
                 timeout_graceful_shutdown=shutdown_timeout)  # type: ignore[arg-type]  # a float works: asyncio's
