@@ -603,6 +603,39 @@ def test_langchain_per_call_options_and_a_dump_round_trip(corpus):
     assert from_json.invoke(VACATION) == rich.invoke(VACATION)
 
 
+def test_langchain_review_fixes_deep_copies_per_call_mode_and_expand_keys(corpus, dsn):
+    """From a review: a caller's own embedder was deep-copied by model_copy(deep=True) (a second Source and
+    connection; one holding a lock could not be copied: TypeError); an adapter with hybrid options refused
+    invoke(q, mode="dense"); expand={"parnt": False} was a bare TypeError, not pydantic's ValidationError."""
+    import copy
+    import threading
+
+    from pydantic import ValidationError
+
+    from onetrip import HybridOptions
+
+    class LockedEmbedder(HashEmbedder):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lock = threading.Lock()  # a client or a model behind a lock: cannot be pickled or deep-copied
+
+    lc = LCRetriever(dsn=dsn, embedder=LockedEmbedder(), k=1, mode="dense")
+    try:
+        for deep in (lc.model_copy(deep=True), copy.deepcopy(lc)):
+            assert deep.embedder is lc.embedder and deep.source is lc.source
+            assert deep.invoke(VACATION) == lc.invoke(VACATION)
+    finally:
+        lc.close()
+    api = Retriever(corpus, embedder=HashEmbedder())
+    fused = LCRetriever(retriever=api, k=2, mode="hybrid", hybrid=HybridOptions(rrf_k=10))
+    for mode in ("dense", "lexical"):
+        assert fused.invoke(VACATION, mode=mode) == LCRetriever(retriever=api, k=2, mode=mode).invoke(VACATION)
+    with pytest.raises(ValueError, match="hybrid"):  # given in the call itself: still refused
+        fused.invoke(VACATION, mode="dense", hybrid=HybridOptions(rrf_k=5))
+    with pytest.raises(ValidationError, match=r"unknown expand key\(s\) \['parnt'\]"):
+        LCRetriever(retriever=api, expand={"parnt": False})
+
+
 def test_langchain_dsn_stays_out_of_repr(dsn):
     lc = LCRetriever(dsn="postgresql://app:s3cret@db.example/prod", embedder=HashEmbedder())
     assert "s3cret" not in repr(lc) and "s3cret" not in str(lc.to_json().get("repr", ""))

@@ -181,6 +181,10 @@ class Query:
         """Accept filters, expand and hybrid as dicts (as a model dump or a JSON config gives them) and
         ``principals`` as a shortcut for ``Filters.principals``."""
         if isinstance(fields.get("expand"), dict):
+            unknown = set(fields["expand"]) - set(Expansion.__dataclass_fields__)
+            if unknown:  # a ValueError, as for filters and hybrid: the LangChain adapter's is a ValidationError
+                raise ValueError(f"unknown expand key(s) {sorted(unknown)}; known: "
+                                 f"{sorted(Expansion.__dataclass_fields__)}")
             fields["expand"] = Expansion(**fields["expand"])
         if isinstance(fields.get("hybrid"), dict):
             fields["hybrid"] = as_hybrid(fields["hybrid"])

@@ -127,6 +127,17 @@ class OnetripRetriever(BaseRetriever):
         self._current_query()  # bad options fail here, at construction
         self._current_source()
 
+    def __deepcopy__(self, memo: dict[int, Any] | None = None) -> OnetripRetriever:
+        """pydantic's deep copy (``copy.deepcopy``, ``model_copy(deep=True)``), sharing the connection fields
+        (retriever, async_retriever, embedder), as the fields' comment says: a caller's own embedder was
+        copied, so the copy made a second Source and connection, and one holding a lock or a client could not
+        be copied at all (TypeError: cannot pickle '_thread.lock'). Found by review."""
+        memo = {} if memo is None else memo
+        for shared in (self.retriever, self.async_retriever, self.embedder):
+            if shared is not None:
+                memo[id(shared)] = shared
+        return super().__deepcopy__(memo)
+
     def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> OnetripRetriever:
         """pydantic's copy, refusing unknown ``update`` keys: it writes them unchecked, so ``principal=[...]``
         (for principals) had made a copy with no access check."""
@@ -181,6 +192,10 @@ class OnetripRetriever(BaseRetriever):
                 raise ValueError(f"this adapter already sets filters.{name}; a call may add filters, not replace one")
             merged[name] = value
         fields = {name: getattr(self, name) for name in SEARCH_FIELDS if name not in ("filters", "principals")}
+        if options.get("mode") in ("dense", "lexical") and "hybrid" not in options:
+            # the adapter's fusion options do not apply to a call's dense or lexical search: kept, they had
+            # refused invoke(q, mode="dense") ('hybrid options need mode hybrid or auto'). Found by review
+            fields["hybrid"] = None
         return Query.build(**(fields | options), filters=Filters(**merged))
 
     def _get_relevant_documents(self, query: str, *, run_manager: CallbackManagerForRetrieverRun,
