@@ -247,6 +247,22 @@ def test_missing_schema_is_a_clear_error(db):
         Retriever(db, prefix="other_")
 
 
+def test_a_retriever_creates_no_extension_and_says_to_run_init(db, dsn):
+    """Retriever(dsn) on a database without pgvector created the extension, a reader's side effect, then
+    failed 'run onetrip init' on the tables; AsyncRetriever.create said so without creating it. Found by review."""
+    import asyncio
+
+    from onetrip import AsyncRetriever, ServerRequirementError
+
+    db.execute("DROP EXTENSION vector")
+    said = "the vector extension is not created in this database: run `onetrip init`"
+    with pytest.raises(ServerRequirementError, match=said):
+        Retriever(dsn)
+    with pytest.raises(ServerRequirementError, match=said):
+        asyncio.run(AsyncRetriever.create(dsn))
+    assert db.execute("SELECT count(*) FROM pg_extension WHERE extname = 'vector'").fetchone()[0] == 0
+
+
 def test_tables_of_an_older_onetrip_are_a_clear_error(db):
     """Tables without parent_sequence_index (before the each-section-once key set) name the fix."""
     init_schema(db, Layout(dim=32))

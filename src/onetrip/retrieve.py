@@ -1186,7 +1186,9 @@ class Retriever:
         self.conn: psycopg.Connection | None = None
         opened = False  # a transaction this constructor opened on the caller's (non-autocommit) connection
         if self.pool is None:
-            self.conn = connect(conn) if self._owns_conn else conn
+            # a reader creates no extension (as AsyncRetriever.create): a database without it had been given one by
+            # a search, which then failed 'run onetrip init' anyway (found by review)
+            self.conn = connect(conn, create_extension=False) if self._owns_conn else conn
             opened = not self.conn.autocommit and self.conn.info.transaction_status == pq.TransactionStatus.IDLE
         try:
             if self.conn is not None:
@@ -1249,7 +1251,7 @@ class Retriever:
             if self.conn is None:
                 if self._closed:
                     raise psycopg.OperationalError("the connection is closed (Retriever.close() was called)")
-                conn = connect(self._dsn)
+                conn = connect(self._dsn, create_extension=False)
                 try:
                     apply_settings(conn, self.settings)
                 except BaseException:
