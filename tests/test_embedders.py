@@ -47,6 +47,9 @@ def test_a_repeated_query_is_not_embedded_again(monkeypatch):
     off.embed_query("x")
     off.embed_query("x")
     assert calls[-2:] == [["x"], ["x"]]
+    e.query_cache = 0  # turned off after construction: no cached vector comes back (found by review)
+    e.embed_query("How do I create an index?")
+    assert calls[-1] == ["How do I create an index?"] and len(e._queries) == 0
     for bad in (-1, 1.5, True):
         with pytest.raises(ValueError, match="query_cache"):
             SentenceTransformerEmbedder(query_cache=bad)

@@ -303,6 +303,9 @@ class SentenceTransformerEmbedder:
         or an agent sees the same questions again. 1,024 vectors take 1.5 MB.
         """
         with self._lock:
+            # the size as it is now: a cache turned off (or made smaller) after construction had kept answering
+            while len(self._queries) > self.query_cache:
+                self._queries.popitem(last=False)
             vector = self._queries.get(text)
             if vector is not None:
                 self._queries.move_to_end(text)
