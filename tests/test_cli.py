@@ -703,6 +703,10 @@ def test_search_many_answers_in_its_shape_whatever_the_number_of_questions(dsn):
     assert plain.returncode == 0 and q not in plain.stdout  # search: the hits alone
     refused = onetrip("search-many", q, "--assemble", dsn=dsn)  # it had assembled a context
     assert refused.returncode == 2 and "search-many" in refused.stderr and "onetrip assemble" in refused.stderr
+    # an assemble-only option names `onetrip assemble`, not the --assemble search-many refuses (a review)
+    budget = onetrip("search-many", q, "--max-tokens", "50", dsn=dsn)
+    assert budget.returncode == 2 and "`onetrip assemble QUESTION`" in budget.stderr, budget.stderr
+    assert "add --assemble" not in budget.stderr
     # search_many sends one question's search as `search` does (explain_many): the statement `explain` shows
     planned = json.loads(onetrip("search-many", q, "--explain", "plan", "--json", dsn=dsn).stdout)
     explained = json.loads(onetrip("explain", q, "--explain", "plan", "--json", dsn=dsn).stdout)

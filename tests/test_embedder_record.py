@@ -175,6 +175,32 @@ def test_a_retriever_refuses_a_model_of_the_same_name_with_other_weights(db, dsn
                                         search_many=True))
 
 
+def test_a_document_stored_before_probes_hides_no_other_documents_probe(db, dsn, tmp_path):
+    """The retriever read the first recorded document's probe, or none: one stored before probes were recorded
+    hid the probe newer documents hold, and a model of the same name but other weights searched unchecked (ingest,
+    reading every document's, refused it). Found by review."""
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    db.execute("UPDATE documents SET metadata = metadata - 'onetrip_embedder_probe'")  # as stored before probes
+    ingest_paths(db, [write_docs(tmp_path / "b", "beta")], layout=layout, embedder=HashEmbedder())
+    wrong = Retriever(db, embedder=RetrainedHashEmbedder())
+    assert wrong.recorded_probe == embedder_probe(HashEmbedder())
+    with pytest.raises(EmbedderMismatchError, match="also named 'hash-test' whose vectors differ"):
+        wrong.search("beta", 1)
+    asyncio.run(_async_wrong_then_right(dsn, RetrainedHashEmbedder(), "also named 'hash-test' whose vectors differ"))
+
+
+def test_a_name_mismatch_is_said_before_the_model_loads(db, tmp_path, monkeypatch):
+    """The dimension check (which loads a SentenceTransformerEmbedder's model: its dim) had come before the
+    name's: another model's name was said after a 7 s load. Found by review."""
+    layout = init_schema(db, Layout())
+    ingest_paths(db, [write_docs(tmp_path / "a", "alpha")], layout=layout, embedder=HashEmbedder())
+    model = SentenceTransformerEmbedder()
+    monkeypatch.setattr(type(model), "_load", lambda self: pytest.fail("the model was loaded"))
+    with pytest.raises(EmbedderMismatchError, match="embedded with 'hash-test'"):
+        Retriever(db, embedder=model).search("alpha", 1)
+
+
 def test_a_record_refreshed_during_the_model_check_is_checked_again(db, tmp_path):
     """The check of the model ran once and was marked done; a `refresh_embedder_record` under way meanwhile
     (the HTTP service's /health on the event loop while a worker thread checks) reset the mark before the check

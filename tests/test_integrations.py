@@ -628,8 +628,11 @@ def test_langchain_review_fixes_deep_copies_per_call_mode_and_expand_keys(corpus
         lc.close()
     api = Retriever(corpus, embedder=HashEmbedder())
     fused = LCRetriever(retriever=api, k=2, mode="hybrid", hybrid=HybridOptions(rrf_k=10))
-    for mode in ("dense", "lexical"):
-        assert fused.invoke(VACATION, mode=mode) == LCRetriever(retriever=api, k=2, mode=mode).invoke(VACATION)
+    assert fused.invoke(VACATION, mode="dense") == LCRetriever(retriever=api, k=2, mode="dense").invoke(VACATION)
+    # lexical mode reads the adapter's options (RRF, word weights): a second review found them dropped there
+    assert fused.invoke(VACATION, mode="lexical") == LCRetriever(retriever=api, k=2, mode="lexical",
+                                                                 hybrid=HybridOptions(rrf_k=10)).invoke(VACATION)
+    assert fused.invoke(VACATION, mode="lexical") != LCRetriever(retriever=api, k=2, mode="lexical").invoke(VACATION)
     with pytest.raises(ValueError, match="hybrid"):  # given in the call itself: still refused
         fused.invoke(VACATION, mode="dense", hybrid=HybridOptions(rrf_k=5))
     with pytest.raises(ValidationError, match=r"unknown expand key\(s\) \['parnt'\]"):

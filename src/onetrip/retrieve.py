@@ -895,13 +895,13 @@ def check_model(r: Any, embedder: Embedder) -> bool:
     record = r.recorded_embedders
     table = r.layout.tables["documents"]
     name = embedder_name(embedder)  # not a string: a TypeError, not a model check that reads no record
-    # the dimension first: a model also named as the recorded one but making vectors of another size had been
-    # told its vectors differ ('another version or fine-tune?'), which ingest reports as a dimension mismatch
+    check_embedder(record, embedder, table)  # by name: before the model loads (its dim, its probe)
+    # the dimension before the probe: a model also named as the recorded one but making vectors of another size
+    # had been told its vectors differ ('another version or fine-tune?'); ingest calls it a dimension mismatch
     dim = embedder_dim(embedder)
     if dim != r.layout.dim:
         raise DimensionMismatchError(f"embedder {name} makes {dim}-d vectors but the sections table "
                                      f"{r.layout.tables['sections']} stores {r.layout.vector_type}({r.layout.dim})")
-    check_embedder(record, embedder, table)
     probe = r.recorded_probe
     if probe is not None:
         if r._probe is False:

@@ -192,9 +192,9 @@ class OnetripRetriever(BaseRetriever):
                 raise ValueError(f"this adapter already sets filters.{name}; a call may add filters, not replace one")
             merged[name] = value
         fields = {name: getattr(self, name) for name in SEARCH_FIELDS if name not in ("filters", "principals")}
-        if options.get("mode") in ("dense", "lexical") and "hybrid" not in options:
-            # the adapter's fusion options do not apply to a call's dense or lexical search: kept, they had
-            # refused invoke(q, mode="dense") ('hybrid options need mode hybrid or auto'). Found by review
+        if options.get("mode") == "dense" and "hybrid" not in options:
+            # the adapter's fusion and word-weight options do not apply to a call's dense search (a lexical one
+            # reads them): kept, they had refused invoke(q, mode="dense"). Found by review
             fields["hybrid"] = None
         return Query.build(**(fields | options), filters=Filters(**merged))
 
