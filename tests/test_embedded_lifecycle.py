@@ -193,6 +193,39 @@ def test_a_process_gone_without_its_atexit_no_longer_keeps_the_server_running(tm
 
 
 @pytest.mark.slow
+def test_a_list_of_users_left_cut_short_is_rebuilt_and_written_whole(tmp_path, monkeypatch):
+    """Found by review: pgserver wrote its list of the server's users (write_text: emptied, then written), and a
+    process killed in between left it empty; every later onetrip command then failed to start the server
+    ('Expecting value: line 1 column 1 (char 0)', and a traceback at exit). The list is written whole (a file
+    renamed over it), and one that cannot be read is started again empty, with a warning."""
+    from onetrip.connection import _import_pgserver
+
+    home = tmp_path / "home"
+    pgdata = home / "pgdata"
+    env = embedded_env(home)
+    with stopped_afterwards(pgdata):
+        res = _cli(env, "init")  # makes the data folder
+        assert res.returncode == 0, res.stderr
+        assert stops(pgdata)
+        for cut in ("", "[12"):
+            (pgdata / ".handle_pids.json").write_text(cut)  # as a process killed while writing it left it
+            res = _cli(env, "documents")
+            assert res.returncode == 0, res.stderr
+            assert "could not be read; it starts again empty" in res.stderr and "Traceback" not in res.stderr
+            assert "Exception ignored" not in res.stderr, res.stderr
+            assert stops(pgdata), "the server outlived the process that started it again"
+            assert json.loads((pgdata / ".handle_pids.json").read_text()) == []
+    # pgserver's own writes go through a renamed file: a write that fails leaves the list as it was
+    pgserver = _import_pgserver()
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    monkeypatch.setattr(os, "replace", lambda *a: (_ for _ in ()).throw(OSError(28, "No space left on device")))
+    with pytest.raises(OSError):
+        pgserver.utils.DiskList(listed).put([1])
+    assert listed.read_text() == "[1, 2]" and list(tmp_path.glob("list.json.*")) == []
+
+
+@pytest.mark.slow
 def test_serve_stopped_by_sigterm_before_it_serves_exits_0_and_stops_the_embedded_server(tmp_path):
     """`serve` exited 0 on a SIGTERM once uvicorn ran, but 143 on one that came earlier, while the embedded server
     started or the service's modules were imported (seen with `kill` 0.4 s after the start): a service manager

@@ -203,8 +203,27 @@ def _import_pgserver() -> Any:
         # platformdirs warns when XDG_RUNTIME_DIR is unset (containers, CI); harmless.
         warnings.simplefilter("ignore")
         import pgserver
+        from pgserver import utils
 
+    if not getattr(utils.DiskList.put, "_onetrip_atomic", False):  # pgserver's list of the server's users
+        def put(self: Any, values: list[int]) -> None:
+            _write_pids(self.path, values)
+        put._onetrip_atomic = True  # type: ignore[attr-defined]
+        utils.DiskList.put = put
     return pgserver
+
+
+def _write_pids(path: Path, pids: list[int]) -> None:
+    """Write pgserver's list of the server's users (pgdata/.handle_pids.json) whole or not at all: a temporary file
+    renamed over it. pgserver's write_text empties the file, then writes it; a process killed in between (SIGKILL,
+    a pool's SIGTERM to its workers) had left it empty, and every later onetrip command failed to start the
+    server ('Expecting value: line 1 column 1') until someone mended the file by hand (found by review)."""
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    try:
+        tmp.write_text(json.dumps(pids))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def embedded_data_dir() -> Path:
@@ -243,13 +262,20 @@ def _forget_gone_handles(pgserver: Any, pgdata: Path) -> None:
     with pgserver.PostgresServer._lock:
         try:
             pids = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return  # no list yet (a new data folder), or one pgserver will report itself
+        except FileNotFoundError:
+            return  # no list yet (a new data folder)
+        except OSError:
+            return  # one pgserver will report itself
+        except ValueError:  # a list cut short (written by an onetrip before 2026-12-07, killed as it wrote):
+            pids = None  # pgserver failed every start and exit on it; whom it listed is lost, so it starts again
         if not isinstance(pids, list):
+            logging.getLogger(__name__).warning(
+                "the embedded server's list of its users (%s) could not be read; it starts again empty", path)
+            _write_pids(path, [])
             return
         alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]
         if alive != pids:
-            path.write_text(json.dumps(alive))
+            _write_pids(path, alive)
 
 
 @contextmanager
@@ -493,7 +519,10 @@ def _exit_under_home_lock(server: Any, pgdata: Path) -> None:
                 _follow_restarted_postmaster(pgserver, server, pgdata)
             except Exception:  # noqa: BLE001 (the exit goes on: pgserver's own handler still runs)
                 logging.getLogger(__name__).debug("could not tidy the embedded server's users", exc_info=True)
-            server._cleanup()
+            try:
+                server._cleanup()
+            except Exception as e:  # noqa: BLE001 - a traceback at exit ("Exception ignored in atexit callback")
+                logging.getLogger(__name__).warning("could not leave the embedded server (%s): %s", pgdata, e)
 
     atexit.unregister(server._cleanup)
     atexit.register(cleanup)
