@@ -58,9 +58,7 @@ Rules:
   table, pre or quote after a link outside a list (`_cut_open_navs`); it
   had taken in, and dropped, the rest of the page. So does a <div> or
   <section> dropped as a table of contents or navigation and left open
-  (its text from its first heading after its links), and a footer,
-  <noscript>, <template> or closed <dialog> left open (its text from its
-  <main>, <article> or <h1>): `_cut_open_containers`.
+  (its text from its first heading after its links: `_cut_open_containers`).
 * The page is <body>'s children, then what lxml left beside it (text after
   </body> or </html>, a second <body>'s), as HTML parsing moves it all into
   the one body a browser shows.
@@ -1262,43 +1260,35 @@ def _read_open(holder: Tag, cut: Tag | None, what: str, dropped_as: str) -> list
             before.extract()
         node = parent
     holder.name, holder.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
-    # its strings as the page's walk reads them (get_text skips a <template>'s)
-    start = _collapse(" ".join(str(n) for n in cut.descendants if _is_text(n)))[:60]
+    start = _collapse(cut.get_text(" "))[:60]
     return [f"{what} is never closed: it is taken to end before the <{cut.name}> {start!r}"]
 
 
-#: elements `_dropped` drops that a source may leave open, so that they take in the rest of the page: each with
-#: what makes one of them a candidate (see `_cut_open_containers`)
-_OPEN_DROPPED: dict[str, Callable[[Tag], bool]] = {
-    "div": lambda t: _menu(t) or _footer(t), "section": lambda t: _menu(t) or _footer(t),
-    "footer": _dropped, "noscript": _dropped, "template": _dropped, "dialog": _dropped}
-_CONTAINER_START = {name: re.compile(rf"<{name}[\s/>]", re.IGNORECASE) for name in _OPEN_DROPPED}
-_CONTAINER_END = {name: re.compile(rf"</{name}\s*>", re.IGNORECASE) for name in _OPEN_DROPPED}
+_CONTAINER_START = {name: re.compile(rf"<{name}[\s/>]", re.IGNORECASE) for name in ("div", "section")}
+_CONTAINER_END = {name: re.compile(rf"</{name}\s*>", re.IGNORECASE) for name in ("div", "section")}
 
 
 def _cut_open_containers(soup: BeautifulSoup, text: str) -> list[str]:
-    """As `_cut_open_navs`, for the other elements dropped whatever their text when the source never closes them:
-    a <div> or <section> dropped as a table of contents, navigation (by its id, class or role) or a footer, and a
-    <footer>, <noscript>, <template> or closed <dialog>. Each had taken in, and dropped, the rest of the page
-    without a word. Read only when the source has more of those start tags than end tags, for the last outermost
-    such element with no text after it: its text from its first <main>, <article> or <h1> (in a menu, else its
-    first heading in no list after a link: a table of contents' own heading, "Contents", comes before its links)
-    is the page's. Without one it stays dropped (a menu or a footer that ends the page)."""
+    """As `_cut_open_navs`, for a <div> or <section> dropped by its class, id or role (a table of contents, a
+    sidebar, a menu bar) that the source never closes: it had taken in, and dropped, the rest of the page
+    without a word. Read only when the source has more of those start tags than end tags, for the last
+    outermost dropped one with no text after it; its text from its first <main>, <article> or <h1>, else the
+    first heading, paragraph, table, pre or quote that follows a list of links and is in no list, is the page's."""
     notes: list[str] = []
     clean: str | None = None
-    for name, candidate in _OPEN_DROPPED.items():
+    for name in ("div", "section"):
         if _CONTAINER_START[name].search(text) is None:
             continue
         clean = _NOT_MARKUP.sub("", text) if clean is None else clean
         if len(_CONTAINER_START[name].findall(clean)) <= len(_CONTAINER_END[name].findall(clean)):
             continue
         has_text = _TextCheck()
-        held = next((t for t in reversed(soup.find_all(name)) if _dropped(t) and candidate(t)
+        held = next((t for t in reversed(soup.find_all(name)) if _menu(t)
                      and not any(isinstance(p, Tag) and _dropped(p) for p in t.parents)), None)
         if held is None or _text_after(held, has_text):
             continue
-        cut = _container_content_start(held, menu=_menu(held))
-        if cut is None:
+        cut = _container_content_start(held)
+        if cut is None:  # no heading after its links: a menu, or a sidebar that ends the page, as it was
             continue
         shown = " ".join(f'{a}="{held.get(a)}"' for a in ("id", "class", "role") if held.get(a))
         notes += _read_open(held, cut, f"a <{name}{' ' + shown if shown else ''}>", "navigation")
@@ -1306,23 +1296,18 @@ def _cut_open_containers(soup: BeautifulSoup, text: str) -> list[str]:
 
 
 def _menu(tag: Tag) -> bool:
-    """A container `_dropped` drops as a table of contents or navigation (by its id, class or role)."""
+    """A container `_dropped` drops as a table of contents or navigation (by its id, class or role), not as a
+    footer, a breadcrumb trail or hidden: what `_cut_open_containers` reads when left open."""
     return (_TOC_IDS.fullmatch(str(tag.get("id", ""))) is not None or not DROP_CLASSES.isdisjoint(_classes(tag))
             or tag.get("role") == "navigation")
 
 
-def _footer(tag: Tag) -> bool:
-    """A container `_dropped` drops as a page footer (by its class or id)."""
-    return "footer" in _classes(tag) or tag.get("id") == "footer"
-
-
-def _container_content_start(holder: Tag, *, menu: bool) -> Tag | None:
-    """Where the page's text starts in a dropped element left open (see `_cut_open_containers`), or None: its
-    first <main>, <article> or <h1>, else, in a ``menu``, its first heading in no list after a link. Not in a
-    footer: a page cut short inside its footer leaves it open too, and its own headings ("Contact") are no text
-    of the page."""
+def _container_content_start(holder: Tag) -> Tag | None:
+    """Where the page's text starts in a dropped container left open (see `_cut_open_containers`), or None: its
+    first <main>, <article> or <h1>, else its first heading in no list after a link (a table of contents' own
+    heading, "Contents", comes before its links)."""
     first = holder.find(["main", "article", "h1"])
-    if first is not None or not menu:
+    if first is not None:
         return first
     linked = False
     for tag in holder.find_all(True):

@@ -134,10 +134,9 @@ opener never closed had been searched for to the line's end). The PostgreSQL man
 longest heading: 68 characters), and so are the 8,119 .rst files on this machine.
 17: (2026-12-07) an HTML <div> or <section> dropped as a table of contents or navigation (by its id, class or
 role) that the source never closes keeps the page's text from its first heading after its links (or its <main>,
-<article>, <h1>), and so does one dropped as a footer, a <footer>, <noscript>, <template> or closed <dialog> from
-its <main>, <article> or <h1>; the ingest report says where (`parse_html._cut_open_containers`): each had taken
-in and dropped the rest of the page without a word. Only a page with more of those start tags than end tags can
-be cut differently: none of the 74,000 HTML files on this machine (the PostgreSQL manual's included)."""
+<article>, <h1>), and the ingest report says where (`parse_html._cut_open_containers`): it had taken in and
+dropped the rest of the page without a word. Only a page with more <div> (or <section>) start tags than end
+tags can be cut differently: none of the 74,000 HTML files on this machine (the PostgreSQL manual's included)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
