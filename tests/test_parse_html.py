@@ -1325,40 +1325,6 @@ def test_a_nav_left_open_keeps_the_page_text_it_took_in(nav: str, cut: str) -> N
     assert report == [f"a <nav> is never closed: it is taken to end before the <{cut}> {text[:60]!r}"]
 
 
-@pytest.mark.parametrize(("opened", "shown", "cut"), [
-    ("<div id=toc class=toc><h2>Contents</h2><ul><li><a href='#a'>Leave policy</a></li></ul>", 'id="toc" class="toc"',
-     "h2"),  # a table of contents (its own heading before its links)
-    ("<div id=TOC><ul><li><a href='#a'>Leave</a><ul><li><a href='#b'>Sick</a></li></ul></li></ul>", 'id="TOC"',
-     "h2"),  # Pandoc's, nested
-    ("<section role=navigation><a href='/'>Home</a>", 'role="navigation"', "h2"),
-    ("<div class=navbar><a href='/'>Home</a><h1>Handbook</h1>", 'class="navbar"', "h1"),
-])
-def test_a_table_of_contents_left_open_keeps_the_page_text_it_took_in(opened: str, shown: str, cut: str) -> None:
-    """A <div> or <section> dropped as a table of contents or navigation, never closed, had taken in and dropped
-    the rest of the page without a word (as a <nav> left open had). Its text from its first heading after its
-    links (or its <main>, <article>, <h1>) is the page's, and the ingest report says where the cut was made."""
-    body = _LEAVE.replace("<h1>", "<h2>").replace("</h1>", "</h2>") if cut == "h2" else _LEAVE
-    page = f"<html><head><title>Leave</title></head><body>\n{opened}\n{body}</body></html>"
-    sections, report = _parsed(page)
-    texts = [content for _, content in sections]
-    assert texts[-2:] == ["Employees get 25 days.", "Report before 9am."], sections
-    start = "Handbook" if cut == "h1" else "Leave policy"
-    name = "section" if opened.startswith("<section") else "div"
-    assert report == [f"a <{name} {shown}> is never closed: it is taken to end before the <{cut}> {start!r}"]
-
-
-def test_a_closed_table_of_contents_or_an_open_one_without_headings_is_read_as_before() -> None:
-    """Only a menu left open is read: a closed table of contents stays dropped (another <div> left open
-    elsewhere on the page), and so do a footer, and a menu whose links no heading follows."""
-    closed = f"<div class=toc><ul><li><a href='#a'>Leave</a></li></ul></div><div class=x>{_LEAVE}"
-    assert _parsed(closed) == ([(("Leave policy",), "Employees get 25 days."),
-                                (("Leave policy", "Sick leave"), "Report before 9am.")], [])
-    for tail in ("<div class=footer><h2>Contact</h2><p>hr@example.com</p>",
-                 "<div class=toc><ul><li><a href='#a'>Leave</a></li></ul><p>Last updated today</p>"):
-        sections, report = _parsed(f"<body>{_LEAVE}{tail}")
-        assert report == [] and "hr@example.com" not in str(sections) and "Last updated" not in str(sections)
-
-
 def test_a_nav_closed_by_what_is_around_it_is_left_as_it_is(tmp_path: Path) -> None:
     """A <nav> that an element around it closes before the page's end (lxml and browsers end it there; a review
     found a first version cutting Python's sidebar so, its headings leaking into the page) is read as before;

@@ -56,9 +56,7 @@ Rules:
   last outermost one, when no text follows it) keeps its text from its
   first <main>, <article> or <h1>, else the first heading, paragraph,
   table, pre or quote after a link outside a list (`_cut_open_navs`); it
-  had taken in, and dropped, the rest of the page. So does a <div> or
-  <section> dropped as a table of contents or navigation and left open
-  (its text from its first heading after its links: `_cut_open_containers`).
+  had taken in, and dropped, the rest of the page.
 * The page is <body>'s children, then what lxml left beside it (text after
   </body> or </html>, a second <body>'s), as HTML parsing moves it all into
   the one body a browser shows.
@@ -1243,80 +1241,20 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
     nav = next((n for n in reversed(navs) if not any(p.name == "nav" for p in n.parents)), None)
     if nav is None or _text_after(nav, has_text):
         return []
-    return _read_open(nav, _nav_content_start(nav), "a <nav>", "navigation")
-
-
-def _read_open(holder: Tag, cut: Tag | None, what: str, dropped_as: str) -> list[str]:
-    """``holder``, an element left open and dropped, keeps the page's text from ``cut`` on (the menu before it
-    stays dropped); without a cut, what was dropped is said. The ingest report's line."""
+    cut = _nav_content_start(nav)
     if cut is None:
-        return [f"{what} is never closed: the {len(holder.get_text())} characters of text from it to the page's "
-                f"end are dropped as {dropped_as}"]
+        return [f"a <nav> is never closed: the {len(nav.get_text())} characters of text from it to the page's end "
+                "are dropped as navigation"]
     node = cut
-    while node is not holder:  # the menu: what comes before the cut, at each level down to it
+    while node is not nav:  # the menu: what comes before the cut, at each level down to it
         parent = node.parent
         assert parent is not None
         for before in list(itertools.takewhile(lambda n: n is not node, parent.contents)):
             before.extract()
         node = parent
-    holder.name, holder.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
+    nav.name, nav.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
     start = _collapse(cut.get_text(" "))[:60]
-    return [f"{what} is never closed: it is taken to end before the <{cut.name}> {start!r}"]
-
-
-_CONTAINER_START = {name: re.compile(rf"<{name}[\s/>]", re.IGNORECASE) for name in ("div", "section")}
-_CONTAINER_END = {name: re.compile(rf"</{name}\s*>", re.IGNORECASE) for name in ("div", "section")}
-
-
-def _cut_open_containers(soup: BeautifulSoup, text: str) -> list[str]:
-    """As `_cut_open_navs`, for a <div> or <section> dropped by its class, id or role (a table of contents, a
-    sidebar, a menu bar) that the source never closes: it had taken in, and dropped, the rest of the page
-    without a word. Read only when the source has more of those start tags than end tags, for the last
-    outermost dropped one with no text after it; its text from its first <main>, <article> or <h1>, else the
-    first heading, paragraph, table, pre or quote that follows a list of links and is in no list, is the page's."""
-    notes: list[str] = []
-    clean: str | None = None
-    for name in ("div", "section"):
-        if _CONTAINER_START[name].search(text) is None:
-            continue
-        clean = _NOT_MARKUP.sub("", text) if clean is None else clean
-        if len(_CONTAINER_START[name].findall(clean)) <= len(_CONTAINER_END[name].findall(clean)):
-            continue
-        has_text = _TextCheck()
-        held = next((t for t in reversed(soup.find_all(name)) if _menu(t)
-                     and not any(isinstance(p, Tag) and _dropped(p) for p in t.parents)), None)
-        if held is None or _text_after(held, has_text):
-            continue
-        cut = _container_content_start(held)
-        if cut is None:  # no heading after its links: a menu, or a sidebar that ends the page, as it was
-            continue
-        shown = " ".join(f'{a}="{held.get(a)}"' for a in ("id", "class", "role") if held.get(a))
-        notes += _read_open(held, cut, f"a <{name}{' ' + shown if shown else ''}>", "navigation")
-    return notes
-
-
-def _menu(tag: Tag) -> bool:
-    """A container `_dropped` drops as a table of contents or navigation (by its id, class or role), not as a
-    footer, a breadcrumb trail or hidden: what `_cut_open_containers` reads when left open."""
-    return (_TOC_IDS.fullmatch(str(tag.get("id", ""))) is not None or not DROP_CLASSES.isdisjoint(_classes(tag))
-            or tag.get("role") == "navigation")
-
-
-def _container_content_start(holder: Tag) -> Tag | None:
-    """Where the page's text starts in a dropped container left open (see `_cut_open_containers`), or None: its
-    first <main>, <article> or <h1>, else its first heading in no list after a link (a table of contents' own
-    heading, "Contents", comes before its links)."""
-    first = holder.find(["main", "article", "h1"])
-    if first is not None:
-        return first
-    linked = False
-    for tag in holder.find_all(True):
-        if tag.name == "a" and tag.get("href"):
-            linked = True
-        elif tag.name in _HEADING_SET and linked and not any(p.name in _LISTS for p in tag.parents
-                                                             if p is not holder):
-            return tag
-    return None
+    return [f"a <nav> is never closed: it is taken to end before the <{cut.name}> {start!r}"]
 
 
 def _text_after(tag: Tag, has_text: Callable[[Tag], bool]) -> bool:
@@ -1351,7 +1289,7 @@ def parse_html(text: str, report: list[str] | None = None) -> tuple[str, list[Bl
     title_tag = soup.find(lambda tag: tag.name == "title" and tag.find_parent(_FOREIGN_CONTENT) is None)
     title = _collapse(title_tag.get_text()) if isinstance(title_tag, Tag) else ""
     metadata = _metadata(soup, title)
-    cut = _cut_open_navs(soup, text) + _cut_open_containers(soup, text)
+    cut = _cut_open_navs(soup, text)
     if report is not None:
         report.extend(cut)
     if _IN_PAGE_HREF.search(text):  # no link within the page (an href whose value starts with #): no note

@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 17
+SECTIONING = 16
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -131,12 +131,7 @@ heading, the heading path and the anchor made from it, and its whole text is its
 title as long is cut too (every part of a section carries them: a 400 KB Markdown file with a 200 KB heading had
 taken 194 s and 5.8 GB to ingest); reStructuredText title markup is searched for within bounded lengths (an
 opener never closed had been searched for to the line's end). The PostgreSQL manual is cut as under 15 (its
-longest heading: 68 characters), and so are the 8,119 .rst files on this machine.
-17: (2026-12-07) an HTML <div> or <section> dropped as a table of contents or navigation (by its id, class or
-role) that the source never closes keeps the page's text from its first heading after its links (or its <main>,
-<article>, <h1>), and the ingest report says where (`parse_html._cut_open_containers`): it had taken in and
-dropped the rest of the page without a word. Only a page with more <div> (or <section>) start tags than end
-tags can be cut differently: none of the 74,000 HTML files on this machine (the PostgreSQL manual's included)."""
+longest heading: 68 characters), and so are the 8,119 .rst files on this machine."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
