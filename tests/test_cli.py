@@ -707,6 +707,8 @@ def test_search_many_answers_in_its_shape_whatever_the_number_of_questions(dsn):
     budget = onetrip("search-many", q, "--max-tokens", "50", dsn=dsn)
     assert budget.returncode == 2 and "`onetrip assemble QUESTION`" in budget.stderr, budget.stderr
     assert "add --assemble" not in budget.stderr
+    budget = onetrip("search", q, q + " again", "--max-tokens", "50", dsn=dsn)  # several questions: the same
+    assert budget.returncode == 2 and "`onetrip assemble QUESTION`" in budget.stderr, budget.stderr
     # search_many sends one question's search as `search` does (explain_many): the statement `explain` shows
     planned = json.loads(onetrip("search-many", q, "--explain", "plan", "--json", dsn=dsn).stdout)
     explained = json.loads(onetrip("explain", q, "--explain", "plan", "--json", dsn=dsn).stdout)

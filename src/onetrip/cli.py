@@ -933,7 +933,8 @@ def cmd_search(args: argparse.Namespace) -> int:
         raise ValueError(f"--neighbors {args.neighbors} and --no-neighbors contradict each other: give one")
     if assemble_only and not args.assemble:
         raise ValueError(f"{', '.join(assemble_only)} shape the assembled context: "
-                         + ("`onetrip assemble QUESTION` assembles one" if args.many else "add --assemble")
+                         + ("`onetrip assemble QUESTION` assembles one" if args.many or len(args.query) > 1
+                            else "add --assemble")
                          + " (search's hits take --no-parent / --no-neighbors)")
     if len(args.query) > 1 or args.many:  # search-many is search_many's, with one question too
         if args.assemble and args.many:

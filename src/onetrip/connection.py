@@ -218,7 +218,7 @@ def _write_pids(path: Path, pids: list[int]) -> None:
     renamed over it. pgserver's write_text empties the file, then writes it; a process killed in between (SIGKILL,
     a pool's SIGTERM to its workers) had left it empty, and every later onetrip command failed to start the
     server ('Expecting value: line 1 column 1') until someone mended the file by hand (found by review)."""
-    tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # one per writer
     try:
         tmp.write_text(json.dumps(pids))
         os.replace(tmp, path)
@@ -270,7 +270,8 @@ def _forget_gone_handles(pgserver: Any, pgdata: Path) -> None:
             pids = None  # pgserver failed every start and exit on it; whom it listed is lost, so it starts again
         if not isinstance(pids, list):
             logging.getLogger(__name__).warning(
-                "the embedded server's list of its users (%s) could not be read; it starts again empty", path)
+                "the embedded server's list of its users (%s) could not be read; it starts again empty (a process "
+                "that was using the server is no longer listed: the server may stop when this one leaves)", path)
             _write_pids(path, [])
             return
         alive = [pid for pid in pids if isinstance(pid, int) and psutil.pid_exists(pid)]

@@ -300,10 +300,12 @@ def recorded_embedders_query(layout: Layout) -> sql.Composed:
     """The embedder the stored documents record: the first recorded name, and the first probe recorded under it
     (binds: RECORD_KEYS). No row when no document has a record.
 
-    What a retriever reads when it is made (ingest keeps one model per table). Each
-    read ends at the first row that answers it, at once when the first document has
-    both; it reads every document only when none has a record (precomputed loads:
-    ~38 ms per 300,000 documents). Any one row had been read: a document stored by
+    What a retriever reads when it is made, and the HTTP service's /health (ingest
+    keeps one model per table). Each read ends at the first row that answers it, at
+    once when the first document has both. It reads every document when none has a
+    record (precomputed loads), and the probe's when none recorded under the name has
+    a probe (documents of an onetrip before 2026-12-05): 40-60 ms per 300,000
+    documents, where the first row had cost 0.2 ms. Any one row had been read: a document stored by
     `replace_document`, which records no model, hid the others' record, and one
     stored before probes were recorded hid the others' probe, so another model
     searched unchecked (found by reviews). Ingest reads every document's,
