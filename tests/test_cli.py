@@ -75,6 +75,13 @@ def test_init_ingest_search_json(dsn, tmp_path):
     tuned = json.loads(onetrip("search", "descaling", "-k", "2", "--ef-search", "200", "--iterative-scan", "off",
                                "--json", dsn=dsn).stdout)  # the pgvector settings, as Retriever(ef_search=...) takes them
     assert len(tuned) == 2
+    # `server` leaves the server's own setting, as iterative_scan=None does (found by the parity review)
+    from onetrip.cli import _settings_of, build_parser
+
+    assert _settings_of(build_parser().parse_args(["search", "x", "--iterative-scan", "server"]))[
+        "iterative_scan"] is None
+    assert len(json.loads(onetrip("search", "descaling", "-k", "2", "--iterative-scan", "server", "--json",
+                                  dsn=dsn).stdout)) == 2
     bad_ef = onetrip("search", "descaling", "--ef-search", "0", dsn=dsn)
     assert bad_ef.returncode == 2 and "ef_search must be an integer from 1 to 1000" in bad_ef.stderr
     ignored = onetrip("search", "descaling", "--neighbors", "2", "--max-tokens", "500", dsn=dsn)  # no --assemble

@@ -62,8 +62,10 @@ def _pgvector_settings(p: argparse.ArgumentParser) -> None:
     g.add_argument("--ef-search", type=int, default=None,
                    help="hnsw.ef_search, the HNSW candidate list (default: the server's, 40 unless changed); "
                         "raise it for recall on large tables or with large -k")
-    g.add_argument("--iterative-scan", choices=["relaxed_order", "strict_order", "off"], default="relaxed_order",
-                   help="hnsw.iterative_scan (default relaxed_order: filtered searches still return k hits)")
+    g.add_argument("--iterative-scan", choices=["relaxed_order", "strict_order", "off", "server"],
+                   default="relaxed_order",
+                   help="hnsw.iterative_scan (default relaxed_order: filtered searches still return k hits); "
+                        "server: leave the server's setting (iterative_scan=None)")
     g.add_argument("--max-scan-tuples", type=int, default=20000,
                    help="hnsw.max_scan_tuples, where an iterative scan stops (default 20000); raise it when a "
                         "selective filter returns fewer than k hits")
@@ -109,7 +111,8 @@ def _search_embedder(args: argparse.Namespace) -> Any:
 
 
 def _settings_of(args: argparse.Namespace) -> dict[str, Any]:
-    return {"ef_search": args.ef_search, "iterative_scan": args.iterative_scan,
+    return {"ef_search": args.ef_search,
+            "iterative_scan": None if args.iterative_scan == "server" else args.iterative_scan,
             "max_scan_tuples": args.max_scan_tuples}
 
 
