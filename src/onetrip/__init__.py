@@ -19,7 +19,7 @@ if TYPE_CHECKING:  # the names for type checkers and IDEs; at run time, `__getat
     from .errors import (  # noqa: F401
         ConnectionFailedError, ConnectionLostError, DimensionMismatchError, EmbedderMismatchError,
         ForeignTableError, IngestInterruptedError, InputDocumentError, InvalidDsnError,
-        InvalidIdentifierError, OnetripError, SchemaMissingError, ServerRequirementError,
+        InvalidIdentifierError, OnetripError, QueryTooLargeError, SchemaMissingError, ServerRequirementError,
     )
     from .context import Context, Passage, render_context  # noqa: F401
     from .explain import Explained  # noqa: F401
@@ -60,6 +60,7 @@ _EXPORTS = {
     "InvalidIdentifierError": "errors",
     "Layout": "layout",
     "OnetripError": "errors",
+    "QueryTooLargeError": "errors",
     "PrecomputedEmbedder": "embedders",
     "Retriever": "retrieve",
     "SchemaMissingError": "errors",

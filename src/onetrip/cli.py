@@ -382,13 +382,15 @@ def hit_to_json(hit: Any) -> dict[str, Any]:
         if rec is None:
             return None
         return {"section_id": rec.section_id, "sequence_index": rec.sequence_index,
-                "heading_path": list(rec.heading_path), "content": rec.content}
+                "heading_path": list(rec.heading_path), "content": rec.content, "revision": rec.revision}
 
     s = hit.section
+    # revision: each record's, as the Python API and context passages give it (the JSON had left it out)
     return {
         "rank": hit.rank, "distance": hit.distance, "score": hit.score, "doc_id": s.doc_id, "section_id": s.section_id,
         "sequence_index": s.sequence_index, "heading_path": list(s.heading_path), "anchor": s.anchor,
-        "content": s.content, "parent": related(hit.parent), "prev": related(hit.prev), "next": related(hit.next),
+        "content": s.content, "revision": s.revision, "parent": related(hit.parent), "prev": related(hit.prev),
+        "next": related(hit.next),
     }
 
 

@@ -64,6 +64,10 @@ class ForeignTableError(OnetripError, ValueError):
     ``documents`` (the default prefix is empty). onetrip neither writes, reads nor drops it."""
 
 
+class QueryTooLargeError(OnetripError, ValueError):
+    """A query text past one of PostgreSQL's limits (its tsvector over 1 MB): bad input, not an outage."""
+
+
 class InputDocumentError(OnetripError, ValueError):
     """A document could not be read or parsed (empty, binary, bad UTF-8, missing)."""
 

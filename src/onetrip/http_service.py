@@ -92,7 +92,8 @@ from .async_retrieve import AsyncRetriever, read_layout_async
 from .cli import context_to_json, document_to_json, explained_to_json, hit_to_json
 from .embedders import Embedder, SentenceTransformerEmbedder, check_length
 from .errors import (ConnectionFailedError, ConnectionLostError, DimensionMismatchError, EmbedderMismatchError,
-                     OnetripError, SchemaMissingError, ServerRequirementError, missing_table_error)
+                     OnetripError, QueryTooLargeError, SchemaMissingError, ServerRequirementError,
+                     missing_table_error)
 from .explain import KINDS as EXPLAIN_KINDS
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, SEARCH_K,
                        TOKENS_PER_HIT, Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion,
@@ -691,8 +692,9 @@ class Service:
             await self.pool.close()
 
     @contextmanager
-    def _statement_errors(self) -> Iterator[None]:
-        """A request's statement errors as API errors: 503 naming what the database did, 422 for a refused value."""
+    def _statement_errors(self, query_field: str | None = None) -> Iterator[None]:
+        """A request's statement errors as API errors: 503 naming what the database did, 422 for a refused value
+        (a query past PostgreSQL's limits names ``query_field``, the request's field of query texts)."""
         try:
             yield
         except psycopg.errors.QueryCanceled as e:
@@ -716,6 +718,8 @@ class Service:
         except psycopg.DataError as e:
             raise ApiError(422, "invalid_value",
                            f"the database refused a value of this request: {e.diag.message_primary or e}") from None
+        except QueryTooLargeError as e:  # had named no field, where every other 422 names one
+            raise ApiError(422, "invalid_field", str(e), field=query_field) from None
         except (ValueError, TypeError) as e:  # the library's own validation (plan_search / plan_assemble)
             raise ApiError(422, "invalid_field", str(e)) from None
 
@@ -840,7 +844,7 @@ class Service:
         # asked for 64 hits where a request's own k is refused past 50)
         context_k = req.k if req.k is not None else min(assemble_k(None, req.max_tokens), self.cfg.max_k)
         out: dict[str, Any] = {}
-        with self._statement_errors():
+        with self._statement_errors("query"):
             if req.explain is not None:  # each shape's statement explained in its place: one EXPLAIN per shape
                 plans: dict[str, Any] = {}
                 if req.hits:
@@ -883,7 +887,7 @@ class Service:
                                f"stores {dim}")
         options = {"parent": req.parent, "neighbors": req.neighbors, "filters": req.filters, "mode": req.mode,
                    "hybrid": req.hybrid, "texts": list(req.queries) if req.mode == "hybrid" and req.queries else None}
-        with self._statement_errors():
+        with self._statement_errors("queries"):
             if req.explain is not None:
                 return {"explain": explained_to_json(await r.explain_many(vectors, req.k, kind=req.explain,
                                                                           **options))}
@@ -1277,20 +1281,22 @@ def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
 def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
     """The OpenAPI 3.1 description of this service, with the operator's caps in it."""
     strings = {"type": "array", "items": {"type": "string"}}
+    revision = _nullable({"type": "integer", "description": "the document revision that last wrote this section"})
     related = {"type": "object", "additionalProperties": False,
-               "required": ["section_id", "sequence_index", "heading_path", "content"],
+               "required": ["section_id", "sequence_index", "heading_path", "content", "revision"],
                "properties": {"section_id": {"type": "string"}, "sequence_index": {"type": "integer"},
-                              "heading_path": strings, "content": {"type": "string"}}}
+                              "heading_path": strings, "content": {"type": "string"}, "revision": revision}}
     hit = {
         "type": "object", "additionalProperties": False,
         "required": ["rank", "distance", "score", "doc_id", "section_id", "sequence_index", "heading_path",
-                     "anchor", "content", "parent", "prev", "next"],
+                     "anchor", "content", "revision", "parent", "prev", "next"],
         "properties": {
             "rank": {"type": "integer", "minimum": 1},
             "distance": _nullable({"type": "number", "description": "cosine distance (null in lexical mode)"}),
             "score": _nullable({"type": "number", "description": "RRF score (hybrid and lexical modes)"}),
             "doc_id": {"type": "string"}, "section_id": {"type": "string"}, "sequence_index": {"type": "integer"},
             "heading_path": strings, "anchor": _nullable({"type": "string"}), "content": {"type": "string"},
+            "revision": revision,
             "parent": _nullable(_ref("RelatedSection")), "prev": _nullable(_ref("RelatedSection")),
             "next": _nullable(_ref("RelatedSection")),
         },

@@ -43,7 +43,7 @@ from .embedders import (
     embedder_probe,
     nan_distance_error,
 )
-from .errors import ConnectionLostError, DimensionMismatchError, missing_table_error
+from .errors import ConnectionLostError, DimensionMismatchError, QueryTooLargeError, missing_table_error
 from .layout import Layout
 from .schema import layout_query, read_layout
 from .sections import MAX_LEVEL
@@ -838,13 +838,14 @@ def vector_value_error(e: psycopg.errors.DataException) -> ValueError | None:
     return None
 
 
-def limit_error(e: psycopg.errors.ProgramLimitExceeded) -> ValueError:
+def limit_error(e: psycopg.errors.ProgramLimitExceeded) -> QueryTooLargeError:
     """A query past one of PostgreSQL's limits (a query text too long for a tsvector) is bad input, not an outage.
 
     psycopg files ProgramLimitExceeded under OperationalError, which the HTTP
     service answers with 503 "database unavailable".
     """
-    return ValueError(f"the query is too large for PostgreSQL: {e.diag.message_primary or e}; shorten the query text")
+    return QueryTooLargeError(f"the query is too large for PostgreSQL: {e.diag.message_primary or e}; shorten the "
+                              "query text")
 
 
 def adapter_error(error: psycopg.ProgrammingError) -> TypeError | None:
