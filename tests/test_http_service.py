@@ -340,6 +340,32 @@ def test_a_query_past_a_postgres_limit_names_its_field(dsn, corpus):
         assert all(r is None or r["revision"] == 1 for r in (hit["parent"], hit["prev"], hit["next"])), hit
 
 
+def test_a_trailing_slash_an_encoded_body_and_a_charset_are_clear_4xx(dsn, corpus):
+    """From the HTTP review: /search/ had been a bare 307 to a URL built from the Host header (before the token
+    check, uncounted in /stats); a gzip body a 400 'not UTF-8', Content-Encoding: br on a plain body taken as
+    plain; a charset=utf-16 body read as UTF-8."""
+    import gzip
+
+    with serving(dsn, token="s3cret") as base:
+        auth = {"Authorization": "Bearer s3cret"}
+        status, data, _ = call(base, "POST", "/search/", {"query": "pasta"}, headers={**auth, "Host": "evil.example"})
+        assert_error(status, data, 404, "not_found", "/search/")
+        raw = json.dumps({"query": "pasta"}).encode()
+        for encoding, body in (("gzip", gzip.compress(raw)), ("br", raw)):
+            status, data, _ = call(base, "POST", "/search", raw=body,
+                                   headers={**auth, "Content-Encoding": encoding})
+            assert_error(status, data, 415, "unsupported_media_type", f"Content-Encoding: {encoding}")
+        status, data, _ = call(base, "POST", "/search", raw=raw,
+                               headers={**auth, "Content-Type": "application/json; charset=utf-16"})
+        assert_error(status, data, 415, "unsupported_media_type", "utf-16")
+        for charset in ("utf-8", "UTF-8", '"utf-8"'):
+            status, _, _ = call(base, "POST", "/search", raw=raw,
+                                headers={**auth, "Content-Type": f"application/json; charset={charset}"})
+            assert status == 200
+        stats = call(base, "GET", "/stats", headers=auth)[1]
+        assert stats["responses"].get("404") == 1 and stats["responses"].get("415") == 3, stats
+
+
 def test_bad_input_is_a_clear_4xx(dsn, corpus):
     with serving(dsn, max_k=50, max_tokens_cap=16000, max_body=64 * 1024) as base:
         status, data, _ = call(base, "POST", "/search", raw=b'{"query": "x", ')
@@ -953,7 +979,8 @@ def test_a_client_that_leaves_mid_body_is_not_an_internal_error(dsn, corpus, cap
 
 
 @pytest.mark.parametrize("path, body", [("/search", {"query": "pasta"}),
-                                        ("/search_many", {"queries": ["pasta", "dessert"]})])
+                                        ("/search_many", {"queries": ["pasta", "dessert"]}),
+                                        ("/health", None)])  # had been a 503 after --db-timeout (a review)
 def test_a_client_that_leaves_gets_its_statement_cancelled(db, dsn, corpus, path, body):
     """The statement of a request whose client has gone had run on (here: waiting on a lock) until it ended or
     statement_timeout cut it, holding its pooled connection for nobody; it is cancelled on the server now."""
@@ -965,11 +992,11 @@ def test_a_client_that_leaves_gets_its_statement_cancelled(db, dsn, corpus, path
         assert search(base, {"query": "pasta"})[0] == 200
         host, port = base.split(":")
         with psycopg.connect(dsn) as locker:
-            locker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")
-            raw = json.dumps(body).encode()
+            locker.execute("LOCK TABLE sections, documents IN ACCESS EXCLUSIVE MODE")
+            raw = b"" if body is None else json.dumps(body).encode()
             with socket.create_connection((host, int(port)), timeout=10) as sock:
-                sock.sendall(f"POST {path} HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
-                             f"Content-Length: {len(raw)}\r\n\r\n".encode() + raw)
+                sock.sendall(f"{'GET' if body is None else 'POST'} {path} HTTP/1.1\r\nHost: x\r\n"
+                             f"Content-Type: application/json\r\nContent-Length: {len(raw)}\r\n\r\n".encode() + raw)
                 deadline = time.monotonic() + 20
                 while not waiting():  # the statement is on the server, blocked by the lock
                     assert time.monotonic() < deadline, "the request's statement never reached the lock"
@@ -985,7 +1012,8 @@ def test_a_client_that_leaves_gets_its_statement_cancelled(db, dsn, corpus, path
             assert stats["responses"].get("499") == 1 and "500" not in stats["responses"], stats
             assert stats["pool"].get("pool_size", 1) == 1
             locker.rollback()
-        assert call(base, "POST", path, body)[0] == 200  # the one pooled connection came back, usable
+        assert call(base, "GET" if body is None else "POST", path, body)[0] == 200  # the one pooled connection
+        # came back, usable
 
 
 def test_missing_schema_is_503_then_recovers(db, dsn):

@@ -941,10 +941,15 @@ def _check_content_type(value: str | None) -> None:
     """
     if value is None:
         return
-    media = value.split(";", 1)[0].strip().lower()
+    media, _, params = value.partition(";")
+    media = media.strip().lower()
     if media and media != "application/json" and not media.endswith("+json"):
         raise ApiError(415, "unsupported_media_type",
                        f"the body is {media}; send JSON with Content-Type: application/json")
+    charset = next((v.strip().strip('"').lower() for k, _, v in (p.partition("=") for p in params.split(";"))
+                    if k.strip().lower() == "charset"), "utf-8")
+    if charset not in ("utf-8", "utf8"):  # JSON is UTF-8 (RFC 8259): a utf-16 body had been read as UTF-8
+        raise ApiError(415, "unsupported_media_type", f"the body is in {charset}; send JSON in UTF-8")
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -1000,6 +1005,10 @@ async def _while_connected(request: Request, work: Awaitable[T]) -> T:
 async def _read_json(request: Request, cap: int) -> Any:
     """The body as JSON, refusing more than ``cap`` bytes before reading them all."""
     _check_content_type(request.headers.get("content-type"))
+    encoding = (request.headers.get("content-encoding") or "identity").strip().lower()
+    if encoding != "identity":  # a gzip body had been a 400 'not UTF-8', and 'br' on a plain one taken as plain
+        raise ApiError(415, "unsupported_media_type",
+                       f"the body is sent with Content-Encoding: {encoding}; send it unencoded")
     length = request.headers.get("content-length")
     if length is not None:
         if not length.isdigit():
@@ -1086,7 +1095,9 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
         return JSONResponse(await _while_connected(request, service.documents(req)))
 
     async def health(request: Request) -> Response:
-        await service.health()
+        await _no_body(request)  # read, so that _while_connected's next message is the client leaving
+        # a client that leaves is a 499, and its check stops waiting (a down database: --db-timeout for nobody)
+        await _while_connected(request, service.health())
         return JSONResponse({"status": "ok"})
 
     async def stats(request: Request) -> Response:
@@ -1127,6 +1138,9 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
         exception_handlers={HTTPException: http_error},
         lifespan=lifespan,
     )
+    # a trailing slash is a JSON 404 like any unknown path: Starlette's default answered a bare 307 to a URL
+    # built from the Host header, before the token check and outside /stats (found by the HTTP review)
+    app.router.redirect_slashes = False
     app.state.service = service
     return app
 
