@@ -92,6 +92,13 @@ def test_hybrid_options_and_expansion_flags_are_checked(r):
     for bad in (dict(rrf_k=True), dict(candidates=True), dict(candidates=0)):
         with pytest.raises(ValueError):
             HybridOptions(**bad)
+    # past PostgreSQL's integer the server refused the bind, naming no option (found by the HTTP review)
+    with pytest.raises(ValueError, match="rrf_k must be an integer from 1 to 1000000"):
+        HybridOptions(rrf_k=10 ** 400)
+    with pytest.raises(ValueError, match="rare_term_sections must be an integer from 0 to 2147483647"):
+        HybridOptions(rare_term_sections=2 ** 31)
+    assert HybridOptions(rrf_k=1_000_000, rare_term_sections=2 ** 31 - 1).rrf_k == 1_000_000
+    assert r.search(v, 3, mode="hybrid", text="section body", hybrid={"rrf_k": 1_000_000, "rare_term_sections": 2 ** 31 - 1})
     # a plain dict of HybridOptions fields is accepted, like filters
     assert r.search(v, 3, mode="hybrid", text="section body", hybrid={"candidates": 20})
     with pytest.raises(ValueError, match="unknown hybrid option"):

@@ -364,6 +364,11 @@ def test_a_trailing_slash_an_encoded_body_and_a_charset_are_clear_4xx(dsn, corpu
             assert status == 200
         stats = call(base, "GET", "/stats", headers=auth)[1]
         assert stats["responses"].get("404") == 1 and stats["responses"].get("415") == 3, stats
+        # an rrf_k past PostgreSQL's integer: refused before the database, naming the option (not echoing it)
+        status, data, _ = call(base, "POST", "/search", {"query": "pasta", "hybrid": {"rrf_k": 10 ** 400}},
+                               headers=auth)
+        assert status == 422 and "rrf_k must be an integer from 1 to 1000000" in data["error"]["message"], data
+        assert len(data["error"]["message"]) < 300, data
 
 
 def test_bad_input_is_a_clear_4xx(dsn, corpus):

@@ -95,9 +95,9 @@ from .errors import (ConnectionFailedError, ConnectionLostError, DimensionMismat
                      OnetripError, QueryTooLargeError, SchemaMissingError, ServerRequirementError,
                      missing_table_error)
 from .explain import KINDS as EXPLAIN_KINDS
-from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES, SEARCH_K,
-                       TOKENS_PER_HIT, Expansion, assemble_k, Filters, HybridOptions, as_hybrid, context_expansion,
-                       resolve_mode, session_settings, statement_errors)
+from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_RRF_K, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES,
+                       PG_INT_MAX, SEARCH_K, TOKENS_PER_HIT, Expansion, assemble_k, Filters, HybridOptions, as_hybrid,
+                       context_expansion, resolve_mode, session_settings, statement_errors)
 from .search_many import MAX_QUERIES
 from .schema import layout_query
 from .store import document_info, list_documents_query
@@ -1365,11 +1365,12 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
         "properties": {
             "candidates": {"type": "integer", "minimum": 1, "maximum": _candidates_cap(cfg),
                            "default": defaults.candidates},
-            "rrf_k": {"type": "integer", "minimum": 1, "default": defaults.rrf_k},
+            "rrf_k": {"type": "integer", "minimum": 1, "maximum": MAX_RRF_K, "default": defaults.rrf_k},
             **{name: {"type": "number", "minimum": 0, "maximum": MAX_WEIGHT, "default": getattr(defaults, name)}
                for name in ("dense_weight", "lexical_weight", "term_weight")},
             "max_term_share": {"type": "number", "minimum": 0, "maximum": 1, "default": defaults.max_term_share},
-            "rare_term_sections": {"type": "integer", "minimum": 0, "default": defaults.rare_term_sections},
+            "rare_term_sections": {"type": "integer", "minimum": 0, "maximum": PG_INT_MAX,
+                                   "default": defaults.rare_term_sections},
             "tf_weight": _nullable({"type": "number", "minimum": 0, "maximum": MAX_WEIGHT,
                                     "description": "null: the mode's default (2 lexical, 0 hybrid)"}),
         },

@@ -254,6 +254,9 @@ def resolve_mode(mode: str, has_text: bool) -> str:
 #: (tf_weight=1e308, say, had failed the statement with 'value out of range: overflow', naming no option).
 MAX_WEIGHT = 1e9
 _WEIGHT_WHY = " (a larger one ranks no differently, and past ~1e300 PostgreSQL's float8 arithmetic overflows)"
+#: HybridOptions.rrf_k's and rare_term_sections' bounds: past PostgreSQL's integer the server refuses the bind.
+MAX_RRF_K = 1_000_000
+PG_INT_MAX = 2_147_483_647
 
 # HybridOptions.tf_weight=None per mode (benchmarks/quality/lexical_grid.py, both question sets)
 TF_WEIGHT_DEFAULT = {"lexical": 2.0, "hybrid": 0.0}
@@ -299,8 +302,10 @@ class HybridOptions:
         if isinstance(self.candidates, bool) or not isinstance(self.candidates, int) \
                 or not 1 <= self.candidates <= MAX_K:
             raise ValueError(f"candidates must be an integer from 1 to {MAX_K}, got {self.candidates!r}")
-        if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, int) or self.rrf_k < 1:
-            raise ValueError(f"rrf_k must be a positive integer, got {self.rrf_k!r}")
+        # bounded: past PostgreSQL's integer, the server refused the bind (a 400-digit rrf_k had reached it, and the
+        # HTTP service's 422 named no field and echoed the number); a million already flattens 1,000 ranks
+        if isinstance(self.rrf_k, bool) or not isinstance(self.rrf_k, int) or not 1 <= self.rrf_k <= MAX_RRF_K:
+            raise ValueError(f"rrf_k must be an integer from 1 to {MAX_RRF_K}, got {self.rrf_k!r:.40}")
         for name in ("dense_weight", "lexical_weight", "term_weight", "tf_weight"):
             v = getattr(self, name)
             if v is None and name == "tf_weight":  # the mode's default
@@ -314,8 +319,8 @@ class HybridOptions:
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
             raise ValueError(f"max_term_share must be a number from 0 to 1, got {v!r}")
         v = self.rare_term_sections
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise ValueError(f"rare_term_sections must be a non-negative integer, got {v!r}")
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= PG_INT_MAX:
+            raise ValueError(f"rare_term_sections must be an integer from 0 to {PG_INT_MAX}, got {v!r:.40}")
 
     def params(self, k: int, mode: str = "hybrid") -> dict[str, Any]:
         """The statement's binds for ``mode``; weights that would score every hit 0 are refused, since the
