@@ -247,6 +247,11 @@ def test_health_stats_and_openapi(dsn, corpus):
         assert "explain" in schemas["SearchManyRequest"]["properties"]
         assert set(schemas["Hybrid"]["properties"]) == set(HybridOptions.__dataclass_fields__)
         assert req["properties"]["k"]["maximum"] == 20 and req["properties"]["max_tokens"]["maximum"] == 3000
+        # a blank query is refused (422), and the schema says so (it had allowed any non-empty string)
+        blank = jsonschema.Draft202012Validator({"components": spec["components"],
+                                                 "$ref": "#/components/schemas/SearchRequest"})
+        assert not blank.is_valid({"query": "   "}) and blank.is_valid({"query": " pasta "})
+        assert call(base, "POST", "/search", {"query": "   "})[0] == 422
         assert {"/health", "/stats", "/openapi.json", "/documents"} <= set(spec["paths"])
         for path, method in (("/search", "post"), ("/search_many", "post"), ("/documents", "get")):
             assert "pool_exhausted" in spec["paths"][path][method]["responses"]["503"]["description"], path

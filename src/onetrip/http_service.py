@@ -1424,7 +1424,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                        "a field set to null is the same as one left out (principals and max_tokens "
                        "excepted: null is a 422).",
         "properties": {
-            "query": {"type": "string", "minLength": 1},
+            "query": {"type": "string", "minLength": 1, "pattern": "\\S"},  # not blank either
             "embedding": {"type": "array", "items": {"type": "number"}, "minItems": 1,
                           "description": "a query embedding of the table's dimension"},
             "k": {"type": "integer", "minimum": 1, "maximum": cfg.max_k,
@@ -1451,7 +1451,7 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                        "default, as /search). Unknown fields are a 422; null is the same as leaving a field "
                        "out (principals excepted: a 422).",
         "properties": {
-            "queries": {"type": "array", "items": {"type": "string", "minLength": 1}, "minItems": 1,
+            "queries": {"type": "array", "items": {"type": "string", "minLength": 1, "pattern": "\\S"}, "minItems": 1,
                         "maxItems": MAX_QUERIES},
             "embeddings": {"type": "array", "minItems": 1, "maxItems": MAX_QUERIES,
                            "items": {"type": "array", "items": {"type": "number"}, "minItems": 1}},
