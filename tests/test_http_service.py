@@ -485,7 +485,7 @@ def test_bad_input_is_a_clear_4xx(dsn, corpus):
         assert_error(*search(base, {"query": "x", "mode": "hybrid", "hybrid": {"candidates": 60.0}}), 422,
                      "k_out_of_range", "hybrid.candidates", "50")
         assert_error(*search(base, {"query": "x", "mode": "hybrid", "hybrid": {"rrf_k": 60.5}}), 422,
-                     "invalid_field", "rrf_k must be a positive integer")
+                     "invalid_field", "rrf_k must be an integer from 1 to 1000000")
 
 
 # ---------------------------------------------------------------- token and principals
