@@ -936,12 +936,12 @@ def cmd_search(args: argparse.Namespace) -> int:
         ("--document-max-tokens", args.document_max_tokens is not None)) if given]
     if args.neighbors is not None and args.no_neighbors:  # one had silently won (0)
         raise ValueError(f"--neighbors {args.neighbors} and --no-neighbors contradict each other: give one")
+    many = args.many or len(args.query) > 1  # search_many's (search-many: with one question too)
     if assemble_only and not args.assemble:
         raise ValueError(f"{', '.join(assemble_only)} shape the assembled context: "
-                         + ("`onetrip assemble QUESTION` assembles one" if args.many or len(args.query) > 1
-                            else "add --assemble")
+                         + ("`onetrip assemble QUESTION` assembles one" if many else "add --assemble")
                          + " (search's hits take --no-parent / --no-neighbors)")
-    if len(args.query) > 1 or args.many:  # search-many is search_many's, with one question too
+    if many:
         if args.assemble and args.many:
             raise ValueError("search-many returns each question's hits, not an assembled context: `onetrip "
                              "assemble QUESTION` assembles one")
