@@ -507,8 +507,6 @@ def test_llamaindex_custom_embedding_strs_and_a_bare_embedding(corpus):
     assert [n.node.metadata["section_id"] for n in got] == want
     with pytest.raises(ValueError, match="hybrid=... is for mode='hybrid' or 'lexical'"):
         LIRetriever(api, k=2, mode="dense", hybrid=HybridOptions(candidates=7))
-    with pytest.raises(ValueError, match="hybrid=... is for mode='hybrid' or 'lexical'"):
-        LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidates": 7})
 
 
 def test_llamaindex_aretrieve_checks_the_model_off_the_event_loop(corpus, dsn):
@@ -635,6 +633,15 @@ def test_langchain_review_fixes_deep_copies_per_call_mode_and_expand_keys(corpus
     assert fused.invoke(VACATION, mode="lexical") != LCRetriever(retriever=api, k=2, mode="lexical").invoke(VACATION)
     with pytest.raises(ValueError, match="hybrid"):  # given in the call itself: still refused
         fused.invoke(VACATION, mode="dense", hybrid=HybridOptions(rrf_k=5))
+    # configurable_fields(mode=...) builds the adapter again with its other fields, hybrid included: a dense
+    # call had been a ValidationError ("hybrid=... is for mode='hybrid' or 'lexical'")
+    from langchain_core.runnables import ConfigurableField
+    switchable = fused.configurable_fields(mode=ConfigurableField(id="mode"))
+    dense = LCRetriever(retriever=api, k=2, mode="dense").invoke(VACATION)
+    assert switchable.invoke(VACATION, config={"configurable": {"mode": "dense"}}) == dense
+    assert LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidates": 7}).invoke(VACATION) == dense
+    assert switchable.invoke(VACATION, config={"configurable": {"mode": "lexical"}}) == fused.invoke(
+        VACATION, mode="lexical")
     with pytest.raises(ValidationError, match=r"unknown expand key\(s\) \['parnt'\]"):
         LCRetriever(retriever=api, expand={"parnt": False})
 

@@ -53,6 +53,7 @@ class OnetripRetriever(BaseRetriever):
     assembled=True      the deduplicated, ``max_tokens``-budgeted context of `Retriever.assemble`,
                         one Document per passage in reading order
     mode="auto" (default) searches hybrid (dense + full text): a LangChain query always has its text.
+    hybrid: used by hybrid and lexical searches; with mode="dense" (the field's or a call's) it is unused.
     Metadata: doc_id, section_id, sequence_index, heading_path, anchor, revision, distance,
     score (1 - distance in dense mode, the RRF score in hybrid/lexical; an assembled context's
     non-hit passages, and hybrid ones, have none), rank, and parent/prev/next_section_id (roles,
@@ -103,7 +104,12 @@ class OnetripRetriever(BaseRetriever):
         """The Query for the fields as they are now: rebuilt (and validated) when one was changed."""
         fields = self._search_fields()
         if fields != self._built_from:
-            self._query = Query.build(**dict(zip(SEARCH_FIELDS, fields)))
+            values = dict(zip(SEARCH_FIELDS, fields))
+            if values["mode"] == "dense":
+                # unused by a dense search, kept: configurable_fields(mode=...) rebuilds the adapter with its other
+                # fields, so refusing them made a dense call of an adapter with hybrid options a ValidationError
+                values["hybrid"] = None
+            self._query = Query.build(**values)
             # a copy: the fields' own dicts and lists, kept, changed with them in place (lc.filters["doc_ids"] =
             # ..., lc.principals.remove(...)), so the old Query, old ACL included, had stayed in use
             self._built_from = copy.deepcopy(fields)
