@@ -682,6 +682,9 @@ def test_retriever_calls_are_commands_of_their_names(dsn):
     assert explained["kind"] == "analyze" and explained["statement"] == searched["statement"]
     plan = json.loads(onetrip("explain", q, "--explain", "plan", "--json", dsn=dsn).stdout)
     assert plan["kind"] == "plan"
+    # explain(q, kind="plan") by its keyword's name: --kind had been refused ("unrecognized arguments")
+    by_kind = json.loads(onetrip("explain", q, "--kind", "plan", "--json", dsn=dsn).stdout)
+    assert by_kind["kind"] == "plan" and by_kind["statement"] == plan["statement"]
     many = onetrip("search-many", q, "What about dental care?", "-k", "2", "--json", dsn=dsn)
     assert many.returncode == 0 and many.stdout == onetrip("search", q, "What about dental care?", "-k", "2", "--json",
                                                            dsn=dsn).stdout

@@ -226,9 +226,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-parent", action="store_true", help="do not fetch parent sections")
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
-    p.add_argument("--explain", nargs="?", const="analyze", choices=["analyze", "plan", "generic"], default=None,
+    # --kind: Retriever.explain's keyword, so `onetrip explain q --kind plan` is explain(q, kind="plan")
+    p.add_argument("--explain", "--kind", nargs="?", const="analyze", choices=["analyze", "plan", "generic"],
+                   default=None,
                    help="print the statement this search sends (several queries: search_many's), its binds and "
-                        "its plan instead of the results: "
+                        "its plan instead of the results (--kind is the same option, by explain()'s keyword): "
                         "analyze (default; EXPLAIN ANALYZE, BUFFERS: runs it once, read-only), plan (EXPLAIN), "
                         "generic (the plan for any values, as a prepared statement may reuse it; PostgreSQL 16+)")
     p.add_argument("--mode", choices=["auto", "dense", "lexical", "hybrid"], default="auto",
