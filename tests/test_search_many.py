@@ -376,3 +376,32 @@ def test_psql_runs_the_hybrid_batch_edition_as_is(text_kb, dsn):
     related = {(h.section.doc_id, x.section_id) for hits in api for h in hits for x in (h.parent, h.prev, h.next) if x}
     hit_keys = {(h.section.doc_id, h.section.section_id) for hits in api for h in hits}
     assert set(context) == related - hit_keys
+    # found by review: a NULL embedding's dense list was `candidates` rows in no order, each adding a dense share to
+    # the fused score; now that query ranks on its words alone: rank r's score is lexical_weight / (rrf_k + r)
+    out = subprocess.run(
+        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+         "-v", "k=3", "-v", f"query_embeddings={{\"{lits[0]}\",NULL}}", "-v", f"query_texts={arr(texts[:2])}",
+         "-v", f"query_terms={arr([' '.join(technical_terms(t)) for t in texts[:2]])}",
+         *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],
+        check=True, capture_output=True, text=True).stdout
+    rows = list(csv.DictReader(io.StringIO(out)))
+    first = sorted((row for row in rows if row["query_ord"] == "1"), key=lambda row: int(row["hit_rank"]))
+    assert [(row["doc_id"], row["section_id"]) for row in first] == \
+        [(h.section.doc_id, h.section.section_id) for h in api[0]]
+    worded = sorted((row for row in rows if row["query_ord"] == "2"), key=lambda row: int(row["hit_rank"]))
+    assert len(worded) == 3 and all(row["distance"] == "" for row in worded)
+    lexical_weight, rrf_k = float(opts["lexical_weight"]), float(opts["rrf_k"])
+    assert [float(row["score"]) for row in worded] == pytest.approx([lexical_weight / (rrf_k + r) for r in (1, 2, 3)])
+    # and a NULL text ranks on its embedding alone, as the header says: its hits are a dense search's
+    out = subprocess.run(
+        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
+         "-v", "k=3", "-v", f"query_embeddings={arr(lits[:2])}", "-v", f"query_texts={{{arr(texts[:1])[1:-1]},NULL}}",
+         "-v", f"query_terms={{{arr([' '.join(technical_terms(texts[0]))])[1:-1]},NULL}}",
+         *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],
+        check=True, capture_output=True, text=True).stdout
+    embedded = sorted((row for row in csv.DictReader(io.StringIO(out)) if row["query_ord"] == "2"),
+                      key=lambda row: int(row["hit_rank"]))
+    assert [(row["doc_id"], row["section_id"]) for row in embedded] == \
+        [(h.section.doc_id, h.section.section_id) for h in r.search(vecs[1], k=3, mode="dense")]
+    dense_weight = float(opts["dense_weight"])
+    assert [float(row["score"]) for row in embedded] == pytest.approx([dense_weight / (rrf_k + r) for r in (1, 2, 3)])

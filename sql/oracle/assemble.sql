@@ -48,8 +48,9 @@
 --           sections_doc_seq_key, and the passages are materialized once.
 --           The budget takes the longest prefix that fits (a running sum); a
 --           recursive WITH then steps through the passages after it one by one,
---           taking each that still fits: Oracle refuses aggregates and window
---           functions in a recursive member (ORA-32486) and documents no lateral
+--           taking each that still fits: Oracle refuses aggregates in a
+--           recursive member (ORA-32486; analytic functions only in its select
+--           list, where they cannot keep one row) and documents no lateral
 --           top-1 subquery there, so it does not jump to the next section that
 --           fits as the PostgreSQL edition does (LATERAL ... LIMIT 1): one short
 --           step (a join on pick_order) per passage after the prefix.

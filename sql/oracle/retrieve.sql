@@ -45,7 +45,7 @@
 -- Order     None guaranteed: the statement does not sort its rows (sorting the
 --           wide rows cost ~10 us per query, benchmarks/latency); onetrip links
 --           rows by key. As planned, the hits come first in hit_rank order. To
---           read it in SQL*Plus, append (before the final ;): ORDER BY hit_rank, doc_id, sequence_index
+--           read it in SQL*Plus, add to the file's end (before the final ;): ORDER BY hit_rank, doc_id, sequence_index
 -- =============================================================================
 WITH hits AS (
     SELECT /*+ MATERIALIZE */ s.doc_id,

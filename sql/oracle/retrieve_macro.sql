@@ -52,7 +52,10 @@
 --           raises 'query_embedding must not be NULL'; a SQL macro cannot
 --           raise, so its search has query_embedding IS NOT NULL in its WHERE
 --           (without it, FETCH APPROX by a NULL distance took k rows, in no
---           order, as hits).
+--           order, as hits). A k that is NULL or below 1 returns no rows, and
+--           one above 1000 is taken as given, where the PostgreSQL function
+--           raises 22023 for both: FETCH FIRST reads a NULL or negative count
+--           as 0 (and truncates a fraction), and the macro cannot raise.
 -- Settings  Approximate search accuracy comes from the index (TARGET ACCURACY in
 --           schema.sql) or per query with FETCH APPROX ... WITH TARGET ACCURACY.
 -- Plan      Expected, not observed: VECTOR INDEX HNSW SCAN under the FETCH

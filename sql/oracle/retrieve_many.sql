@@ -65,8 +65,8 @@
 --           its parent and neighbors by key among ALL the rows (another
 --           query's hit can be one), as in retrieve.sql. heading and content
 --           are NULL where empty (Oracle stores '' as NULL).
--- Order     None guaranteed. To read it in SQL*Plus, append (before the final
---           ;): ORDER BY query_ord, hit_rank, doc_id, sequence_index
+-- Order     None guaranteed. To read it in SQL*Plus, add to the file's end
+--           (before the final ;): ORDER BY query_ord, hit_rank, doc_id, sequence_index
 -- =============================================================================
 WITH queries AS (
     SELECT q.query_ord, TO_VECTOR(q.embedding, 384, FLOAT32) AS embedding

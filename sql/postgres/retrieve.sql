@@ -46,7 +46,7 @@
 -- Order     None guaranteed: the statement does not sort its rows (sorting the
 --           wide rows cost ~10 us per query, benchmarks/latency); onetrip links
 --           rows by key. As planned, the hits come first in hit_rank order. To
---           read it in psql, append: ORDER BY hit_rank, doc_id, sequence_index
+--           read it in psql, add to the file's end: ORDER BY hit_rank, doc_id, sequence_index
 -- onetrip   The Python API sends this statement with two changes, each ~10-25 us
 --           per query at 1 ms RTT: no hit_rank column (it ranks the hits,
 --           the rows with a distance, by the same key), and a constant

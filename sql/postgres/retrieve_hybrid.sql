@@ -62,7 +62,7 @@
 -- Order     None guaranteed: the statement does not sort its rows (sorting the
 --           wide rows cost ~10 us per query, benchmarks/latency); onetrip links
 --           rows by key. As planned, the hits come first in hit_rank order. To
---           read it in psql, append: ORDER BY hit_rank, doc_id, sequence_index
+--           read it in psql, add to the file's end: ORDER BY hit_rank, doc_id, sequence_index
 -- onetrip   The Python API sends this statement with these changes: no hit_rank
 --           column (it ranks the hits, the rows with a score, by the same key);
 --           the dense list's HNSW scan with a constant LIMIT, the bucket of

@@ -34,7 +34,7 @@
 --           doc_id, sequence_index). Context rows (query_ord, hit_rank and distance
 --           NULL): every hit's parent and previous/next section that is
 --           not itself a hit of any query; link them by key as in retrieve.sql.
--- Order     None guaranteed. To read it in psql, append:
+-- Order     None guaranteed. To read it in psql, add to the file's end:
 --             ORDER BY query_ord, hit_rank, doc_id, sequence_index
 -- onetrip   Retriever.search_many sends this statement without hit_rank, with a
 --           constant HNSW LIMIT bucket (then LIMIT :k), as retrieve.sql's note

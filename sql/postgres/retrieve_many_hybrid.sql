@@ -23,7 +23,8 @@
 --                      (not retrieve_hybrid.sql's one array of terms)
 --           The three arrays must have one entry per query: unnest pads a
 --           shorter one with NULLs, which adds a query (onetrip's Python API
---           checks; this file does not).
+--           checks; this file does not). A NULL embedding ranks that query
+--           on its words alone; a NULL text, on its embedding alone.
 --           :'k'::integer  integer  number of hits (top-K) of each query
 --           candidates, rrf_k, dense_weight, lexical_weight, term_weight,
 --           max_term_share, rare_term_sections, tf_weight: as in
@@ -59,7 +60,7 @@
 --           doc_id, sequence_index), with score. Context rows (query_ord, hit_rank, distance and score
 --           NULL): every hit's parent and previous/next section that is
 --           not itself a hit of any query; link them by key as in retrieve.sql.
--- Order     None guaranteed. To read it in psql, append:
+-- Order     None guaranteed. To read it in psql, add to the file's end:
 --             ORDER BY query_ord, hit_rank, doc_id, sequence_index
 -- onetrip   Retriever.search_many sends this statement without hit_rank, with a
 --           constant HNSW LIMIT bucket (then LIMIT :candidates), as retrieve.sql's note
@@ -92,6 +93,7 @@ dense AS MATERIALIZED (
             ORDER BY c.distance + 0, c.doc_id, c.section_id
             LIMIT GREATEST(:'candidates'::integer, :'k'::integer)
            ) n
+     WHERE q.embedding IS NOT NULL  -- a NULL one ranks on its words alone (it had taken rows in no order)
 ),
 query_words AS MATERIALIZED (
     -- each query's distinct stemmed words, weighted and skipped as for one query
