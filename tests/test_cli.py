@@ -685,6 +685,12 @@ def test_retriever_calls_are_commands_of_their_names(dsn):
     # explain(q, kind="plan") by its keyword's name: --kind had been refused ("unrecognized arguments")
     by_kind = json.loads(onetrip("explain", q, "--kind", "plan", "--json", dsn=dsn).stdout)
     assert by_kind["kind"] == "plan" and by_kind["statement"] == plan["statement"]
+    # the kind as a bare word had been a second question, explained by EXPLAIN ANALYZE without a word
+    res = onetrip("explain", q, "generic", "--json", dsn=dsn)
+    assert res.returncode == 2 and "'generic' is read as a second question" in res.stderr
+    assert "--kind generic" in res.stderr and not res.stdout
+    two = json.loads(onetrip("explain", q, "plan", "--kind", "plan", "--json", dsn=dsn).stdout)  # asked for: two
+    assert two["kind"] == "plan" and "query_embeddings" in two["statement"]
     many = onetrip("search-many", q, "What about dental care?", "-k", "2", "--json", dsn=dsn)
     assert many.returncode == 0 and many.stdout == onetrip("search", q, "What about dental care?", "-k", "2", "--json",
                                                            dsn=dsn).stdout

@@ -158,6 +158,9 @@ LIBRARY_NAMES = {"init": "init-schema", "ingest": "ingest-paths", "documents": "
 #: with several questions (one too: search_many's output, a list of {query, hits})
 SEARCH_CALLS = ("search-many", "assemble", "explain")
 
+#: what `search --explain` / `explain --kind` take: Retriever.explain's kinds
+EXPLAIN_KINDS = ("analyze", "plan", "generic")
+
 
 def _as_search(args: argparse.Namespace) -> argparse.Namespace:
     """`search`'s arguments for a command named after the Retriever call it makes (SEARCH_CALLS).
@@ -169,6 +172,10 @@ def _as_search(args: argparse.Namespace) -> argparse.Namespace:
     if args.command == "assemble":
         args.assemble = True
     elif args.command == "explain" and args.explain is None:
+        if len(args.query) > 1 and args.query[-1] in EXPLAIN_KINDS:
+            # `onetrip explain "q" generic` had explained two questions, "q" and "generic", by EXPLAIN ANALYZE
+            raise ValueError(f"{args.query[-1]!r} is read as a second question; for that kind of plan give "
+                             f"--kind {args.query[-1]} (with --kind given, every word is a question)")
         args.explain = "analyze"
     args.command = "search"
     return args
@@ -227,7 +234,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-neighbors", action="store_true", help="do not fetch previous/next sections")
     p.add_argument("--json", action="store_true", help="print JSON instead of text")
     # --kind: Retriever.explain's keyword, so `onetrip explain q --kind plan` is explain(q, kind="plan")
-    p.add_argument("--explain", "--kind", nargs="?", const="analyze", choices=["analyze", "plan", "generic"],
+    p.add_argument("--explain", "--kind", nargs="?", const="analyze", choices=EXPLAIN_KINDS,
                    default=None,
                    help="print the statement this search sends (several queries: search_many's), its binds and "
                         "its plan instead of the results (--kind is the same option, by explain()'s keyword): "
