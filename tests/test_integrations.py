@@ -640,6 +640,8 @@ def test_langchain_review_fixes_deep_copies_per_call_mode_and_expand_keys(corpus
     dense = LCRetriever(retriever=api, k=2, mode="dense").invoke(VACATION)
     assert switchable.invoke(VACATION, config={"configurable": {"mode": "dense"}}) == dense
     assert LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidates": 7}).invoke(VACATION) == dense
+    with pytest.raises(ValidationError, match=r"unknown hybrid option\(s\) \['candidats'\]"):  # unused, still checked
+        LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidats": 7})
     assert switchable.invoke(VACATION, config={"configurable": {"mode": "lexical"}}) == fused.invoke(
         VACATION, mode="lexical")
     with pytest.raises(ValidationError, match=r"unknown expand key\(s\) \['parnt'\]"):

@@ -23,7 +23,7 @@ from langchain_core.retrievers import BaseRetriever
 from pydantic import ConfigDict, Field, PrivateAttr
 
 from ..async_retrieve import AsyncRetriever
-from ..retrieve import Filters, Retriever
+from ..retrieve import Filters, Retriever, as_hybrid
 from . import Item, Query, Source, shared_source
 
 __all__ = ["OnetripRetriever", "to_document"]
@@ -105,9 +105,11 @@ class OnetripRetriever(BaseRetriever):
         fields = self._search_fields()
         if fields != self._built_from:
             values = dict(zip(SEARCH_FIELDS, fields))
-            if values["mode"] == "dense":
+            if values["mode"] == "dense" and values["hybrid"] is not None:
                 # unused by a dense search, kept: configurable_fields(mode=...) rebuilds the adapter with its other
-                # fields, so refusing them made a dense call of an adapter with hybrid options a ValidationError
+                # fields, so refusing them made a dense call of an adapter with hybrid options a ValidationError.
+                # Still checked, so a misspelt option fails here, not at a later call's lexical search
+                as_hybrid(values["hybrid"])
                 values["hybrid"] = None
             self._query = Query.build(**values)
             # a copy: the fields' own dicts and lists, kept, changed with them in place (lc.filters["doc_ids"] =
