@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from psycopg.types.json import Jsonb
 
 from onetrip import Retriever, init_schema
-from onetrip.context import render_context
+from onetrip.context import continues, render_context
 from onetrip.layout import Layout
 from onetrip.retrieve import CONTEXT_DEFAULT, Expansion, assemble_k
 from onetrip.store import replace_document
@@ -179,8 +179,52 @@ def test_passages_carry_their_rows_and_documents_are_numbered_densely(db, corpus
 def test_rendered_context_costs_exactly_the_budgeted_tokens(db, corpus):
     ctx = Retriever(db).assemble(corpus[0].embeddings[0], k=5, max_tokens=800)
     text = render_context(ctx.passages)
+    assert not any(continues(a, b) for a, b in zip(ctx.passages, ctx.passages[1:]))  # no part: every header shown
     assert count_tokens(text) == ctx.tokens <= 800
     assert ctx.passages[0].header.startswith("### ")
+
+
+def test_a_part_that_continues_the_passage_before_is_rendered_under_its_header(db, tmp_path) -> None:
+    """A section cut into parts to fit the model: its parts share a header, and render() had repeated it
+    between them, cutting a sentence that runs across the cut in two (a benchmark runner's review found
+    verbatim evidence quotes scored missing so). The rendered text costs the budget less those headers."""
+    from onetrip.ingest import ingest_paths
+    from onetrip.tokens import unknown_surplus
+
+    from .embedders import HashEmbedder
+
+    init_schema(db)
+    text = " ".join(f"Rule {i} keeps the logs of step {i} for {i + 30} days." for i in range(150))
+    (tmp_path / "policy.md").write_text(f"# Policy\n\nIntro.\n\n## Retention\n\n{text}\n\n## Other\n\nElse.\n")
+    ingest_paths(db, [tmp_path], layout=Layout(), embedder=HashEmbedder())
+    parts = db.execute("SELECT section_id, embedding::text FROM sections WHERE doc_id = 'policy.md' AND "
+                       "heading = 'Retention' ORDER BY sequence_index").fetchall()
+    assert len(parts) >= 3
+    q = np.array([float(x) for x in parts[1][1].strip("[]").split(",")], dtype=np.float32)
+    ctx = Retriever(db).assemble(q, k=1, max_tokens=None, parent=False, neighbors=0, section=True)
+    assert [p.section_id for p in ctx.passages] == [sid for sid, _ in parts]
+    rendered = ctx.render()
+    header = ctx.passages[0].header
+    assert rendered.count(header) == 1 and rendered.startswith(header + "\n")
+    assert " ".join(text.split()) in " ".join(rendered.split())  # every sentence whole, none cut by a header
+    saved = (len(parts) - 1) * (count_tokens(header) + unknown_surplus(header))
+    assert count_tokens(rendered) == ctx.tokens - saved
+    assert render_context(ctx.passages[1:]).startswith(header + "\n")  # the first part shown: header again
+
+
+def test_render_repeats_no_header_only_for_the_next_row_under_the_same_one() -> None:
+    from onetrip.context import Passage
+
+    def passage(doc: str, seq: int, anchor: str | None, path: tuple[str, ...], text: str) -> Passage:
+        return Passage(doc, f"s{seq}", seq, 2, path[-1], path, anchor, text, 2, 5, ("section",), 1, 1, None)
+
+    same = [passage("g.md", 3, "a", ("G", "A"), "One."), passage("g.md", 4, "a", ("G", "A"), "Two.")]
+    assert render_context(same) == "### G > A [g.md#a]\nOne.\n\nTwo."
+    for second in (passage("g.md", 5, "a", ("G", "A"), "Two."),  # not the next row
+                   passage("h.md", 4, "a", ("G", "A"), "Two."),  # another document
+                   passage("g.md", 4, "b", ("G", "A"), "Two."),  # another anchor
+                   passage("g.md", 4, "a", ("G", "B"), "Two.")):  # another heading path
+        assert render_context([same[0], second]) == f"### G > A [g.md#a]\nOne.\n\n{second.header}\nTwo."
 
 
 def test_budget_skips_a_section_that_does_not_fit_and_takes_a_later_one(db, corpus):

@@ -108,7 +108,8 @@ def hit_item(hit: Hit, *, mode: str, content: str) -> Item:
 
 def passage_item(p: Passage, *, mode: str, content: str) -> Item:
     """An assembled-context passage; ``content="expanded"`` prefixes its heading-path separator,
-    so joining the texts with blank lines gives exactly ``Context.render()``."""
+    so joining the texts with blank lines gives ``Context.render()``, which does not repeat it for a part
+    that continues the passage before it (`onetrip.context.continues`)."""
     meta: dict[str, Any] = {
         "doc_id": p.doc_id,
         "section_id": p.section_id,
