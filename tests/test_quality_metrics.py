@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -16,6 +17,7 @@ from benchmarks.quality.metrics import (
     normalize_ws,
     paired_record,
     passage_anchors,
+    question_texts,
     quotes_found,
     section_recall,
 )
@@ -155,6 +157,27 @@ def test_several_question_files_are_one_set_with_unique_ids(tmp_path):
     b.write_text(json.dumps({"id": "q1", "question": "again", "evidence": []}) + "\n")
     with pytest.raises(ValueError, match="'q1' already read from"):
         load_question_files([a, b])
+
+
+def test_a_byte_order_mark_and_raw_line_separators_in_strings_are_read(tmp_path):
+    """A UTF-8 BOM had failed line 1 ('Unexpected UTF-8 BOM'), and a raw U+2028, U+2029 or U+0085 in a string
+    (valid JSON; json.dumps(ensure_ascii=False) writes them raw) had cut its record in two: str.splitlines
+    splits there. Lines end at "\n" ("\r\n" too), and FILE:LINE in errors counts those alone."""
+    f = tmp_path / "q.jsonl"
+    rows = [{"id": "q1", "question": "pasted\u2028from\u2029a page\u0085?", "needs": "parent",
+             "evidence": [{"page": "p.html", "section_id": "A", "quote": "one\u2028two"}]},
+            {"id": "q2", "question": "??", "needs": "none", "evidence": []}]
+    text = "\r\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\r\n"
+    assert "\u2028" in text
+    for bom in (b"\xef\xbb\xbf", b""):
+        f.write_bytes(bom + text.encode())
+        qs = load_questions(f)
+        assert [q.id for q in qs] == ["q1", "q2"] and qs[0].question == rows[0]["question"]
+        assert qs[0].evidence[0].quote == "one\u2028two"
+        assert question_texts(f) == [rows[0]["question"], "??"]
+    f.write_bytes(b"\xef\xbb\xbf" + (text + "{\"id\": \"q3\", \u2028\r\n").encode())
+    with pytest.raises(ValueError, match=re.escape(f"{f}:3: not a question record (JSONDecodeError")):
+        load_questions(f)
 
 
 def test_small_statistics():

@@ -66,9 +66,12 @@ def _read_records(path: str | Path, record: Callable[[dict[str, Any]], T]) -> li
 
     A line that is not a JSON object, or that ``record`` refuses (KeyError, TypeError), is a ValueError
     naming the file and the line: the benchmarks refuse it as a bad argument (exit 2), not with a traceback.
+    A leading byte-order mark is dropped (it had failed line 1), and lines end at "\n" alone (read_text has
+    made "\r\n" and "\r" "\n"): str.splitlines also split at U+2028, U+2029 and U+0085, which a JSON string
+    may hold raw (json.dumps(ensure_ascii=False) writes them so), cutting such a record in two.
     """
     try:
-        lines = Path(path).read_text(encoding="utf-8").splitlines()
+        lines = Path(path).read_text(encoding="utf-8-sig").split("\n")
     except UnicodeDecodeError as e:
         raise ValueError(f"{path}: not UTF-8 text ({e})") from e
     out: list[T] = []
