@@ -8,6 +8,7 @@ import re
 import pytest
 
 from benchmarks.quality.metrics import (
+    Evidence,
     Question,
     coverage,
     covered_pairs,
@@ -18,6 +19,7 @@ from benchmarks.quality.metrics import (
     paired_record,
     passage_anchors,
     question_texts,
+    question_warnings,
     quotes_found,
     section_recall,
 )
@@ -151,12 +153,17 @@ def test_question_records(tmp_path):
 
 def test_several_question_files_are_one_set_with_unique_ids(tmp_path):
     a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
-    a.write_text(json.dumps({"id": "q1", "question": "?", "evidence": []}) + "\n")
-    b.write_text(json.dumps({"id": "q2", "question": "??", "evidence": []}) + "\n")
+    q1, q2 = ({"id": i, "question": "?", "evidence": []} for i in ("q1", "q2"))
+    a.write_text(json.dumps(q1) + "\n")
+    b.write_text(json.dumps(q2) + "\n")
     assert [q.id for q in load_question_files([a, b])] == ["q1", "q2"]
-    b.write_text(json.dumps({"id": "q1", "question": "again", "evidence": []}) + "\n")
-    with pytest.raises(ValueError, match="'q1' already read from"):
+    # both lines are named (the file alone had been named, twice over when both were in one file)
+    b.write_text(json.dumps(q2) + "\n\n" + json.dumps(q1) + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"{b}:3: question id 'q1' already read at {a}:1")):
         load_question_files([a, b])
+    a.write_text("# a comment\n" + "\n".join(map(json.dumps, (q1, q2, q1))) + "\n")
+    with pytest.raises(ValueError, match=re.escape(f"{a}:4: question id 'q1' already read at {a}:2")):
+        load_question_files([a])
 
 
 def test_a_byte_order_mark_and_raw_line_separators_in_strings_are_read(tmp_path):
@@ -173,11 +180,37 @@ def test_a_byte_order_mark_and_raw_line_separators_in_strings_are_read(tmp_path)
         f.write_bytes(bom + text.encode())
         qs = load_questions(f)
         assert [q.id for q in qs] == ["q1", "q2"] and qs[0].question == rows[0]["question"]
-        assert qs[0].evidence[0].quote == "one\u2028two"
+        assert qs[0].evidence[0].quote == "one\u2028two" and qs[1].where == f"{f}:2"
         assert question_texts(f) == [rows[0]["question"], "??"]
     f.write_bytes(b"\xef\xbb\xbf" + (text + "{\"id\": \"q3\", \u2028\r\n").encode())
     with pytest.raises(ValueError, match=re.escape(f"{f}:3: not a question record (JSONDecodeError")):
         load_questions(f)
+
+
+def test_needs_and_evidence_that_disagree_are_warned_and_the_evidence_decides(tmp_path):
+    """Records whose needs disagreed with their evidence, or was no label of the format, had been taken as
+    `none` silently (a `none` with quotes kept a coverage in its per-question row, out of every mean)."""
+    ev = [{"page": "p.html", "section_id": "A", "quote": "x"}]
+    rows = [{"id": "a", "needs": "parent", "evidence": []}, {"id": "b", "needs": "none", "evidence": ev},
+            {"id": "c", "needs": "sibling", "evidence": ev}, {"id": "d", "evidence": ev},
+            {"id": "e", "needs": "PARENT", "evidence": []}, {"id": "f", "needs": "none", "evidence": []},
+            {"id": "g", "needs": "multi", "evidence": ev}]
+    f = tmp_path / "q.jsonl"
+    f.write_text("# header\n" + "\n".join(json.dumps({"question": "?", **r}) for r in rows) + "\n")
+    qs = load_questions(f)
+    assert [q.id for q in qs if q.answerable] == ["b", "c", "d", "g"]
+    assert question_warnings(qs) == [
+        f"{f}:2: question 'a' has needs 'parent' but no evidence; scored as `none` (no evidence)",
+        f"{f}:3: question 'b' has needs 'none' but 1 evidence quote(s); scored as answerable (it cites evidence)",
+        f"{f}:4: question 'c' has needs 'sibling', not one of parent, neighbor, section, multi, none; "
+        "scored as answerable (it cites evidence)",
+        f"{f}:5: question 'd' has no needs, not one of parent, neighbor, section, multi, none; "
+        "scored as answerable (it cites evidence)",
+        f"{f}:6: question 'e' has needs 'PARENT', not one of parent, neighbor, section, multi, none; "
+        "scored as `none` (no evidence)",
+    ]
+    assert question_warnings([Question("x", "?", (), "none"), Question("y", "?", (Evidence("p", "A", "q"),),
+                                                                      "neighbor")]) == []
 
 
 def test_small_statistics():
@@ -307,3 +340,4 @@ def test_lexical_grid_names_each_question_set_apart():
     assert set_names(["a/q3.jsonl", "b/q3.jsonl"]) == ["a/q3.jsonl", "b/q3.jsonl"]
     with pytest.raises(ValueError, match="the same set twice"):
         set_names(["a/q3.jsonl", "a/q3.jsonl"])
+

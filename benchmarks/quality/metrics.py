@@ -5,7 +5,9 @@ Definitions (see /work/shared/eval/README.md):
 * Evidence coverage of a question: the fraction of its evidence quotes that occur
   in the assembled context text after whitespace normalization of both sides
   (every run of whitespace becomes one space, ends stripped). Questions without
-  evidence (``needs == "none"``) have no coverage; means are over answerable ones.
+  evidence (``needs == "none"``) have no coverage; means are over answerable ones,
+  i.e. those that cite evidence, whatever their ``needs`` says (`question_warnings`
+  names the records where the two disagree).
 * Section recall: the fraction of the question's distinct cited
   ``(page, section_id)`` pairs present among the returned passages. A passage
   covers its own anchor plus the anchors of the tiny sections merged into it
@@ -25,6 +27,7 @@ from typing import Any, TypeVar
 
 _WS = re.compile(r"\s+")
 T = TypeVar("T")
+NEEDS = ("parent", "neighbor", "section", "multi", "none")  # the labels of /work/shared/eval/README.md
 
 
 def normalize_ws(text: str) -> str:
@@ -47,10 +50,13 @@ class Question:
     needs: str
     why: str = ""
     extra: Mapping[str, Any] = field(default_factory=dict)
+    where: str = field(default="", compare=False)  # "FILE:LINE" it was read from, for messages
 
     @property
     def answerable(self) -> bool:
-        return bool(self.evidence) and self.needs != "none"
+        """It cites evidence, so it has a coverage. A ``needs: none`` record with quotes had been a `none`
+        question whose per-question row still showed its coverage, left out of every mean."""
+        return bool(self.evidence)
 
     @property
     def cited_pairs(self) -> tuple[tuple[str, str], ...]:
@@ -61,8 +67,9 @@ class Question:
         return tuple(seen)
 
 
-def _read_records(path: str | Path, record: Callable[[dict[str, Any]], T]) -> list[T]:
-    """``record`` of each line of a JSONL question file (blank lines and lines starting with '#' are skipped).
+def _read_records(path: str | Path, record: Callable[[dict[str, Any], str], T]) -> list[T]:
+    """``record`` of each line of a JSONL question file (blank lines and lines starting with '#' are skipped),
+    given the object and its "FILE:LINE".
 
     A line that is not a JSON object, or that ``record`` refuses (KeyError, TypeError), is a ValueError
     naming the file and the line: the benchmarks refuse it as a bad argument (exit 2), not with a traceback.
@@ -82,23 +89,23 @@ def _read_records(path: str | Path, record: Callable[[dict[str, Any]], T]) -> li
             obj = json.loads(line)
             if not isinstance(obj, dict):  # a list or a string had been an AttributeError naming no line
                 raise TypeError(f"a JSON {type(obj).__name__}, not an object")
-            out.append(record(obj))
+            out.append(record(obj, f"{path}:{n}"))
         except (KeyError, TypeError, json.JSONDecodeError) as e:
             raise ValueError(f"{path}:{n}: not a question record ({type(e).__name__}: {e})") from e
     return out
 
 
-def _question(obj: dict[str, Any]) -> Question:
+def _question(obj: dict[str, Any], where: str = "") -> Question:
     ev = tuple(Evidence(e["page"], e["section_id"], e["quote"]) for e in obj.get("evidence") or ())
     bad = [e.quote for e in ev if not isinstance(e.quote, str) or not isinstance(e.page, str)]
     if bad or not isinstance(obj["question"], str):  # "quote": null failed only after ingest and windows
         raise TypeError(f"question, page and quote must be strings, got {(bad or [obj['question']])[0]!r}")
     known = {"id", "question", "evidence", "needs", "why"}
     return Question(str(obj["id"]), obj["question"], ev, obj.get("needs", ""), obj.get("why", ""),
-                    {k: v for k, v in obj.items() if k not in known})
+                    {k: v for k, v in obj.items() if k not in known}, where)
 
 
-def _question_text(obj: dict[str, Any]) -> str:
+def _question_text(obj: dict[str, Any], where: str = "") -> str:
     if not isinstance(obj["question"], str):
         raise TypeError(f"question must be a string, got {obj['question']!r}")
     return obj["question"]
@@ -116,15 +123,35 @@ def question_texts(path: str | Path) -> list[str]:
 
 
 def load_question_files(paths: Sequence[str | Path]) -> list[Question]:
-    """Several question files as one set; an id used twice is an error, not a silent overwrite."""
+    """Several question files as one set; an id used twice is an error naming both lines, not a silent
+    overwrite (it had named the file alone, twice when both were in one file)."""
     out: list[Question] = []
     seen: dict[str, str] = {}
     for path in paths:
         for q in load_questions(path):
             if q.id in seen:
-                raise ValueError(f"{path}: question id {q.id!r} already read from {seen[q.id]}")
-            seen[q.id] = str(path)
+                raise ValueError(f"{q.where}: question id {q.id!r} already read at {seen[q.id]}")
+            seen[q.id] = q.where
             out.append(q)
+    return out
+
+
+def question_warnings(questions: Sequence[Question]) -> list[str]:
+    """A line for each question whose ``needs`` is none of `NEEDS` (or missing), or disagrees with its evidence
+    (``none`` with quotes, another label without). Warned, not refused: another set may use other labels, and
+    `Question.answerable` (it cites evidence) decides how it is scored; these had been taken as `none` silently.
+    """
+    out = []
+    for q in questions:
+        at = f"{q.where + ': ' if q.where else ''}question {q.id!r}"
+        scored = "scored as answerable (it cites evidence)" if q.evidence else "scored as `none` (no evidence)"
+        if q.needs not in NEEDS:
+            what = "has no needs" if q.needs in ("", None) else f"has needs {q.needs!r}"
+            out.append(f"{at} {what}, not one of {', '.join(NEEDS)}; {scored}")
+        elif q.needs == "none" and q.evidence:
+            out.append(f"{at} has needs 'none' but {len(q.evidence)} evidence quote(s); {scored}")
+        elif q.needs != "none" and not q.evidence:
+            out.append(f"{at} has needs {q.needs!r} but no evidence; {scored}")
     return out
 
 

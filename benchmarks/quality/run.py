@@ -53,6 +53,7 @@ from benchmarks.quality.metrics import (
     normalize_ws,
     paired_record,
     passage_anchors,
+    question_warnings,
     quotes_found,
     section_recall,
 )
@@ -589,6 +590,11 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
              f"Search mode: {s.get('search_mode', 'dense')} (baselines: {s.get('baseline_search_mode', 'the same')}). "
              f"HNSW ef_search={s['ef_search']}; baselines use k={BASELINE_K} so the budget is filled by rank.")
     L.append("")
+    if res.get("warnings"):
+        L.append("## Warnings about the questions")
+        L.append("")
+        L.extend(f"- {w}" for w in res["warnings"])
+        L.append("")
     if s.get("held_out"):
         L.append("**Held-out set.** The library's defaults were chosen on `pgdocs_tuning.jsonl`, not on these "
                  "questions: read the row *library default as shipped*. Rows and sections called *tuned* show what "
@@ -852,6 +858,9 @@ def main(argv: list[str] | None = None) -> int:
         questions = load_question_files(args.questions)
     except ValueError as e:
         ap.error(str(e))
+    warnings = question_warnings(questions)
+    for w in warnings:
+        log(f"warning: {w}")
 
     import torch
 
@@ -1102,6 +1111,7 @@ def main(argv: list[str] | None = None) -> int:
         "best_including_experiments": best_any,
         "tuned_summary": tuned_summary,
         "leave_one_out": loo,
+        "warnings": warnings,
         "aggregate": sorted(agg.values(), key=lambda a: ([m.name for m in modes].index(a["mode"]), a["k"],
                                                          a["budget"])),
         "hit_recall": {t: {"mean": v["mean"], "per_question": v["per_question"]} for t, v in hr.items()},
