@@ -341,3 +341,29 @@ def test_lexical_grid_names_each_question_set_apart():
     with pytest.raises(ValueError, match="the same set twice"):
         set_names(["a/q3.jsonl", "a/q3.jsonl"])
 
+
+
+# ------------------------------------------------------------------ report helpers of run.py
+
+
+def test_cited_sections_no_stored_row_carries_are_named_once_each():
+    """A (page, section_id) the tables lack had only been counted ('7/8 quotes reachable', 'not reachable:
+    ['bp1']'): each is named, once per question and pair, with the line that cites it."""
+    from benchmarks.quality.run import citation_warning, missing_citations
+
+    anchors_of = {("p.html", "A"): ("A", "TINY"), ("p.html", "B~2"): ("B",), ("q.html", "C"): ("C",)}
+    ev = [Evidence("p.html", "A", "x"), Evidence("p.html", "TINY", "merged into A"), Evidence("p.html", "B", "a part"),
+          Evidence("p.html", "NOPE", "y"), Evidence("p.html", "NOPE", "z"), Evidence("gone.html", "A", "w"),
+          Evidence("q.html", "A", "on another page")]
+    qs = [Question("q1", "?", tuple(ev), "multi", where="q.jsonl:4"),
+          Question("q2", "?", (Evidence("p.html", "NOPE", "y"),), "parent"), Question("q3", "?", (), "none")]
+    miss = missing_citations(qs, anchors_of)
+    assert [(m["question"], m["page"], m["section_id"]) for m in miss] == [
+        ("q1", "p.html", "NOPE"), ("q1", "gone.html", "A"), ("q1", "q.html", "A"), ("q2", "p.html", "NOPE")]
+    assert [citation_warning(m, "pg15_sections") for m in miss[:2]] == [
+        "q.jsonl:4: question 'q1' cites p.html#NOPE, not in pg15_sections: no stored section of p.html has that "
+        "id (its section recall cannot reach 1)",
+        "q.jsonl:4: question 'q1' cites gone.html#A, not in pg15_sections: gone.html is not stored "
+        "(its section recall cannot reach 1)"]
+    assert citation_warning(miss[3], "t").startswith("question 'q2' cites p.html#NOPE")
+

@@ -35,7 +35,7 @@ import statistics
 import sys
 import time
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -217,6 +217,26 @@ def reachable(questions: Sequence[Question], rows: dict[tuple[str, str], dict[st
             else:
                 misses.append({"question": q.id, "page": e.page, "section_id": e.section_id, "quote": e.quote})
     return {"quotes": total, "in_one_row": found, "in_row_citing_section": in_cited, "misses": misses}
+
+
+def missing_citations(questions: Sequence[Question],
+                      anchors_of: Mapping[tuple[str, str], Sequence[str]]) -> list[dict[str, Any]]:
+    """Each distinct (question, page, section_id) cited that no stored row carries (as its anchor or one merged
+    into it): a misspelt id or a page the tables lack, whose recall is 0 however good the context. They had
+    only been counted among the quotes not reachable, by question."""
+    pages = {doc for doc, _ in anchors_of}
+    carried = {(doc, a) for (doc, _), anchors in anchors_of.items() for a in anchors}
+    return [{"question": q.id, "where": q.where, "page": page, "section_id": sid, "page_stored": page in pages}
+            for q in questions for page, sid in q.cited_pairs if (page, sid) not in carried]
+
+
+def citation_warning(m: dict[str, Any], table: str) -> str:
+    """The report's line for one of `missing_citations`."""
+    at = f"{m['where']}: " if m["where"] else ""
+    why = f"no stored section of {m['page']} has that id" if m["page_stored"] else f"{m['page']} is not stored"
+    return (f"{at}question {m['question']!r} cites {m['page']}#{m['section_id']}, not in {table}: {why} "
+            "(its section recall cannot reach 1)")
+
 
 
 # ----------------------------------------------------------------------------- scoring
@@ -925,6 +945,10 @@ def main(argv: list[str] | None = None) -> int:
         tables["windows"] = Layout(prefix=args.window_prefix).tables["sections"]
     stored = {t: load_rows(conn, tables[t]) for t in tables}
     anchors_of = {t: {key: r["anchors"] for key, r in rows.items()} for t, rows in stored.items()}
+    unknown_cited = missing_citations(questions, anchors_of["sections"])
+    for m in unknown_cited:
+        warnings.append(citation_warning(m, tables["sections"]))
+        log(f"warning: {warnings[-1]}")
 
     t0 = time.perf_counter()
     vectors = {q.id: retrievers["sections"].query_vector(q.question) for q in questions}
@@ -1112,6 +1136,7 @@ def main(argv: list[str] | None = None) -> int:
         "tuned_summary": tuned_summary,
         "leave_one_out": loo,
         "warnings": warnings,
+        "missing_citations": unknown_cited,
         "aggregate": sorted(agg.values(), key=lambda a: ([m.name for m in modes].index(a["mode"]), a["k"],
                                                          a["budget"])),
         "hit_recall": {t: {"mean": v["mean"], "per_question": v["per_question"]} for t, v in hr.items()},
