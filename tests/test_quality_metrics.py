@@ -342,7 +342,6 @@ def test_lexical_grid_names_each_question_set_apart():
         set_names(["a/q3.jsonl", "a/q3.jsonl"])
 
 
-
 # ------------------------------------------------------------------ report helpers of run.py
 
 
@@ -367,3 +366,14 @@ def test_cited_sections_no_stored_row_carries_are_named_once_each():
         "(its section recall cannot reach 1)"]
     assert citation_warning(miss[3], "t").startswith("question 'q2' cites p.html#NOPE")
 
+
+def test_none_scores_without_an_answerable_question():
+    """With no answerable question the share of them closer than a `none` one had divided by zero."""
+    from benchmarks.quality.run import none_cell, none_scores
+
+    d = none_scores({"n1": 0.3, "n2": 0.5}, set(), ["n1", "n2"])
+    assert d["answerable"]["n"] == 0 and d["none"]["n1"] == {"distance": 0.3, "fraction_answerable_closer": None}
+    assert none_cell(d["none"]["n1"]) == "0.300" and none_cell(None) == "–"
+    d = none_scores({"a": 0.2, "b": 0.4, "n1": 0.3}, {"a", "b"}, ["n1"])
+    assert d["none"]["n1"]["fraction_answerable_closer"] == 0.5
+    assert none_cell(d["none"]["n1"]) == "0.300 (50% of answerable closer)"

@@ -52,6 +52,43 @@ def test_quality_and_lexical_grid_results_name_the_server_they_ran_on(dsn, tmp_p
     assert _server(doc["server"]), doc.get("server")
 
 
+@pytest.mark.slow
+def test_quality_reports_a_set_without_answerable_questions_and_names_bad_citations(dsn, tmp_path, capsys,
+                                                                                    manual_and_questions):
+    """A set of `none` questions alone had run every mode, then failed choosing the tuned row ('ValueError:
+    max() arg is an empty sequence'), writing nothing; a cited section the tables lack had only been counted."""
+    manual, _ = manual_and_questions
+    nones = tmp_path / "none.jsonl"
+    nones.write_text("\n".join(json.dumps(r) for r in [
+        {"id": "n1", "question": "How do I grant MAINTAIN?", "needs": "none", "evidence": []},
+        {"id": "n2", "question": "What does any_value() return?", "needs": "parent", "evidence": []}]) + "\n")
+    out = tmp_path / "out"
+    base = ["--dsn", dsn, "--prefix", "qnone_", "--modes", "topk,parent_n1", "--ks", "3", "--budgets", "1000,2000"]
+    assert run.main([*base, "--questions", str(nones), "--manual", str(manual), "--out", str(out)]) == 0
+    res = json.loads((out / "quality.json").read_text())
+    assert res["tuned"] is None and res["leave_one_out"] is None
+    assert set(res["none_questions"]["tables"]["sections"]["none"]) == {"n1", "n2"}
+    md = (out / "quality.md").read_text()
+    assert "**No question is answerable**" in md and "| sections | – | – | – | " in md and "Tuning winner" not in md
+    warning = f"{nones}:2: question 'n2' has needs 'parent' but no evidence; scored as `none` (no evidence)"
+    assert f"- {warning}" in md and f"warning: {warning}" in capsys.readouterr().err
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"id": "q1", "question": "Why does VACUUM freeze rows?", "needs": "parent", "evidence": [
+        {"page": "maintenance.html", "section_id": "freeze", "quote": "freezes old row versions"},
+        {"page": "maintenance.html", "section_id": "nosuch", "quote": "Routine maintenance."},
+        {"page": "maintenance.html", "section_id": "nosuch", "quote": "VACUUM freezes"},
+        {"page": "gone.html", "section_id": "x", "quote": "anything"}]}) + "\n")
+    assert run.main([*base, "--questions", str(bad), "--no-ingest", "--out", str(out)]) == 0
+    md, err = (out / "quality.md").read_text(), capsys.readouterr().err
+    for w in (f"{bad}:1: question 'q1' cites maintenance.html#nosuch, not in qnone_sections: no stored section of "
+              "maintenance.html has that id (its section recall cannot reach 1)",
+              f"{bad}:1: question 'q1' cites gone.html#x, not in qnone_sections: gone.html is not stored"):
+        assert md.count(w) == 1 and err.count(w) == 1
+    assert [m["section_id"] for m in json.loads((out / "quality.json").read_text())["missing_citations"]] == [
+        "nosuch", "x"]
+
+
 def test_quality_refuses_budgets_without_the_tuning_budget(tmp_path, manual_and_questions):
     """The tuned rows are chosen at 2,000 tokens: --budgets 1000 had run every mode, then failed with
     'ValueError: max() arg is an empty sequence' before writing anything."""
@@ -74,6 +111,19 @@ def test_quality_refuses_bad_ks_and_budgets_before_ingesting(flags, names, tmp_p
     line = refused("benchmarks.quality.run", "--questions", str(questions), "--manual", str(manual), *flags,
                    "--out", str(tmp_path / "out"))
     assert f"argument {names}:" in line
+    assert not (tmp_path / "out").exists()
+
+
+def test_quality_refuses_a_file_without_questions(tmp_path, manual_and_questions):
+    """A file of comments and blank lines alone holds nothing to score: refused before the model loads."""
+    from .benchmark_cli import refused
+
+    manual, _ = manual_and_questions
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("# no question yet\n\n")
+    line = refused("benchmarks.quality.run", "--questions", str(empty), "--manual", str(manual),
+                   "--out", str(tmp_path / "out"))
+    assert line.endswith(f"error: no question in {empty}")
     assert not (tmp_path / "out").exists()
 
 

@@ -238,6 +238,17 @@ def citation_warning(m: dict[str, Any], table: str) -> str:
             "(its section recall cannot reach 1)")
 
 
+def none_scores(tops: Mapping[str, float | None], answerable: set[str], none_qs: Sequence[str]) -> dict[str, Any]:
+    """Top-hit distances of the `none` questions next to the answerable ones' distribution; the fraction of
+    answerable questions whose top hit is closer is None when no question is answerable (it had divided by 0)."""
+    ans = [tops[q] for q in answerable if tops.get(q) is not None]
+    return {
+        "answerable": distribution(ans),
+        "none": {q: {"distance": d, "fraction_answerable_closer": sum(a < d for a in ans) / len(ans) if ans else None}
+                 for q in none_qs if (d := tops.get(q)) is not None},
+        "per_question": dict(tops),
+    }
+
 
 # ----------------------------------------------------------------------------- scoring
 
@@ -593,38 +604,21 @@ def vs_baseline(label: str, base: float | None, tuned: float | None, rec: dict[s
             f"{rec['wins']} better, {rec['ties']} same, {rec['losses']} worse.")
 
 
-def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -> str:
+def none_cell(d: dict[str, Any] | None) -> str:
+    """A `none` question's top distance, and the share of answerable questions closer when there are any."""
+    if d is None:
+        return "–"
+    closer = d["fraction_answerable_closer"]
+    return f3(d["distance"]) + (f" ({closer:.0%} of answerable closer)" if closer is not None else "")
+
+
+def render_comparisons(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -> list[str]:
+    """The report's tables that compare modes, baselines and k (they need an answerable question)."""
     agg = {(a["mode"], a["k"], a["budget"]): a for a in res["aggregate"]}
     budgets = res["settings"]["budgets"]
     label = {m.name: m.label for m in modes}
     tuned = res["tuned"]
     L: list[str] = []
-    s = res["settings"]
-    L.append("# Evidence coverage at fixed token budgets")
-    L.append("")
-    L.append(f"Questions: `{s['questions']}` ({s['n_questions']} questions, {s['n_answerable']} answerable, "
-             f"{s['n_none']} `none`). Manual: {s['ingest']['documents_stored']} pages, "
-             f"{s['ingest']['sections_stored']} sections (prefix `{s['prefix']}`); windows: "
-             f"{s.get('windows', {}).get('windows_stored', '–')} (prefix `{s['window_prefix']}`). "
-             f"Model all-MiniLM-L6-v2; tokens = `onetrip.tokens.count_tokens` of the rendered context. "
-             f"Search mode: {s.get('search_mode', 'dense')} (baselines: {s.get('baseline_search_mode', 'the same')}). "
-             f"HNSW ef_search={s['ef_search']}; baselines use k={BASELINE_K} so the budget is filled by rank.")
-    L.append("")
-    if res.get("warnings"):
-        L.append("## Warnings about the questions")
-        L.append("")
-        L.extend(f"- {w}" for w in res["warnings"])
-        L.append("")
-    if s.get("held_out"):
-        L.append("**Held-out set.** The library's defaults were chosen on `pgdocs_tuning.jsonl`, not on these "
-                 "questions: read the row *library default as shipped*. Rows and sections called *tuned* show what "
-                 "tuning on this set would pick, for comparison only.")
-        L.append("")
-    L.append("Coverage = mean fraction of evidence quotes present (whitespace-normalized) in the context, over "
-             "answerable questions. Recall = mean fraction of cited (page, section_id) pairs among the returned "
-             "passages (own anchor + merged anchors; a window covers every section its text overlaps). "
-             "Latency = median ms per assemble call on a shared, noisy 2-core machine (query embedding excluded).")
-    L.append("")
     L.append("## Headline (coverage; section recall in brackets)")
     L.append("")
     L.append("| configuration | " + " | ".join(f"{b:,} tokens" for b in budgets) + " |")
@@ -724,6 +718,45 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
     for t in hr:
         L.append(f"| {t} | " + " | ".join(f3(v, True) for v in hr[t]["mean"].values()) + " |")
     L.append("")
+    return L
+
+
+def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -> str:
+    tuned = res["tuned"]
+    L: list[str] = []
+    s = res["settings"]
+    L.append("# Evidence coverage at fixed token budgets")
+    L.append("")
+    L.append(f"Questions: `{s['questions']}` ({s['n_questions']} questions, {s['n_answerable']} answerable, "
+             f"{s['n_none']} `none`). Manual: {s['ingest']['documents_stored']} pages, "
+             f"{s['ingest']['sections_stored']} sections (prefix `{s['prefix']}`); windows: "
+             f"{s.get('windows', {}).get('windows_stored', '–')} (prefix `{s['window_prefix']}`). "
+             f"Model all-MiniLM-L6-v2; tokens = `onetrip.tokens.count_tokens` of the rendered context. "
+             f"Search mode: {s.get('search_mode', 'dense')} (baselines: {s.get('baseline_search_mode', 'the same')}). "
+             f"HNSW ef_search={s['ef_search']}; baselines use k={BASELINE_K} so the budget is filled by rank.")
+    L.append("")
+    if res.get("warnings"):
+        L.append("## Warnings about the questions")
+        L.append("")
+        L.extend(f"- {w}" for w in res["warnings"])
+        L.append("")
+    if s.get("held_out"):
+        L.append("**Held-out set.** The library's defaults were chosen on `pgdocs_tuning.jsonl`, not on these "
+                 "questions: read the row *library default as shipped*. Rows and sections called *tuned* show what "
+                 "tuning on this set would pick, for comparison only.")
+        L.append("")
+    L.append("Coverage = mean fraction of evidence quotes present (whitespace-normalized) in the context, over "
+             "answerable questions. Recall = mean fraction of cited (page, section_id) pairs among the returned "
+             "passages (own anchor + merged anchors; a window covers every section its text overlaps). "
+             "Latency = median ms per assemble call on a shared, noisy 2-core machine (query embedding excluded).")
+    L.append("")
+    if tuned is None:
+        L.append("**No question is answerable** (none cites evidence): coverage, recall, the tuned configuration, "
+                 "the leave-one-out check and the comparisons of modes need one and are left out. What is "
+                 "measured is the `none` table: the top hit's distance for each question.")
+        L.append("")
+    else:
+        L += render_comparisons(res, modes, sel)
     L.append("## `none` questions: top-hit cosine distance (lower = more confident)")
     L.append("")
     nd = res["none_questions"]
@@ -733,8 +766,7 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
     for t, d in nd["tables"].items():
         dist = d["answerable"]
         L.append(f"| {t} | {f3(dist['min'])} | {f3(dist['median'])} | {f3(dist['max'])} | " + " | ".join(
-            f"{f3(d['none'][q]['distance'])} ({d['none'][q]['fraction_answerable_closer']:.0%} of answerable closer)"
-            for q in nd["questions"]) + " |")
+            none_cell(d["none"].get(q)) for q in nd["questions"]) + " |")
     L.append("")
     L.append(f"## Per question at {TUNE_BUDGET:,} tokens (coverage; recall in brackets)")
     L.append("")
@@ -750,11 +782,12 @@ def render_markdown(res: dict[str, Any], modes: Sequence[Mode], sel: Selector) -
         L.append(f"| {item['id']} | {item['needs']} | " + " | ".join(cells) +
                  f" | {f3(item['top_distance'])} | {item['question'][:70]} |")
     L.append("")
-    L.append("## Notable wins and losses of the tuning winner at 2,000 tokens")
-    L.append("")
-    for line in res["notable"]:
-        L.append(f"- {line}")
-    L.append("")
+    if tuned is not None:
+        L.append("## Notable wins and losses of the tuning winner at 2,000 tokens")
+        L.append("")
+        for line in res["notable"]:
+            L.append(f"- {line}")
+        L.append("")
     if res.get("misses"):
         t = res["tuned"]
         L.append(f"## Quotes the tuning winner misses at {TUNE_BUDGET:,} tokens, and why")
@@ -878,6 +911,8 @@ def main(argv: list[str] | None = None) -> int:
         questions = load_question_files(args.questions)
     except ValueError as e:
         ap.error(str(e))
+    if not questions:  # nothing to score: it had failed after loading the model, writing nothing
+        ap.error(f"no question in {', '.join(args.questions)}")
     warnings = question_warnings(questions)
     for w in warnings:
         log(f"warning: {w}")
@@ -970,13 +1005,15 @@ def main(argv: list[str] | None = None) -> int:
 
     agg = aggregate(all_rows, answerable)
     sel = Selector(all_rows, modes, answerable)
-    tuned = agg[(*sel.best(TUNE_BUDGET, ["onetrip"]), TUNE_BUDGET)]
-    best_any = agg[(*sel.best(TUNE_BUDGET, ["onetrip", "experimental"]), TUNE_BUDGET)]
+    # with no answerable question there is nothing to tune on or compare (max() of no candidate had been the
+    # run's end): the report then holds the `none` table, the per-question top distances and the sanity checks
+    tuned = agg[(*sel.best(TUNE_BUDGET, ["onetrip"]), TUNE_BUDGET)] if answerable else None
+    best_any = agg[(*sel.best(TUNE_BUDGET, ["onetrip", "experimental"]), TUNE_BUDGET)] if answerable else None
     by_key = {(r.mode, r.k, r.budget, r.question): r for r in all_rows}
     baselines = [m for m in modes if m.family == "baseline"]
 
     # keep the passage lists of the tuned configuration too
-    if not any(r.passage_ids for r in all_rows if (r.mode, r.k) == (tuned["mode"], tuned["k"])):
+    if tuned is not None and not any(r.passage_ids for r in all_rows if (r.mode, r.k) == (tuned["mode"], tuned["k"])):
         tm = next(m for m in modes if m.name == tuned["mode"])
         extra = run_mode(Mode(tm.name, tm.label, tm.options, tm.table, (tuned["k"],), tm.document_budget,
                               tm.packing, tm.family), retrievers[tm.table], questions, vectors,
@@ -987,51 +1024,55 @@ def main(argv: list[str] | None = None) -> int:
     def cov(mode: str, k: int, b: int) -> float | None:
         return agg[(mode, k, b)]["coverage"] if (mode, k, b) in agg else None
 
-    tuned_summary = [
-        f"Winner at {TUNE_BUDGET:,} tokens among library modes: **{next(m.label for m in modes if m.name == tuned['mode'])}, "
-        f"k={tuned['k']}** — coverage {f3(tuned['coverage'], True)} ({tuned['full_coverage']}/{tuned['n']} "
-        f"questions fully covered), recall {f3(tuned['recall'], True)}, {tuned['tokens_mean']:.0f} tokens used, "
-        f"median {tuned['latency_ms_median']:.1f} ms per assemble call."
-    ]
-    for b in baselines:
-        bk = b.ks[0]
-        base = agg[(b.name, bk, TUNE_BUDGET)]
-        rec = paired_record([by_key[(tuned["mode"], tuned["k"], TUNE_BUDGET, q)].coverage for q in answerable],
-                            [by_key[(b.name, bk, TUNE_BUDGET, q)].coverage for q in answerable])
-        tuned_summary.append(vs_baseline(b.label, base["coverage"], tuned["coverage"], rec))
-    d10 = agg.get(("parent_n1", 10, TUNE_BUDGET))
-    if d10:
-        tuned_summary.append(f"The earlier default (parent + ±1 neighbors, k=10) scores "
-                             f"{f3(d10['coverage'], True)} at {TUNE_BUDGET:,} tokens.")
-    for b in budgets:
-        bb = agg[(*sel.best(b, ["onetrip"]), b)]
+    tuned_summary: list[str] = []
+    loo: dict[str, Any] | None = None
+    if tuned is not None:
+        tuned_summary = [
+            f"Winner at {TUNE_BUDGET:,} tokens among library modes: **{next(m.label for m in modes if m.name == tuned['mode'])}, "
+            f"k={tuned['k']}** — coverage {f3(tuned['coverage'], True)} ({tuned['full_coverage']}/{tuned['n']} "
+            f"questions fully covered), recall {f3(tuned['recall'], True)}, {tuned['tokens_mean']:.0f} tokens used, "
+            f"median {tuned['latency_ms_median']:.1f} ms per assemble call."
+        ]
+        for b in baselines:
+            bk = b.ks[0]
+            base = agg[(b.name, bk, TUNE_BUDGET)]
+            rec = paired_record([by_key[(tuned["mode"], tuned["k"], TUNE_BUDGET, q)].coverage for q in answerable],
+                                [by_key[(b.name, bk, TUNE_BUDGET, q)].coverage for q in answerable])
+            tuned_summary.append(vs_baseline(b.label, base["coverage"], tuned["coverage"], rec))
+        d10 = agg.get(("parent_n1", 10, TUNE_BUDGET))
+        if d10:
+            tuned_summary.append(f"The earlier default (parent + ±1 neighbors, k=10) scores "
+                                 f"{f3(d10['coverage'], True)} at {TUNE_BUDGET:,} tokens.")
+        for b in budgets:
+            bb = agg[(*sel.best(b, ["onetrip"]), b)]
+            tuned_summary.append(
+                f"Best library mode at {b:,} tokens: {bb['mode']} k={bb['k']} ({f3(bb['coverage'], True)}); tuning "
+                f"winner there: {f3(cov(tuned['mode'], tuned['k'], b), True)}; topk "
+                f"{f3(cov('topk', BASELINE_K, b), True)}; windows {f3(cov('windows', BASELINE_K, b), True)}.")
+        if best_any["mode"] != tuned["mode"] or best_any["k"] != tuned["k"]:
+            tuned_summary.append(
+                f"Best overall incl. client-side packing experiments: {best_any['mode']} k={best_any['k']} "
+                f"({f3(best_any['coverage'], True)} at {TUNE_BUDGET:,}).")
+        if all((tuned["mode"], rule_k(b), b) in agg for b in budgets):
+            tuned_summary.append(
+                f"Same mode with k = budget/{TOKENS_PER_HIT} (" + ", ".join(
+                    f"k={rule_k(b)} at {b:,}: {f3(cov(tuned['mode'], rule_k(b), b), True)}" for b in budgets) + ").")
+        loo = leave_one_out(sel, answerable, TUNE_BUDGET)
         tuned_summary.append(
-            f"Best library mode at {b:,} tokens: {bb['mode']} k={bb['k']} ({f3(bb['coverage'], True)}); tuning "
-            f"winner there: {f3(cov(tuned['mode'], tuned['k'], b), True)}; topk "
-            f"{f3(cov('topk', BASELINE_K, b), True)}; windows {f3(cov('windows', BASELINE_K, b), True)}.")
-    if best_any["mode"] != tuned["mode"] or best_any["k"] != tuned["k"]:
-        tuned_summary.append(
-            f"Best overall incl. client-side packing experiments: {best_any['mode']} k={best_any['k']} "
-            f"({f3(best_any['coverage'], True)} at {TUNE_BUDGET:,}).")
-    if all((tuned["mode"], rule_k(b), b) in agg for b in budgets):
-        tuned_summary.append(
-            f"Same mode with k = budget/{TOKENS_PER_HIT} (" + ", ".join(
-                f"k={rule_k(b)} at {b:,}: {f3(cov(tuned['mode'], rule_k(b), b), True)}" for b in budgets) + ").")
-    loo = leave_one_out(sel, answerable, TUNE_BUDGET)
-    tuned_summary.append(
-        f"Leave-one-out check (tune on {len(answerable) - 1}, score the one left out, for each question): "
-        f"{f3(loo['coverage'], True)} at {TUNE_BUDGET:,} tokens; configurations picked: "
-        + ", ".join(f"{k} ×{v}" for k, v in loo["picks"].items()) + ".")
-    tuned_summary.append(f"Caveat: tuned on {len(answerable)} answerable questions; one question is "
-                         f"{100 / max(1, len(answerable)):.1f} points of mean coverage, so small gaps are noise.")
+            f"Leave-one-out check (tune on {len(answerable) - 1}, score the one left out, for each question): "
+            f"{f3(loo['coverage'], True)} at {TUNE_BUDGET:,} tokens; configurations picked: "
+            + ", ".join(f"{k} ×{v}" for k, v in loo["picks"].items()) + ".")
+        tuned_summary.append(f"Caveat: tuned on {len(answerable)} answerable questions; one question is "
+                             f"{100 / max(1, len(answerable)):.1f} points of mean coverage, so small gaps are noise.")
 
     # per-question table
     cols = [{"key": f"{b.name}@{b.ks[0]}", "mode": b.name, "k": b.ks[0], "title": b.name} for b in baselines]
     if ("parent_n1", 10, TUNE_BUDGET) in agg:
         cols.append({"key": "parent_n1@10", "mode": "parent_n1", "k": 10, "title": "parent_n1 k=10"})
-    cols.append({"key": f"{tuned['mode']}@{tuned['k']}", "mode": tuned["mode"], "k": tuned["k"],
-                 "title": f"tuned {tuned['mode']} k={tuned['k']}"})
-    if best_any["mode"] != tuned["mode"] or best_any["k"] != tuned["k"]:
+    if tuned is not None:
+        cols.append({"key": f"{tuned['mode']}@{tuned['k']}", "mode": tuned["mode"], "k": tuned["k"],
+                     "title": f"tuned {tuned['mode']} k={tuned['k']}"})
+    if tuned is not None and best_any is not None and (best_any["mode"] != tuned["mode"] or best_any["k"] != tuned["k"]):
         cols.append({"key": f"{best_any['mode']}@{best_any['k']}", "mode": best_any["mode"], "k": best_any["k"],
                      "title": f"{best_any['mode']} k={best_any['k']}"})
     cols = list({c["key"]: c for c in cols}.values())
@@ -1041,16 +1082,16 @@ def main(argv: list[str] | None = None) -> int:
         for c in cols:
             r = by_key.get((c["mode"], c["k"], TUNE_BUDGET, q.id))
             cells[c["key"]] = {"coverage": r.coverage if r else None, "recall": r.recall if r else None}
-        top = by_key.get(("topk", BASELINE_K, TUNE_BUDGET, q.id)) or by_key.get(
-            (tuned["mode"], tuned["k"], TUNE_BUDGET, q.id))
+        top = by_key.get(("topk", BASELINE_K, TUNE_BUDGET, q.id)) or (by_key.get(
+            (tuned["mode"], tuned["k"], TUNE_BUDGET, q.id)) if tuned is not None else None)
         pq_rows.append({"id": q.id, "needs": q.needs, "question": q.question, "cells": cells,
                         "top_distance": top.top_distance if top else None})
 
     # notable wins / losses of the tuning winner vs the baselines (and the old default)
     notable = []
-    tk = f"{tuned['mode']}@{tuned['k']}"
+    tk = f"{tuned['mode']}@{tuned['k']}" if tuned is not None else ""
     for item in pq_rows:
-        if item["id"] not in answerable:
+        if tuned is None or item["id"] not in answerable:
             continue
         t = item["cells"][tk]["coverage"]
         parts = []
@@ -1077,13 +1118,7 @@ def main(argv: list[str] | None = None) -> int:
             # a dense score on purpose: the cosine distance of the nearest row, whatever --search-mode is
             hits = retrievers[tname].search(vectors[q.id], 1, parent=False, neighbors=False)
             tops[q.id] = hits[0].distance if hits else None
-        ans = [tops[q] for q in answerable if tops[q] is not None]
-        none_out["tables"][tname] = {
-            "answerable": distribution(ans),
-            "none": {q: {"distance": tops[q], "fraction_answerable_closer": sum(a < tops[q] for a in ans) / len(ans)}
-                     for q in none_qs if tops[q] is not None},
-            "per_question": tops,
-        }
+        none_out["tables"][tname] = none_scores(tops, answerable, none_qs)
 
     hit_ks = (1, 3, 5, 10, 20)
     hr = {"sections": hit_recall(retrievers["sections"], questions, vectors, anchors_of["sections"], hit_ks,
@@ -1092,9 +1127,12 @@ def main(argv: list[str] | None = None) -> int:
         hr["windows"] = hit_recall(retrievers["windows"], questions, vectors, anchors_of["windows"], hit_ks,
                                    args.baseline_search_mode)
 
-    tm = next(m for m in modes if m.name == tuned["mode"])
-    misses = diagnose(tm, tuned["k"], TUNE_BUDGET, retrievers[tm.table], questions, vectors, stored[tm.table],
-                      args.search_mode) if tm.packing == "sql" else []
+    misses: list[dict[str, Any]] = []
+    if tuned is not None:
+        tm = next(m for m in modes if m.name == tuned["mode"])
+        if tm.packing == "sql":
+            misses = diagnose(tm, tuned["k"], TUNE_BUDGET, retrievers[tm.table], questions, vectors,
+                              stored[tm.table], args.search_mode)
 
     sanity = []
     reach = {t: reachable(questions, stored[t]) for t in stored}
