@@ -67,6 +67,10 @@ def test_async_matches_sync(db, dsn, corpus):
         out.append(await r.search("a text query is embedded once", k=3))
         one_doc = Filters(doc_ids=(corpus[0].record.doc_id,))
         out += await r.search_many(queries, k=4, filters=one_doc)  # the filters reach the batch statement
+        # and search's and assemble's: CALLS' collection filter matches every row, so dropping it passed (a
+        # mutation review)
+        out += [await r.search(q, k=3, filters=one_doc) for q in queries]
+        out += [await r.assemble(q, k=3, filters=one_doc, max_tokens=600) for q in queries]
         bad = np.array(queries[0], np.float32)
         bad[0] = np.nan
         with pytest.raises(ValueError, match="NaN or infinity"):
@@ -86,8 +90,12 @@ def test_async_matches_sync(db, dsn, corpus):
     want.append(sync.search("a text query is embedded once", k=3))
     one_doc = Filters(doc_ids=(corpus[0].record.doc_id,))
     want += sync.search_many(queries, k=4, filters=one_doc)
+    want += [sync.search(q, k=3, filters=one_doc) for q in queries]
+    want += [sync.assemble(q, k=3, filters=one_doc, max_tokens=600) for q in queries]
     assert [_sig(x) for x in got] == [_sig(x) for x in want]
-    assert {h.section.doc_id for hits in got[-len(queries):] for h in hits} == {corpus[0].record.doc_id}
+    filtered = got[-3 * len(queries):]
+    assert {h.section.doc_id for hits in filtered[:2 * len(queries)] for h in hits} == {corpus[0].record.doc_id}
+    assert {p.doc_id for ctx in filtered[2 * len(queries):] for p in ctx.passages} == {corpus[0].record.doc_id}
     assert any(isinstance(x, Context) for x in got[:len(CALLS)])
 
 

@@ -149,7 +149,9 @@ def test_auto_mode_is_hybrid_for_text_and_dense_for_a_bare_embedding(kb, stateme
 
 @pytest.mark.parametrize("candidates,k", [(20, 5), (2, 2), (1, 1)])  # 1, 2: a cut lexical list (4 match)
 def test_rrf_matches_a_python_fusion_of_the_two_lists(kb, candidates, k):
-    opts = HybridOptions(candidates=candidates, rrf_k=60, dense_weight=1.0, lexical_weight=2.0)
+    # rrf_k 10, not the default 60: a mutation review found the one-query fusion's rrf_k hard-coded to 60 caught only
+    # by a batch-versus-single comparison
+    opts = HybridOptions(candidates=candidates, rrf_k=10, dense_weight=1.0, lexical_weight=2.0)
     q = "maximum number of concurrent connections for superusers"
     dense = kb.search(q, k=candidates, mode="dense", parent=False, neighbors=False)
     lexical = kb.search(q, k=candidates, mode="lexical", hybrid=opts, parent=False, neighbors=False)
@@ -160,7 +162,7 @@ def test_rrf_matches_a_python_fusion_of_the_two_lists(kb, candidates, k):
     scores: dict[str, float] = {}
     for weight, hits in ((1.0, dense), (2.0, lexical)):
         for rank, key in enumerate(ids(hits), 1):
-            scores[key] = scores.get(key, 0.0) + weight / (60 + rank)
+            scores[key] = scores.get(key, 0.0) + weight / (10 + rank)
     want = sorted(scores, key=lambda key: -scores[key])[:k]
     got = kb.search(q, k=k, mode="hybrid", hybrid=opts, parent=False, neighbors=False)
     assert len(got) == len(want) == k

@@ -730,6 +730,11 @@ def test_wrong_embedding_dimension_is_refused_before_writing(db, tmp_path, state
         replace_document(db, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h"), v1.sections,
                          np.zeros((len(v1.sections), 128), np.float32))
     assert w.statements == []  # refused before the write, not a write rolled back
+    with statement_log.watch(db) as w, \
+            pytest.raises(DimensionMismatchError, match="have 385 dimensions but the sections table stores vector\\(384\\)"):
+        replace_document(db, Layout(), DocumentRecord("doc", "file:doc", "Guide", "h"), v1.sections,
+                         np.zeros((len(v1.sections), 385), np.float32))  # longer too (a mutation review)
+    assert w.statements == []
     from onetrip.errors import OnetripError
 
     with pytest.raises(OnetripError, match="makes 64-d vectors"):
@@ -1200,7 +1205,7 @@ def test_a_new_revision_leaves_its_unchanged_rows_in_place_and_archives_each_rev
     assert after["guide"] == states[2]["guide"] and {after[s][0] for s in ("before", "setup", "use")} == {4}
 
 
-def test_a_role_without_temp_re_ingests_by_rewriting_the_rows(db, dsn, tmp_path):
+def test_a_role_without_temp_re_ingests_by_rewriting_the_rows(db, dsn, tmp_path, monkeypatch):
     """A review of the kept-rows change: a writing role that may not create temporary tables (REVOKE TEMPORARY
     ON DATABASE) failed every re-ingest with 'permission denied to create temporary tables'; it now rewrites
     the document's rows, as before that change (the privilege is read with the documents row: no statement)."""
@@ -1222,6 +1227,19 @@ def test_a_role_without_temp_re_ingests_by_rewriting_the_rows(db, dsn, tmp_path)
             doc.write_text(DOC_V1.replace("Run it daily.", "Run it hourly."))
             report = ingest_paths(conn, [doc], layout=Layout(), embedder=HashEmbedder())
             assert (report.changed, report.failed) == (1, []), report.failed
+            # and it is atomic: a write failing mid-COPY leaves the stored revision whole (a mutation review: a
+            # COMMIT after this path's DELETE passed every test)
+            stored = rows(db, "a.md")
+
+            def fire():
+                raise RuntimeError("disk on fire")
+            monkeypatch.setattr("onetrip.store.section_copy_row", _failing_row_writer(1, fire))
+            doc.write_text(DOC_V2)
+            with pytest.raises(RuntimeError, match="disk on fire"):
+                ingest_paths(conn, [doc], layout=Layout(), embedder=HashEmbedder())
+            monkeypatch.undo()
+            assert rows(db, "a.md") == stored
+            assert db.execute("SELECT revision FROM documents WHERE doc_id = 'a.md'").fetchone() == (2,)
         assert db.execute("SELECT xmin::text FROM sections WHERE section_id = 'guide'").fetchone() != guide
         assert [c for _, c in rows(db, "a.md") if "hourly" in c]
     finally:

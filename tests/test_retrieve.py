@@ -212,6 +212,10 @@ def test_wrong_dimension_is_a_clear_error(db, corpus):
     r = Retriever(db)
     with pytest.raises(DimensionMismatchError, match="has 31 dimensions but the sections table stores vector\\(32\\)"):
         r.search(np.ones(31, np.float32))
+    # longer too (a mutation review: a check for shorter ones alone passed every test; the server then said
+    # "different vector dimensions 33 and 32")
+    with pytest.raises(DimensionMismatchError, match="has 33 dimensions but the sections table stores vector\\(32\\)"):
+        r.search(np.ones(33, np.float32))
     with pytest.raises(ValueError, match="k must be between 1"):
         r.search(np.ones(32, np.float32), k=0)
 

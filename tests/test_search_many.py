@@ -132,6 +132,8 @@ def test_bad_queries_are_named_before_any_statement(db, corpus, statement_log):
             r.search_many(good)
         with pytest.raises(DimensionMismatchError, match=r"query 1: .*16 dimensions.*vector\(32\)"):
             r.search_many([good, np.ones(16, np.float32)])
+        with pytest.raises(DimensionMismatchError, match=r"query 1: .*33 dimensions.*vector\(32\)"):
+            r.search_many([good, np.ones(33, np.float32)])
         with pytest.raises(ValueError, match="query 2: .*all zeros"):
             r.search_many([good, good, np.zeros(32, np.float32)])
         with pytest.raises(ValueError, match="query 0: .*NaN"):
