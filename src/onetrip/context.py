@@ -7,8 +7,9 @@ the best-ranked hit it serves; documents come in the order of their best hit,
 and inside a document passages follow ``sequence_index``. The token budget was
 already enforced in SQL over ``context_tokens``, which is exactly the cost of
 the text `render_context` produces for a passage (its header line plus content),
-or a little more for a part of a section that continues the passage before it,
-whose header, the same as that passage's, is not repeated.
+or more for a passage that continues the passage before it (`continues`), whose
+header, the same as that passage's, is not repeated: on the PostgreSQL manual's
+contexts the rendered text cost up to 13% less than ``Context.tokens``.
 """
 
 from __future__ import annotations
@@ -94,8 +95,10 @@ class Context:
 
 
 def continues(before: Passage, p: Passage) -> bool:
-    """``p`` is the next part of the section ``before`` holds: the next row of its document, under the same
-    header (heading path and anchor), as a section cut into parts to fit the model is stored."""
+    """``p`` is the next row of ``before``'s document under the same header (heading path and anchor): the next
+    part of a section cut to fit the model, or, rarely, a next section under an identical header (an HTML page
+    that repeats an id), whose repeated header would say nothing new either. The parts are not told apart by
+    their metadata, which the assembled rows do not carry."""
     return (p.doc_id == before.doc_id and p.sequence_index == before.sequence_index + 1
             and p.anchor == before.anchor and p.heading_path == before.heading_path)
 

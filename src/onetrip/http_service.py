@@ -1331,7 +1331,10 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
     }
     context = {
         "type": "object", "additionalProperties": False, "required": ["tokens", "max_tokens", "hits", "passages", "text"],
-        "properties": {"tokens": {"type": "integer"}, "max_tokens": _nullable({"type": "integer"}),
+        "properties": {"tokens": {"type": "integer", "description": "what the budget counted: the passages' "
+                                  "context_tokens; text may cost less, as it does not repeat the header of a "
+                                  "passage that continues the one before it"},
+                       "max_tokens": _nullable({"type": "integer"}),
                        "hits": {"type": "integer", "description": "hits found before the budget"},
                        "passages": {"type": "array", "items": _ref("Passage")},
                        "text": {"type": "string", "description": "prompt-ready text of the passages"}},

@@ -1223,8 +1223,8 @@ _FOREIGN_CONTENT = ("svg", "math")
 
 _NAV_START = re.compile(r"<nav[\s/>]", re.IGNORECASE)
 _NAV_END = re.compile(r"</nav\s*>", re.IGNORECASE)
-#: comments and the content of scripts and styles, where a tag is text
-_NOT_MARKUP = re.compile(r"<!--.*?(?:-->|$)|<(script|style)\b.*?(?:</\1\s*>|$)", re.IGNORECASE | re.DOTALL)
+#: comments and the content of scripts, styles and textareas, where a tag is text
+_NOT_MARKUP = re.compile(r"<!--.*?(?:-->|$)|<(script|style|textarea)\b.*?(?:</\1\s*>|$)", re.IGNORECASE | re.DOTALL)
 #: what a <nav> left open holds after its links: the page's own text
 _AFTER_NAV = frozenset({*HEADINGS, "p", "table", "pre", "blockquote"})
 
@@ -1268,45 +1268,70 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
 #: tags `_dropped` may drop that hold other elements (besides <nav>, read by `_cut_open_navs`): one left open
 #: holds the rest of its parent, often the page
 _DROPPABLE_HOLDERS = ("div", "section", "footer", "aside", "header", "details", "dialog", "noscript", "template")
-#: a start tag (group 1 empty) or an end tag of one of them
-_HOLDER_TAG = re.compile(rf"<(/?)({'|'.join(_DROPPABLE_HOLDERS)})(?=[\s/>])", re.IGNORECASE)
+#: a start tag (group 1 empty) or an end tag of one of them, to its ">" (a quoted ">" inside is no end)
+_HOLDER_TAG = re.compile(rf"""<(/?)({'|'.join(_DROPPABLE_HOLDERS)})(?=[\s/>])((?:[^>"']|"[^"]*"|'[^']*')*)>""",
+                         re.IGNORECASE)
 
 
-def _left_open(text: str) -> list[str]:
-    """The tags among _DROPPABLE_HOLDERS whose start tags outnumber their end tags in ``text``."""
+def _left_open(text: str) -> set[str]:
+    """The tags among _DROPPABLE_HOLDERS whose start tags outnumber their end tags in ``text``. A start tag
+    written "<div/>" is not counted: lxml closes it at once (a browser would not)."""
     count: collections.Counter[str] = collections.Counter()
     for m in _HOLDER_TAG.finditer(text):
-        count[m.group(2).lower()] += -1 if m.group(1) else 1
-    return [name for name, n in count.items() if n > 0]
+        if m.group(1):
+            count[m.group(2).lower()] -= 1
+        elif not m.group(3).rstrip().endswith("/"):
+            count[m.group(2).lower()] += 1
+    return {name for name, n in count.items() if n > 0}
 
 
 def _open_dropped_warnings(soup: BeautifulSoup, text: str) -> list[str]:
     """Report lines for dropped elements that may hold the page's text because the source leaves one open.
 
-    Only said, not mended: for a tag whose start tags outnumber its end tags in the source (comments, scripts
-    and styles aside), the outermost dropped element of that tag with no text after it, holding a <main>,
-    <article> or <h1>, or text after its links (as `_nav_content_start` finds it for a <nav>). Which element of
-    the tag is the open one is not in lxml's tree; a fix that took this one for it kept a closed sidebar as text
-    when a <div> elsewhere was the open one (reverted in session 55). Well-formed pages cost one count of each
-    tag's start and end tags.
+    Only said, not mended: for a tag whose start tags outnumber its end tags in the source (comments, scripts,
+    styles and textareas aside; a stray end tag elsewhere can hide an open one, and counting cannot see that),
+    the first outermost dropped element of that tag with no text shown after it (outside every dropped element)
+    that holds a <main>, <article> or <h1>, or text after its links (as `_nav_content_start` finds it for a
+    <nav>); one line per tag, counting the others. Which element of the tag is the open one is not in lxml's
+    tree; a fix that took this one for it kept a closed sidebar as text when a <div> elsewhere was the open one
+    (reverted in session 55). One walk of the page, not entering dropped elements: a review found the first
+    version quadratic (187 s and 10,000 lines for 10,000 sibling tables of contents after an open <div>).
     """
-    if not _left_open(text):
+    if _HOLDER_TAG.search(text) is None:
         return []
+    names = _left_open(_NOT_MARKUP.sub("", text))  # a "</div>" in a comment or a script balances nothing
+    if not names:
+        return []
+    candidates: list[tuple[int, Tag, bool]] = []  # (place in document order, element, it is in a list)
+    last_text, place = -1, 0
+    stack: list[tuple[Iterator[PageElement], bool]] = [(iter(soup.contents), False)]
+    while stack:
+        node = next(stack[-1][0], None)
+        if node is None:
+            stack.pop()
+            continue
+        place += 1
+        if isinstance(node, Tag):
+            listed = stack[-1][1]
+            if _dropped(node):  # not entered: its own dropped elements are not outermost, its text is not shown
+                if node.name in names:
+                    candidates.append((place, node, listed))
+            else:
+                stack.append((iter(node.contents), listed or node.name in _LISTS))
+        elif _is_text(node) and node.strip():
+            last_text = place
+    found: dict[str, list[tuple[Tag, Tag]]] = {}
+    for at, held, listed in candidates:
+        if at > last_text and (cut := _nav_content_start(held, listed)) is not None:
+            found.setdefault(held.name, []).append((held, cut))
     notes: list[str] = []
-    has_text = _TextCheck()
-    for name in _left_open(_NOT_MARKUP.sub("", text)):  # a "<div>" in a script or a comment is no element
-        for held in soup.find_all(name):
-            if (not _dropped(held) or any(isinstance(p, Tag) and _dropped(p) for p in held.parents)
-                    or _text_after(held, has_text)):
-                continue
-            cut = _nav_content_start(held)
-            if cut is None:
-                continue
-            shown = "".join(f' {a}="{held.get(a)}"' for a in ("id", "class", "role") if held.get(a))
-            start = _collapse(cut.get_text(" "))[:60]
-            notes.append(f"the source leaves a <{name}> open, and the <{name}{shown}> dropped as navigation, a footer "
-                         f"or hidden holds text from the <{cut.name}> {start!r} on: if it is the open one, that text "
-                         f"is dropped too (close it in the source)")
+    for name, [(held, cut), *more] in found.items():
+        shown = "".join(f' {a}="{held.get(a)}"' for a in ("id", "class", "role") if held.get(a))
+        start = _collapse(cut.get_text(" "))[:60]
+        others = f" ({len(more)} more <{name}> elements so dropped hold text after their links)" if more else ""
+        notes.append(f"the source leaves a <{name}> open, and the <{name}{shown}> dropped as navigation, a footer "
+                     f"or hidden holds text from the <{cut.name}> {start!r} on: if it is the open one, that text "
+                     f"is dropped too (close it in the source){others}")
     return notes
 
 
@@ -1315,18 +1340,32 @@ def _text_after(tag: Tag, has_text: Callable[[Tag], bool]) -> bool:
     return any(_has_text(sib, has_text) for holder in (tag, *tag.parents) for sib in holder.next_siblings)
 
 
-def _nav_content_start(nav: Tag) -> Tag | None:
+def _nav_content_start(nav: Tag, listed: bool | None = None) -> Tag | None:
     """Where the page's text starts in a <nav> left open (see `_cut_open_navs`), or None."""
     first = nav.find(["main", "article", "h1"])  # the first of them (an <h1> and its intro before an <article>)
     if first is not None:
         return first
     linked = False
+    # in a list: under one inside the nav, or the nav is in one (each asked once: a review timed the walk of every
+    # candidate's ancestors to the root at 3 s for 4,000 tables of contents nested in open <div>s)
+    if listed is None:  # the caller may know it (`_open_dropped_warnings` does, from its walk)
+        listed = any(p.name in _LISTS for p in nav.parents)
     for tag in nav.find_all(True):
         if tag.name == "a" and tag.get("href"):
             linked = True
-        elif tag.name in _AFTER_NAV and linked and not any(p.name in _LISTS for p in tag.parents if p is not nav):
+        elif tag.name in _AFTER_NAV and linked and not (listed or _listed_below(tag, nav)):
             return tag
     return None
+
+
+def _listed_below(tag: Tag, top: Tag) -> bool:
+    """``tag`` is inside a list that is inside ``top``."""
+    for p in tag.parents:
+        if p is top:
+            return False
+        if p.name in _LISTS:
+            return True
+    return False
 
 
 def parse_html(text: str, report: list[str] | None = None) -> tuple[str, list[Block], dict]:
