@@ -359,13 +359,19 @@ def test_psql_runs_the_hybrid_batch_edition_as_is(text_kb, dsn):
     lits = ["[" + ",".join(f"{x:.8f}" for x in v) + "]" for v in vecs]
     opts = HybridOptions().params(3, "hybrid")
     sql = Path(__file__).resolve().parents[1] / "sql" / "postgres" / "retrieve_many_hybrid.sql"
-    out = subprocess.run(
-        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
-         "-v", "k=3", "-v", f"query_embeddings={arr(lits)}", "-v", f"query_texts={arr(texts)}",
-         "-v", f"query_terms={arr([' '.join(technical_terms(t)) for t in texts])}",
-         *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],
-        check=True, capture_output=True, text=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
+    terms = [" ".join(technical_terms(t)) for t in texts]
+
+    def psql_rows(embeddings: str, query_texts: str, query_terms: str) -> list[dict[str, str]]:
+        """The file's rows, run as its header says, for these array literals."""
+        out = subprocess.run(
+            [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn, "-v", "k=3",
+             "-v", f"query_embeddings={embeddings}", "-v", f"query_texts={query_texts}",
+             "-v", f"query_terms={query_terms}",
+             *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],
+            check=True, capture_output=True, text=True).stdout
+        return list(csv.DictReader(io.StringIO(out)))
+
+    rows = psql_rows(arr(lits), arr(texts), arr(terms))
     api = r.search_many(vecs, k=3, texts=texts)
     assert api == [r.search(v, k=3, text=t) for v, t in zip(vecs, texts)]
     for n, hits in enumerate(api, 1):
@@ -380,13 +386,7 @@ def test_psql_runs_the_hybrid_batch_edition_as_is(text_kb, dsn):
     assert set(context) == related - hit_keys
     # found by review: a NULL embedding's dense list was `candidates` rows in no order, each adding a dense share to
     # the fused score; now that query ranks on its words alone: rank r's score is lexical_weight / (rrf_k + r)
-    out = subprocess.run(
-        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
-         "-v", "k=3", "-v", f"query_embeddings={{\"{lits[0]}\",NULL}}", "-v", f"query_texts={arr(texts[:2])}",
-         "-v", f"query_terms={arr([' '.join(technical_terms(t)) for t in texts[:2]])}",
-         *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],
-        check=True, capture_output=True, text=True).stdout
-    rows = list(csv.DictReader(io.StringIO(out)))
+    rows = psql_rows(f"{{\"{lits[0]}\",NULL}}", arr(texts[:2]), arr(terms[:2]))
     first = sorted((row for row in rows if row["query_ord"] == "1"), key=lambda row: int(row["hit_rank"]))
     assert [(row["doc_id"], row["section_id"]) for row in first] == \
         [(h.section.doc_id, h.section.section_id) for h in api[0]]
@@ -395,14 +395,8 @@ def test_psql_runs_the_hybrid_batch_edition_as_is(text_kb, dsn):
     lexical_weight, rrf_k = float(opts["lexical_weight"]), float(opts["rrf_k"])
     assert [float(row["score"]) for row in worded] == pytest.approx([lexical_weight / (rrf_k + r) for r in (1, 2, 3)])
     # and a NULL text ranks on its embedding alone, as the header says: its hits are a dense search's
-    out = subprocess.run(
-        [psql_binary(), "-X", "-v", "ON_ERROR_STOP=1", "--csv", "-d", dsn,
-         "-v", "k=3", "-v", f"query_embeddings={arr(lits[:2])}", "-v", f"query_texts={{{arr(texts[:1])[1:-1]},NULL}}",
-         "-v", f"query_terms={{{arr([' '.join(technical_terms(texts[0]))])[1:-1]},NULL}}",
-         *[a for name, value in opts.items() for a in ("-v", f"{name}={value}")], "-f", str(sql)],
-        check=True, capture_output=True, text=True).stdout
-    embedded = sorted((row for row in csv.DictReader(io.StringIO(out)) if row["query_ord"] == "2"),
-                      key=lambda row: int(row["hit_rank"]))
+    rows = psql_rows(arr(lits[:2]), f"{{{arr(texts[:1])[1:-1]},NULL}}", f"{{{arr(terms[:1])[1:-1]},NULL}}")
+    embedded = sorted((row for row in rows if row["query_ord"] == "2"), key=lambda row: int(row["hit_rank"]))
     assert [(row["doc_id"], row["section_id"]) for row in embedded] == \
         [(h.section.doc_id, h.section.section_id) for h in r.search(vecs[1], k=3, mode="dense")]
     dense_weight = float(opts["dense_weight"])
