@@ -1311,6 +1311,8 @@ def _parsed(page: str) -> tuple[list[tuple], list[str]]:
     ("<nav><div class=inner><a href='/'>Home</a>", "h1"),  # an element in it left open too
     ("<nav><button>Menu</button><span>Acme</span>", "h1"),  # no link
     ("<nav><a href='/'>Acme</a><h2>In this section</h2><ul><li><a href='/a'>A</a></li></ul><main>", "main"),
+    # one left open inside another: the report said the text was kept, and the inner <nav> dropped it (a review)
+    ("<nav class=site><a href='/'>Acme</a><nav class=local><a href='/hr'>HR</a>", "h1"),
 ])
 def test_a_nav_left_open_keeps_the_page_text_it_took_in(nav: str, cut: str) -> None:
     """A <nav> never closed holds the rest of the page (for a browser too), and all of it had been dropped as

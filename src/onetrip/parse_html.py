@@ -1260,6 +1260,8 @@ def _cut_open_navs(soup: BeautifulSoup, text: str) -> list[str]:
         assert parent is not None
         for before in list(itertools.takewhile(lambda n: n is not node, parent.contents)):
             before.extract()
+        if parent.name == "nav" and parent is not nav:  # a <nav> left open inside it holds the page's text too
+            parent.name, parent.attrs = "div", {}  # (a review: it had stayed dropped, "kept" text and 0 blocks)
         node = parent
     nav.name, nav.attrs = "div", {}  # the rest is the page's text (its class or role would drop it again)
     start = _collapse(cut.get_text(" "))[:60]
