@@ -1295,7 +1295,7 @@ def _open_dropped_warnings(soup: BeautifulSoup, text: str) -> list[str]:
     """Report lines for dropped elements that may hold the page's text because the source leaves one open.
 
     Only said, not mended: for a tag whose start tags outnumber its end tags in the source (comments, scripts,
-    styles and textareas aside; a stray end tag elsewhere can hide an open one, and counting cannot see that),
+    styles, textareas and titles aside; a stray end tag elsewhere can hide an open one, which counting cannot see),
     the first outermost dropped element of that tag with no text shown after it (outside every dropped element)
     that holds a <main>, <article> or <h1>, or text after its links (as `_nav_content_start` finds it for a
     <nav>); one line per tag, counting the others. Which element of the tag is the open one is not in lxml's

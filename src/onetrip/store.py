@@ -780,9 +780,9 @@ def passage_tokens(doc_id: str, sections: Sequence[SectionLike]) -> list[int]:
     """Tokens each section costs in an assembled context: its header line plus its content.
 
     Stored as ``context_tokens`` so the budget enforced in SQL is exactly what
-    `onetrip.context.render_context` produces (less the header of a part it does not repeat; word-piece counts add across the
-    whitespace that joins header and content), except that a word over 100
-    characters, one [UNK] to the model, costs one token per 4 of its characters
+    `onetrip.context.render_context` produces, less the header it does not repeat for a passage that continues
+    the one before it (word-piece counts add across the whitespace that joins header and content), except
+    that a word over 100 characters, one [UNK] to the model, costs one token per 4 of its characters
     (`tokens.unknown_surplus`): a base64 blob had passed every budget as one token.
     """
     from .context import passage_header
