@@ -639,7 +639,10 @@ def test_langchain_review_fixes_deep_copies_per_call_mode_and_expand_keys(corpus
     switchable = fused.configurable_fields(mode=ConfigurableField(id="mode"))
     dense = LCRetriever(retriever=api, k=2, mode="dense").invoke(VACATION)
     assert switchable.invoke(VACATION, config={"configurable": {"mode": "dense"}}) == dense
-    assert LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidates": 7}).invoke(VACATION) == dense
+    made_dense = LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidates": 7})
+    assert made_dense.invoke(VACATION) == dense
+    # with another per-call option too (the final read: the per-call rule had looked at the call's mode only)
+    assert made_dense.invoke(VACATION, k=1) == dense[:1]
     with pytest.raises(ValidationError, match=r"unknown hybrid option\(s\) \['candidats'\]"):  # unused, still checked
         LCRetriever(retriever=api, k=2, mode="dense", hybrid={"candidats": 7})
     assert switchable.invoke(VACATION, config={"configurable": {"mode": "lexical"}}) == fused.invoke(

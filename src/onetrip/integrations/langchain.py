@@ -200,9 +200,10 @@ class OnetripRetriever(BaseRetriever):
                 raise ValueError(f"this adapter already sets filters.{name}; a call may add filters, not replace one")
             merged[name] = value
         fields = {name: getattr(self, name) for name in SEARCH_FIELDS if name not in ("filters", "principals")}
-        if options.get("mode") == "dense" and "hybrid" not in options:
-            # the adapter's fusion and word-weight options do not apply to a call's dense search (a lexical one
-            # reads them): kept, they had refused invoke(q, mode="dense"). Found by review
+        if options.get("mode", self.mode) == "dense" and "hybrid" not in options:
+            # the adapter's fusion and word-weight options do not apply to a dense search, the call's or the
+            # adapter's own (a lexical one reads them), as in _current_query: kept, they had refused
+            # invoke(q, mode="dense"), and invoke(q, k=1) of an adapter made dense. Found by reviews
             fields["hybrid"] = None
         return Query.build(**(fields | options), filters=Filters(**merged))
 
