@@ -282,8 +282,8 @@ def test_a_table_without_a_column_the_statements_read_is_named_when_the_retrieve
     """Every column is checked in the one catalog read: without context_tokens, `assemble` had failed
     later with a raw UndefinedColumn (a traceback in `onetrip search --assemble`)."""
     init_schema(db, Layout(dim=32))
-    db.execute("ALTER TABLE sections DROP COLUMN context_tokens, DROP COLUMN anchor")
-    with pytest.raises(SchemaMissingError, match="lacks columns anchor, context_tokens .*--recreate"):
+    db.execute("ALTER TABLE sections DROP COLUMN context_tokens, DROP COLUMN collection")
+    with pytest.raises(SchemaMissingError, match="lacks columns context_tokens, collection .*--recreate"):
         Retriever(db)
 
     from onetrip import AsyncRetriever
@@ -291,7 +291,7 @@ def test_a_table_without_a_column_the_statements_read_is_named_when_the_retrieve
     async def create() -> None:
         await AsyncRetriever.create(dsn)
 
-    with pytest.raises(SchemaMissingError, match="lacks columns anchor, context_tokens"):
+    with pytest.raises(SchemaMissingError, match="lacks columns context_tokens, collection"):
         asyncio.run(create())
 
 
@@ -678,9 +678,16 @@ def test_prepared_statement_reuses_a_generic_plan_that_uses_hnsw(db):
     assert "Index Scan using sections_embedding_hnsw" in plan, plan
 
 
+#: the sections table of onetrip's first commit (295ac80), which an older onetrip left
+FIRST_SECTIONS_DDL = """CREATE TABLE sections (doc_id text NOT NULL, section_id text NOT NULL, parent_section_id text,
+    sequence_index integer NOT NULL, heading_level smallint NOT NULL, heading text, heading_path text[] DEFAULT '{}'
+    NOT NULL, anchor text, content text NOT NULL, token_count integer NOT NULL, embedding vector(32) NOT NULL,
+    metadata jsonb DEFAULT '{}' NOT NULL, PRIMARY KEY (doc_id, section_id))"""
+
+
 def test_tables_from_an_older_version_are_named_not_half_migrated(db):
-    db.execute("CREATE TABLE sections (doc_id text, section_id text, embedding vector(32))")
-    with pytest.raises(SchemaMissingError, match=r"older onetrip and lacks column\(s\) .*parent_section_id.*--recreate"):
+    db.execute(FIRST_SECTIONS_DDL)
+    with pytest.raises(SchemaMissingError, match=r"older onetrip and lacks column\(s\) .*context_tokens.*--recreate"):
         init_schema(db, Layout(dim=32))
     from onetrip.schema import drop_schema
 
@@ -700,19 +707,22 @@ def test_another_applications_tables_of_onetrips_names_are_neither_used_nor_drop
     db.execute("CREATE VIEW v AS SELECT * FROM sections")
     for call in (lambda: init_schema(db, Layout(dim=32)), lambda: Retriever(db), lambda: drop_schema(db, Layout())):
         with pytest.raises(ForeignTableError, match="sections exists but is not onetrip's: it has no columns "
-                                                    "doc_id, section_id, embedding.*another --prefix or --schema"):
+                                                    "doc_id, section_id, parent_section_id, sequence_index and 8 "
+                                                    "more of onetrip's.*another --prefix or --schema"):
             call()
     assert db.execute("SELECT title FROM v").fetchall() == [("precious",)]
     db.execute("DROP VIEW v; DROP TABLE sections")
     db.execute("CREATE TABLE documents (doc_id text PRIMARY KEY, owner text)")
-    with pytest.raises(ForeignTableError, match="documents exists .* no columns source_uri, content_hash"):
+    with pytest.raises(ForeignTableError, match="documents exists .* no columns source_uri, title, revision, "
+                                                "content_hash and 4 more of onetrip's"):
         init_schema(db, Layout(dim=32))
     assert db.execute("SELECT to_regclass('sections')").fetchone()[0] is None  # nothing made beside it
     db.execute("DROP TABLE documents")
     # term_stats had been told by its lexeme column alone: an application's word table passed for onetrip's,
     # init said ready and `init --recreate` dropped it with its rows; section_history likewise by three columns
     for table, ddl, lacking in (("term_stats", "lexeme text PRIMARY KEY, freq bigint", "sections, share, idf"),
-                                ("section_history", "doc_id text, section_id text, revision int", "archived_at")):
+                                ("section_history", "doc_id text, section_id text, revision int",
+                                 "parent_section_id, sequence_index, heading_level, heading and 10 more")):
         db.execute(f"CREATE TABLE {table} ({ddl})")
         for call in (lambda: init_schema(db, Layout(dim=32)), lambda: drop_schema(db, Layout())):
             with pytest.raises(ForeignTableError, match=f"{table} exists but is not onetrip's: .* {lacking}"):
@@ -724,14 +734,75 @@ def test_another_applications_tables_of_onetrips_names_are_neither_used_nor_drop
     db.execute("CREATE VIEW mine AS SELECT doc_id FROM sections")
     with pytest.raises(OnetripError, match="not dropped: other objects depend on them .*view mine depends"):
         drop_schema(db, Layout(dim=32))
-    db.execute("DROP VIEW mine; ALTER TABLE documents DROP COLUMN section_count")
+    db.execute("DROP VIEW mine; ALTER TABLE documents DROP COLUMN acl")
     with pytest.raises(SchemaMissingError, match=r"documents was created by an older onetrip .* lacks column "
-                                                 r"documents\.section_count"):
+                                                 r"documents\.acl"):
         Retriever(db)
-    with pytest.raises(SchemaMissingError, match=r"documents\.section_count"):
+    with pytest.raises(SchemaMissingError, match=r"documents\.acl"):
         init_schema(db, Layout(dim=32))
     drop_schema(db, Layout(dim=32))
     assert db.execute("SELECT to_regclass('sections'), to_regclass('documents')").fetchone() == (None, None)
+
+
+def test_an_application_table_with_a_few_of_onetrips_columns_is_not_taken_for_an_older_onetrips(db):
+    """Found by review: three columns had told onetrip's tables, so an application's documents (doc_id, source_uri,
+    content_hash, owner) was "created by an older onetrip", and the advised `init --recreate` dropped its rows;
+    four of section_history's adopted a foreign table; a view or composite type of sections' name was called an
+    older onetrip's, and `--recreate` failed with WrongObjectType."""
+    from onetrip import ForeignTableError
+    from onetrip.schema import drop_schema
+
+    db.execute("CREATE TABLE documents (doc_id text PRIMARY KEY, source_uri text, content_hash text, owner text)")
+    db.execute("INSERT INTO documents VALUES ('keep', 'u', 'h', 'alice')")
+    for call in (lambda: init_schema(db, Layout(dim=32)), lambda: drop_schema(db, Layout(dim=32))):
+        with pytest.raises(ForeignTableError, match="documents exists but is not onetrip's: it has no columns title, "
+                                                    "revision, metadata, token_count and 2 more"):
+            call()
+    assert db.execute("SELECT owner FROM documents").fetchall() == [("alice",)]
+    assert db.execute("SELECT to_regclass('sections')").fetchone()[0] is None
+    db.execute("DROP TABLE documents")
+    init_schema(db, Layout(dim=32))  # onetrip's own tables have every column the check asks for
+    drop_schema(db, Layout(dim=32))
+    db.execute("CREATE TABLE section_history (doc_id text, section_id text, revision int, archived_at timestamptz, "
+               "note text)")
+    with pytest.raises(ForeignTableError, match="section_history exists but is not onetrip's: it has no columns "
+                                                "parent_section_id, "):
+        init_schema(db, Layout(dim=32))
+    db.execute("DROP TABLE section_history")
+    db.execute(FIRST_SECTIONS_DDL.replace("CREATE TABLE sections", "CREATE TABLE app_sections"))
+    for ddl, kind in (("CREATE VIEW sections AS SELECT * FROM app_sections", "a view"),
+                      ("CREATE TYPE sections AS (doc_id text, section_id text, embedding vector(32))",
+                       "a composite type")):
+        db.execute(ddl)
+        for call in (lambda: init_schema(db, Layout(dim=32)), lambda: drop_schema(db, Layout(dim=32))):
+            with pytest.raises(ForeignTableError, match=f"sections exists but is {kind}, not onetrip's table"):
+                call()
+        db.execute(f"DROP {ddl.split()[1]} sections")
+    assert db.execute("SELECT to_regclass('documents')").fetchone()[0] is None  # nothing made beside them
+
+
+def test_an_index_name_another_relation_holds_is_refused_not_skipped(db):
+    """Found by review: CREATE INDEX IF NOT EXISTS skipped a name an application's index (or any relation) held,
+    and init said ready with sections lacking its HNSW, sequence or full-text index: every search scanned the
+    whole table. Now init names the holder and makes nothing."""
+    from onetrip import ForeignTableError
+
+    db.execute("CREATE TABLE app (x int, y int)")
+    db.execute("CREATE INDEX sections_embedding_hnsw ON app (x)")
+    with pytest.raises(ForeignTableError, match="sections_embedding_hnsw is an index on app, not an index of sections"):
+        init_schema(db, Layout(dim=32))
+    assert db.execute("SELECT to_regclass('sections'), to_regclass('documents')").fetchone() == (None, None)
+    db.execute("DROP INDEX sections_embedding_hnsw; CREATE SEQUENCE q_sections_tsv_gin")
+    with pytest.raises(ForeignTableError, match="q_sections_tsv_gin is a sequence, not an index of q_sections"):
+        init_schema(db, Layout(dim=32, prefix="q_"))
+    db.execute("DROP SEQUENCE q_sections_tsv_gin")
+    for layout in (Layout(dim=32), Layout(dim=32, prefix="q_", partitions=2)):
+        init_schema(db, layout)
+        init_schema(db, layout)  # a second run finds its own indexes
+        indexes = {r[0] for r in db.execute("SELECT indexrelid::regclass::text FROM pg_index "
+                                            "WHERE indrelid = %s::regclass", (layout.tables["sections"],))}
+        assert {layout.prefix + n for n in ("sections_embedding_hnsw", "sections_doc_seq_key",
+                                            "sections_tsv_gin")} <= indexes, indexes
 
 
 def _prepare_generic(db, statement: str, values: dict) -> str:

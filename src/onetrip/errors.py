@@ -60,8 +60,9 @@ class SchemaMissingError(OnetripError):
 
 
 class ForeignTableError(OnetripError, ValueError):
-    """A table has onetrip's name but not onetrip's key columns: another application's ``sections`` or
-    ``documents`` (the default prefix is empty). onetrip neither writes, reads nor drops it."""
+    """A table has onetrip's name but not onetrip's key columns, or is no table: another application's
+    ``sections`` or ``documents`` (the default prefix is empty). Or another relation holds the name of an index
+    `init` makes. onetrip neither writes, reads nor drops it."""
 
 
 class QueryTooLargeError(OnetripError, ValueError):

@@ -17,37 +17,57 @@ def required_columns() -> tuple[str, ...]:
     return (*SECTION_COLUMNS, "tsv")
 
 
-#: columns every onetrip version gave its tables: a table of that name without them is another application's,
-#: which onetrip must neither fill, read as its own nor drop (the default prefix is empty: `sections`)
+#: the columns every onetrip version gave its tables (sections and documents as the first commit, 295ac80, made
+#: them; section_history and term_stats as they were first made): a table of that name without all of them is
+#: another application's, which onetrip must neither fill, read as its own nor drop (the default prefix is empty:
+#: `sections`). Three columns each had been the test, and an application's `documents (doc_id, source_uri,
+#: content_hash, owner)` was called an older onetrip's, whose advised `init --recreate` dropped it with its rows
+#: (found by review)
+_FIRST_SECTIONS = ("doc_id", "section_id", "parent_section_id", "sequence_index", "heading_level", "heading",
+                   "heading_path", "anchor", "content", "token_count", "embedding", "metadata")
 IDENTITY_COLUMNS = {
-    "sections": ("doc_id", "section_id", "embedding"),
-    "documents": ("doc_id", "source_uri", "content_hash"),
-    "section_history": ("doc_id", "section_id", "revision", "archived_at"),
+    "sections": _FIRST_SECTIONS,
+    "documents": ("doc_id", "source_uri", "title", "revision", "content_hash", "metadata", "token_count",
+                  "section_count", "ingested_at"),
+    "section_history": (*_FIRST_SECTIONS, "context_tokens", "revision", "collection", "acl", "archived_at"),
     # all four: an application's own `term_stats (lexeme, freq)` had passed for onetrip's (and been dropped)
     "term_stats": ("lexeme", "sections", "share", "idf"),
 }
 
 _COLUMNS_QUERY = """
     SELECT t.kind,
+           c.relkind::text,
            ARRAY(SELECT a.attname::text
                    FROM pg_attribute a
-                  WHERE a.attrelid = to_regclass(t.name) AND a.attnum > 0 AND NOT a.attisdropped)
+                  WHERE a.attrelid = c.oid AND a.attnum > 0 AND NOT a.attisdropped)
       FROM unnest(%s::text[], %s::text[]) AS t (kind, name)
-     WHERE to_regclass(t.name) IS NOT NULL
+      JOIN pg_class c ON c.oid = to_regclass(t.name)
 """
+
+#: what a relation holding one of onetrip's names is, by pg_class.relkind
+_RELATION_KIND = {"r": "a table", "p": "a table", "v": "a view", "m": "a materialized view", "f": "a foreign table",
+                  "c": "a composite type", "S": "a sequence", "i": "an index", "I": "an index"}
 
 
 def existing_columns(conn: psycopg.Connection, layout: Layout) -> dict[str, set[str]]:
-    """The columns of each of the layout's tables that exists, by kind ("sections", ...): one catalog read."""
+    """The columns of each of the layout's tables that exists, by kind ("sections", ...): one catalog read.
+    ForeignTableError for a relation of a table's name that is no table: init had called a view "an older
+    onetrip's", and the `init --recreate` it advised failed with WrongObjectType."""
     kinds = list(IDENTITY_COLUMNS)
     rows = conn.execute(_COLUMNS_QUERY, (kinds, [layout.tables[k] for k in kinds])).fetchall()
-    return {kind: set(columns) for kind, columns in rows}
+    for kind, relkind, _ in rows:
+        if relkind not in ("r", "p"):
+            what = _RELATION_KIND.get(relkind, f"no table (relkind {relkind})")
+            raise ForeignTableError(f"{layout.tables[kind]} exists but is {what}, not onetrip's table: onetrip "
+                                    "neither uses nor drops it; give another --prefix or --schema")
+    return {kind: set(columns) for kind, _, columns in rows}
 
 
 def foreign_table_error(table: str, lacking: list[str]) -> ForeignTableError:
+    named = ", ".join(lacking[:4]) + (f" and {len(lacking) - 4} more of onetrip's" if len(lacking) > 4 else "")
     return ForeignTableError(
         f"{table} exists but is not onetrip's: it has no column{'s' if len(lacking) > 1 else ''} "
-        f"{', '.join(lacking)}. onetrip neither uses nor drops it; give another --prefix or --schema")
+        f"{named}. onetrip neither uses nor drops it; give another --prefix or --schema")
 
 
 def check_ours(columns: dict[str, set[str]], layout: Layout) -> None:
@@ -114,9 +134,41 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", ("onetrip init_schema",))
         _check_partition_names(conn, layout)
         conn.execute(script)  # no params: sent as one multi-statement script
+        _check_index_names(conn, layout)
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
     _check_existing(existing, layout)  # another init may have created it in between
     return existing
+
+
+#: the sections indexes the script makes with CREATE INDEX IF NOT EXISTS, which skips a name any relation of the
+#: table's schema holds
+_INDEXES = ("seq_index", "parent_index", "collection_index", "hnsw_index", "tsv_index", "terms_index")
+
+_INDEX_OWNERS = """
+    SELECT n.name, c.relkind::text, i.indrelid::regclass::text
+      FROM unnest(%s::text[]) WITH ORDINALITY AS n (name, ord)
+      JOIN pg_class s ON s.oid = to_regclass(%s)
+      LEFT JOIN pg_class c ON c.relname = (parse_ident(n.name))[1] AND c.relnamespace = s.relnamespace
+      LEFT JOIN pg_index i ON i.indexrelid = c.oid
+     WHERE i.indrelid IS DISTINCT FROM s.oid
+     ORDER BY n.ord
+"""
+
+
+def _check_index_names(conn: psycopg.Connection, layout: Layout) -> None:
+    """Refuse (rolling the script back) when one of the sections table's indexes was not made because another
+    relation holds its name: an application's index `sections_embedding_hnsw` on its own table had left the
+    sections table without its HNSW index, and init said ready while every search scanned the whole table
+    (found by review). Checked after the script, on what it made, so a name onetrip's own run made passes."""
+    sections = layout.tables["sections"]
+    taken = conn.execute(_INDEX_OWNERS, ([layout.names[k] for k in _INDEXES], sections)).fetchone()
+    if taken:
+        name, relkind, table = taken
+        holder = (f"an index on {table}" if table else
+                  _RELATION_KIND.get(relkind, f"a relation (relkind {relkind})") if relkind else "missing")
+        raise ForeignTableError(
+            f"{name} is {holder}, not an index of {sections}: onetrip cannot make its index of that name (searches "
+            "would scan the whole table); rename or drop that one, or give another --prefix or --schema")
 
 
 def _check_partition_names(conn: psycopg.Connection, layout: Layout) -> None:
