@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import psycopg
 import pytest
@@ -83,7 +84,7 @@ def test_init_ingest_search_json(dsn, tmp_path):
     assert len(json.loads(onetrip("search", "descaling", "-k", "2", "--iterative-scan", "server", "--json",
                                   dsn=dsn).stdout)) == 2
     bad_ef = onetrip("search", "descaling", "--ef-search", "0", dsn=dsn)
-    assert bad_ef.returncode == 2 and "ef_search must be an integer from 1 to 1000" in bad_ef.stderr
+    assert bad_ef.returncode == 2 and "error: --ef-search must be an integer from 1 to 1000" in bad_ef.stderr
     ignored = onetrip("search", "descaling", "--neighbors", "2", "--max-tokens", "500", dsn=dsn)  # no --assemble
     assert ignored.returncode == 2 and "--max-tokens, --neighbors shape the assembled context" in ignored.stderr
 
@@ -246,7 +247,8 @@ def test_bad_numbers_a_server_would_drop_or_a_socket_refuse_are_named_at_once(ds
         assert res.returncode == 2, res.stderr
         assert res.stderr.strip() == f"onetrip: error: --port {port}: a TCP port is from 0 to 65535 (0: any free port)"
     res = onetrip("search", "x", "--max-scan-tuples", "2147483648", dsn=dsn)
-    assert res.returncode == 2 and "max_scan_tuples must be an integer from 1 to 2147483647" in res.stderr, res.stderr
+    assert res.returncode == 2 and "error: --max-scan-tuples must be an integer from 1 to 2147483647" in res.stderr, \
+        res.stderr
     model = tmp_path / "model"
     model.mkdir()
     (model / "modules.json").write_text("{")
@@ -294,7 +296,7 @@ def test_ingest_refuses_an_empty_collection(dsn):
     stored in a tenant's collection there, while the README and the Python API refuse an empty collection."""
     res = onetrip("ingest", str(DEMO), "--collection", "", dsn=dsn)
     assert res.returncode == 2, res.stderr
-    assert "onetrip: error: collection must be a non-empty string" in res.stderr
+    assert "onetrip: error: --collection must be a non-empty string" in res.stderr
     listed = onetrip("documents", "--json", dsn=dsn)
     assert listed.returncode == 1 or json.loads(listed.stdout) == []  # nothing stored (the tables may exist)
 
@@ -368,7 +370,7 @@ def test_init_layout_options_build_what_they_say(dsn):
     assert again.returncode == 0 and "lay_sections had no HNSW index; built lay_sections_embedding_hnsw with " \
         "m=16, ef_construction=64" in again.stderr, again.stderr
     bad = onetrip("init", "--prefix", "lay2_", "--hnsw-m", "40", "--hnsw-ef-construction", "64", dsn=dsn)
-    assert bad.returncode == 2 and "hnsw_ef_construction must be at least 2 * hnsw_m = 80" in bad.stderr
+    assert bad.returncode == 2 and "--hnsw-ef-construction must be at least 2 * hnsw_m = 80" in bad.stderr
     with psycopg.connect(dsn) as conn:  # nothing was created for the rejected layout
         assert conn.execute("SELECT to_regclass('lay2_sections')").fetchone()[0] is None
 
@@ -395,6 +397,52 @@ def test_demo_rebuilds_its_own_outdated_tables_but_not_a_users(dsn):
     assert res.returncode == 1 and "onetrip init --recreate" in res.stderr
     with psycopg.connect(dsn) as conn:
         assert conn.execute("SELECT count(*) FROM mine_sections").fetchone() == (0,)
+
+
+def test_the_cli_says_what_the_user_typed_and_takes_what_http_takes(dsn):
+    """Found by the application-developer review: errors named the library's arguments (`max_k must ...`, `query 0`
+    of the first question), the no-hits hint named --principal for --public-only, `--hybrid` refused the
+    `{"rrf_k": 60.0}` HTTP takes, explain_many had no command, and a plain `init` on halfvec or partitioned
+    tables was refused (`--recreate` made them again as plain vector(384), unpartitioned)."""
+    res = onetrip("serve", "--max-k", "0", "--prefix", "demo_", dsn=dsn)
+    assert res.returncode == 2 and "onetrip: error: --max-k must be an integer from 1 to" in res.stderr, res.stderr
+    res = onetrip("serve", "--db-timeout", "0", "--prefix", "demo_", dsn=dsn)
+    assert res.returncode == 2 and "onetrip: error: --db-timeout must be positive" in res.stderr, res.stderr
+    assert onetrip("init", "--prefix", "acl_", dsn=dsn).returncode == 0
+    assert onetrip("ingest", str(DEMO), "--prefix", "acl_", "--acl", "team", dsn=dsn).returncode == 0
+    res = onetrip("search", "descaling", "", "--prefix", "acl_", dsn=dsn)
+    assert res.returncode == 2 and "onetrip: error: question 2: the query text is empty" in res.stderr, res.stderr
+    res = onetrip("search", "descaling", "--prefix", "acl_", "--public-only", dsn=dsn)
+    assert res.returncode == 0 and "no hits: no section passed the filters (--public-only), or" in \
+        " ".join(res.stdout.split()), res.stdout
+    res = onetrip("search", "descaling", "--prefix", "acl_", "--source-prefix", str(DEMO), dsn=dsn)
+    assert "(--source-prefix); stored sources are URIs: a file's is file:///path" in " ".join(res.stdout.split())
+    found = onetrip("search", "descaling", "--prefix", "acl_", "--source-prefix", DEMO.as_uri(), "--json", dsn=dsn)
+    assert json.loads(found.stdout), found.stderr  # the URI form finds them
+    runs = [onetrip("search", "descaling", "-k", "2", "--prefix", "acl_", "--hybrid", f'{{"rrf_k": {n}}}', "--json",
+                    dsn=dsn) for n in ("60.0", "60")]
+    assert runs[0].returncode == 0 and runs[0].stdout == runs[1].stdout, runs[0].stderr
+    res = onetrip("search", "descaling", "--prefix", "acl_", "--hybrid", '{"rrf_k": 60.5}', dsn=dsn)
+    assert res.returncode == 2 and "rrf_k must be an integer" in res.stderr, res.stderr
+    explained = [onetrip(*call, "--prefix", "acl_", "--json", dsn=dsn) for call in (
+        ("explain-many", "descaling", "--kind", "plan"), ("search-many", "descaling", "--explain", "plan"))]
+    assert explained[0].returncode == 0 and explained[0].stdout == explained[1].stdout, explained[0].stderr
+    shown = json.loads(explained[0].stdout)
+    assert shown["kind"] == "plan" and "descaling" in json.dumps(shown["params"]) and "unnest" in shown["statement"]
+
+    made = onetrip("init", "--prefix", "hv_", "--vector-type", "halfvec", "--partitions", "2", dsn=dsn)
+    assert made.returncode == 0, made.stderr
+    again = onetrip("init", "--prefix", "hv_", dsn=dsn)
+    assert again.returncode == 0 and "(halfvec(384), 2 partitions)" in again.stdout, again.stderr
+    other = onetrip("init", "--prefix", "hv_", "--vector-type", "vector", dsn=dsn)
+    assert other.returncode == 2 and "already exists as halfvec(384); cannot initialise it as vector(384)" in \
+        other.stderr, other.stderr
+    with psycopg.connect(dsn, autocommit=True) as conn:  # an older onetrip's: --recreate makes the same shape
+        conn.execute("ALTER TABLE hv_sections DROP COLUMN parent_sequence_index")
+    remade = onetrip("init", "--prefix", "hv_", "--recreate", dsn=dsn)
+    assert remade.returncode == 0 and "(halfvec(384), 2 partitions)" in remade.stdout, remade.stderr
+    wider = onetrip("init", "--prefix", "hv_", "--recreate", "--dim", "8", dsn=dsn)  # a flag still says otherwise
+    assert wider.returncode == 0 and "(halfvec(8), 2 partitions)" in wider.stdout, wider.stderr
 
 
 def test_search_modes_and_refresh_term_stats(dsn):
@@ -615,6 +663,39 @@ def test_the_command_imports_no_heavy_module_before_it_runs_and_every_public_nam
     listed = readme.split("The writers (", 1)[1].split(" and `onetrip.store`'s", 1)[0]
     writers = re.findall(r"`(\w+)`", listed)
     assert "prune_history" in writers and set(writers) <= set(onetrip.__all__), writers
+
+
+def test_an_interrupted_ingest_says_what_it_stored_and_the_next_run_finishes(dsn, tmp_path, monkeypatch, capsys):
+    """Found by review: Ctrl-C or SIGTERM during `onetrip ingest` exited 130/143 without a word on what was
+    stored. The interrupt comes here as the second of three files is stored, as a Ctrl-C between files."""
+    from onetrip import cli, ingest
+
+    for name in ("a", "b", "c"):
+        (tmp_path / f"{name}.md").write_text(f"# {name}\n\nText of {name}.\n")
+    real = ingest.ingest_paths
+
+    def stopped(*args: Any, on_progress: Any = None, **kwargs: Any) -> Any:
+        seen: list[str] = []
+
+        def progress(path: str, rep: Any) -> None:
+            on_progress(path, rep)
+            seen.append(path)
+            if len(seen) == 2:
+                raise KeyboardInterrupt
+
+        return real(*args, on_progress=progress, **kwargs)
+
+    monkeypatch.setattr(ingest, "ingest_paths", stopped)
+    assert cli.main(["ingest", str(tmp_path), "--prefix", "intr_", "--dsn", dsn]) == 130
+    err = capsys.readouterr().err
+    assert "onetrip: interrupted after 2 of 3 files (2 new and 0 changed documents stored); each document is " \
+        "stored whole or not at all, so run the same command again" in " ".join(err.split()), err
+    with psycopg.connect(dsn) as conn:
+        assert conn.execute("SELECT count(*) FROM intr_documents").fetchone() == (2,)
+    monkeypatch.setattr(ingest, "ingest_paths", real)
+    assert cli.main(["ingest", str(tmp_path), "--prefix", "intr_", "--dsn", dsn, "--json"]) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert (done["new"], done["unchanged"]) == (1, 2), done
 
 
 def test_an_interrupt_that_an_import_turns_into_an_error_exits_130_quietly(monkeypatch, capsys):

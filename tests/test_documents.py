@@ -371,8 +371,8 @@ def test_cli_documents_pages_with_limit_and_after(dsn, tmp_path):
     assert res.stderr.splitlines()[0] == "1 document" and f"next page: --after={ids[1]}" in res.stderr
     res = onetrip("documents", "--json", "--after", "zzz", dsn=dsn)
     assert (res.returncode, json.loads(res.stdout), res.stderr) == (0, [], "")
-    for bad, why in ((["--limit", "0"], "limit must be an integer from 1"),
-                     (["--limit", "-3"], "limit must be an integer from 1"),
+    for bad, why in ((["--limit", "0"], "error: --limit must be an integer from 1"),
+                     (["--limit", "-3"], "error: --limit must be an integer from 1"),
                      (["--limit", "two"], "invalid int value"),
                      (["--after", "a\x01b\udcff"], "not valid Unicode")):
         res = onetrip("documents", *bad, dsn=dsn)

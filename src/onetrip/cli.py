@@ -155,8 +155,9 @@ LIBRARY_NAMES = {"init": "init-schema", "ingest": "ingest-paths", "documents": "
 
 #: Retriever calls that `search` makes with a flag or several questions, each also a command of its own name:
 #: `onetrip assemble "q"` is `search "q" --assemble`, `explain` is `search --explain`, `search-many` is `search`
-#: with several questions (one too: search_many's output, a list of {query, hits})
-SEARCH_CALLS = ("search-many", "assemble", "explain")
+#: with several questions (one too: search_many's output, a list of {query, hits}), `explain-many` is
+#: `search-many --explain` (explain_many, for one question too)
+SEARCH_CALLS = ("search-many", "assemble", "explain", "explain-many")
 
 #: what `search --explain` / `explain --kind` take: Retriever.explain's kinds
 EXPLAIN_KINDS = ("analyze", "plan", "generic")
@@ -168,10 +169,10 @@ def _as_search(args: argparse.Namespace) -> argparse.Namespace:
     `search-many` is search_many whatever the number of questions (``args.many``): with one question it had
     been `search`, whose --json shape (a list of hits) is not search_many's (a list of {query, hits}).
     """
-    args.many = args.command == "search-many"
+    args.many = args.command in ("search-many", "explain-many")
     if args.command == "assemble":
         args.assemble = True
-    elif args.command == "explain" and args.explain is None:
+    elif args.command in ("explain", "explain-many") and args.explain is None:
         if len(args.query) > 1 and args.query[-1] in EXPLAIN_KINDS:
             # `onetrip explain "q" generic` had explained two questions, "q" and "generic", by EXPLAIN ANALYZE
             raise ValueError(f"{args.query[-1]!r} is read as a second question; for that kind of plan give "
@@ -197,10 +198,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = _command(sub, "init", help="create the schema (safe to run twice)")
     _common(p)
-    p.add_argument("--dim", type=int, default=384, help="embedding dimension (default 384, MiniLM)")
+    p.add_argument("--dim", type=int, default=None,
+                   help="embedding dimension (default: the existing table's, else 384, MiniLM)")
     p.add_argument("--recreate", action="store_true",
-                   help="drop onetrip's tables (and their data) first, e.g. after an incompatible upgrade")
+                   help="drop onetrip's tables (and their data) first, e.g. after an incompatible upgrade; "
+                        "made again with the dimension, vector type and partitions they had, unless flags say "
+                        "otherwise")
     _layout_options(p)
+    # not given: the existing table's (`cmd_init`); a plain `init` on halfvec or 768-d tables had been refused
+    p.set_defaults(partitions=None, vector_type=None)
 
     p = _command(sub, "ingest", help="ingest Markdown, HTML, reStructuredText and text files or folders")
     _common(p)
@@ -222,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("search", aliases=list(SEARCH_CALLS), help="search and print hits with parent and neighbors "
                        "(search-many: search_many's output, for one question too; assemble: as --assemble; "
-                       "explain: as --explain)")
+                       "explain: as --explain; explain-many: search-many's statement explained)")
     _common(p)
     p.set_defaults(many=False)  # `search-many`: True (_as_search)
     p.add_argument("query", nargs="+",
@@ -409,11 +415,14 @@ NOTHING_INGESTED = "is anything ingested? try `onetrip ingest PATH`"
 def _no_hits_hint(filters: Any, mode: str) -> str:
     """Why a search came back empty, as far as its options tell: "is anything ingested?" alone had been printed
     for a search whose filters passed nothing, or whose lexical words matched nothing, on a full table."""
+    principal = "public_only" if filters.principals == () else "principal"  # `_principals`: () is --public-only
     given = [f"--{name.replace('_', '-')}" for name, flag in (
-        ("collection", filters.collections), ("principal", filters.principals), ("doc_id", filters.doc_ids),
+        ("collection", filters.collections), (principal, filters.principals), ("doc_id", filters.doc_ids),
         ("source_prefix", filters.source_prefix), ("metadata", filters.metadata)) if flag is not None]
     if given:
-        return f"no section passed the filters ({', '.join(given)}), or nothing is ingested here"
+        uri = ("; stored sources are URIs: a file's is file:///path" if filters.source_prefix is not None
+               and not re.match(r"[A-Za-z][A-Za-z0-9+.-]*:", filters.source_prefix) else "")
+        return f"no section passed the filters ({', '.join(given)}){uri}, or nothing is ingested here"
     if mode == "lexical":
         return "no section holds a word of the query (lexical mode), or nothing is ingested here"
     return NOTHING_INGESTED
@@ -494,10 +503,19 @@ def _markup_escape(text: str) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     from .connection import connect
     from .identifiers import quote_ident
-    from .schema import drop_schema, hnsw_build_options, init_schema
+    from dataclasses import replace
 
-    layout = _layout(args, args.dim)
+    from .schema import drop_schema, existing_shape, hnsw_build_options, init_schema
+
+    layout = _layout(args, 384 if args.dim is None else args.dim)
     with connect(args.dsn) as conn:
+        # a flag left out keeps what the existing table has: "safe to run twice" without repeating the flags it
+        # was made with (that had been a DimensionMismatchError), and --recreate makes again what it drops
+        existing = existing_shape(conn, layout)
+        if existing is not None:
+            layout = replace(layout, **{name: getattr(existing, name) for name, given in (
+                ("dim", args.dim), ("vector_type", args.vector_type), ("partitions", args.partitions))
+                if given is None})
         if args.recreate:
             drop_schema(conn, layout)
         made = init_schema(conn, layout)
@@ -580,19 +598,37 @@ def _ingest(args: argparse.Namespace, paths: list[str], force: bool, no_progress
             TimeElapsedColumn(), console=console, disable=no_progress or not console.is_terminal,
         ) as progress:
             task = progress.add_task("ingest", total=total, sections=0, rate=0.0)
+            latest: list[Any] = []  # the report as the last file left it, for an interrupt's message
 
             def on_progress(path: str, rep: Any) -> None:
+                latest[:] = [rep]
                 done = rep.new + rep.changed + rep.unchanged + len(rep.failed)
                 rate = rep.sections / rep.seconds if rep.seconds else 0.0
                 progress.update(task, completed=done, sections=rep.sections, rate=rate)
 
-            report = ingest_paths(conn, paths, layout=layout, embedder=embedder, force=force,
-                                  on_progress=on_progress, doc_id=doc_id, collection=getattr(args, "collection", "default"),  # "" is refused, not made "default"
-                                  acl=_acl(getattr(args, "acl", None)),
-                                  keep_history=getattr(args, "keep_history", False),
-                                  recount=not getattr(args, "no_recount", False),
-                                  delete_missing=getattr(args, "delete_missing", False))
+            try:
+                report = ingest_paths(conn, paths, layout=layout, embedder=embedder, force=force,
+                                      on_progress=on_progress, doc_id=doc_id,
+                                      collection=getattr(args, "collection", "default"),  # "" is refused
+                                      acl=_acl(getattr(args, "acl", None)),
+                                      keep_history=getattr(args, "keep_history", False),
+                                      recount=not getattr(args, "no_recount", False),
+                                      delete_missing=getattr(args, "delete_missing", False))
+            except (KeyboardInterrupt, Terminated):
+                progress.stop()
+                _say_interrupted(latest[0] if latest else None, total)
+                raise
     return report
+
+
+def _say_interrupted(rep: Any, total: int) -> None:
+    """What an ingest stopped by Ctrl-C or SIGTERM had stored: it had exited 130 or 143 without a word (found
+    by review). Each document is committed whole or not at all, so the next run finishes the job."""
+    done = 0 if rep is None else rep.new + rep.changed + rep.unchanged + len(rep.failed)
+    stored = "" if rep is None else f" ({rep.new} new and {rep.changed} changed documents stored)"
+    print(f"onetrip: interrupted after {done} of {total} files{stored}; each document is stored whole or not "
+          "at all, so run the same command again to finish (the files already stored are skipped as unchanged)",
+          file=sys.stderr)
 
 
 def _statement_timeout(seconds: float) -> float | None:
@@ -857,9 +893,9 @@ def _hybrid(args: argparse.Namespace) -> dict[str, Any]:
         raise ValueError(f"--hybrid is not valid JSON: {e}") from e
     if not isinstance(options, dict):
         raise ValueError(f"--hybrid must be a JSON object such as '{{\"tf_weight\": 1}}', got {args.hybrid}")
-    from .retrieve import as_hybrid
+    from .retrieve import as_hybrid, hybrid_json
 
-    return {"hybrid": as_hybrid(options)}
+    return {"hybrid": as_hybrid(hybrid_json(options))}
 
 
 def _filters(args: argparse.Namespace) -> Any:
@@ -1230,9 +1266,28 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.option_names = _option_names(parser, args.command)
     with sigterm_unwinds(), sigint_recorded():
         return _run(args)
+
+
+def _option_names(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
+    """Each of the command's options by the library's name for it (dest: "max_k" -> "--max-k"), for `_in_cli_words`."""
+    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return {a.dest: a.option_strings[0] for a in commands.choices[command]._actions if a.option_strings}
+
+
+def _in_cli_words(message: str, args: argparse.Namespace) -> str:
+    """A library error as the command line says it: "max_k must be ..." names `--max-k`, and "query 0: ..." of
+    `search-many` (search_many's list index) the question as typed, counted from 1."""
+    names = getattr(args, "option_names", {})
+    if (m := re.match(r"(\w+) (?:must|is|has) ", message)) and m[1] in names:
+        return names[m[1]] + message[m.end(1):]
+    if (m := re.match(r"query (\d+): ", message)) and len(getattr(args, "query", None) or ()) > int(m[1]):
+        return f"question {int(m[1]) + 1}: " + message[m.end():]
+    return message
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -1255,7 +1310,7 @@ def _run(args: argparse.Namespace) -> int:
             print(f"onetrip: error: stdout's encoding ({sys.stdout.encoding}) cannot write {e.object[e.start:e.end]!a}"
                   " of the output: set PYTHONIOENCODING=utf-8 (or a UTF-8 locale), or use --json", file=sys.stderr)
             return 1
-        print(f"onetrip: error: {_shown(e)}", file=sys.stderr)
+        print(f"onetrip: error: {_shown(_in_cli_words(str(e), args))}", file=sys.stderr)
         return 2
     except Exception as e:
         if _interrupted.is_set():  # what an interrupt turned into (an import it cut short): the interrupt

@@ -66,7 +66,6 @@ from __future__ import annotations
 
 import asyncio
 import copy
-import dataclasses
 import hmac
 import json
 import logging
@@ -97,7 +96,7 @@ from .errors import (ConnectionFailedError, ConnectionLostError, DimensionMismat
 from .explain import KINDS as EXPLAIN_KINDS
 from .retrieve import (MAX_BUDGET, MAX_K, MAX_NEIGHBORS, MAX_RRF_K, MAX_WEIGHT, MODE_CHOICES, NEIGHBOR_SCOPES,
                        PG_INT_MAX, SEARCH_K, TOKENS_PER_HIT, Expansion, assemble_k, Filters, HybridOptions, as_hybrid,
-                       context_expansion, resolve_mode, session_settings, statement_errors)
+                       context_expansion, hybrid_json, resolve_mode, session_settings, statement_errors)
 from .search_many import MAX_QUERIES
 from .schema import layout_query
 from .store import document_info, list_documents_query
@@ -136,7 +135,6 @@ DOCUMENTS_PARAMS = ("collection", "principals", "limit", "after")
 DEFAULT_DOCUMENTS_LIMIT = 1000
 MAX_DOCUMENTS_LIMIT = 10000
 HYBRID_FIELDS = tuple(HybridOptions.__dataclass_fields__)
-HYBRID_INTEGERS = tuple(f.name for f in dataclasses.fields(HybridOptions) if f.type == "int")
 SEARCH_MANY_EXPAND_FIELDS = ("parent", "neighbors")
 
 
@@ -447,11 +445,7 @@ def _hybrid(body: dict[str, Any], mode: str, cfg: ServiceConfig) -> HybridOption
     raw = _object(raw, "hybrid", HYBRID_FIELDS)
     if mode == "dense":  # as the library refuses text= in dense mode: options that would change nothing
         raise _invalid("hybrid", "is for hybrid and lexical mode; this request searches densely")
-    raw = dict(raw)
-    for name in HYBRID_INTEGERS:  # 60.0 is an integer to JSON Schema, as k's 2.0 is (`_int`)
-        value = raw.get(name)
-        if isinstance(value, float) and value.is_integer():
-            raw[name] = int(value)
+    raw = hybrid_json(raw)  # 60.0 an integer, as k's 2.0 is (`_int`)
     if "candidates" in raw:
         _int(raw["candidates"], "hybrid.candidates", 1, _candidates_cap(cfg), "k_out_of_range")
     try:

@@ -610,6 +610,14 @@ def as_hybrid(hybrid: HybridOptions | dict[str, Any] | None) -> HybridOptions:
     raise TypeError(f"hybrid must be a HybridOptions or a dict, got {type(hybrid).__name__}")
 
 
+def hybrid_json(raw: dict[str, Any]) -> dict[str, Any]:
+    """A JSON "hybrid" object (HTTP's, `--hybrid`'s) with its integral numbers of integer fields as int: 60.0 is an
+    integer to JSON Schema, as k's 2.0 is to the HTTP service; `--hybrid '{"rrf_k": 60.0}'` had been refused
+    where HTTP took the same object (found by review)."""
+    ints = {f.name for f in fields(HybridOptions) if f.type == "int"}
+    return {name: int(v) if name in ints and isinstance(v, float) and v.is_integer() else v for name, v in raw.items()}
+
+
 def check_flag(value: Any, name: str) -> bool:
     """search's parent/neighbors: True or False (1 or 0), never a window size or a string."""
     if value is True or value is False or (type(value) is int and value in (0, 1)):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import psycopg
 
 from .connection import require_autocommit, require_connection
@@ -188,6 +190,17 @@ def _check_partition_names(conn: psycopg.Connection, layout: Layout) -> None:
         raise ForeignTableError(
             f"{taken[0][0]} exists but is not a partition of {layout.tables['sections']}: onetrip neither uses nor "
             "drops it, and cannot make its partition of that name; give another --prefix or --schema")
+
+
+def existing_shape(conn: psycopg.Connection, layout: Layout) -> Layout | None:
+    """``layout`` with the embedding type, dimension and partition count of the existing sections table, whatever
+    columns it lacks (what `onetrip init` keeps where no flag says otherwise, `--recreate` included); None when
+    there is none, or its embedding has no fixed dimension."""
+    row = conn.execute(*layout_query(layout.schema, layout.prefix)).fetchone()
+    if row is None or row[0] is None or row[0] <= 0:
+        return None
+    typmod, typename, parts = row[:3]
+    return replace(layout, dim=int(typmod), vector_type=str(typename).split("(", 1)[0], partitions=int(parts))
 
 
 def _existing_layout(conn: psycopg.Connection, layout: Layout) -> Layout | None:
