@@ -726,6 +726,56 @@ def test_async_pool_under_concurrency_never_exceeds_its_size(dsn, corpus):
     assert [_sig(x) for x in results[:5]] == [_sig(sync.assemble(q, k=5, max_tokens=600)) for q in queries[:5]]
 
 
+@pytest.mark.parametrize("maker", ["onetrip", "psycopg_pool"])
+def test_a_call_cancelled_while_its_connection_goes_back_to_the_pool_loses_no_connection(db, dsn, corpus, maker):
+    """Found by review: psycopg_pool's putconn cancelled while it waited for the pool's lock neither put the
+    connection back nor counted it gone; callers cancelled under load (asyncio.wait_for, an HTTP client that
+    left) emptied a pool this way, every later call a PoolTimeout. Here the cancellation comes exactly there:
+    the pool's lock is held while the call's statement ends, and the call is cancelled as it waits for it."""
+    q = corpus_query_vectors(corpus, 1, seed=86)[0]
+
+    async def main() -> None:
+        if maker == "onetrip":
+            pool = make_async_pool(dsn, min_size=2, max_size=2, timeout=5)
+        else:  # a caller's own pool: its return is shielded as well
+            from onetrip.psycopg_adapters import register_adapters_async
+
+            pool = AsyncConnectionPool(dsn, min_size=2, max_size=2, timeout=5, open=False,
+                                       kwargs={"autocommit": True}, configure=register_adapters_async)
+        await pool.open(wait=True)
+        blocker = await psycopg.AsyncConnection.connect(dsn)
+        try:
+            r = await AsyncRetriever.create(pool, embedder=HashEmbedder())
+            await blocker.execute("LOCK TABLE sections IN ACCESS EXCLUSIVE MODE")  # the search waits for it
+            call = asyncio.create_task(r.search(q, k=3))
+            cur = await blocker.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            for _ in range(3000):  # the search is waiting at the server
+                if (await cur.fetchone())[0]:
+                    break
+                await asyncio.sleep(0.01)
+                cur = await blocker.execute("SELECT count(*) FROM pg_locks WHERE NOT granted")
+            async with pool._lock:  # psycopg_pool's: the connection's return waits for it
+                await blocker.commit()
+                for _ in range(3000):
+                    if pool._lock._waiters:  # the return is waiting
+                        break
+                    await asyncio.sleep(0.01)
+                assert pool._lock._waiters, "the call's return never waited for the pool's lock"
+                call.cancel()
+                await asyncio.sleep(0)
+            with pytest.raises(asyncio.CancelledError):
+                await call
+            held = [await pool.getconn(timeout=5) for _ in range(2)]  # both: none was lost
+            for c in held:
+                await pool.putconn(c)
+            assert len(await r.search(q, k=3)) == 3
+        finally:
+            await blocker.close()
+            await pool.close()
+
+    asyncio.run(main())
+
+
 def test_connections_lost_under_a_pool_fail_one_call_naming_it_then_the_pool_serves(db, dsn, corpus, terminate):
     """A server restart (or pg_terminate_backend) kills every pooled connection. Each idle one had then failed a
     call with psycopg's AdminShutdown before the pool replaced it: a pool of 3 failed 3 calls in a row, one of

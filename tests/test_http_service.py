@@ -810,6 +810,43 @@ def test_while_the_database_refuses_connections_every_timed_out_request_says_so(
         assert held == [200, 200]
 
 
+def test_requests_while_the_database_is_down_at_start_share_one_attempt_to_reach_it(db, dsn, corpus, monkeypatch):
+    """Found by review: each request made its own attempt to create the retriever, one after another under a
+    lock, so with the database down the n-th of n requests sent together got its 503 after n times --db-timeout
+    (health probes timed out). They now wait for one attempt and share its answer (counted, not timed)."""
+    from onetrip import AsyncRetriever
+
+    attempts: list[int] = []
+    create = AsyncRetriever.create
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        attempts.append(1)
+        return await create(*args, **kwargs)
+
+    monkeypatch.setattr(AsyncRetriever, "create", counted)
+    allow_connections_to(db, dsn, False)
+    try:
+        with serving(dsn, pool_size=1, db_timeout=1.0, application_name=f"onetrip-shared-{os.getpid()}") as base:
+            Stats(base).wait_for_pool(lambda pool: pool.get("connections_errors", 0) >= 1,
+                                      "the pool never tried to open a connection")
+            together: list[tuple[int, Any]] = []
+            threads = [threading.Thread(target=lambda: together.append(search(base, {"query": "pasta"})))
+                       for _ in range(6)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(60)
+            assert [data["error"]["code"] for _, data in together] == ["database_unavailable"] * 6, together
+            assert len(attempts) < 6, attempts  # one each, in turn, had been 6
+            allow_connections_to(db, dsn, True)
+            deadline = time.monotonic() + 60  # the pool's next attempts; a guard, not a timing
+            while search(base, {"query": "pasta"})[0] != 200:
+                assert time.monotonic() < deadline
+                time.sleep(0.1)
+    finally:
+        allow_connections_to(db, dsn, True)
+
+
 def test_a_service_started_while_the_database_refused_connections_tells_busy_from_down_once_it_answers(
         db, dsn, corpus):
     """The connection attempts that failed before the database answered made a full pool of one say

@@ -162,7 +162,8 @@ class AsyncRetriever:
         self._closed = False
         self._reopening = asyncio.Lock()  # one new connection, however many tasks found the old one lost
         self._snapshot_lock = asyncio.Lock()  # `snapshot` over one connection: its blocks and their BEGIN
-        # pool checks still running past their deadline (`_lost`), and snapshot ends whose caller was cancelled
+        # pool checks still running past their deadline (`_lost`), and snapshot ends and pooled connections' returns
+        # whose caller was cancelled (`_shielded`)
         self._checks: set[asyncio.Future[None]] = set()
         self.conn = None
         opened = False  # as in Retriever: a transaction this opened on the caller's connection is ended here
@@ -266,13 +267,30 @@ class AsyncRetriever:
                 yield pinned
             return
         if self.pool is not None:
-            async with self.pool.connection() as c:
+            taken = self.pool.connection()
+            c = await taken.__aenter__()
+            try:
                 async with self._lost_errors(c):
                     yield c
+            except BaseException as e:
+                await self._shielded(taken.__aexit__(type(e), e, e.__traceback__))
+                raise
+            else:
+                await self._shielded(taken.__aexit__(None, None, None))
         else:
             c = self.conn if self.conn is not None else await self._reopen()
             async with self._lost_errors(c):
                 yield c
+
+    async def _shielded(self, ending: Any) -> None:
+        """Run ``ending`` (a pooled connection's return) to its end whatever cancels the caller, held here until
+        done: psycopg_pool's putconn cancelled while it waited for the pool's lock neither put the connection back
+        nor counted it gone, and callers cancelled under load (asyncio.wait_for, an HTTP client that left) took
+        every connection of a pool this way, each later call a PoolTimeout (found by review)."""
+        end = asyncio.ensure_future(ending)
+        self._checks.add(end)
+        end.add_done_callback(self._checks.discard)
+        await asyncio.shield(end)
 
     async def _reopen(self) -> psycopg.AsyncConnection:
         """As `Retriever._reopen`: a new connection of this retriever's own, for the one `_lost` dropped, with

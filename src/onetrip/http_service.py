@@ -6,7 +6,8 @@ Endpoints
                         (both take "explain": the plan of the statement(s) they would send, not the results)
     GET  /documents     the stored documents the request's principals may read (`onetrip documents --json`),
                         a page at a time (?limit=, default 1000; ?after= the previous page's next_after)
-    GET  /health        200 {"status": "ok"} when a pooled connection answers; else 503 (no token needed)
+    GET  /health        200 {"status": "ok"} when a pooled connection answers, the tables are there and the
+                        service's model is the documents' one; else 503 (no token needed)
     GET  /stats         pool statistics and request counts (to check the pool stays within its size)
     GET  /openapi.json  this API: request and response schemas of every endpoint
 
@@ -658,7 +659,7 @@ class Service:
         self.embedder: Embedder | None = None
         self.pool: Any = None
         self._retriever: AsyncRetriever | None = None
-        self._lock = asyncio.Lock()
+        self._creating: asyncio.Future[AsyncRetriever] | None = None  # the attempt requests wait for (`retriever`)
         self.statuses: Counter[int] = Counter()
         # the pool's failed and successful connection attempts when last looked at, and whether the database
         # was then refusing connections (`_pool_timeout`)
@@ -680,6 +681,10 @@ class Service:
         await self.pool.open(wait=False)
 
     async def close(self) -> None:
+        if self._creating is not None:  # an attempt still running would make a retriever no one closes
+            self._creating.cancel()
+            with suppress(BaseException):
+                await self._creating
         if self._retriever is not None:
             await self._retriever.close()
         if self.pool is not None:
@@ -753,21 +758,37 @@ class Service:
                         "once than the pool serves, or statements held up (a lock, a slow server); try again later")
 
     async def retriever(self) -> AsyncRetriever:
-        """The retriever, created on first use; a failure is retried by the next request."""
+        """The retriever, created on first use; a failure is retried by the next request.
+
+        Requests that arrive while it is being created wait for that one attempt and share its outcome: each
+        had made its own attempt in turn under a lock, so with the database down the n-th of them got its 503
+        after n times --db-timeout (6 s for the 6th at 1 s; found by review). The attempt is shielded: a
+        request whose client leaves does not cancel the others' attempt."""
         if self._retriever is not None:
             return self._retriever
-        async with self._lock:
-            if self._retriever is None:
-                try:
-                    self._retriever = await AsyncRetriever.create(
-                        self.pool, schema=self.cfg.schema, prefix=self.cfg.prefix, embedder=self.embedder)
-                    self._database_answered()  # failed connection attempts before do not count
-                except SchemaMissingError as e:
-                    raise ApiError(503, "schema_missing", str(e)) from None
-                except PoolTimeout as e:
-                    raise self._pool_timeout(e) from None
-                except _db_unavailable_errors() as e:
-                    raise _unavailable(e) from None
+        if self._creating is None:
+            self._creating = asyncio.ensure_future(self._create_retriever())
+            self._creating.add_done_callback(self._created)
+        return await asyncio.shield(self._creating)
+
+    def _created(self, attempt: asyncio.Future[AsyncRetriever]) -> None:
+        """The attempt is over: the next request makes another if it failed (its error read here, so that one
+        whose requests all left is not logged as never retrieved)."""
+        self._creating = None
+        if not attempt.cancelled():
+            attempt.exception()
+
+    async def _create_retriever(self) -> AsyncRetriever:
+        try:
+            self._retriever = await AsyncRetriever.create(
+                self.pool, schema=self.cfg.schema, prefix=self.cfg.prefix, embedder=self.embedder)
+            self._database_answered()  # failed connection attempts before do not count
+        except SchemaMissingError as e:
+            raise ApiError(503, "schema_missing", str(e)) from None
+        except PoolTimeout as e:
+            raise self._pool_timeout(e) from None
+        except _db_unavailable_errors() as e:
+            raise _unavailable(e) from None
         return self._retriever
 
     def embedder_of(self, r: AsyncRetriever) -> Embedder:
@@ -811,6 +832,10 @@ class Service:
                     raise missing_table_error(f'relation "{table}" does not exist')
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
+        try:  # and the service's model is theirs: with another (serve --model) /health had said ok while every
+            await asyncio.to_thread(self.embedder_of, r)  # search but a lexical one was 500 (found by review)
+        except ApiError as e:
+            raise ApiError(503, e.code, e.message) from None
 
     async def search(self, req: SearchRequest) -> dict[str, Any]:
         """Embed once, then one statement per result shape asked for."""
@@ -1565,7 +1590,8 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
                 "summary": "Is the database answering? (no token needed)", "security": [],
                 "responses": {"200": ok({"type": "object", "properties": {"status": {"const": "ok"}}}),
                               "503": err("database unavailable, every pooled connection busy, connection lost, "
-                                         "or schema missing")},
+                                         "schema missing, or the service's model is not the documents' "
+                                         "(embedder_mismatch)")},
             }},
             "/stats": {"get": {
                 "summary": "Pool statistics (psycopg_pool get_stats) and response counts by status",
