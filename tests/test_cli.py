@@ -370,7 +370,7 @@ def test_init_layout_options_build_what_they_say(dsn):
     assert again.returncode == 0 and "lay_sections had no HNSW index; built lay_sections_embedding_hnsw with " \
         "m=16, ef_construction=64" in again.stderr, again.stderr
     bad = onetrip("init", "--prefix", "lay2_", "--hnsw-m", "40", "--hnsw-ef-construction", "64", dsn=dsn)
-    assert bad.returncode == 2 and "--hnsw-ef-construction must be at least 2 * hnsw_m = 80" in bad.stderr
+    assert bad.returncode == 2 and "--hnsw-ef-construction must be at least 2 * --hnsw-m = 80" in bad.stderr
     with psycopg.connect(dsn) as conn:  # nothing was created for the rejected layout
         assert conn.execute("SELECT to_regclass('lay2_sections')").fetchone()[0] is None
 
@@ -443,6 +443,22 @@ def test_the_cli_says_what_the_user_typed_and_takes_what_http_takes(dsn):
     assert remade.returncode == 0 and "(halfvec(384), 2 partitions)" in remade.stdout, remade.stderr
     wider = onetrip("init", "--prefix", "hv_", "--recreate", "--dim", "8", dsn=dsn)  # a flag still says otherwise
     assert wider.returncode == 0 and "(halfvec(8), 2 partitions)" in wider.stdout, wider.stderr
+    # a review: a dimension past vector's 2000 kept halfvec only when --vector-type was repeated; and another
+    # application's table of the name was read as a layout ("--vector-type ... got 'character varying'")
+    assert onetrip("init", "--prefix", "big_", "--dim", "3000", "--vector-type", "halfvec", dsn=dsn).returncode == 0
+    for flags in ((), ("--dim", "3000")):
+        res = onetrip("init", "--prefix", "big_", *flags, dsn=dsn)
+        assert res.returncode == 0 and "(halfvec(3000))" in res.stdout, res.stderr
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("CREATE TABLE app_sections (id int, embedding varchar(200))")
+    for flags in ((), ("--recreate",), ("--dim", "384", "--vector-type", "vector")):
+        res = onetrip("init", "--prefix", "app_", *flags, dsn=dsn)
+        assert res.returncode == 2 and "app_sections exists but is not onetrip's" in res.stderr, res.stderr
+    # every option named as typed, a subcommand's too, wherever the message names it
+    res = onetrip("sql", "render", "--hnsw-m", "1", "--stdout")
+    assert res.returncode == 2 and "error: --hnsw-m must" in res.stderr, res.stderr
+    res = onetrip("explain-many", "q", "--assemble", "--prefix", "acl_", dsn=dsn)
+    assert res.returncode == 2 and "explain-many explains search_many's statement, not an assembled" in res.stderr
 
 
 def test_search_modes_and_refresh_term_stats(dsn):

@@ -779,6 +779,15 @@ def test_an_application_table_with_a_few_of_onetrips_columns_is_not_taken_for_an
                 call()
         db.execute(f"DROP {ddl.split()[1]} sections")
     assert db.execute("SELECT to_regclass('documents')").fetchone()[0] is None  # nothing made beside them
+    # a type that is no relation (an enum) of a table's name, an index of a primary key's: the server's words,
+    # named (they had been a raw DuplicateObject / DuplicateTable)
+    for ddl, said in (("CREATE TYPE sections AS ENUM ('a')", 'type "sections" already exists'),
+                      ("CREATE INDEX documents_pkey ON app_sections (doc_id)", 'relation "documents_pkey" already')):
+        db.execute(ddl)
+        with pytest.raises(ForeignTableError, match=f"{said}.*: onetrip cannot make its table or constraint"):
+            init_schema(db, Layout(dim=32))
+        db.execute(f"DROP {ddl.split()[1]} {ddl.split()[2]}")
+        assert db.execute("SELECT to_regclass('documents')").fetchone()[0] is None
 
 
 def test_an_index_name_another_relation_holds_is_refused_not_skipped(db):

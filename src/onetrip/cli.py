@@ -189,7 +189,7 @@ def _command(sub: argparse._SubParsersAction, name: str, **kwargs: Any) -> argpa
     return p
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     parser = _Parser(prog="onetrip", description=__doc__.split("\n\n")[0])
     from . import __version__
 
@@ -503,19 +503,17 @@ def _markup_escape(text: str) -> str:
 def cmd_init(args: argparse.Namespace) -> int:
     from .connection import connect
     from .identifiers import quote_ident
-    from dataclasses import replace
-
     from .schema import drop_schema, existing_shape, hnsw_build_options, init_schema
 
-    layout = _layout(args, 384 if args.dim is None else args.dim)
+    probe = _layout(args, 1)  # names and HNSW options checked before connecting; the dimension once it is known
     with connect(args.dsn) as conn:
         # a flag left out keeps what the existing table has: "safe to run twice" without repeating the flags it
         # was made with (that had been a DimensionMismatchError), and --recreate makes again what it drops
-        existing = existing_shape(conn, layout)
-        if existing is not None:
-            layout = replace(layout, **{name: getattr(existing, name) for name, given in (
-                ("dim", args.dim), ("vector_type", args.vector_type), ("partitions", args.partitions))
-                if given is None})
+        existing = existing_shape(conn, probe)
+        for name in ("vector_type", "partitions"):
+            if getattr(args, name) is None and existing is not None:
+                setattr(args, name, getattr(existing, name))
+        layout = _layout(args, args.dim if args.dim is not None else existing.dim if existing is not None else 384)
         if args.recreate:
             drop_schema(conn, layout)
         made = init_schema(conn, layout)
@@ -988,8 +986,9 @@ def cmd_search(args: argparse.Namespace) -> int:
                          + " (search's hits take --no-parent / --no-neighbors)")
     if many:
         if args.assemble and args.many:
-            raise ValueError("search-many returns each question's hits, not an assembled context: `onetrip "
-                             "assemble QUESTION` assembles one")
+            what = "explain-many explains search_many's statement" if args.explain else \
+                "search-many returns each question's hits"
+            raise ValueError(f"{what}, not an assembled context: `onetrip assemble QUESTION` assembles one")
         if args.assemble:
             raise ValueError("several queries are searched together without --assemble: give one query to "
                              "assemble a context")
@@ -1268,15 +1267,15 @@ def main(argv: list[str] | None = None) -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     parser = build_parser()
     args = parser.parse_args(argv)
-    args.option_names = _option_names(parser, args.command)
+    args.option_names = _option_names(parser, args)
     with sigterm_unwinds(), sigint_recorded():
         return _run(args)
 
 
-def _option_names(parser: argparse.ArgumentParser, command: str) -> dict[str, str]:
-    """Each of the command's options by the library's name for it (dest: "max_k" -> "--max-k"), for `_in_cli_words`."""
-    commands = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
-    return {a.dest: a.option_strings[0] for a in commands.choices[command]._actions if a.option_strings}
+def _option_names(parser: _Parser, args: argparse.Namespace) -> dict[str, str]:
+    """Each of the command's options by the library's name for it (dest: "max_k" -> "--max-k"), for `_in_cli_words`:
+    the innermost subcommand's (`sql render`'s)."""
+    return {a.dest: a.option_strings[0] for a in parser._chosen(args)._actions if a.option_strings}
 
 
 def _in_cli_words(message: str, args: argparse.Namespace) -> str:
@@ -1284,9 +1283,14 @@ def _in_cli_words(message: str, args: argparse.Namespace) -> str:
     `search-many` (search_many's list index) the question as typed, counted from 1."""
     names = getattr(args, "option_names", {})
     if (m := re.match(r"(\w+) (?:must|is|has) ", message)) and m[1] in names:
-        return names[m[1]] + message[m.end(1):]
-    if (m := re.match(r"query (\d+): ", message)) and len(getattr(args, "query", None) or ()) > int(m[1]):
-        return f"question {int(m[1]) + 1}: " + message[m.end():]
+        message = names[m[1]] + message[m.end(1):]
+    elif (m := re.match(r"query (\d+): ", message)) and len(getattr(args, "query", None) or ()) > int(m[1]):
+        message = f"question {int(m[1]) + 1}: " + message[m.end():]
+    # and every other option named by its library name further on ("... at least 2 * hnsw_m"): the names with an
+    # underscore only, which no sentence has (`limit` or `k` may be words of one)
+    spelled = [n for n in names if "_" in n]
+    if spelled:
+        message = re.sub(rf"(?<![\w-])({'|'.join(map(re.escape, spelled))})\b", lambda m: names[m[1]], message)
     return message
 
 

@@ -6,8 +6,8 @@ Endpoints
                         (both take "explain": the plan of the statement(s) they would send, not the results)
     GET  /documents     the stored documents the request's principals may read (`onetrip documents --json`),
                         a page at a time (?limit=, default 1000; ?after= the previous page's next_after)
-    GET  /health        200 {"status": "ok"} when a pooled connection answers, the tables are there and the
-                        service's model is the documents' one; else 503 (no token needed)
+    GET  /health        200 {"status": "ok"} when a pooled connection answers and the tables are there (with
+                        "warnings" when the service's model is not the documents'); else 503 (no token needed)
     GET  /stats         pool statistics and request counts (to check the pool stays within its size)
     GET  /openapi.json  this API: request and response schemas of every endpoint
 
@@ -660,6 +660,7 @@ class Service:
         self.pool: Any = None
         self._retriever: AsyncRetriever | None = None
         self._creating: asyncio.Future[AsyncRetriever] | None = None  # the attempt requests wait for (`retriever`)
+        self._model_warned: str | None = None  # the model mismatch last logged (`_model_warnings`)
         self.statuses: Counter[int] = Counter()
         # the pool's failed and successful connection attempts when last looked at, and whether the database
         # was then refusing connections (`_pool_timeout`)
@@ -804,8 +805,8 @@ class Service:
         embed = self.embedder_of(r).embed_query
         return [embed(t) for t in texts]
 
-    async def health(self) -> None:
-        """The database answers on a pooled connection. One found lost (a database restarted since it was
+    async def health(self) -> list[dict[str, str]]:
+        """The database answers on a pooled connection; the warnings /health adds to its "ok". One found lost (a database restarted since it was
         pooled) is reported as such to the pool, which then checks the others, and the check is tried once
         more: it had said 503 "the database is not answering" once per stale connection (up to --pool-size
         times) to a probe, while the database answered and a search got 200."""
@@ -816,6 +817,22 @@ class Service:
             except ConnectionLostError:
                 await self._health_check(r)  # a second loss is the answer (connection_lost)
         self._database_answered()
+        return await self._model_warnings(r)
+
+    async def _model_warnings(self, r: AsyncRetriever) -> list[dict[str, str]]:
+        """Whether the service's model is the documents' (serve --model another): said in /health's body and
+        logged once, where /health had said a bare ok while every search embedding a query text was 500 (found
+        by review). Not a 503: a service whose clients send embeddings, or search lexically, needs no model."""
+        try:
+            await asyncio.to_thread(self.embedder_of, r)  # its probe embedded once per record read
+        except ApiError as e:
+            if self._model_warned != e.message:
+                self._model_warned = e.message
+                log.warning("%s: a search embedding its query text answers 500 embedder_mismatch", e.message)
+            return [{"code": e.code, "message": f"{e.message}; a search that embeds its query text answers 500, "
+                                                "one with an embedding or in lexical mode works"}]
+        self._model_warned = None
+        return []
 
     async def _health_check(self, r: AsyncRetriever) -> None:
         async with r._connection() as conn:  # a lost one: ConnectionLostError, the pool checked, as a search
@@ -832,10 +849,6 @@ class Service:
                     raise missing_table_error(f'relation "{table}" does not exist')
                 # a round trip that also picks up the model documents ingested since the retriever was made
                 await r.refresh_embedder_record(conn)
-        try:  # and the service's model is theirs: with another (serve --model) /health had said ok while every
-            await asyncio.to_thread(self.embedder_of, r)  # search but a lexical one was 500 (found by review)
-        except ApiError as e:
-            raise ApiError(503, e.code, e.message) from None
 
     async def search(self, req: SearchRequest) -> dict[str, Any]:
         """Embed once, then one statement per result shape asked for."""
@@ -1116,8 +1129,8 @@ def create_app(cfg: ServiceConfig, *, embedder_factory: Callable[[], Embedder] |
     async def health(request: Request) -> Response:
         await _no_body(request)  # read, so that _while_connected's next message is the client leaving
         # a client that leaves is a 499, and its check stops waiting (a down database: --db-timeout for nobody)
-        await _while_connected(request, service.health())
-        return JSONResponse({"status": "ok"})
+        warnings = await _while_connected(request, service.health())
+        return JSONResponse({"status": "ok", **({"warnings": warnings} if warnings else {})})
 
     async def stats(request: Request) -> Response:
         return JSONResponse(service.stats())
@@ -1588,10 +1601,13 @@ def openapi_document(cfg: ServiceConfig) -> dict[str, Any]:
             }},
             "/health": {"get": {
                 "summary": "Is the database answering? (no token needed)", "security": [],
-                "responses": {"200": ok({"type": "object", "properties": {"status": {"const": "ok"}}}),
+                "responses": {"200": ok({"type": "object", "properties": {
+                    "status": {"const": "ok"},
+                    # the service's model is not the documents' (embedder_mismatch): text searches answer 500
+                    "warnings": {"type": "array", "items": {"type": "object", "properties": {
+                        "code": {"type": "string"}, "message": {"type": "string"}}}}}}),
                               "503": err("database unavailable, every pooled connection busy, connection lost, "
-                                         "schema missing, or the service's model is not the documents' "
-                                         "(embedder_mismatch)")},
+                                         "or schema missing")},
             }},
             "/stats": {"get": {
                 "summary": "Pool statistics (psycopg_pool get_stats) and response counts by status",

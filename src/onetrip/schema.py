@@ -135,7 +135,12 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
         # documents' one-key locks); the second then finds everything made.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s), 0)", ("onetrip init_schema",))
         _check_partition_names(conn, layout)
-        conn.execute(script)  # no params: sent as one multi-statement script
+        try:
+            conn.execute(script)  # no params: sent as one multi-statement script
+        except (psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable) as e:
+            # a type (an enum) of a table's name, an index holding a primary key's name: the server's words
+            raise ForeignTableError(f"{e.diag.message_primary or e}: onetrip cannot make its table or constraint "
+                                    "of that name; give another --prefix or --schema (nothing was made)") from None
         _check_index_names(conn, layout)
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
     _check_existing(existing, layout)  # another init may have created it in between
@@ -169,8 +174,8 @@ def _check_index_names(conn: psycopg.Connection, layout: Layout) -> None:
         holder = (f"an index on {table}" if table else
                   _RELATION_KIND.get(relkind, f"a relation (relkind {relkind})") if relkind else "missing")
         raise ForeignTableError(
-            f"{name} is {holder}, not an index of {sections}: onetrip cannot make its index of that name (searches "
-            "would scan the whole table); rename or drop that one, or give another --prefix or --schema")
+            f"{name} is {holder}, not an index of {sections}: onetrip cannot make its index of that name (its "
+            "searches or writes would go without it); rename or drop that one, or give another --prefix or --schema")
 
 
 def _check_partition_names(conn: psycopg.Connection, layout: Layout) -> None:
@@ -195,12 +200,19 @@ def _check_partition_names(conn: psycopg.Connection, layout: Layout) -> None:
 def existing_shape(conn: psycopg.Connection, layout: Layout) -> Layout | None:
     """``layout`` with the embedding type, dimension and partition count of the existing sections table, whatever
     columns it lacks (what `onetrip init` keeps where no flag says otherwise, `--recreate` included); None when
-    there is none, or its embedding has no fixed dimension."""
+    there is none, or its embedding is no vector or halfvec of a fixed dimension (`init_schema` names that).
+    ForeignTableError first for a table of onetrip's names that is another application's: its column had been
+    read as a layout, and an `embedding varchar` refused as "--vector-type ... got 'character varying'" (found
+    by review)."""
+    check_ours(existing_columns(conn, layout), layout)
     row = conn.execute(*layout_query(layout.schema, layout.prefix)).fetchone()
     if row is None or row[0] is None or row[0] <= 0:
         return None
     typmod, typename, parts = row[:3]
-    return replace(layout, dim=int(typmod), vector_type=str(typename).split("(", 1)[0], partitions=int(parts))
+    vector_type = str(typename).split("(", 1)[0]
+    if vector_type not in ("vector", "halfvec"):
+        return None
+    return replace(layout, dim=int(typmod), vector_type=vector_type, partitions=int(parts))
 
 
 def _existing_layout(conn: psycopg.Connection, layout: Layout) -> Layout | None:
