@@ -370,7 +370,7 @@ def test_init_layout_options_build_what_they_say(dsn):
     assert again.returncode == 0 and "lay_sections had no HNSW index; built lay_sections_embedding_hnsw with " \
         "m=16, ef_construction=64" in again.stderr, again.stderr
     bad = onetrip("init", "--prefix", "lay2_", "--hnsw-m", "40", "--hnsw-ef-construction", "64", dsn=dsn)
-    assert bad.returncode == 2 and "--hnsw-ef-construction must be at least 2 * --hnsw-m = 80" in bad.stderr
+    assert bad.returncode == 2 and "--hnsw-ef-construction must be at least 2 * hnsw_m = 80" in bad.stderr
     with psycopg.connect(dsn) as conn:  # nothing was created for the rejected layout
         assert conn.execute("SELECT to_regclass('lay2_sections')").fetchone()[0] is None
 
@@ -454,9 +454,18 @@ def test_the_cli_says_what_the_user_typed_and_takes_what_http_takes(dsn):
     for flags in ((), ("--recreate",), ("--dim", "384", "--vector-type", "vector")):
         res = onetrip("init", "--prefix", "app_", *flags, dsn=dsn)
         assert res.returncode == 2 and "app_sections exists but is not onetrip's" in res.stderr, res.stderr
-    # every option named as typed, a subcommand's too, wherever the message names it
+    # the option a message opens with named as typed, a subcommand's too; what the user typed, quoted further
+    # on, is left as it is (a rewrite of every option name in a message had changed paths and JSON keys)
     res = onetrip("sql", "render", "--hnsw-m", "1", "--stdout")
     assert res.returncode == 2 and "error: --hnsw-m must" in res.stderr, res.stderr
+    res = onetrip("search", "q", "--prefix", "acl_", "--hybrid", '{"ef_search": 5}', dsn=dsn)
+    assert res.returncode == 2 and "unknown hybrid option(s) ['ef_search']" in res.stderr, res.stderr
+    res = onetrip("ingest", "/nonexistent/keep_history.md", "--prefix", "acl_", dsn=dsn)
+    assert res.returncode == 2 and "/nonexistent/keep_history.md" in res.stderr, res.stderr
+    # a bad --dim is refused before connecting, as before init kept the table's layout
+    for dim in ("0", "99999"):
+        res = onetrip("init", "--dim", dim, "--dsn", "host=127.0.0.1 port=1 connect_timeout=2")
+        assert res.returncode == 2 and "dimension" in res.stderr and "connect" not in res.stderr, res.stderr
     res = onetrip("explain-many", "q", "--assemble", "--prefix", "acl_", dsn=dsn)
     assert res.returncode == 2 and "explain-many explains search_many's statement, not an assembled" in res.stderr
 

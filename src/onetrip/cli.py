@@ -505,7 +505,13 @@ def cmd_init(args: argparse.Namespace) -> int:
     from .identifiers import quote_ident
     from .schema import drop_schema, existing_shape, hnsw_build_options, init_schema
 
-    probe = _layout(args, 1)  # names and HNSW options checked before connecting; the dimension once it is known
+    # names, HNSW options and a --dim given checked before connecting (or starting the embedded server); a --dim
+    # past vector's 2000 with no --vector-type is checked again once the table's type is known
+    given_type = args.vector_type
+    if given_type is None and args.dim is not None and args.dim > 2000:
+        args.vector_type = "halfvec"
+    probe = _layout(args, 1 if args.dim is None else args.dim)
+    args.vector_type = given_type
     with connect(args.dsn) as conn:
         # a flag left out keeps what the existing table has: "safe to run twice" without repeating the flags it
         # was made with (that had been a DimensionMismatchError), and --recreate makes again what it drops
@@ -1286,11 +1292,8 @@ def _in_cli_words(message: str, args: argparse.Namespace) -> str:
         message = names[m[1]] + message[m.end(1):]
     elif (m := re.match(r"query (\d+): ", message)) and len(getattr(args, "query", None) or ()) > int(m[1]):
         message = f"question {int(m[1]) + 1}: " + message[m.end():]
-    # and every other option named by its library name further on ("... at least 2 * hnsw_m"): the names with an
-    # underscore only, which no sentence has (`limit` or `k` may be words of one)
-    spelled = [n for n in names if "_" in n]
-    if spelled:
-        message = re.sub(rf"(?<![\w-])({'|'.join(map(re.escape, spelled))})\b", lambda m: names[m[1]], message)
+    # only there: further on a message may quote what the user typed (a path, a JSON key, a DSN), which a
+    # rewrite of every option's name had changed ("/tmp/x/--keep-history.md", "['--ef-search']"; found by review)
     return message
 
 

@@ -806,10 +806,10 @@ class Service:
         return [embed(t) for t in texts]
 
     async def health(self) -> list[dict[str, str]]:
-        """The database answers on a pooled connection; the warnings /health adds to its "ok". One found lost (a database restarted since it was
-        pooled) is reported as such to the pool, which then checks the others, and the check is tried once
-        more: it had said 503 "the database is not answering" once per stale connection (up to --pool-size
-        times) to a probe, while the database answered and a search got 200."""
+        """The database answers on a pooled connection; the warnings /health adds to its "ok". One found lost (a
+        database restarted since it was pooled) is reported as such to the pool, which then checks the others,
+        and the check is tried once more: it had said 503 "the database is not answering" once per stale
+        connection (up to --pool-size times) to a probe, while the database answered and a search got 200."""
         r = await self.retriever()
         with self._statement_errors():
             try:

@@ -138,9 +138,14 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
         try:
             conn.execute(script)  # no params: sent as one multi-statement script
         except (psycopg.errors.DuplicateObject, psycopg.errors.DuplicateTable) as e:
-            # a type (an enum) of a table's name, an index holding a primary key's name: the server's words
-            raise ForeignTableError(f"{e.diag.message_primary or e}: onetrip cannot make its table or constraint "
-                                    "of that name; give another --prefix or --schema (nothing was made)") from None
+            # a type (an enum) of a table's name, an index holding a primary key's name: the server's words; not
+            # another clash (a `vector` type where the extension would go), which no prefix mends
+            said = e.diag.message_primary or str(e)
+            ours = [n for n in (*layout.tables.values(), *layout.names.values())]
+            if not any(f'"{n.rsplit(".", 1)[-1].strip(chr(34))}"' in said for n in ours):
+                raise
+            raise ForeignTableError(f"{said}: onetrip cannot make its table or constraint of that name; give "
+                                    "another --prefix or --schema (nothing was made)") from None
         _check_index_names(conn, layout)
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
     _check_existing(existing, layout)  # another init may have created it in between
