@@ -151,6 +151,17 @@ def search(base: str, body: Any, **kw: Any) -> tuple[int, Any]:
     return status, data
 
 
+def searches_at_once(base: str, body: Any, n: int) -> list[tuple[int, Any]]:
+    """``n`` /search requests sent together, each from a thread of its own: their (status, body) as they came."""
+    answers: list[tuple[int, Any]] = []
+    threads = [threading.Thread(target=lambda: answers.append(search(base, body))) for _ in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return answers
+
+
 def assert_error(status: int, data: Any, want_status: int, code: str, *words: str) -> None:
     assert status == want_status, data
     assert set(data) == {"error"} and data["error"]["code"] == code, data
@@ -789,13 +800,7 @@ def test_while_the_database_refuses_connections_every_timed_out_request_says_so(
             # was (a slow machine) saw a full pool and no failed attempt, busy by every sign the service has
             polled.wait_for_pool(lambda pool: pool.get("connections_errors", 0) > refused_before,
                                  "the pool never tried to reopen a connection")
-            together: list[tuple[int, Any]] = []
-            threads = [threading.Thread(target=lambda: together.append(search(base, {"query": "pasta"})))
-                       for _ in range(3)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
+            together = searches_at_once(base, {"query": "pasta"}, 3)
             together.append(search(base, {"query": "pasta"}))
             assert [data["error"]["code"] for _, data in together] == ["database_unavailable"] * 4, together
             assert stats()["pool_size"] == 2  # the pool counts the two it keeps trying to open
@@ -829,13 +834,7 @@ def test_requests_while_the_database_is_down_at_start_share_one_attempt_to_reach
         with serving(dsn, pool_size=1, db_timeout=1.0, application_name=f"onetrip-shared-{os.getpid()}") as base:
             Stats(base).wait_for_pool(lambda pool: pool.get("connections_errors", 0) >= 1,
                                       "the pool never tried to open a connection")
-            together: list[tuple[int, Any]] = []
-            threads = [threading.Thread(target=lambda: together.append(search(base, {"query": "pasta"})))
-                       for _ in range(6)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(60)
+            together = searches_at_once(base, {"query": "pasta"}, 6)
             assert [data["error"]["code"] for _, data in together] == ["database_unavailable"] * 6, together
             assert len(attempts) < 6, attempts  # one each, in turn, had been 6
             allow_connections_to(db, dsn, True)
