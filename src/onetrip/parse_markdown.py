@@ -503,7 +503,7 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
             body = without_data_payloads(body)
         if kind == "paragraph" and (grid_header := _grid_table_header(body)) is not None:
             kind, header_lines = "table", grid_header
-        if tok.type == "html_block" and not _RAW_TEXT_BLOCK.match(body):
+        if tok.type == "html_block":
             body = _HTML_COMMENT.sub("", body)  # a reader never sees it: lint directives, TODOs, licence headers
         if tok.type == "html_block" and (html_heading := _html_heading(body)) is not None:
             level, heading, anchor, raw, rest = html_heading
@@ -524,8 +524,6 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
 #: been stored, embedded and searched as the section's text, and a file of comments alone stored as a document;
 #: one never closed is kept (`truncation_warning` names it). Comments inside a paragraph are kept
 _HTML_COMMENT = re.compile(r"<!--(?:>|->|[\s\S]*?-->)")
-#: CommonMark's first kind of HTML block, whose `<!--` is the element's text or code, not a comment to drop
-_RAW_TEXT_BLOCK = re.compile(r"[ ]{0,3}<(?:script|pre|style|textarea)(?:\s|>|$)", re.IGNORECASE)
 
 
 #: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class
