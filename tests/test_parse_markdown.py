@@ -213,9 +213,9 @@ def test_heading_text_drops_markup() -> None:
 def test_content_is_verbatim_source() -> None:
     body = (
         "A *para* with `code` and a [link][ref].\nSecond line.\n\n"
-        "[ref]: https://example.com"
+        "[ref]: https://example.com\n\n<!-- comment -->"
     )
-    secs = sections_of("# H\n\n" + body + "\n\n<!-- comment -->\n")  # but an HTML comment block: not text
+    secs = sections_of("# H\n\n" + body + "\n")
     assert secs[0].content == body
 
 
@@ -563,29 +563,3 @@ def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> Non
     # the same text as .md is CommonMark: the imports are a paragraph, as before
     assert parse_markdown("import A from 'a';\n\n# T\n")[1][0] == ContentBlock("paragraph", "import A from 'a';")
     assert parse_markdown("import A from 'a';\n\n# T\n", mdx=True)[1] == [HeadingBlock(1, "T", "t", "# T")]
-
-
-def test_an_html_comment_block_is_not_text(tmp_path: Path) -> None:
-    """Found by review: `<!-- markdownlint-disable -->`, `<!-- TODO ... -->` or a licence header in a comment was
-    stored, embedded and searched as the section's text, and a file of comments alone was stored as a document.
-    A comment's neighbours in the same HTML block stay; code, a paragraph's inline comment and a comment never
-    closed (warned) are kept as they were."""
-    md = ("<!-- markdownlint-disable MD013 -->\n# Setup\n\n<!--\nLicensed under the Apache License\n-->\n\n"
-          "Install it.\n\n<!-- TODO: screenshots --><div>Shown</div>\n<!-->\n\nSee <!-- inline --> this.\n\n"
-          "```html\n<!-- code keeps it -->\n```\n")
-    title, blocks, _ = parse_markdown(md)
-    assert title == "Setup"
-    assert [(type(b).__name__, getattr(b, "kind", None), b.text) for b in blocks] == [
-        ("HeadingBlock", None, "Setup"), ("ContentBlock", "paragraph", "Install it."),
-        ("ContentBlock", "other", "<div>Shown</div>"), ("ContentBlock", "paragraph", "See <!-- inline --> this."),
-        ("ContentBlock", "code", "```html\n<!-- code keeps it -->\n```")]
-    never_closed = "# A\n\nText.\n\n<!-- cut short\n\n## B\n"
-    assert parse_markdown(never_closed)[1][-1].text == "<!-- cut short\n\n## B"
-    assert truncation_warning(never_closed) is not None
-    (tmp_path / "comments.md").write_text("<!-- only -->\n\n<!--\nand another\n-->\n")
-    import pytest
-
-    from onetrip.errors import InputDocumentError
-
-    with pytest.raises(InputDocumentError, match="comments.md: no text content found in markdown document"):
-        parse_file(tmp_path / "comments.md")

@@ -503,8 +503,6 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
             body = without_data_payloads(body)
         if kind == "paragraph" and (grid_header := _grid_table_header(body)) is not None:
             kind, header_lines = "table", grid_header
-        if tok.type == "html_block":
-            body = _HTML_COMMENT.sub("", body)  # a reader never sees it: lint directives, TODOs, licence headers
         if tok.type == "html_block" and (html_heading := _html_heading(body)) is not None:
             level, heading, anchor, raw, rest = html_heading
             blocks.append(HeadingBlock(level, heading, anchor, raw))
@@ -518,12 +516,6 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         gap(covered, len(lines))
 
     return (fm_title or first_h1 or "").strip(), blocks, metadata
-
-
-#: an HTML comment of a raw HTML block (`<!-- markdownlint-disable -->`, `<!-- TODO -->`, a licence header): it had
-#: been stored, embedded and searched as the section's text, and a file of comments alone stored as a document;
-#: one never closed is kept (`truncation_warning` names it). Comments inside a paragraph are kept
-_HTML_COMMENT = re.compile(r"<!--(?:>|->|[\s\S]*?-->)")
 
 
 #: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class
