@@ -255,10 +255,16 @@ def test_concurrent_searches_during_reingest_see_one_revision(db, dsn):
     stop = threading.Event()
     errors: list[str] = []
     checked = [0]
+    rounds = [0]  # the writer's finished re-ingests of its 6 documents
 
     def searcher(seed: int) -> None:
+        queries = corpus_query_vectors(docs, 80, seed=seed)
         with Retriever(dsn) as r:
-            for q in corpus_query_vectors(docs, 80, seed=seed):
+            # the 80 queries, and on until the writer has re-ingested twice: counted, not timed (on a loaded
+            # machine the searches had ended before a second round, and the test failed "writer never re-ingested")
+            for i, q in enumerate(itertools.cycle(queries)):
+                if i >= len(queries) and (rounds[0] >= 2 or not w.is_alive()):
+                    break
                 for h in r.search(q, k=6):
                     revs = {rec.revision for rec in (h.section,) if rec}
                     rel = [x for x in (h.parent, h.prev, h.next) if x is not None]
@@ -289,6 +295,7 @@ def test_concurrent_searches_during_reingest_see_one_revision(db, dsn):
                 secs = [dataclasses.replace(s, content=f"{s.content} rev{rev}") for s in d.sections]
                 replace_document(conn, layout, dataclasses.replace(d.record, content_hash=f"r{rev}"), secs,
                                  d.embeddings)
+            rounds[0] += 1
         conn.close()
 
     w = threading.Thread(target=writer)
