@@ -213,9 +213,9 @@ def test_heading_text_drops_markup() -> None:
 def test_content_is_verbatim_source() -> None:
     body = (
         "A *para* with `code` and a [link][ref].\nSecond line.\n\n"
-        "[ref]: https://example.com\n\n<!-- comment -->"
+        "[ref]: https://example.com\n\n<div>html</div>"
     )
-    secs = sections_of("# H\n\n" + body + "\n")
+    secs = sections_of("# H\n\n" + body + "\n\n<!-- comment -->\n")  # a block of comments alone: not text
     assert secs[0].content == body
 
 
@@ -563,3 +563,32 @@ def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> Non
     # the same text as .md is CommonMark: the imports are a paragraph, as before
     assert parse_markdown("import A from 'a';\n\n# T\n")[1][0] == ContentBlock("paragraph", "import A from 'a';")
     assert parse_markdown("import A from 'a';\n\n# T\n", mdx=True)[1] == [HeadingBlock(1, "T", "t", "# T")]
+
+
+def test_an_html_block_of_comments_alone_is_not_text() -> None:
+    """Found by review: `<!-- markdownlint-disable -->`, a licence header or a TODO in a comment was stored,
+    embedded and searched as its section's text. A raw HTML block of comments alone is dropped; one with anything
+    else (an element, text after `--!>`, which ends a comment in browsers), code, a paragraph's inline comment,
+    a comment never closed (warned), MDX and a file of comments alone stay as they were."""
+    from onetrip.parse_markdown import only_comments
+
+    md = ("<!-- markdownlint-disable MD013 -->\n# Setup\n\n<!--\nLicensed under the Apache License\n-->\n\n"
+          "Install it.\n\n<!-- TODO: screenshots --><div>Shown</div>\n<!-->\n<!---->\n\nSee <!-- inline --> this."
+          "\n\n```html\n<!-- code keeps it -->\n```\n\n<!-- a --!> Visible text <!-- b -->\n")
+    title, blocks, _ = parse_markdown(md)
+    assert title == "Setup"
+    assert [(type(b).__name__, getattr(b, "kind", None), b.text) for b in blocks] == [
+        ("HeadingBlock", None, "Setup"), ("ContentBlock", "paragraph", "Install it."),
+        ("ContentBlock", "other", "<!-- TODO: screenshots --><div>Shown</div>"),
+        ("ContentBlock", "paragraph", "See <!-- inline --> this."),
+        ("ContentBlock", "code", "```html\n<!-- code keeps it -->\n```"),
+        ("ContentBlock", "other", "<!-- a --!> Visible text <!-- b -->")]
+    never_closed = "# A\n\nText.\n\n<!-- cut short\n\n## B\n"
+    assert parse_markdown(never_closed)[1][-1].text == "<!-- cut short\n\n## B"
+    assert truncation_warning(never_closed) is not None
+    assert parse_markdown("<!-- only -->\n\n<!--\nand another\n-->\n")[1] == [
+        ContentBlock("other", "<!-- only -->"), ContentBlock("other", "<!--\nand another\n-->")]
+    assert parse_markdown("# T\n\n<!-- x -->\n\nText.\n", mdx=True)[1][1].text == "<!-- x -->"
+    assert [only_comments(h) for h in ("<!---->", "<!--->", "<!-- a --!>", "<!-- a --> b", "<!-- x", "")] == [
+        True, True, True, False, False, True]
+    assert not only_comments("<!--" * 100_000)  # one pass (a pattern had taken 221 s on this; not timed here)

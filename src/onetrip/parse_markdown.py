@@ -473,6 +473,7 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
             blocks.append(ContentBlock("other", chunk))
 
     covered = 0
+    comments: list[ContentBlock] = []  # HTML blocks of comments alone (`only_comments`)
     for i, tok in enumerate(top):
         assert tok.map is not None
         start, end = tok.map
@@ -503,6 +504,10 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
             body = without_data_payloads(body)
         if kind == "paragraph" and (grid_header := _grid_table_header(body)) is not None:
             kind, header_lines = "table", grid_header
+        if tok.type == "html_block" and not mdx and only_comments(body):
+            comments.append(ContentBlock(kind, body, header_lines))  # kept only if nothing else is (below)
+            covered = next_start
+            continue
         if tok.type == "html_block" and (html_heading := _html_heading(body)) is not None:
             level, heading, anchor, raw, rest = html_heading
             blocks.append(HeadingBlock(level, heading, anchor, raw))
@@ -514,8 +519,34 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         covered = next_start
     if covered < len(lines):
         gap(covered, len(lines))
+    if not blocks:  # a file of comments alone is stored as before (one stored so would fail every re-cut)
+        blocks = list(comments)
 
     return (fm_title or first_h1 or "").strip(), blocks, metadata
+
+
+def only_comments(html: str) -> bool:
+    """Whether a raw HTML block holds HTML comments and blank space alone (`<!-- markdownlint-disable -->`, a
+    licence header, a TODO): no reader sees it, and it had been stored, embedded and searched as its section's
+    text (found by review). A comment ends at the first `-->` or `--!>`, as browsers end it; `<!-->` and
+    `<!--->` are empty ones. One pass (a pattern had been quadratic on `<!--` never closed); a block with
+    anything else in it (an element, text after a comment) stays whole, and MDX (no HTML comments) is left alone."""
+    pos, n = 0, len(html)
+    while True:
+        while pos < n and html[pos].isspace():
+            pos += 1
+        if pos == n:
+            return True
+        if not html.startswith("<!--", pos):
+            return False
+        if html.startswith(">", pos + 4) or html.startswith("->", pos + 4):
+            pos += 5 if html[pos + 4] == ">" else 6
+            continue
+        ends = [e for e in (html.find("-->", pos + 4), html.find("--!>", pos + 4)) if e != -1]
+        if not ends:
+            return False
+        end = min(ends)
+        pos = end + (3 if html.startswith("-->", end) else 4)
 
 
 #: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class

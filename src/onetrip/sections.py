@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 16
+SECTIONING = 17
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -131,7 +131,10 @@ heading, the heading path and the anchor made from it, and its whole text is its
 title as long is cut too (every part of a section carries them: a 400 KB Markdown file with a 200 KB heading had
 taken 194 s and 5.8 GB to ingest); reStructuredText title markup is searched for within bounded lengths (an
 opener never closed had been searched for to the line's end). The PostgreSQL manual is cut as under 15 (its
-longest heading: 68 characters), and so are the 8,119 .rst files on this machine."""
+longest heading: 68 characters), and so are the 8,119 .rst files on this machine;
+17: (2026-12-07, found by review) Markdown: a raw HTML block of HTML comments alone (``<!-- markdownlint-disable
+-->``, ``<!-- TODO -->``) is no text (`parse_markdown.only_comments`); a file of nothing else is stored as before.
+MDX, HTML and reStructuredText are cut as under 16."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
