@@ -592,3 +592,6 @@ def test_an_html_block_of_comments_alone_is_not_text() -> None:
     assert [only_comments(h) for h in ("<!---->", "<!--->", "<!-- a --!>", "<!-- a --> b", "<!-- x", "")] == [
         True, True, True, False, False, True]
     assert not only_comments("<!--" * 100_000)  # one pass (a pattern had taken 221 s on this; not timed here)
+    assert only_comments("<!--a-->" * 40_000 + "<!--b--!>")  # one search per comment (two had been quadratic)
+    # headings without text beside the comments: the file is stored as before, not refused
+    assert [type(b).__name__ for b in parse_markdown("#\n\n<!-- licence -->\n")[1]] == ["HeadingBlock", "ContentBlock"]

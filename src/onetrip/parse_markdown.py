@@ -473,7 +473,7 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
             blocks.append(ContentBlock("other", chunk))
 
     covered = 0
-    comments: list[ContentBlock] = []  # HTML blocks of comments alone (`only_comments`)
+    comments: set[int] = set()  # the blocks that are HTML comments alone (`only_comments`), by id
     for i, tok in enumerate(top):
         assert tok.map is not None
         start, end = tok.map
@@ -505,7 +505,9 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         if kind == "paragraph" and (grid_header := _grid_table_header(body)) is not None:
             kind, header_lines = "table", grid_header
         if tok.type == "html_block" and not mdx and only_comments(body):
-            comments.append(ContentBlock(kind, body, header_lines))  # kept only if nothing else is (below)
+            comment = ContentBlock(kind, body, header_lines)  # dropped below, unless the file has no other text
+            comments.add(id(comment))
+            blocks.append(comment)
             covered = next_start
             continue
         if tok.type == "html_block" and (html_heading := _html_heading(body)) is not None:
@@ -519,10 +521,15 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         covered = next_start
     if covered < len(lines):
         gap(covered, len(lines))
-    if not blocks:  # a file of comments alone is stored as before (one stored so would fail every re-cut)
-        blocks = list(comments)
+    if any(isinstance(b, ContentBlock) and id(b) not in comments for b in blocks):
+        blocks = [b for b in blocks if id(b) not in comments]
+    # else a file of comments alone (and headings without text) is stored as before: one stored so would fail
+    # every re-cut
 
     return (fm_title or first_h1 or "").strip(), blocks, metadata
+
+
+_COMMENT_END = re.compile(r"--!?>")
 
 
 def only_comments(html: str) -> bool:
@@ -542,11 +549,10 @@ def only_comments(html: str) -> bool:
         if html.startswith(">", pos + 4) or html.startswith("->", pos + 4):
             pos += 5 if html[pos + 4] == ">" else 6
             continue
-        ends = [e for e in (html.find("-->", pos + 4), html.find("--!>", pos + 4)) if e != -1]
-        if not ends:
+        end = _COMMENT_END.search(html, pos + 4)
+        if end is None:
             return False
-        end = min(ends)
-        pos = end + (3 if html.startswith("-->", end) else 4)
+        pos = end.end()
 
 
 #: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class
