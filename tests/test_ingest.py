@@ -252,6 +252,46 @@ class CountingEmbedder(HashEmbedder):
         return super().embed_documents(texts)
 
 
+class FailingEmbedder(HashEmbedder):
+    """HashEmbedder whose model fails on a text holding "explode", as one out of memory does."""
+
+    def embed_documents(self, texts):
+        if any("explode" in t for t in texts):
+            raise RuntimeError("CUDA out of memory")
+        return super().embed_documents(texts)
+
+
+def test_an_embedder_that_fails_stops_the_run_naming_it_and_keeps_what_was_stored(db, tmp_path):
+    """Found by review: a model's own exception ended the run raw (a traceback from `onetrip ingest`, nothing
+    said of what was stored). It stops the run as an OnetripError naming the model, the batch and the cause."""
+    from onetrip import OnetripError
+
+    layout = init_schema(db)
+    (tmp_path / "a.md").write_text(DOC_V1)
+    (tmp_path / "z.md").write_text(f"# Boom\n\nThis one will explode.{PAD}\n")
+    with pytest.raises(OnetripError, match=r"the embedder 'hash-test' failed on a batch of 1 file \(.*z\.md\): "
+                                           r"RuntimeError: CUDA out of memory; the documents stored before") as e:
+        ingest_paths(db, [tmp_path], layout=layout, embedder=FailingEmbedder(), batch_sections=1)
+    assert isinstance(e.value.__cause__, RuntimeError)
+    assert db.execute("SELECT array_agg(doc_id) FROM documents").fetchone()[0] == ["a.md"]
+    again = ingest_paths(db, [tmp_path], layout=layout, embedder=HashEmbedder())
+    assert (again.new, again.unchanged) == (1, 1)
+    # a batch of several files names its first and last; a message of many lines (a C++ stack) gives its first
+    (tmp_path / "y.md").write_text(f"# Boom too\n\nAlso explode.{PAD}\n")
+    (tmp_path / "z.md").write_text(f"# Boom\n\nThis one will explode again.{PAD}\n")
+
+    class Stacked(FailingEmbedder):
+        def embed_documents(self, texts):
+            if any("explode" in t for t in texts):
+                raise RuntimeError("CUDA out of memory\nframe #0: at::native\nframe #1: c10::Error")
+            return super().embed_documents(texts)
+
+    with pytest.raises(OnetripError, match=r"batch of 2 files \(.*y\.md to .*z\.md\): RuntimeError: CUDA out of "
+                                           r"memory; the documents") as e:
+        ingest_paths(db, [tmp_path], layout=layout, embedder=Stacked())
+    assert "\n" not in str(e.value)
+
+
 def counted_words(db) -> set[str]:
     """The words term_stats counts (the TERM_STATS_BEHIND mark among them when it is there)."""
     return {w for (w,) in db.execute("SELECT lexeme FROM term_stats")}

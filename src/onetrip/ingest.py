@@ -634,7 +634,18 @@ def ingest_paths(
             todo = [t for t in texts if t not in known]
             report.load_seconds += time.perf_counter() - t0
             t0 = time.perf_counter()
-            made = embedder.embed_documents(todo) if todo else np.zeros((0, stored.dim), np.float32)
+            try:
+                made = embedder.embed_documents(todo) if todo else np.zeros((0, stored.dim), np.float32)
+            except OnetripError:
+                raise
+            except Exception as e:  # a model that fails (out of memory): the run stops, named (its raw exception
+                # had ended `onetrip ingest` with a traceback and said nothing of what was stored)
+                files = pending[0].path if len(pending) == 1 else f"{pending[0].path} to {pending[-1].path}"
+                raise OnetripError(
+                    f"the embedder {embedder.name!r} failed on a batch of {len(pending)} "
+                    f"file{'' if len(pending) == 1 else 's'} ({files}): {_why(e)}; "
+                    "the documents stored before that batch stay "
+                    "stored, and the same command again continues from it") from e
             report.embed_seconds += time.perf_counter() - t0
             try:  # a mapping or a string has a length, but no vector per section in order (a dict had ended the
                 n_vectors: int | None = None if isinstance(made, (Mapping, str, bytes)) else len(made)  # whole run)
