@@ -141,8 +141,8 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
             # a type (an enum) of a table's name, an index holding a primary key's name: the server's words; not
             # another clash (a `vector` type where the extension would go), which no prefix mends
             said = e.diag.message_primary or str(e)
-            ours = [n for n in (*layout.tables.values(), *layout.names.values())]
-            if not any(f'"{n.rsplit(".", 1)[-1].strip(chr(34))}"' in said for n in ours):
+            ours = {n.rsplit(".", 1)[-1].strip('"') for n in (*layout.tables.values(), *layout.names.values())}
+            if not any(f'"{n}"' in said for n in ours):
                 raise
             raise ForeignTableError(f"{said}: onetrip cannot make its table or constraint of that name; give "
                                     "another --prefix or --schema (nothing was made)") from None
