@@ -426,8 +426,10 @@ def test_the_cli_says_what_the_user_typed_and_takes_what_http_takes(dsn):
     assert res.returncode == 2 and "rrf_k must be an integer" in res.stderr, res.stderr
     explained = [onetrip(*call, "--prefix", "acl_", "--json", dsn=dsn) for call in (
         ("explain-many", "descaling", "--kind", "plan"), ("search-many", "descaling", "--explain", "plan"))]
-    assert explained[0].returncode == 0 and explained[0].stdout == explained[1].stdout, explained[0].stderr
-    shown = json.loads(explained[0].stdout)
+    assert explained[0].returncode == 0, explained[0].stderr
+    # the same statement and binds (the plans' costs may differ: autovacuum can analyze the tables in between)
+    shown, same = (json.loads(e.stdout) for e in explained)
+    assert (shown["statement"], shown["params"]) == (same["statement"], same["params"]) and shown["plan"]
     assert shown["kind"] == "plan" and "descaling" in json.dumps(shown["params"]) and "unnest" in shown["statement"]
 
     made = onetrip("init", "--prefix", "hv_", "--vector-type", "halfvec", "--partitions", "2", dsn=dsn)
