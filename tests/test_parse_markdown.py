@@ -568,7 +568,7 @@ def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> Non
 def test_an_html_block_of_comments_alone_is_not_text() -> None:
     """Found by review: `<!-- markdownlint-disable -->`, a licence header or a TODO in a comment was stored,
     embedded and searched as its section's text. A raw HTML block of comments alone is dropped; one with anything
-    else (an element, text after `--!>`, which ends a comment in browsers), code, a paragraph's inline comment,
+    else (an element, text after `--!>`, which ends a comment in browsers), code,
     a comment never closed (warned), MDX and a file of comments alone stay as they were."""
     from onetrip.parse_markdown import only_comments
 
@@ -580,7 +580,7 @@ def test_an_html_block_of_comments_alone_is_not_text() -> None:
     assert [(type(b).__name__, getattr(b, "kind", None), b.text) for b in blocks] == [
         ("HeadingBlock", None, "Setup"), ("ContentBlock", "paragraph", "Install it."),
         ("ContentBlock", "other", "<!-- TODO: screenshots --><div>Shown</div>"),
-        ("ContentBlock", "paragraph", "See <!-- inline --> this."),
+        ("ContentBlock", "paragraph", "See this."),
         ("ContentBlock", "code", "```html\n<!-- code keeps it -->\n```"),
         ("ContentBlock", "other", "<!-- a --!> Visible text <!-- b -->")]
     never_closed = "# A\n\nText.\n\n<!-- cut short\n\n## B\n"
@@ -595,3 +595,18 @@ def test_an_html_block_of_comments_alone_is_not_text() -> None:
     assert only_comments("<!--a-->" * 40_000 + "<!--b--!>")  # one search per comment (two had been quadratic)
     # headings without text beside the comments: the file is stored as before, not refused
     assert [type(b).__name__ for b in parse_markdown("#\n\n<!-- licence -->\n")[1]] == ["HeadingBlock", "ContentBlock"]
+
+
+def test_inline_html_comments_are_not_text() -> None:
+    """A comment Markdown reads inline (a paragraph's, a list item's, a table cell's) is dropped with one of the
+    spaces around it (SECTIONING 18). A block where any `<!--` is not such a comment (a code span, an escape, a
+    comment across a quote's line prefixes, an HTML block's) stays as written, and so does MDX."""
+    md = ("# T\n\nSee <!-- inline --> this.\n\n- a <!-- x --> b\n- c<!--y-->\n\n| a | b <!-- c --> |\n|---|---|\n"
+          "| 1 | 2 |\n\nx <!---> y <!--> z <!-- two\nlines --> w\n")
+    assert [b.text for b in parse_markdown(md)[1]] == [
+        "T", "See this.", "- a b\n- c", "| a | b |\n|---|---|\n| 1 | 2 |", "x y z w"]
+    kept = ("`<!-- code -->` and <!-- c --> x", "\\<!-- escaped --> and <!-- c --> x", "> q <!-- z\n> w --> r",
+            "<!-- c --> an HTML block's text")
+    for text in kept:
+        assert parse_markdown(f"# T\n\n{text}\n")[1][1].text == text
+    assert parse_markdown("# T\n\nSee <!-- inline --> this.\n", mdx=True)[1][1].text == "See <!-- inline --> this."

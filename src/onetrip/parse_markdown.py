@@ -504,6 +504,9 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
             body = without_data_payloads(body)
         if kind == "paragraph" and (grid_header := _grid_table_header(body)) is not None:
             kind, header_lines = "table", grid_header
+        if tok.type != "html_block" and kind != "code" and not mdx:
+            following = index[id(top[i + 1])] if i + 1 < len(top) else len(tokens)
+            body = _without_inline_comments(body, tokens[index[id(tok)]:following])
         if tok.type == "html_block" and not mdx and only_comments(body):
             comment = ContentBlock(kind, body, header_lines)  # dropped below, unless the file has no other text
             comments.add(id(comment))
@@ -553,6 +556,31 @@ def only_comments(html: str) -> bool:
         if end is None:
             return False
         pos = end.end()
+
+
+def _without_inline_comments(body: str, block: list[Token]) -> str:
+    """``body`` (a paragraph, list, quote or table as written) without the HTML comments Markdown reads inline
+    in it (``See <!-- TODO --> this.``): no reader sees them. Only when every ``<!--`` in the body opens one
+    of those comments (none in a code span, an escape or a nested HTML block): each is then the next
+    occurrence of its own text, so one pass removes exactly them; otherwise the body stays as written."""
+    comments = [c.content for t in block if t.type == "inline" for c in t.children or ()
+                if c.type == "html_inline" and c.content.startswith("<!--")]
+    if not comments or body.count("<!--") != sum(c.count("<!--") for c in comments):
+        return body
+    out: list[str] = []
+    pos = 0
+    for comment in comments:
+        at = body.find(comment, pos)
+        if at < 0:  # a comment split across a list item's or quote's line prefixes: leave the body whole
+            return body
+        before = body[pos:at]
+        # one space of the two around it goes with the comment ("See <!-- x --> this." -> "See this.")
+        if before.endswith((" ", "\t")) and body[at + len(comment):at + len(comment) + 1] in (" ", "\t", "\n", ""):
+            before = before[:-1]
+        out.append(before)
+        pos = at + len(comment)
+    out.append(body[pos:])
+    return "".join(out)
 
 
 #: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class
