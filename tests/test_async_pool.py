@@ -995,16 +995,23 @@ def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, ds
         assert Retriever(pool).settings == {"hnsw.ef_search": "60", "hnsw.iterative_scan": "off",
                                             "hnsw.max_scan_tuples": "20000"}
         assert Retriever(pool, ef_search=60, iterative_scan="off").settings["hnsw.ef_search"] == "60"
+        assert Retriever(pool, iterative_scan="off").settings["hnsw.iterative_scan"] == "off"  # the pool's
         with pytest.raises(ValueError, match="pass ef_search, iterative_scan and max_scan_tuples to "
                                              "onetrip.make_pool.*this pool's: .*'60'"):
             Retriever(pool, ef_search=321)
+        # asking for the default value by name is asking: it had been dropped, the pool's 'off' kept (found by
+        # review), so filtered searches could return fewer than k hits
+        with pytest.raises(ValueError, match="this pool's"):
+            Retriever(pool, iterative_scan="relaxed_order")
+        assert Retriever(pool, max_scan_tuples=20000).settings["hnsw.iterative_scan"] == "off"  # the pool has it
     finally:
         pool.close()
     with ConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as own:
         assert Retriever(own).settings == {}  # its own configure decides
         assert Retriever(own, iterative_scan=None, max_scan_tuples=None).settings == {}  # asks for none: fine
-        with pytest.raises(ValueError, match="this pool was not made by make_pool"):
-            Retriever(own, iterative_scan="strict_order")
+        for asked in ("strict_order", "relaxed_order"):
+            with pytest.raises(ValueError, match="this pool was not made by make_pool"):
+                Retriever(own, iterative_scan=asked)
 
     async def run() -> tuple:
         apool = make_async_pool(dsn, min_size=1, max_size=1, ef_search=70)
@@ -1013,6 +1020,9 @@ def test_a_pooled_retriever_reports_the_pools_settings_and_refuses_others(db, ds
             settings = (await AsyncRetriever.create(apool)).settings
             with pytest.raises(ValueError, match="to onetrip.make_pool / make_async_pool"):
                 await AsyncRetriever.create(apool, max_scan_tuples=5)
+            assert (await AsyncRetriever.create(apool, ef_search=70, max_scan_tuples=20000)).settings == settings
+            with pytest.raises(ValueError, match="this pool's"):
+                await AsyncRetriever.create(apool, ef_search=40)
         finally:
             await apool.close()
         async with AsyncConnectionPool(dsn, min_size=1, max_size=1, kwargs={"autocommit": True}) as own:

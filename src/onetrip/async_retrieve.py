@@ -26,12 +26,15 @@ from .errors import ConnectionLostError
 from .retrieve import (
     CANCEL_RECHECK,
     CANCEL_TIMEOUT,
+    DEFAULT_ITERATIVE_SCAN,
+    DEFAULT_MAX_SCAN_TUPLES,
     Hit,
     IN_SNAPSHOT,
     POOL_CHECK_DEADLINE,
     Plan,
     SEARCH_K,
     _split_search_kwargs,
+    asked_settings,
     bind_vector,
     check_connection_kind,
     check_distance_range,
@@ -140,8 +143,8 @@ class AsyncRetriever:
         prefix: str = "",
         embedder: Embedder | None = None,
         ef_search: int | None = None,
-        iterative_scan: str | None = "relaxed_order",
-        max_scan_tuples: int | None = 20000,
+        iterative_scan: str | None = DEFAULT_ITERATIVE_SCAN,
+        max_scan_tuples: int | None = DEFAULT_MAX_SCAN_TUPLES,
     ) -> AsyncRetriever:
         from psycopg_pool import AsyncConnectionPool
 
@@ -153,7 +156,7 @@ class AsyncRetriever:
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool = conn if isinstance(conn, AsyncConnectionPool) else None
         if self.pool is not None:
-            self.settings = settings_of_pool(self.pool, self.settings)
+            self.settings = settings_of_pool(self.pool, asked_settings(ef_search, iterative_scan, max_scan_tuples))
         elif not isinstance(conn, psycopg.AsyncConnection):
             check_connection_kind(conn, asynchronous=True)
         check_row_factory(conn)

@@ -514,7 +514,7 @@ def session_settings(ef_search: int | None, iterative_scan: str | None,
     if iterative_scan is not None:
         if iterative_scan not in ITERATIVE_SCANS:
             raise ValueError(f"iterative_scan must be one of {ITERATIVE_SCANS}, got {iterative_scan!r}")
-        out["hnsw.iterative_scan"] = iterative_scan
+        out["hnsw.iterative_scan"] = str(iterative_scan)
     if max_scan_tuples is not None:
         # pgvector's range: a value past it had been dropped by the server for the default, silently
         if isinstance(max_scan_tuples, bool) or not isinstance(max_scan_tuples, int) or \
@@ -524,8 +524,25 @@ def session_settings(ef_search: int | None, iterative_scan: str | None,
     return out
 
 
-#: What `Retriever`, `make_pool` and their async twins set when given no settings.
-DEFAULT_SETTINGS = session_settings(None, "relaxed_order", 20000)
+class _DefaultStr(str):
+    """A default a retriever can tell apart from the same value passed (``is``): over a pool, a setting asked for
+    is checked against the pool's, and asking for the default value is asking (it had been dropped silently)."""
+
+
+class _DefaultInt(int):
+    """`_DefaultStr` for integers."""
+
+
+#: `Retriever`'s and `AsyncRetriever.create`'s defaults (shown as the plain values), not asked of a pool's retriever.
+DEFAULT_ITERATIVE_SCAN: str = _DefaultStr("relaxed_order")
+DEFAULT_MAX_SCAN_TUPLES: int = _DefaultInt(20000)
+
+
+def asked_settings(ef_search: int | None, iterative_scan: str | None,
+                   max_scan_tuples: int | None) -> dict[str, str]:
+    """The settings a retriever's caller asked for by name (its defaults left out), which a pool must have."""
+    return session_settings(ef_search, None if iterative_scan is DEFAULT_ITERATIVE_SCAN else iterative_scan,
+                            None if max_scan_tuples is DEFAULT_MAX_SCAN_TUPLES else max_scan_tuples)
 #: The attribute `make_pool` / `make_async_pool` record their connections' settings under.
 POOL_SETTINGS = "onetrip_settings"
 
@@ -535,13 +552,14 @@ def settings_of_pool(pool: Any, asked: dict[str, str]) -> dict[str, str]:
     retriever over it reports.
 
     A pool's connections are configured when the pool opens them (`make_pool`),
-    and a retriever could only change them with a statement per search: settings
-    asked of the retriever other than the defaults and the pool's own are refused,
-    not silently dropped. {} for a pool not made by `make_pool` (its own configure decides).
+    and a retriever could only change them with a statement per search: a setting
+    asked of the retriever (`asked_settings`: given by name, even at its default
+    value) that the pool's connections do not have is refused, not silently
+    dropped. {} for a pool not made by `make_pool` (its own configure decides; any
+    setting asked is refused).
     """
     own = getattr(pool, POOL_SETTINGS, None)
-    pgvector = None if own is None else {k: v for k, v in own.items() if k.startswith("hnsw.")}
-    if asked != DEFAULT_SETTINGS and asked != (pgvector if pgvector is not None else {}):
+    if any(own is None or own.get(name) != value for name, value in asked.items()):
         raise ValueError(
             "a pool's connections get their pgvector settings when the pool opens them: pass ef_search, "
             "iterative_scan and max_scan_tuples to onetrip.make_pool / make_async_pool, not to the retriever"
@@ -1178,8 +1196,8 @@ class Retriever:
         prefix: str = "",
         embedder: Embedder | None = None,
         ef_search: int | None = None,
-        iterative_scan: str | None = "relaxed_order",
-        max_scan_tuples: int | None = 20000,
+        iterative_scan: str | None = DEFAULT_ITERATIVE_SCAN,
+        max_scan_tuples: int | None = DEFAULT_MAX_SCAN_TUPLES,
     ) -> None:
         from psycopg_pool import ConnectionPool
 
@@ -1188,7 +1206,7 @@ class Retriever:
         self.settings = session_settings(ef_search, iterative_scan, max_scan_tuples)
         self.pool: ConnectionPool | None = conn if isinstance(conn, ConnectionPool) else None
         if self.pool is not None:
-            self.settings = settings_of_pool(self.pool, self.settings)
+            self.settings = settings_of_pool(self.pool, asked_settings(ef_search, iterative_scan, max_scan_tuples))
         elif not isinstance(conn, psycopg.Connection):
             check_connection_kind(conn, asynchronous=False)
         check_row_factory(conn)
