@@ -357,6 +357,17 @@ def test_init_names_another_vector_type_or_partitioning_before_touching_the_tabl
     assert res.returncode == 0 and "note" not in res.stderr  # no HNSW flag given: nothing asked to change
 
 
+def test_init_schema_returns_the_hnsw_options_the_index_was_built_with(db):
+    """init_schema had returned the HNSW options asked for (or Layout's defaults), not the existing index's, which
+    it keeps (found by review); partitioned tables too."""
+    for kw in ({}, {"partitions": 2}):
+        built = init_schema(db, Layout(dim=8, prefix="h_" if not kw else "hp_", hnsw_m=24, hnsw_ef_construction=96,
+                                       **kw))
+        assert (built.hnsw_m, built.hnsw_ef_construction) == (24, 96)
+        again = init_schema(db, Layout(dim=8, prefix="h_" if not kw else "hp_", **kw))  # asks pgvector's defaults
+        assert (again.hnsw_m, again.hnsw_ef_construction) == (24, 96)
+
+
 def test_a_table_of_a_partitions_name_is_refused_before_anything_is_made(db, dsn):
     """CREATE TABLE IF NOT EXISTS ... PARTITION OF skipped a partition whose name another table had: init committed a
     sections table without that remainder, said it had 2 of 3 partitions, and ingest then failed for every document

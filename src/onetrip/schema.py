@@ -115,9 +115,13 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
 
     Runs in one transaction of its own (``conn`` in autocommit mode), so a
     failure leaves nothing half-created. If the
-    tables already exist with another embedding dimension, or were created by
-    an older onetrip without columns this version needs, that is an error
-    naming the cause rather than a silent mismatch.
+    tables already exist with another embedding dimension, vector type or
+    partition count, or were created by an older onetrip without columns this
+    version needs, that is an error naming the cause rather than a silent
+    mismatch. An existing HNSW index is kept as it was built: the Layout returned
+    carries its m and ef_construction, which may differ from ``layout``'s
+    (`hnsw_build_options`; to rebuild it, `drop_schema` and init again, or
+    ALTER INDEX ... SET and REINDEX).
     """
     require_autocommit(conn, "init_schema")
     missing = missing_columns(conn, layout)
@@ -149,6 +153,10 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
         _check_index_names(conn, layout)
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
     _check_existing(existing, layout)  # another init may have created it in between
+    built = {(m, ef) for _, m, ef in hnsw_build_options(conn, existing)}
+    if len(built) == 1:  # the index's own options, not the ones asked for (reported as given, found by review)
+        (m, ef), = built
+        existing = replace(existing, hnsw_m=m, hnsw_ef_construction=ef)
     return existing
 
 
@@ -314,7 +322,8 @@ def layout_from_row(row: tuple | None, schema: str | None, prefix: str) -> Layou
 
 
 def read_layout(conn: psycopg.Connection, *, schema: str | None = None, prefix: str = "") -> Layout:
-    """Return the Layout of an initialised installation; dimension, vector type and partitions are read.
+    """Return the Layout of an initialised installation; dimension, vector type and partitions are read
+    (its HNSW fields are Layout's defaults: `hnsw_build_options` reads the index's, `init_schema` returns them).
 
     Raises SchemaMissingError naming the table when `onetrip init` has not run.
     """
