@@ -20,6 +20,9 @@ titles are all that is needed, and their rules are few (docutils' spec,
 * Not titles: a line starting a bullet item or explicit markup, a simple
   table's rows (its "=====  =====" borders, its span rules).
 * The document's title is its first level-1 title.
+* A comment (explicit markup that is no directive, target, footnote or
+  substitution) and the indented text it takes are dropped: no reader sees them
+  (unless the file holds nothing else).
 * Between titles, blocks are runs of lines between blank lines; an indented
   run (a literal block, a directive's body), with the blank lines inside it,
   is one code block, kept with the paragraph ending in "::" or the directive
@@ -44,6 +47,9 @@ _EXPLICIT = re.compile(r"\.\.(?:[ \t]|$)")
 #: option ("-v  Verbose"), a line block, a doctest
 _NOT_TITLE = re.compile(r"(?:[-*+\u2022\u2023\u2043]|\.\.|\||>>>)(?:[ \t]|$)|:[^:\s][^:]*:(?:[ \t]|$)"
                         r"|--?\w[\w-]*(?:[ =][\w<>.-]+)?(?: {2,}|\t)")
+#: explicit markup that is not a comment: a footnote or citation ([), a target (_), a substitution (|), a directive
+#: (a name and "::"); any other ".. text" is a comment, which no reader sees
+_NOT_COMMENT = re.compile(r"\.\.[ \t]+(?:[\[_|]|[^\W_]+(?:[-._+:][^\W_]+)*[ \t]*::)")
 #: what else takes an id: a target with a URI (".. _name: https://..."), an inline target (_`name`)
 _URI_TARGET = re.compile(r"\.\.[ \t]+_(?:`([^`]+)`|([^:`]+)):[ \t]+\S")
 _INLINE_TARGET = re.compile(r"(?<![\w`])_`([^`]+)`")
@@ -143,6 +149,7 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
     target: str | None = None  # an explicit target's id, waiting for the title right after it
     used: set[str] = set()  # ids given out: a repeated title gets docutils' idN, which is not known here: no anchor
     may_title = True  # after a blank line, a title or an explicit markup block
+    comments: set[int] = set()  # comment blocks (and the indented text they take), by id: dropped at the end
     i, n = 0, len(lines)
     while i < n:
         if not lines[i].strip():
@@ -196,8 +203,19 @@ def parse_rst(text: str) -> tuple[str, list[Block], dict]:
         # a paragraph ending in "::" (its literal block follows) or a directive stays with the indented run after it
         if indented and blocks and isinstance(blocks[-1], ContentBlock) and blocks[-1].kind != "code" and (
                 blocks[-1].text.rstrip().endswith("::") or blocks[-1].text.startswith("..")):
+            if id(blocks[-1]) in comments:  # a comment's indented text, after a blank line, is the comment's too
+                blocks.append(comment := ContentBlock(kind, block))
+                comments.add(id(comment))
+                continue
             previous = blocks.pop()
             assert isinstance(previous, ContentBlock)
             blocks.append(ContentBlock(previous.kind, previous.text, keep_with_next=True))
         blocks.append(ContentBlock(kind, block))
+        # a comment (`.. text`, not a directive, target, footnote or substitution); `..` alone is an empty one,
+        # which takes no indented text after a blank line (docutils), so it is not followed above
+        if explicit and not indented and _NOT_COMMENT.match(block) is None and block.strip() != "..":
+            comments.add(id(blocks[-1]))
+    if any(isinstance(b, ContentBlock) and id(b) not in comments for b in blocks):
+        blocks = [b for b in blocks if id(b) not in comments]
+    # else a file of comments alone (and titles) is stored as before: one stored so would fail every re-cut
     return title, blocks, {}

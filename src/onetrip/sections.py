@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 18
+SECTIONING = 19
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -139,7 +139,10 @@ MDX, HTML and reStructuredText are cut as under 16;
 TODO --> this.``) is no text either (`parse_markdown._without_inline_comments`; left as written when any
 ``<!--`` of the block is not such a comment: in a code span, escaped, split across a quote's line prefixes). 16
 of the 651 Markdown files on this machine hold one (the sentence-transformers model card templates). MDX, HTML
-and reStructuredText are cut as under 17."""
+and reStructuredText are cut as under 17;
+19: (2026-12-07, found by review) reStructuredText: a comment (``.. free text``: not a directive, target,
+footnote or substitution) and the indented text it takes are no text; a file of comments alone is stored as
+before. Markdown, MDX and HTML are cut as under 18."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
