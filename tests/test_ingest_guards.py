@@ -372,6 +372,9 @@ def test_a_tree_that_does_not_end_at_a_root_is_refused(db, tmp_path, statement_l
                                                                       "heading\\(s\\); it must hold 2"),
         ([replace(root, heading_path=("A", "B")), replace(leave, heading_path=("A", "B", "C"))],
          "section handbook has a heading path of 2 heading\\(s\\); it must hold at most 1"),
+        # found by review: only the length had been checked, and a wrong path is rendered in context headers
+        ([root, replace(leave, heading_path=("Elsewhere", leave.heading_path[-1]))],
+         "section leave's heading path \\['Elsewhere', .* does not start with its parent handbook's"),
     ):
         with statement_log.watch(db) as w, pytest.raises(ValueError, match=why):
             replace_document(db, Layout(), record, sections, vecs)

@@ -141,6 +141,22 @@ def test_bad_queries_are_named_before_any_statement(db, corpus, statement_log):
     assert w.statements == []
 
 
+def test_k_none_is_searchs_default_for_one_query_or_several(db, dsn, corpus):
+    """Found by review: search_many([v], None) took search's default and search_many([v, v], None) was a
+    TypeError; explain_many and the async twins alike."""
+    queries = list(corpus_query_vectors(corpus, 2, seed=23))
+    r = Retriever(db)
+    assert r.search_many(queries, None) == r.search_many(queries, 5) and len(r.search_many(queries, None)[1]) == 5
+    assert r.search_many(queries[:1], None) == r.search_many(queries[:1], 5)
+    assert r.explain_many(queries, None, kind="plan").statement == r.explain_many(queries, 5, kind="plan").statement
+
+    async def main():
+        async with await AsyncRetriever.create(dsn) as ar:
+            return await ar.search_many(queries, None)
+
+    assert asyncio.run(main()) == r.search_many(queries, 5)
+
+
 def test_async_search_many_is_one_statement_and_equals_sync(db, dsn, corpus, statement_log):
     queries = list(corpus_query_vectors(corpus, 4, seed=25))
     want = Retriever(db, embedder=HashEmbedder(32)).search_many(queries + ["a text"], k=6)

@@ -393,7 +393,7 @@ class AsyncRetriever:
         """Same as `Retriever.assemble`."""
         return await self.run(plan_assemble(self.layout, query, k, **options))
 
-    async def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *,
+    async def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int | None = None, *,
                           parent: bool = True, neighbors: bool = True, filters: Any = None, mode: str = "auto",
                           texts: Sequence[str] | None = None, hybrid: Any = None) -> list[list[Hit]]:
         """Same as `Retriever.search_many` (texts are embedded in a worker thread, before the statement)."""
@@ -428,7 +428,7 @@ class AsyncRetriever:
         async with self._connection() as c:
             return await explain_statement_async(c, plan, params, self.layout, kind=kind)
 
-    async def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *,
+    async def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int | None = None, *,
                            kind: str = "analyze", parent: bool = True, neighbors: bool = True,
                            filters: Any = None, mode: str = "auto", texts: Sequence[str] | None = None,
                            hybrid: Any = None) -> Explained:
@@ -452,7 +452,8 @@ class AsyncRetriever:
         return self
 
     async def close(self) -> None:
-        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise.
+        """Close the connection this retriever opened, after which its calls raise; over a connection or pool
+        you gave, do nothing (they stay yours to close, and the retriever keeps working over them).
 
         A statement running on it (another task's call) is cancelled first, as `Retriever.close` does."""
         if self._owns_conn:

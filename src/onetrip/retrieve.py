@@ -1481,14 +1481,15 @@ class Retriever:
             return self._execute(plan, bind_vector(plan, query, self.layout.dim))
         return self.run(plan_assemble(self.layout, query, k, **options))
 
-    def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *, parent: bool = True,
+    def search_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int | None = None, *, parent: bool = True,
                     neighbors: bool = True, filters: Filters | dict[str, Any] | None = None, mode: str = "auto",
                     texts: Sequence[str] | None = None,
                     hybrid: HybridOptions | dict[str, Any] | None = None) -> list[list[Hit]]:
         """Top-``k`` hits of each query, each with its parent and neighbors: ONE statement for all of them.
 
         One list of `Hit` per query, in the order given; each list is what
-        ``search(query, k, mode=..., ...)`` returns for that query. Queries are
+        ``search(query, k, mode=..., ...)`` returns for that query (k=None:
+        `search`'s default, 5). Queries are
         texts (embedded one by one, before the statement) or embeddings; at
         most 100. ``texts``: each query's text, with embeddings (as `search`'s
         ``text=``). mode="auto": hybrid when each query's text is at hand (every
@@ -1529,7 +1530,7 @@ class Retriever:
         with self._connection() as c:
             return explain_statement(c, plan, params, self.layout, kind=kind)
 
-    def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int = SEARCH_K, *,
+    def explain_many(self, queries: Sequence[str | Sequence[float] | np.ndarray], k: int | None = None, *,
                      kind: str = "analyze", parent: bool = True, neighbors: bool = True,
                      filters: Filters | dict[str, Any] | None = None, mode: str = "auto",
                      texts: Sequence[str] | None = None,
@@ -1559,7 +1560,8 @@ class Retriever:
         return self
 
     def close(self) -> None:
-        """Close the connection this retriever opened (not a given one, nor a pool); later calls raise.
+        """Close the connection this retriever opened, after which its calls raise; over a connection or pool
+        you gave, do nothing (they stay yours to close, and the retriever keeps working over them).
 
         A statement running on it (another thread's call) is cancelled first: closing the socket alone
         left it running on the server, holding its locks and a backend, until it ended of itself."""

@@ -92,15 +92,17 @@ def resolve_many(queries: object, mode: str = "auto", texts: Sequence[str] | Non
     return queries, mode, queries
 
 
-def plan_many(layout: Layout, queries: list[Any], vectors: list[np.ndarray] | None, k: int, *, mode: str,
+def plan_many(layout: Layout, queries: list[Any], vectors: list[np.ndarray] | None, k: int | None, *, mode: str,
               texts: list[str] | None, hybrid: HybridOptions | dict[str, Any] | None,
               **options: Any) -> tuple[Plan | None, Any, dict[str, Any]]:
     """What `search_many` / `explain_many` send for `resolve_many`'s result: (plan, None, {}) for a batch, or
     (None, query, search options) for a batch of one, which goes through `search`'s own statement, prepared
     with one generic plan (~1 ms less than the batch's statement for one query).
 
-    ``options``: parent, neighbors, filters.
+    ``options``: parent, neighbors, filters. k=None is `search`'s default for one query or several (a batch had
+    refused None, which one query took: found by review).
     """
+    k = SEARCH_K if k is None else k
     if len(queries) > 1:
         return plan_search_many(layout, vectors, k, mode=mode, texts=texts, hybrid=hybrid, **options), None, {}
     if mode == "dense":

@@ -486,6 +486,7 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
         raise ValueError(f"{doc_id}: sequence_index must be contiguous from 0")
     parents = {s.section_id: s.parent_section_id for s in sections}
     depth = {s.section_id: len(s.heading_path) for s in sections}
+    paths = {s.section_id: tuple(s.heading_path) for s in sections}
     for s in sections:
         if s.parent_section_id is not None and s.parent_section_id not in parents:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
@@ -512,6 +513,12 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
             raise ValueError(f"{doc_id}: section {s.section_id} has a heading path of {depth[s.section_id]} "
                              f"heading(s); it must hold {want}: its ancestors' headings and its own "
                              "(a section with no parent: its own, or none)")
+        if s.parent_section_id is not None and paths[s.section_id][:-1] != paths[s.parent_section_id]:
+            # rendered in every context header and searched by the lexical side: only the length had been checked
+            raise ValueError(f"{doc_id}: section {s.section_id}'s heading path {list(paths[s.section_id])!r:.200} "
+                             f"does not start with its parent {s.parent_section_id}'s "
+                             f"{list(paths[s.parent_section_id])!r:.200}; it must hold its ancestors' headings and "
+                             "its own")
     _check_parts(doc_id, sections)
     _check_document_order(doc_id, sections, depth)
 
