@@ -263,7 +263,7 @@ def test_a_run_of_open_brackets_costs_few_steps_a_character(monkeypatch):
     _, blocks, _ = parse_markdown(f"# Title [[\n\n{'[' * n}\n\n## Next [a](b)\n\n[x]: /u\n")
     assert steps <= 25 * n
     assert blocks == [HeadingBlock(1, "Title [[", "title-", "# Title [["), ContentBlock("paragraph", "[" * n),
-                      HeadingBlock(2, "Next a", "next-a", "## Next [a](b)"), ContentBlock("other", "[x]: /u")]
+                      HeadingBlock(2, "Next a", "next-a", "## Next [a](b)")]  # [x]: /u is referenced nowhere
 
 
 def test_nesting_past_the_limit_is_a_clear_error(tmp_path):
@@ -610,3 +610,20 @@ def test_inline_html_comments_are_not_text() -> None:
     for text in kept:
         assert parse_markdown(f"# T\n\n{text}\n")[1][1].text == text
     assert parse_markdown("# T\n\nSee <!-- inline --> this.\n", mdx=True)[1][1].text == "See <!-- inline --> this."
+
+
+def test_link_definitions_stay_only_where_their_section_references_them() -> None:
+    """Found by review: lines no block claims (link reference definitions) had been kept as text wherever they
+    stood: a Node.js API page's hundreds of them were its last section's text, cut into parts of links alone,
+    and one after a comment-only HTML block kept the comment. A block of definitions keeps those its own
+    section's text references (full, collapsed or shortcut; case and spacing aside), titles on their next line
+    with them; the rest go, unless the file holds nothing else (SECTIONING 20)."""
+    md = ("# A\n\nSee [the guide][g] and [Other  thing].\n\n[g]: http://g\n[other thing]: http://o\n  \"Title\"\n"
+          "[unused]: http://u\n\n## B\n\nMore [x][].\n\n<!-- keep in sync -->\n\n[X]: http://x\n[g2]: http://g2\n")
+    assert [b.text for b in parse_markdown(md)[1]] == [
+        "A", "See [the guide][g] and [Other  thing].", "[g]: http://g\n[other thing]: http://o\n  \"Title\"",
+        "B", "More [x][].", "[X]: http://x"]
+    # a definition in another section than its reference is not moved; an indented one is code, kept
+    assert [b.text for b in parse_markdown("[a]: http://a\n\n# T\n\nUses [a].\n\n    [c]: x\n")[1]] == [
+        "T", "Uses [a].", "    [c]: x"]
+    assert [b.text for b in parse_markdown("# T\n\n[only]: http://o\n")[1]] == ["T", "[only]: http://o"]

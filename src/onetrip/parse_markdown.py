@@ -466,11 +466,15 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
     blocks: list[Block] = []
     first_h1 = ""
 
+    definitions: set[int] = set()  # blocks of link reference definitions alone, by id: kept where referenced
+
     def gap(start: int, end: int) -> None:
-        """Source lines no token claims (e.g. link definitions) stay as content."""
+        """Source lines no token claims (link reference definitions) stay as content, where referenced."""
         chunk = without_data_payloads("\n".join(lines[start:end]).strip("\n").rstrip())
         if chunk.strip():
-            blocks.append(ContentBlock("other", chunk))
+            blocks.append(block := ContentBlock("other", chunk))
+            if not _tokens(chunk):  # what markdown-it reads as definitions alone
+                definitions.add(id(block))
 
     covered = 0
     comments: set[int] = set()  # the blocks that are HTML comments alone (`only_comments`), by id
@@ -480,6 +484,11 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         next_start = top[i + 1].map[0] if i + 1 < len(top) else len(lines)  # type: ignore[index]
         if start > covered:
             gap(covered, start)
+        tail = "\n".join(lines[end:next_start])
+        if tok.type != "heading_open" and tail.strip() and not _tokens(tail):
+            # link reference definitions after the block, which its text had carried (hundreds at a Node.js API
+            # page's end, in its last section's text): the next `gap` takes them, as a block of their own
+            next_start = end
         if tok.type == "front_matter":
             metadata, fm_title = _front_matter(tok.content)  # metadata None: `_tokens` parsed without the plugin
             metadata = metadata or {}
@@ -524,8 +533,10 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         covered = next_start
     if covered < len(lines):
         gap(covered, len(lines))
-    if any(isinstance(b, ContentBlock) and id(b) not in comments for b in blocks):
-        blocks = [b for b in blocks if id(b) not in comments]
+    blocks, unseen = _referenced_definitions(blocks, definitions)
+    unseen |= comments
+    if any(isinstance(b, ContentBlock) and id(b) not in unseen for b in blocks):
+        blocks = [b for b in blocks if id(b) not in unseen]
     # else a file of comments alone (and headings without text) is stored as before: one stored so would fail
     # every re-cut
 
@@ -581,6 +592,41 @@ def _without_inline_comments(body: str, block: list[Token]) -> str:
         pos = at + len(comment)
     out.append(body[pos:])
     return "".join(out)
+
+
+_DEFINITION = re.compile(r" {0,3}\[((?:[^\]\\]|\\.){1,999})\]:")
+
+
+def _referenced_definitions(blocks: list[Block], definitions: set[int]) -> tuple[list[Block], set[int]]:
+    """(blocks, ids of blocks no reader needs): each block of link reference definitions (ids in
+    ``definitions``) cut to the definitions its own section's text references (``[text][label]``, ``[label][]``,
+    ``[label]``; labels compared case and spacing aside, as CommonMark matches them), or, when it references none,
+    left whole and named in the set: no reader sees a definition, and a page's list of them had been its last
+    section's text (found by review)."""
+    out: list[Block] = []
+    unseen: set[int] = set()
+    start = 0
+    for end in [*(i for i, b in enumerate(blocks) if isinstance(b, HeadingBlock)), len(blocks)]:
+        own = [b for b in blocks[start:end] if isinstance(b, ContentBlock) and id(b) not in definitions]
+        text = " ".join(" ".join(b.text.split()) for b in own).casefold()
+        for b in blocks[start:end + 1]:  # the section's blocks, then the heading that ends it
+            if id(b) not in definitions:
+                out.append(b)
+                continue
+            kept: list[str] = []
+            keep = False
+            for line in b.text.split("\n"):  # a definition's title may follow on its next line
+                if (m := _DEFINITION.match(line)) is not None:
+                    keep = f"[{' '.join(m.group(1).split()).casefold()}]" in text
+                if keep:
+                    kept.append(line)
+            if kept:
+                out.append(ContentBlock("other", "\n".join(kept)))
+            else:
+                out.append(b)
+                unseen.add(id(b))
+        start = end + 1
+    return out, unseen
 
 
 #: a heading's attribute block at its end, as Pandoc, kramdown, Docusaurus, Hugo and MkDocs read it ({#id .class
