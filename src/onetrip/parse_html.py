@@ -42,6 +42,10 @@ Rules:
   as anywhere else); that and all after it are read as if the outer heading
   had been closed there. A heading with no text of its own before it makes no
   section.
+* What stands before the heading that opens an HTML5 `<section>`/`<article>`
+  (its own child, the first with a heading) is read after that heading: the
+  section's content wherever it stands (rustdoc's "since" version before each
+  item's heading had gone to the item before).
 * Content that follows a nested container inside its parent (DocBook
   footnotes), or a nested HTML5 `<section>` inside a `<section>`/`<article>`
   that opened with a heading (bare, or in a `<header>`/`<hgroup>`), gets a
@@ -69,8 +73,10 @@ Rules:
   the one body a browser shows.
 * Dropped (`_dropped`): head, script, style, <nav>, MathML's <annotation> (a
   formula's TeX source) and an aria-hidden copy drawn beside a formula's
-  MathML (KaTeX, MathJax 2), what has role="navigation"
-  or "contentinfo", DROP_CLASSES (DocBook's navheader, navfooter and toc,
+  MathML (KaTeX, MathJax 2), what has role="navigation", "contentinfo",
+  "menu", "menubar" or "toolbar", a skip link or a permalink glyph's link
+  (`_in_page_control`), a copy-to-clipboard button, mdBook's help popup and
+  rustdoc's top bar and toolbar, DROP_CLASSES (DocBook's navheader, navfooter and toc,
   Texinfo's tables of contents, Bootstrap's navbar, ...), an aria-hidden="true"
   dialog or icon (not one holding a heading or more than a few characters: a
   page saved with a dialog open hides its whole app so), a page's footer
@@ -131,16 +137,31 @@ SECTION_CLASSES = frozenset(
 DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "Overview_element", "section-toc",
                           "mini-toc", "nav-panel", "copiable-anchor", "copiable-link", "headerlink", "navpath",
                           "navbar", "topNav", "bottomNav", "subNav", "toc-macro", "MsoTocHeading",
-                          *(f"MsoToc{n}" for n in range(1, 10)), "page-metadata"})
+                          *(f"MsoToc{n}" for n in range(1, 10)), "page-metadata",
+                          # rustdoc: an open <details>' summary its style hides ("Expand description")
+                          "hideme"})
 #: a breadcrumb trail's class or id (Bootstrap's ol.breadcrumb; Confluence's div#breadcrumb-section around
 #: ol#breadcrumbs; many CMSs'), lowercased
-_CRUMB_NAMES = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section"})
+_CRUMB_NAMES = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section", "rustdoc-breadcrumbs"})
 #: what a breadcrumb trail is written as: a section, article or heading of that id is text (a chapter on
 #: breadcrumbs), and so is a <span> (inline in a sentence: "choose <span class=breadcrumb>Settings > Users</span>")
 _CRUMB_TAGS = frozenset({"ol", "ul", "div", "p"})
 #: ids of a table of contents: Pandoc's (HTML 4 output, a div; HTML5's is a <nav>), LibreOffice's "Table of Contents1"
 _TOC_IDS = re.compile(r"TOC|Table of Contents\d*")
-DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav"})
+DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav",
+                       # rustdoc's custom elements: the narrow screen's top bar (the item's name again, as an
+                       # <h2> that had joined the page's title) and the toolbar
+                       "rustdoc-topbar", "rustdoc-toolbar"})
+#: the ids of generators' hidden help panels: mdBook's keyboard-shortcut popup (its "Keyboard shortcuts"
+#: section had been on every page of a book, and the top hits of a search about shortcuts)
+_DROP_IDS = frozenset({"mdbook-help-container"})
+#: ARIA widgets that are an application's controls, not a page's text: menus (mdBook's theme list), toolbars
+_WIDGET_ROLES = frozenset({"navigation", "contentinfo", "menu", "menubar", "toolbar"})
+#: a link that skips to the page's content or past its navigation, for keyboard users ("Skip to main content")
+_SKIP_LINK = re.compile(r"(?i)\s*(?:skip|jump)\s+(?:to|over|past)\s+(?:the\s+)?(?:main\s+)?"
+                        r"(?:content|navigation|nav|menu|main)\b.{0,20}")
+#: a button that copies to the clipboard (rustdoc's "Copy item path", Docusaurus', MkDocs'): a control's label
+_COPY_BUTTON = re.compile(r"(?i)\bcopy\b|clipboard")
 # in <math>, a formula's source (TeX), which browsers never render: KaTeX's and Wikipedia's formulas had been
 # stored as "x+y" then "x+y" again or "{\displaystyle x+y}"
 _MATH_SOURCE = frozenset({"annotation", "annotation-xml"})
@@ -221,7 +242,11 @@ def _dropped(tag: Tag) -> bool:
     classes = _classes(tag)
     if tag.name in _CRUMB_TAGS and _breadcrumb(tag, classes):
         return True
-    if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in ("navigation", "contentinfo"):
+    if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in _WIDGET_ROLES or tag.get("id") in _DROP_IDS:
+        return True
+    if tag.name == "a" and str(tag.get("href", "")).startswith("#") and _in_page_control(tag):
+        return True
+    if tag.name == "button" and any(_COPY_BUTTON.search(str(tag.get(a, ""))) for a in ("title", "aria-label")):
         return True
     if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
         return True
@@ -234,6 +259,13 @@ def _dropped(tag: Tag) -> bool:
     if tag.name == "footer" or "footer" in classes or tag.get("id") == "footer":
         return not _in_main_content(tag)  # a page's footer; an article's or a quote's own <footer> is its text
     return "header" in classes and tag.name == "div" and _nav_bar(tag)
+
+
+def _in_page_control(a: Tag) -> bool:
+    """A link within the page that is no text: a permalink's glyph alone (rustdoc's `§` beside an item's
+    heading, outside it) or a skip link ("Skip to main content")."""
+    text = a.get_text().strip()
+    return text in _PERMALINK_GLYPHS or _SKIP_LINK.fullmatch(text) is not None
 
 
 def _breadcrumb(tag: Tag, classes: list[str]) -> bool:
@@ -824,7 +856,15 @@ class _Walker:
         # its id is the anchor of the heading that opens it (Sphinx's <section id="module-os"><h1>, rustdoc's
         # <section id="method.new"><h4>), as a section container's id is; it had been a slug of the heading
         self.html5_ids.append(str(tag["id"]) if tag.get("id") else None)
-        for child in list(tag.contents):
+        children = list(tag.contents)
+        # what stands before the heading that opens it is its own section's, read after that heading: rustdoc's
+        # <section id="method.as_slice"><span>1.46.0 · Source</span><h4>: each item's "since" version had gone
+        # to the item before it (HTML5: a section's content is the section's wherever it stands)
+        first = next((i for i, c in enumerate(children) if isinstance(c, Tag) and not _dropped(c) and (
+            c.name in _HTML5_SECTIONS or c.name in _HEADING_SET or c.find(HEADINGS) is not None)), None)
+        if first and children[first].name in _HEADING_SET | {"header", "hgroup"}:
+            children = [children[first], *children[:first], *children[first + 1:]]
+        for child in children:
             if isinstance(child, Tag) and child.name in _HTML5_SECTIONS:
                 yield child
                 after_nested = own is not None
