@@ -1483,3 +1483,22 @@ def test_generator_controls_are_not_text_and_a_sections_lead_is_its_own() -> Non
     # (a section whose heading is not its own child keeps its lead where it stands)
     assert [(s[2], s[3]) for s in _tree_of(kept)] == [
         (("FAQ",), ""), (("FAQ", "Is it free?"), "Yes.\n\nSkip to the end or 1.\n\nLead."), (("FAQ", "Deep"), "After.")]
+
+
+def test_nodejs_and_npm_page_chrome_is_not_text_and_code_versions_are_lines_apart() -> None:
+    """Found by the same review: a Node.js API page's pickers (div#gtoc: its contents, every module, the versions)
+    were its first sections; npm's section#table_of_contents a section of links; the two versions of each Node.js
+    sample (ES module, CommonJS) one text glued at the cut ("});const dns"), then its copy button's "copy"."""
+    node = ("<div id=gtoc><ul><li class=picker-header><a href=#gtoc-picker>Index</a><div class=picker id=gtoc-picker>"
+            "<ul><li><a href=assert.html>Assertion testing</a></li></ul></div></li></ul></div>"
+            "<h2 id=dns>DNS</h2><pre><input type=checkbox checked><code class=mjs>import dns from 'node:dns';\n"
+            "dns.lookup();</code><code class=cjs>const dns = require('node:dns');\ndns.lookup();</code>"
+            "<button class=copy-button>copy</button></pre><pre><code>a</code> <code>b</code></pre>"
+            "<pre><code class='language-js mjs'>import a;</code><code class='language-js cjs'>require(a);</code></pre>")
+    assert [(s[2], s[3]) for s in _tree_of(node)] == [(("DNS",), "import dns from 'node:dns';\ndns.lookup();\n"
+                                                       "const dns = require('node:dns');\ndns.lookup();\n\na b\n\n"
+                                                       "import a;\nrequire(a);")]
+    npm = ("<section id=content><h1 id=cache>npm-cache</h1><section id=table_of_contents><h2>Table of contents</h2>"
+           "<ul><li><a href=#synopsis>Synopsis</a></li></ul></section><div><h3 id=synopsis>Synopsis</h3>"
+           "<p>npm cache add</p></div></section>")
+    assert [(s[2], s[3]) for s in _tree_of(npm)] == [(("npm-cache",), ""), (("npm-cache", "Synopsis"), "npm cache add")]

@@ -147,14 +147,17 @@ _CRUMB_NAMES = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section", "ru
 #: breadcrumbs), and so is a <span> (inline in a sentence: "choose <span class=breadcrumb>Settings > Users</span>")
 _CRUMB_TAGS = frozenset({"ol", "ul", "div", "p"})
 #: ids of a table of contents: Pandoc's (HTML 4 output, a div; HTML5's is a <nav>), LibreOffice's "Table of Contents1"
-_TOC_IDS = re.compile(r"TOC|Table of Contents\d*")
+_TOC_IDS = re.compile(r"(?i)_?(?:toc|table[ _-]?of[ _-]?contents)\d*")
 DROP_TAGS = frozenset({"head", "title", "script", "style", "noscript", "template", "nav",
                        # rustdoc's custom elements: the narrow screen's top bar (the item's name again, as an
                        # <h2> that had joined the page's title) and the toolbar
                        "rustdoc-topbar", "rustdoc-toolbar"})
 #: the ids of generators' hidden help panels: mdBook's keyboard-shortcut popup (its "Keyboard shortcuts"
 #: section had been on every page of a book, and the top hits of a search about shortcuts)
-_DROP_IDS = frozenset({"mdbook-help-container"})
+_DROP_IDS = frozenset({"mdbook-help-container",
+                       # Node.js' API pages: the header's pickers (this page's contents, every module, other
+                       # versions, options), which had been each page's first sections
+                       "gtoc"})
 #: ARIA widgets that are an application's controls, not a page's text: menus (mdBook's theme list), toolbars
 _WIDGET_ROLES = frozenset({"navigation", "contentinfo", "menu", "menubar", "toolbar"})
 #: a link that skips to the page's content or past its navigation, for keyboard users ("Skip to main content")
@@ -246,7 +249,8 @@ def _dropped(tag: Tag) -> bool:
         return True
     if tag.name == "a" and str(tag.get("href", "")).startswith("#") and _in_page_control(tag):
         return True
-    if tag.name == "button" and any(_COPY_BUTTON.search(str(tag.get(a, ""))) for a in ("title", "aria-label")):
+    if tag.name == "button" and (any(_COPY_BUTTON.search(str(tag.get(a, ""))) for a in ("title", "aria-label"))
+                                 or any(_COPY_BUTTON.search(c) for c in classes)):
         return True
     if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
         return True
@@ -866,6 +870,8 @@ class _Walker:
             children = [children[first], *children[:first], *children[first + 1:]]
         for child in children:
             if isinstance(child, Tag) and child.name in _HTML5_SECTIONS:
+                if _dropped(child):  # no subsection: what follows is still this one's (npm's table of contents
+                    continue  # had made the rest of the page a repeat of its heading)
                 yield child
                 after_nested = own is not None
                 continue
@@ -1163,6 +1169,9 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
                 stack.append((iter(child.contents), pre, _GLUE if name == "dt" else _UNGLUE if name == "dl" else n))
                 break
             else:
+                if pre and name == "code" and _after_code_block(child):
+                    buf.newline(1)  # Node.js' two versions of a sample (ES module, CommonJS): the second's first line
+                    # had been glued to the first's last ("});const dns = require(...)")
                 if _note_mark(child) and not pre and not buf.after_opening():
                     buf.add(" ")
                 note_sym = name == "a" and not pre and not _NOTE_SYM_CLASSES.isdisjoint(_classes(child))
@@ -1179,6 +1188,23 @@ def _inline(tag: Tag, buf: _Text, pre: bool, skip: set[int]) -> None:
                 buf.newline(1)
             elif after:
                 buf.newline(after)
+
+
+def _after_code_block(code: Tag) -> bool:
+    """A <code> in a <pre> right after another of several lines or highlighted as a block (text, a control between
+    them aside), not ended by a line break: one block of code after another, which a page shows one at a time
+    (Node.js: a checkbox picks)."""
+    for sib in code.previous_siblings:
+        if isinstance(sib, Tag):
+            if sib.name == "code":  # a block: of several lines, or highlighted as one (class language-*)
+                text = sib.get_text()
+                return not text.endswith("\n") and ("\n" in text or any(c.startswith("language-")
+                                                                         for c in _classes(sib)))
+            if sib.name not in ("input", "button", "label"):
+                return False
+        elif str(sib).strip():
+            return False
+    return False
 
 
 def _find_title(container: Tag, has_text: Callable[[Tag], bool]) -> Tag | None:

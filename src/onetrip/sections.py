@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 21
+SECTIONING = 22
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -154,7 +154,13 @@ rustdoc's top bar, toolbar, breadcrumbs and "Expand description" label are not t
 heading that opens an HTML5 <section> or <article> (as its child) is that section's, read after its heading
 (rustdoc's "since" versions had been the previous item's). Of 648 pages checked (every non-Rust HTML page on
 this machine, 250 Rust ones), 310 are cut differently, all rustdoc, mdBook or Node.js pages; the PostgreSQL
-manual's 1,167 pages are cut as under 20. Markdown and reStructuredText are cut as under 20."""
+manual's 1,167 pages are cut as under 20. Markdown and reStructuredText are cut as under 20;
+22: (2026-12-07, found by review) HTML: Node.js API pages' pickers (div#gtoc) and a table of contents by any
+spelling of its id (``toc``, ``table_of_contents``: npm's) are not text, nor is a button whose class names a copy
+(Node.js' "copy"); a dropped <section> inside a section no longer makes what follows it a repeat of that
+section's heading; a <pre>'s second block of code (after one of several lines or highlighted as a block:
+Node.js' ES-module and CommonJS versions of a sample) starts on a line of its own. Of the 648 pages above, 404
+are cut differently than under 20, all rustdoc, mdBook, Node.js or npm ones; the PostgreSQL manual as under 20."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
