@@ -216,7 +216,7 @@ def test_content_is_verbatim_source() -> None:
         "[ref]: https://example.com\n\n<div>html</div>"
     )
     secs = sections_of("# H\n\n" + body + "\n\n<!-- comment -->\n")  # a block of comments alone: not text
-    assert secs[0].content == body
+    assert secs[0].content == body.replace("<div>html</div>", "html")  # a raw HTML block: the text it shows
 
 
 def test_parse_file_markdown(tmp_path: Path) -> None:
@@ -476,8 +476,8 @@ def test_markdown_as_export_tools_write_it() -> None:
     _, blocks, _ = parse_markdown("## On-call\n\nText.\n\n<h2 id=\"OC-Handover\">Hand<b>over</b></h2>\n"
                                   "<p>Write a note.</p>\n\n<h1 align=\"center\"><img src=logo.png></h1>\n")
     assert blocks[2] == HeadingBlock(2, "Handover", "OC-Handover", '<h2 id="OC-Handover">Hand<b>over</b></h2>')
-    assert blocks[3] == ContentBlock("other", "<p>Write a note.</p>")
-    assert blocks[4] == ContentBlock("other", '<h1 align="center"><img src=logo.png></h1>')  # no text: content
+    assert blocks[3] == ContentBlock("other", "Write a note.")  # the text the rest of the block shows
+    assert len(blocks) == 4  # <h1 align="center"><img src=logo.png></h1> shows no text: not stored
     # a grid table is a table: cut by lines, each part under its header
     rows = "".join(f"| Control {i:<3} | Requirement number {i} is long enough to count |\n"
                    f"+-------------+-----------------------------------------------+\n" for i in range(30))
@@ -568,8 +568,8 @@ def test_an_mdx_page_is_markdown_without_its_imports_and_component_tags() -> Non
 def test_an_html_block_of_comments_alone_is_not_text() -> None:
     """Found by review: `<!-- markdownlint-disable -->`, a licence header or a TODO in a comment was stored,
     embedded and searched as its section's text. A raw HTML block of comments alone is dropped; one with anything
-    else (an element, text after `--!>`, which ends a comment in browsers), code,
-    a comment never closed (warned), MDX and a file of comments alone stay as they were."""
+    else (an element, text after `--!>`, which ends a comment in browsers) is the text it shows (SECTIONING 23);
+    code, a comment never closed (warned), MDX and a file of comments alone stay as they were."""
     from onetrip.parse_markdown import only_comments
 
     md = ("<!-- markdownlint-disable MD013 -->\n# Setup\n\n<!--\nLicensed under the Apache License\n-->\n\n"
@@ -579,10 +579,10 @@ def test_an_html_block_of_comments_alone_is_not_text() -> None:
     assert title == "Setup"
     assert [(type(b).__name__, getattr(b, "kind", None), b.text) for b in blocks] == [
         ("HeadingBlock", None, "Setup"), ("ContentBlock", "paragraph", "Install it."),
-        ("ContentBlock", "other", "<!-- TODO: screenshots --><div>Shown</div>"),
+        ("ContentBlock", "other", "Shown"),
         ("ContentBlock", "paragraph", "See this."),
         ("ContentBlock", "code", "```html\n<!-- code keeps it -->\n```"),
-        ("ContentBlock", "other", "<!-- a --!> Visible text <!-- b -->")]
+        ("ContentBlock", "other", "Visible text")]
     never_closed = "# A\n\nText.\n\n<!-- cut short\n\n## B\n"
     assert parse_markdown(never_closed)[1][-1].text == "<!-- cut short\n\n## B"
     assert truncation_warning(never_closed) is not None
@@ -605,10 +605,11 @@ def test_inline_html_comments_are_not_text() -> None:
           "| 1 | 2 |\n\nx <!---> y <!--> z <!-- two\nlines --> w\n")
     assert [b.text for b in parse_markdown(md)[1]] == [
         "T", "See this.", "- a b\n- c", "| a | b |\n|---|---|\n| 1 | 2 |", "x y z w"]
-    kept = ("`<!-- code -->` and <!-- c --> x", "\\<!-- escaped --> and <!-- c --> x", "> q <!-- z\n> w --> r",
-            "<!-- c --> an HTML block's text")
+    kept = ("`<!-- code -->` and <!-- c --> x", "\\<!-- escaped --> and <!-- c --> x", "> q <!-- z\n> w --> r")
     for text in kept:
         assert parse_markdown(f"# T\n\n{text}\n")[1][1].text == text
+    # an HTML block's (SECTIONING 23: the text it shows)
+    assert parse_markdown("# T\n\n<!-- c --> an HTML block's text\n")[1][1].text == "an HTML block's text"
     assert parse_markdown("# T\n\nSee <!-- inline --> this.\n", mdx=True)[1][1].text == "See <!-- inline --> this."
 
 
@@ -627,3 +628,25 @@ def test_link_definitions_stay_only_where_their_section_references_them() -> Non
     assert [b.text for b in parse_markdown("[a]: http://a\n\n# T\n\nUses [a].\n\n    [c]: x\n")[1]] == [
         "T", "Uses [a].", "    [c]: x"]
     assert [b.text for b in parse_markdown("# T\n\n[only]: http://o\n")[1]] == ["T", "[only]: http://o"]
+
+
+def test_a_raw_html_block_is_the_text_it_shows() -> None:
+    """Found by review: a README's raw HTML was stored as markup: its centred logo (a <picture>'s srcset URLs,
+    250 tokens of the opening section), <div align="center"> and </details> lines, an HTML table as <tr>/<td>
+    lines, cut mid-cell when split. A raw HTML block is now what a browser shows of it (parse_html's reading:
+    a table a row a line, header first; a <pre> keeps its indentation; scripts, comments and controls go), and
+    one that shows nothing is dropped unless the file has nothing else; one never closed stays as written."""
+    md = ('<div align="center">\n  <picture><source srcset="a.png 1x, b.png 2x"><img src="logo.png" alt="Logo">'
+          "</picture>\n  <h3>A fast engine</h3>\n</div>\n\n# Title\n\n<details>\n<summary>See more</summary>\n\n"
+          "Hidden *markdown*.\n\n</details>\n\n<table>\n<tr><th>Name</th><th>Value</th></tr>\n<tr><td>a</td><td>"
+          "Indicates that the\nconnection was reset.</td></tr>\n</table>\n\n<script>alert(1)</script>\n\n"
+          "<pre>\n  code  kept\n</pre>\n\n<textarea>\n<!-- shown -->\n</textarea>\n")
+    assert [(type(b).__name__, getattr(b, "kind", None), b.text, getattr(b, "header_lines", None))
+            for b in parse_markdown(md)[1]] == [
+        ("ContentBlock", "other", "A fast engine", 0), ("HeadingBlock", None, "Title", None),
+        ("ContentBlock", "other", "See more", 0), ("ContentBlock", "paragraph", "Hidden *markdown*.", 0),
+        ("ContentBlock", "table", "Name | Value\na | Indicates that the connection was reset.", 1),
+        ("ContentBlock", "code", "  code  kept", 0), ("ContentBlock", "other", "<!-- shown -->", 0)]
+    assert [b.text for b in parse_markdown('<p align="center"><img src="logo.png"></p>\n')[1]] == [
+        '<p align="center"><img src="logo.png"></p>']  # nothing else in the file: stored as before
+    assert parse_markdown("# T\n\n<div>x</div>\n", mdx=True)[1][1].text == "<div>x</div>"  # MDX: JSX, as before

@@ -1465,6 +1465,36 @@ def parse_html(text: str, report: list[str] | None = None) -> tuple[str, list[Bl
     return title, _resumed(walker.blocks), metadata
 
 
+def fragment_text(html: str) -> tuple[str, str | None, int]:
+    """(text, kind, header lines) a browser shows for a fragment of HTML, a Markdown file's raw HTML block: its
+    visible text as `parse_html` reads a content block (markup, comments, scripts, styles and controls dropped; a
+    table one row a line, its header rows first); kind "table" (with its header line count) or "code" (its
+    indentation kept) when the fragment is one table or one <pre>, else None. The markup had been
+    stored, embedded and searched as text: a README's centred logo (<picture>'s srcset URLs, 250 tokens), its
+    <div align="center"> and </details> lines, an HTML table as <tr>/<td> lines cut mid-cell (found by review)."""
+    if not _TAG_TEXT.sub("", html).strip() and not _SHOWN_RAW.search(html):
+        return "", None, 0  # tags alone (<div align="center">, </details>, <img>, <br>): nothing shown, no parse
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        soup = BeautifulSoup(html, "lxml", multi_valued_attributes=None)
+    root = soup.body or soup
+    shown = [c for c in root.children if isinstance(c, Tag) or str(c).strip()]
+    one = shown[0] if len(shown) == 1 and isinstance(shown[0], Tag) and not _dropped(shown[0]) else None
+    if one is not None and one.name == "table":
+        text, header = _table(one)
+        return text, "table", header
+    buf = _Text()
+    _inline(root, buf, False, set())
+    pre = one is not None and one.name == "pre"
+    return buf.value(keep_indent=pre), "code" if pre else None, 0
+
+
+#: a tag, for `fragment_text`'s test of text outside tags
+_TAG_TEXT = re.compile(r"<[^<>]*>")
+#: an element that shows its content as written, tags and comments too (a <textarea>'s "<!-- x -->")
+_SHOWN_RAW = re.compile(r"(?i)<(?:textarea|xmp|plaintext)\b")
+
+
 #: an href that may start with "#" once read (written so, or as a character reference: &#35;)
 _IN_PAGE_HREF = re.compile(r"""\bhref\s*=\s*["']?[#&]""", re.IGNORECASE)
 #: a note's mark: a number, one or two letters, a roman numeral or a symbol, maybe bracketed ([1], 12, (a), iv, *)

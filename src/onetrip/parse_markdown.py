@@ -434,6 +434,9 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
 
     Title: front matter `title`, else the first h1, else "". Only top-level
     headings are section headings (a heading inside a list or quote is content).
+    Blocks are the source as written, but for what no reader sees: a raw HTML
+    block is the text it shows (`parse_html.fragment_text`), HTML comments and
+    link definitions no section references are dropped.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     toml_metadata, toml_title, text = _toml_front_matter(text)
@@ -528,6 +531,19 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
             if level == 1 and not first_h1:
                 first_h1 = heading
             body = rest
+        if tok.type == "html_block" and not mdx and body.strip() and _unclosed_html_block(tok.content) is None:
+            # (one never closed, which took in the rest of the file, stays as written: `truncation_warning`)
+            from .parse_html import fragment_text  # (parse_html imports this module)
+
+            # what a browser shows of it, not its markup; one that shows nothing (a logo, </details>) is dropped
+            # below unless the file has nothing else, as a comment-only one is
+            shown, shown_kind, header_lines = fragment_text(body)
+            if not shown:
+                blocks.append(markup := ContentBlock(kind, body))
+                comments.add(id(markup))
+                covered = next_start
+                continue
+            kind, body = shown_kind or kind, shown
         if body.strip():
             blocks.append(ContentBlock(kind, body, header_lines))
         covered = next_start
