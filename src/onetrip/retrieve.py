@@ -536,6 +536,8 @@ class _DefaultInt(int):
 #: `Retriever`'s and `AsyncRetriever.create`'s defaults (shown as the plain values), not asked of a pool's retriever.
 DEFAULT_ITERATIVE_SCAN: str = _DefaultStr("relaxed_order")
 DEFAULT_MAX_SCAN_TUPLES: int = _DefaultInt(20000)
+#: What `Retriever`, `make_pool` and their async twins set when given no settings.
+DEFAULT_SETTINGS = session_settings(None, "relaxed_order", 20000)
 
 
 def asked_settings(ef_search: int | None, iterative_scan: str | None,
