@@ -1482,7 +1482,21 @@ def test_generator_controls_are_not_text_and_a_sections_lead_is_its_own() -> Non
             "</div><p>After.</p></section>")
     # (a section whose heading is not its own child keeps its lead where it stands)
     assert [(s[2], s[3]) for s in _tree_of(kept)] == [
-        (("FAQ",), ""), (("FAQ", "Is it free?"), "Yes.\n\nSkip to the end or 1.\n\nLead."), (("FAQ", "Deep"), "After.")]
+        (("FAQ",), ""), (("FAQ", "Is it free?"), "Yes.\n\nSkip to the end or #1.\n\nLead."), (("FAQ", "Deep"), "After.")]
+    # from the review of the above: a section's intro before the first of its subheadings stays the heading's
+    # before it; a skip link a sentence quotes, a § linking elsewhere, a question mentioning a copy, a toolbar
+    # or menu holding a heading are text
+    intro = ("<h1>Guide</h1><section id=install><p>Installation takes five minutes.</p><h3>On Windows</h3>"
+             "<p>Use the installer.</p><h3>On Linux</h3><p>apt</p></section>")
+    assert [(s[2], s[3]) for s in _tree_of(intro)] == [
+        (("Guide",), "Installation takes five minutes."), (("Guide", "On Windows"), "Use the installer."),
+        (("Guide", "On Linux"), "apt")]
+    quoted = ("<h1>A</h1><p>Put a link such as <a href=#main>Skip to main content</a> first, as <a href=#s5>§</a>"
+              "&nbsp;5 says.</p><button aria-label='Can I copy my licence?'>Can I copy my licence?</button>"
+              "<div role=toolbar><h2>Formatting</h2><p>Bold.</p></div>")
+    assert [(s[2], s[3]) for s in _tree_of(quoted)] == [
+        (("A",), "Put a link such as Skip to main content first, as § 5 says.\n\nCan I copy my licence?"),
+        (("A", "Formatting"), "Bold.")]
 
 
 def test_nodejs_and_npm_page_chrome_is_not_text_and_code_versions_are_lines_apart() -> None:

@@ -611,6 +611,9 @@ def test_inline_html_comments_are_not_text() -> None:
     # an HTML block's (SECTIONING 23: the text it shows)
     assert parse_markdown("# T\n\n<!-- c --> an HTML block's text\n")[1][1].text == "an HTML block's text"
     assert parse_markdown("# T\n\nSee <!-- inline --> this.\n", mdx=True)[1][1].text == "See <!-- inline --> this."
+    # (review) a comment a browser ends at --!> shows the rest; a <textarea> shows the comment in it
+    for text in ("Before <!-- note --!> shown --> after.", "Text <textarea><!-- shown --></textarea> x"):
+        assert parse_markdown(f"# T\n\n{text}\n")[1][1].text == text
 
 
 def test_link_definitions_stay_only_where_their_section_references_them() -> None:
@@ -628,6 +631,9 @@ def test_link_definitions_stay_only_where_their_section_references_them() -> Non
     assert [b.text for b in parse_markdown("[a]: http://a\n\n# T\n\nUses [a].\n\n    [c]: x\n")[1]] == [
         "T", "Uses [a].", "    [c]: x"]
     assert [b.text for b in parse_markdown("# T\n\n[only]: http://o\n")[1]] == ["T", "[only]: http://o"]
+    # a footnote CommonMark reads as a definition ([^1]: a URL or one word) is text wherever it is (review)
+    assert parse_markdown("# A\n\nSee.[^1]\n\n# R\n\nMore.\n\n[^1]: https://arxiv.org/abs/1706\n")[1][-1].text == (
+        "[^1]: https://arxiv.org/abs/1706")
 
 
 def test_a_raw_html_block_is_the_text_it_shows() -> None:

@@ -42,10 +42,11 @@ Rules:
   as anywhere else); that and all after it are read as if the outer heading
   had been closed there. A heading with no text of its own before it makes no
   section.
-* What stands before the heading that opens an HTML5 `<section>`/`<article>`
-  (its own child, the first with a heading) is read after that heading: the
-  section's content wherever it stands (rustdoc's "since" version before each
-  item's heading had gone to the item before).
+* A short lead (`_short_lead`: up to 100 characters, no heading) before the
+  only heading an HTML5 `<section>`/`<article>` holds as a child is read after
+  that heading (rustdoc's "since" version before each item's heading had gone
+  to the item before); a longer one, or one before the first of several
+  subheadings, stays the text of the heading before the section.
 * Content that follows a nested container inside its parent (DocBook
   footnotes), or a nested HTML5 `<section>` inside a `<section>`/`<article>`
   that opened with a heading (bare, or in a `<header>`/`<hgroup>`), gets a
@@ -73,10 +74,11 @@ Rules:
   the one body a browser shows.
 * Dropped (`_dropped`): head, script, style, <nav>, MathML's <annotation> (a
   formula's TeX source) and an aria-hidden copy drawn beside a formula's
-  MathML (KaTeX, MathJax 2), what has role="navigation", "contentinfo",
-  "menu", "menubar" or "toolbar", a skip link or a permalink glyph's link
-  (`_in_page_control`), a copy-to-clipboard button, mdBook's help popup and
-  rustdoc's top bar and toolbar, DROP_CLASSES (DocBook's navheader, navfooter and toc,
+  MathML (KaTeX, MathJax 2), what has role="navigation" or "contentinfo",
+  a menu or toolbar (role) with no heading in it, a skip link that is all of
+  its parent's text or a permalink glyph's link to the section it stands in
+  (`_in_page_control`), a copy-to-clipboard button, mdBook's help popup,
+  Node.js' pickers and rustdoc's top bar and toolbar, DROP_CLASSES (DocBook's navheader, navfooter and toc,
   Texinfo's tables of contents, Bootstrap's navbar, ...), an aria-hidden="true"
   dialog or icon (not one holding a heading or more than a few characters: a
   page saved with a dialog open hides its whole app so), a page's footer
@@ -158,13 +160,17 @@ _DROP_IDS = frozenset({"mdbook-help-container",
                        # Node.js' API pages: the header's pickers (this page's contents, every module, other
                        # versions, options), which had been each page's first sections
                        "gtoc"})
+#: ARIA landmarks that are around a page's text: its navigation, its footer (Sphinx's)
+_LANDMARK_ROLES = frozenset({"navigation", "contentinfo"})
 #: ARIA widgets that are an application's controls, not a page's text: menus (mdBook's theme list), toolbars
-_WIDGET_ROLES = frozenset({"navigation", "contentinfo", "menu", "menubar", "toolbar"})
+_WIDGET_ROLES = frozenset({"menu", "menubar", "toolbar"})
 #: a link that skips to the page's content or past its navigation, for keyboard users ("Skip to main content")
 _SKIP_LINK = re.compile(r"(?i)\s*(?:skip|jump)\s+(?:to|over|past)\s+(?:the\s+)?(?:main\s+)?"
                         r"(?:content|navigation|nav|menu|main)\b.{0,20}")
 #: a button that copies to the clipboard (rustdoc's "Copy item path", Docusaurus', MkDocs'): a control's label
-_COPY_BUTTON = re.compile(r"(?i)\bcopy\b|clipboard")
+#: or class (not a question that mentions copying: "Can I copy my licence?")
+_COPY_BUTTON = re.compile(r"(?i)\s*copy\b|.*clipboard")
+_COPY_CLASS = re.compile(r"(?i).*(?:copy|clipboard)")
 # in <math>, a formula's source (TeX), which browsers never render: KaTeX's and Wikipedia's formulas had been
 # stored as "x+y" then "x+y" again or "{\displaystyle x+y}"
 _MATH_SOURCE = frozenset({"annotation", "annotation-xml"})
@@ -245,12 +251,14 @@ def _dropped(tag: Tag) -> bool:
     classes = _classes(tag)
     if tag.name in _CRUMB_TAGS and _breadcrumb(tag, classes):
         return True
-    if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in _WIDGET_ROLES or tag.get("id") in _DROP_IDS:
+    if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in _LANDMARK_ROLES or tag.get("id") in _DROP_IDS:
+        return True
+    if tag.get("role") in _WIDGET_ROLES and tag.find(HEADINGS) is None:  # a menu or toolbar with no heading in it
         return True
     if tag.name == "a" and str(tag.get("href", "")).startswith("#") and _in_page_control(tag):
         return True
-    if tag.name == "button" and (any(_COPY_BUTTON.search(str(tag.get(a, ""))) for a in ("title", "aria-label"))
-                                 or any(_COPY_BUTTON.search(c) for c in classes)):
+    if tag.name == "button" and (any(_COPY_BUTTON.match(str(tag.get(a, ""))) for a in ("title", "aria-label"))
+                                 or any(_COPY_CLASS.match(c) for c in classes)):
         return True
     if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
         return True
@@ -265,11 +273,55 @@ def _dropped(tag: Tag) -> bool:
     return "header" in classes and tag.name == "div" and _nav_bar(tag)
 
 
+#: `_short_lead`'s bounds: the characters of a lead, and the nodes read to find them
+_LEAD_CHARS, _LEAD_NODES = 100, 32
+
+
+def _short_lead(children: list[PageElement]) -> int | None:
+    """The index of the heading an HTML5 section opens with after a short lead (rustdoc's "1.46.0 · Source", a
+    date, a badge: at most `_LEAD_CHARS` characters in at most `_LEAD_NODES` nodes, no heading or section in it),
+    when it is the section's only heading child; else None. A longer lead, or one before the first of several
+    subheadings, is the text of the heading before the section, as a browser's reader takes it (a review: a
+    section's intro had gone under its first subheading). Bounded, so nested sections cost no square."""
+    chars = nodes = 0
+    for i, child in enumerate(children):
+        if isinstance(child, Tag):
+            if child.name in _HEADING_SET:
+                later = any(isinstance(c, Tag) and c.name in _HEADING_SET for c in children[i + 1:])
+                return i if i > 0 and not later else None
+            if child.name in _HTML5_SECTIONS or child.name in ("header", "hgroup"):
+                return None
+            stack: list[PageElement] = [child]  # (not bs4's .descendants, which first walks to the subtree's end)
+            while stack:
+                node = stack.pop()
+                nodes += 1
+                if nodes > _LEAD_NODES:
+                    return None
+                if isinstance(node, Tag):
+                    if node.name in _HEADING_SET:
+                        return None
+                    stack.extend(reversed(node.contents))  # (text of what is dropped in it counts: a lead less)
+                elif _is_text(node):
+                    chars += len(str(node).strip())
+        elif _is_text(child):
+            chars += len(str(child).strip())
+        if chars > _LEAD_CHARS:
+            return None
+    return None
+
+
 def _in_page_control(a: Tag) -> bool:
-    """A link within the page that is no text: a permalink's glyph alone (rustdoc's `§` beside an item's
-    heading, outside it) or a skip link ("Skip to main content")."""
+    """A link within the page that is no text: a permalink's glyph alone linking to the section it stands in
+    (rustdoc's `§` beside an item's heading, outside it; a `§` linking elsewhere is a reference's), or a skip
+    link ("Skip to main content") that is all of its parent's text (not one a sentence quotes)."""
     text = a.get_text().strip()
-    return text in _PERMALINK_GLYPHS or _SKIP_LINK.fullmatch(text) is not None
+    if text in _PERMALINK_GLYPHS:
+        target = str(a.get("href", ""))[1:]
+        return bool(target) and any(p.get("id") == target for p in a.parents if p.name in _HTML5_SECTIONS)
+    if _SKIP_LINK.fullmatch(text) is None:
+        return False
+    parent = a.parent
+    return parent is None or parent.name in _ROOTS or _collapse(parent.get_text()) == _collapse(text)
 
 
 def _breadcrumb(tag: Tag, classes: list[str]) -> bool:
@@ -861,12 +913,10 @@ class _Walker:
         # <section id="method.new"><h4>), as a section container's id is; it had been a slug of the heading
         self.html5_ids.append(str(tag["id"]) if tag.get("id") else None)
         children = list(tag.contents)
-        # what stands before the heading that opens it is its own section's, read after that heading: rustdoc's
-        # <section id="method.as_slice"><span>1.46.0 · Source</span><h4>: each item's "since" version had gone
-        # to the item before it (HTML5: a section's content is the section's wherever it stands)
-        first = next((i for i, c in enumerate(children) if isinstance(c, Tag) and not _dropped(c) and (
-            c.name in _HTML5_SECTIONS or c.name in _HEADING_SET or c.find(HEADINGS) is not None)), None)
-        if first and children[first].name in _HEADING_SET | {"header", "hgroup"}:
+        # a short lead before the one heading it holds as a child is that heading's, read after it: rustdoc's
+        # <section id="method.as_slice"><span>1.46.0 · Source</span><h4>: each item's "since" version had gone to
+        # the item before it
+        if (first := _short_lead(children)) is not None:
             children = [children[first], *children[:first], *children[first + 1:]]
         for child in children:
             if isinstance(child, Tag) and child.name in _HTML5_SECTIONS:

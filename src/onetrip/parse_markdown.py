@@ -476,7 +476,8 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         chunk = without_data_payloads("\n".join(lines[start:end]).strip("\n").rstrip())
         if chunk.strip():
             blocks.append(block := ContentBlock("other", chunk))
-            if not _tokens(chunk):  # what markdown-it reads as definitions alone
+            if not _parser(front_matter=False).parse(chunk):  # what markdown-it reads as definitions alone (not
+                # `_tokens`, whose one cached parse is the document's, which `truncation_warning` reads again)
                 definitions.add(id(block))
 
     covered = 0
@@ -488,7 +489,7 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         if start > covered:
             gap(covered, start)
         tail = "\n".join(lines[end:next_start])
-        if tok.type != "heading_open" and tail.strip() and not _tokens(tail):
+        if tok.type != "heading_open" and tail.strip() and not _parser(front_matter=False).parse(tail):
             # link reference definitions after the block, which its text had carried (hundreds at a Node.js API
             # page's end, in its last section's text): the next `gap` takes them, as a block of their own
             next_start = end
@@ -560,6 +561,17 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
 
 
 _COMMENT_END = re.compile(r"--!?>")
+#: an element that shows its content as written, comments too
+_SHOWS_RAW = re.compile(r"(?i)<(?:textarea|xmp|plaintext)\b")
+
+
+def _ends_where_browsers_end(comment: str) -> bool:
+    """Whether a browser ends this comment (as markdown-it read it) at its last character: at its first `-->` or
+    `--!>`, `<!-->` and `<!--->` being empty ones."""
+    if comment in ("<!-->", "<!--->"):
+        return True
+    end = _COMMENT_END.search(comment, 4)
+    return end is not None and end.end() == len(comment)
 
 
 def only_comments(html: str) -> bool:
@@ -590,10 +602,12 @@ def _without_inline_comments(body: str, block: list[Token]) -> str:
     in it (``See <!-- TODO --> this.``): no reader sees them. Only when every ``<!--`` in the body opens one
     of those comments (none in a code span, an escape or a nested HTML block): each is then the next
     occurrence of its own text, so one pass removes exactly them; otherwise the body stays as written."""
-    comments = [c.content for t in block if t.type == "inline" for c in t.children or ()
-                if c.type == "html_inline" and c.content.startswith("<!--")]
+    inline_html = [c.content for t in block if t.type == "inline" for c in t.children or () if c.type == "html_inline"]
+    comments = [c for c in inline_html if c.startswith("<!--")]
     if not comments or body.count("<!--") != sum(c.count("<!--") for c in comments):
         return body
+    if any(not _ends_where_browsers_end(c) for c in comments) or any(_SHOWS_RAW.match(c) for c in inline_html):
+        return body  # a comment a browser ends sooner (at --!>: the rest is shown), one a <textarea> shows
     out: list[str] = []
     pos = 0
     for comment in comments:
@@ -611,6 +625,8 @@ def _without_inline_comments(body: str, block: list[Token]) -> str:
 
 
 _DEFINITION = re.compile(r" {0,3}\[((?:[^\]\\]|\\.){1,999})\]:")
+#: a bracketed text, a link's or a reference's label ([text][label], [label][], [label])
+_BRACKETED = re.compile(r"\[((?:[^\[\]\\]|\\.){1,999})\]")
 
 
 def _referenced_definitions(blocks: list[Block], definitions: set[int]) -> tuple[list[Block], set[int]]:
@@ -624,7 +640,8 @@ def _referenced_definitions(blocks: list[Block], definitions: set[int]) -> tuple
     start = 0
     for end in [*(i for i, b in enumerate(blocks) if isinstance(b, HeadingBlock)), len(blocks)]:
         own = [b for b in blocks[start:end] if isinstance(b, ContentBlock) and id(b) not in definitions]
-        text = " ".join(" ".join(b.text.split()) for b in own).casefold()
+        # every bracketed text of the section, once (a search of its text per definition had been quadratic)
+        labels = {" ".join(m.split()).casefold() for b in own for m in _BRACKETED.findall(b.text)}
         for b in blocks[start:end + 1]:  # the section's blocks, then the heading that ends it
             if id(b) not in definitions:
                 out.append(b)
@@ -633,7 +650,9 @@ def _referenced_definitions(blocks: list[Block], definitions: set[int]) -> tuple
             keep = False
             for line in b.text.split("\n"):  # a definition's title may follow on its next line
                 if (m := _DEFINITION.match(line)) is not None:
-                    keep = f"[{' '.join(m.group(1).split()).casefold()}]" in text
+                    label = " ".join(m.group(1).split()).casefold()
+                    # a footnote ([^1]: https://..., which CommonMark reads as a definition) is text where it is
+                    keep = label.startswith("^") or label in labels
                 if keep:
                     kept.append(line)
             if kept:

@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 23
+SECTIONING = 24
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -137,8 +137,8 @@ longest heading: 68 characters), and so are the 8,119 .rst files on this machine
 MDX, HTML and reStructuredText are cut as under 16;
 18: (2026-12-07) Markdown: an HTML comment Markdown reads inline in a paragraph, list, quote or table (``See <!--
 TODO --> this.``) is no text either (`parse_markdown._without_inline_comments`; left as written when any
-``<!--`` of the block is not such a comment: in a code span, escaped, split across a quote's line prefixes). 16
-of the 651 Markdown files on this machine hold one (the sentence-transformers model card templates). MDX, HTML
+``<!--`` of the block is not such a comment: in a code span, escaped, split across a quote's line prefixes). 6
+of the 651 Markdown files on this machine hold one (16 comments, in model card templates). MDX, HTML
 and reStructuredText are cut as under 17;
 19: (2026-12-07, found by review) reStructuredText: a comment (``.. free text``: not a directive, target,
 footnote or substitution) and the indented text it takes are no text; a file of comments alone is stored as
@@ -165,7 +165,14 @@ are cut differently than under 20, all rustdoc, mdBook, Node.js or npm ones; the
 (`parse_html.fragment_text`: markup, comments and scripts gone, a table a row a line, a <pre> its lines), and one
 that shows nothing (a centred logo, ``</details>``) is dropped unless the file has nothing else; one never closed
 stays as written (warned), and MDX as before. 88 of the 652 Markdown files on this machine are cut differently.
-HTML and reStructuredText are cut as under 22."""
+HTML and reStructuredText are cut as under 22;
+24: (2026-12-07, from the review of 18-22) HTML: only a short lead (100 characters) before the only heading an
+HTML5 section holds as a child goes after it (a section's intro before its first of several subheadings had gone
+under that subheading); a skip link is dropped only when it is all of its parent's text, a permalink glyph's link
+only when it links to the section it stands in, a button by a label that starts with "Copy" or names the
+clipboard, a menu or toolbar only when it holds no heading. Markdown: a footnote CommonMark reads as a link
+definition (``[^1]: https://...``) is text wherever it stands; an inline comment a browser ends sooner (at
+``--!>``) or a <textarea> shows stays. The pages and files above are cut as under 23 otherwise."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
