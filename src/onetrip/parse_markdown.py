@@ -434,9 +434,9 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
 
     Title: front matter `title`, else the first h1, else "". Only top-level
     headings are section headings (a heading inside a list or quote is content).
-    Blocks are the source as written, but for what no reader sees: a raw HTML
-    block is the text it shows (`parse_html.fragment_text`), HTML comments and
-    link definitions no section references are dropped.
+    Blocks are the source as written, but for what no reader sees: a top-level
+    raw HTML block is the text it shows (`parse_html.fragment_text`; not in MDX),
+    HTML comments and link definitions no section references are dropped.
     """
     text = text.replace("\r\n", "\n").replace("\r", "\n")
     toml_metadata, toml_title, text = _toml_front_matter(text)

@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 24
+SECTIONING = 25
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -172,7 +172,13 @@ under that subheading); a skip link is dropped only when it is all of its parent
 only when it links to the section it stands in, a button by a label that starts with "Copy" or names the
 clipboard, a menu or toolbar only when it holds no heading. Markdown: a footnote CommonMark reads as a link
 definition (``[^1]: https://...``) is text wherever it stands; an inline comment a browser ends sooner (at
-``--!>``) or a <textarea> shows stays. The pages and files above are cut as under 23 otherwise."""
+``--!>``) or a <textarea> shows stays. The pages and files above are cut as under 23 otherwise;
+25: (2026-12-07, from the review of 22-23) HTML: an element whose id spells "toc" or "table of contents"
+otherwise than ``TOC`` / ``Table of Contents1`` is dropped only when it holds in-page links and at most one heading
+besides (docutils' section#table-of-contents about toctree had been lost); two <code> blocks in a <pre> are cut
+apart only with nothing between them and no space ending the first. Markdown: ``<- back`` in a raw HTML block is
+text (the tags-alone test had read it as a tag). No page or file checked above is cut otherwise than under 24 but
+for npm's 93 pages, whose tables of contents are dropped as under 22."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
