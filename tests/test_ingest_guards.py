@@ -582,6 +582,22 @@ def test_encodings_and_invisible_text_are_named(tmp_path):
         parse_file(tmp_path / "zw.md")
 
 
+def test_an_undeclared_legacy_html_page_is_read_as_windows_1252_with_a_warning(tmp_path):
+    """Found by review: a Latin-1 page declaring no charset (libxslt's xslt.html) was refused as invalid UTF-8,
+    where browsers read it as windows-1252. A page with any UTF-8 sequence in it, a Markdown file, and a page
+    declaring a charset that does not decode it are refused as before."""
+    (tmp_path / "legacy.html").write_bytes("<h1>Caf\xe9</h1><p>Na\xefve \x93quotes\x94 and \x81.</p>".encode("latin-1"))
+    doc = parse_file(tmp_path / "legacy.html")
+    assert doc.sections[0].heading == "Café" and "Naïve \u201cquotes\u201d and \x81." in doc.sections[0].content
+    assert doc.warnings == ("not UTF-8 (byte offset 7) and no charset declared: read as windows-1252, as browsers "
+                            "read such a page; declare its charset if that is wrong",)
+    (tmp_path / "broken.html").write_bytes("<h1>Café</h1><p>bad \xff byte</p>".encode("utf-8").replace(b"\xc3\xbf", b"\xff"))
+    (tmp_path / "legacy.md").write_bytes("# Caf\xe9\n\nText.\n".encode("latin-1"))
+    for name in ("broken.html", "legacy.md"):
+        with pytest.raises(InputDocumentError, match="invalid UTF-8 at byte offset"):
+            parse_file(tmp_path / name)
+
+
 def test_a_utf8_byte_order_mark_overrides_a_declared_charset(tmp_path):
     """WHATWG: a byte-order mark decides the encoding, not <meta>. A UTF-8 page with a BOM, a meta naming
     iso-8859-1 and one stray byte had been read as cp1252 ('CafÃ©' and a section 'ï»¿'); it is named now."""

@@ -775,9 +775,11 @@ RST_SUFFIXES = {".rst", ".rest"}
 TEXT_SUFFIXES = {".txt", ".text"}
 
 
-def _read_text(path: Path, data: bytes | None = None) -> str:
+def _read_text(path: Path, data: bytes | None = None, notes: list[str] | None = None) -> str:
     """Read a document as UTF-8, or an HTML page in the charset its ``<meta>`` or XML declaration names (from
-    ``data``, its bytes, when given), rejecting what cannot be a text document."""
+    ``data``, its bytes, when given), rejecting what cannot be a text document. An HTML page that declares none
+    and is not UTF-8, with no UTF-8 sequence in it at all, is read as windows-1252, as browsers read such a
+    legacy page (a Latin-1 libxslt page had been refused); ``notes`` gets a warning saying so."""
     shown = str(path)
     if data is None:
         if not path.exists():
@@ -819,6 +821,12 @@ def _read_text(path: Path, data: bytes | None = None) -> str:
                     why = why or f"; its declared charset {label!r} is not one Python knows"
                 except UnicodeDecodeError:
                     why = f"; its declared charset {named} does not decode it either"
+        if text is None and not declared and not why and path.suffix.lower() in HTML_SUFFIXES \
+                and not _UTF8_SEQUENCE.search(data):
+            text = data.decode("cp1252", errors="onetrip-whatwg-c1")
+            if notes is not None:
+                notes.append(f"not UTF-8 (byte offset {exc.start}) and no charset declared: read as windows-1252, "
+                             "as browsers read such a page; declare its charset if that is wrong")
         if text is None:
             raise InputDocumentError(shown, f"invalid UTF-8 at byte offset {exc.start} ({exc.reason}){why}") from exc
     text = text.removeprefix("\ufeff").replace("\r\n", "\n").replace("\r", "\n")  # one line ending for every format
@@ -841,6 +849,8 @@ def _invisible(text: str) -> bool:
                                   for ch in rest)
 
 
+#: a multi-byte UTF-8 sequence: a page holding one is UTF-8 with an error in it, not a legacy one to guess at
+_UTF8_SEQUENCE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 #: an XHTML file's encoding, in its XML declaration (read when no <meta> names one)
 _XML_ENCODING = re.compile(rb"""\A(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9_.:-]+)""")
@@ -910,9 +920,11 @@ def parse_file(
     sections come from the bytes that were hashed, not from a second read of a file edited in between.
     """
     path = Path(path)
-    text = _read_text(path, data)
+    notes: list[str] = []
+    text = _read_text(path, data, notes)
     try:
-        return _parse_text(path, text, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens)
+        doc = _parse_text(path, text, count_tokens=count_tokens, max_tokens=max_tokens, min_tokens=min_tokens)
+        return replace(doc, warnings=(*notes, *doc.warnings)) if notes else doc
     except RecursionError:  # a clear error for this file, not a crashed batch. None is known to get here: the HTML
         # walks are iterative, markdown-it caps nesting, deep front matter is read as key: value lines
         raise InputDocumentError(str(path), "nested too deeply to parse") from None
