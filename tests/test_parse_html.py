@@ -1571,3 +1571,26 @@ def test_a_fragment_of_plain_tags_reads_as_its_parse() -> None:
     assert fast > 200  # the fast path is taken, and read as the parse reads
     assert [fragment_text(h)[0] for h in ("<p><-></p>", "<div>\n< 5 ms >\n</div>", "<p><code><=></code></p>")] == [
         "<->", "< 5 ms >", "<=>"]
+
+
+def test_second_review_of_the_page_chrome_rules() -> None:
+    """From the second review: a skip link beside a layout's header (WordPress: div#page) is dropped, one a
+    sentence quotes is not; a button class that merely contains "copy" (copyright-notice, body-copy) is text; a
+    lead before a <header>'s heading is that heading's; a div#toc of numbered links, some to other pages, is a
+    table of contents; the fast reading of a fragment leaves control characters, <div/>, a quoted '>' and
+    entities of unprintable characters to the parse."""
+    import onetrip.parse_html as ph
+
+    wordpress = ("<div id=page><a class=skip-link href=#content>Skip to content</a><header><h1>My Blog</h1>"
+                 "</header><p>Post.</p></div>")
+    assert [(s[2], s[3]) for s in _tree_of(wordpress)] == [(("My Blog",), "Post.")]
+    buttons = ("<h1>F</h1><p><button class=copyright-notice>Who owns it?</button></p><p><button class='faq body-copy'>"
+               "Can I transfer?</button></p><button class=copy-button>copy</button>")
+    assert _tree_of(buttons)[0][3] == "Who owns it?\n\nCan I transfer?"
+    themed = "<h1>T</h1><article><time>2024-01-02</time><header><h2>Post</h2></header><p>Body.</p></article>"
+    assert [(s[2], s[3]) for s in _tree_of(themed)] == [(("T",), ""), (("T", "Post"), "2024-01-02\n\nBody.")]
+    toc = ("<h1>T</h1><div id=toc><ol><li>1. <a href=#a>Alpha</a></li><li>2. <a href=other.html>Beta</a></li></ol>"
+           "</div><h2 id=a>Alpha</h2><p>x</p>")
+    assert [(s[2], s[3]) for s in _tree_of(toc)] == [(("T",), ""), (("T", "Alpha"), "x")]
+    for html in ("<div/>x</div>y", "a&#11;b", "a&#1;b", "a\x00b", "\ufeffx", '<img alt=">" srcset=<b>x</b>'):
+        assert ph._simple_fragment_text(html) is None, html

@@ -631,6 +631,11 @@ def test_link_definitions_stay_only_where_their_section_references_them() -> Non
     assert [b.text for b in parse_markdown("[a]: http://a\n\n# T\n\nUses [a].\n\n    [c]: x\n")[1]] == [
         "T", "Uses [a].", "    [c]: x"]
     assert [b.text for b in parse_markdown("# T\n\n[only]: http://o\n")[1]] == ["T", "[only]: http://o"]
+    # (second review) a reference in the heading keeps its definition; labels fold as markdown-it folds them
+    # ([ı] is [I]); a label over two lines is kept
+    assert [b.text for b in parse_markdown("# [Docs][d]\n\nSee [I].\n\n[d]: /docs\n[ı]: /i\n[x]: /x\n"
+                                           "[Foo\nbar]: /url\n")[1]] == [
+        "Docs", "See [I].", "[d]: /docs\n[ı]: /i\n[Foo\nbar]: /url"]
     # a footnote CommonMark reads as a definition ([^1]: a URL or one word) is text wherever it is (review)
     assert parse_markdown("# A\n\nSee.[^1]\n\n# R\n\nMore.\n\n[^1]: https://arxiv.org/abs/1706\n")[1][-1].text == (
         "[^1]: https://arxiv.org/abs/1706")

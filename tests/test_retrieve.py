@@ -369,7 +369,8 @@ def test_init_schema_returns_the_hnsw_options_the_index_was_built_with(db):
     # options set on the index that break pgvector's rule (ALTER INDEX does not check it) had made init fail on
     # Layout's own check of the values read back (found by review): the asked ones are reported
     db.execute("ALTER INDEX h_sections_embedding_hnsw SET (m = 60)")
-    assert init_schema(db, Layout(dim=8, prefix="h_")).hnsw_m == 16
+    broken = init_schema(db, Layout(dim=8, prefix="h_", hnsw_m=20, hnsw_ef_construction=80))
+    assert (broken.hnsw_m, broken.hnsw_ef_construction) == (20, 80)  # not Layout's defaults (second review)
 
 
 def test_a_table_of_a_partitions_name_is_refused_before_anything_is_made(db, dsn):

@@ -75,8 +75,8 @@ Rules:
 * Dropped (`_dropped`): head, script, style, <nav>, MathML's <annotation> (a
   formula's TeX source) and an aria-hidden copy drawn beside a formula's
   MathML (KaTeX, MathJax 2), what has role="navigation" or "contentinfo",
-  a menu or toolbar (role) with no heading in it, a skip link that is all of
-  its parent's text or a permalink glyph's link to the section it stands in
+  a menu or toolbar (role) with no heading in it, a skip link no sentence
+  quotes (`_in_sentence`) or a permalink glyph's link to the section it stands in
   (`_in_page_control`), a copy-to-clipboard button, mdBook's help popup,
   Node.js' pickers and rustdoc's top bar and toolbar, DROP_CLASSES (DocBook's navheader, navfooter and toc,
   Texinfo's tables of contents, Bootstrap's navbar, ...), an aria-hidden="true"
@@ -175,7 +175,8 @@ _SKIP_LINK = re.compile(r"(?i)\s*(?:skip|jump)\s+(?:to|over|past)\s+(?:the\s+)?(
 #: a button that copies to the clipboard (rustdoc's "Copy item path", Docusaurus', MkDocs'): a control's label
 #: or class (not a question that mentions copying: "Can I copy my licence?")
 _COPY_BUTTON = re.compile(r"(?i)\s*copy\b|.*clipboard")
-_COPY_CLASS = re.compile(r"(?i).*(?:copy|clipboard)")
+_COPY_CLASS = re.compile(r"(?i)(?:copy|clipboard|copy-to-clipboard|md-clipboard)(?:[-_]?(?:btn|button|icon|code))?"
+                         r"|(?:btn|button)[-_]?(?:copy|clipboard)")  # (fullmatch: not "copyright", "body-copy")
 # in <math>, a formula's source (TeX), which browsers never render: KaTeX's and Wikipedia's formulas had been
 # stored as "x+y" then "x+y" again or "{\displaystyle x+y}"
 _MATH_SOURCE = frozenset({"annotation", "annotation-xml"})
@@ -260,12 +261,12 @@ def _dropped(tag: Tag) -> bool:
         return True
     if not DROP_CLASSES.isdisjoint(classes) or tag.get("role") in _LANDMARK_ROLES or tag.get("id") in _DROP_IDS:
         return True
-    if tag.get("role") in _WIDGET_ROLES and tag.find(HEADINGS) is None:  # a menu or toolbar with no heading in it
+    if tag.get("role") in _WIDGET_ROLES and not _heading_near(tag):  # a menu or toolbar with no heading in it
         return True
     if tag.name == "a" and str(tag.get("href", "")).startswith("#") and _in_page_control(tag):
         return True
     if tag.name == "button" and (any(_COPY_BUTTON.match(str(tag.get(a, ""))) for a in ("title", "aria-label"))
-                                 or any(_COPY_CLASS.match(c) for c in classes)):
+                                 or any(_COPY_CLASS.fullmatch(c) for c in classes)):
         return True
     if tag.name == "dialog" and not tag.has_attr("open"):  # a closed <dialog> shows only when a script opens it
         return True
@@ -280,6 +281,7 @@ def _dropped(tag: Tag) -> bool:
     return "header" in classes and tag.name == "div" and _nav_bar(tag)
 
 
+_HEADING_HOLDERS = frozenset({"header", "hgroup"})
 #: `_short_lead`'s bounds: the characters of a lead, and the nodes read to find them
 _LEAD_CHARS, _LEAD_NODES = 100, 32
 
@@ -293,10 +295,12 @@ def _short_lead(children: list[PageElement]) -> int | None:
     chars = nodes = 0
     for i, child in enumerate(children):
         if isinstance(child, Tag):
-            if child.name in _HEADING_SET:
-                later = any(isinstance(c, Tag) and c.name in _HEADING_SET for c in children[i + 1:])
+            # the heading, bare or in a <header>/<hgroup> (HTML5 themes: <article><time>..</time><header><h2>)
+            if child.name in _HEADING_SET or (child.name in _HEADING_HOLDERS and _heading_near(child)):
+                later = any(isinstance(c, Tag) and (c.name in _HEADING_SET or c.name in _HEADING_HOLDERS)
+                            for c in children[i + 1:])
                 return i if i > 0 and not later else None
-            if child.name in _HTML5_SECTIONS or child.name in ("header", "hgroup"):
+            if child.name in _HTML5_SECTIONS or child.name in _HEADING_HOLDERS:
                 return None
             stack: list[PageElement] = [child]  # (not bs4's .descendants, which first walks to the subtree's end)
             while stack:
@@ -320,26 +324,72 @@ def _short_lead(children: list[PageElement]) -> int | None:
 def _in_page_control(a: Tag) -> bool:
     """A link within the page that is no text: a permalink's glyph alone linking to the section it stands in
     (rustdoc's `§` beside an item's heading, outside it; a `§` linking elsewhere is a reference's), or a skip
-    link ("Skip to main content") that is all of its parent's text (not one a sentence quotes)."""
+    link ("Skip to main content") that no sentence quotes (`_in_sentence`)."""
     text = a.get_text().strip()
     if text in _PERMALINK_GLYPHS:
         target = str(a.get("href", ""))[1:]
-        return bool(target) and any(p.get("id") == target for p in a.parents if p.name in _HTML5_SECTIONS)
-    if _SKIP_LINK.fullmatch(text) is None:
-        return False
-    parent = a.parent
-    return parent is None or parent.name in _ROOTS or _collapse(parent.get_text()) == _collapse(text)
+        return bool(target) and any(p.get("id") == target for p in itertools.islice(a.parents, 4)
+                                    if p.name in _HTML5_SECTIONS)  # (its own section, a few levels up at most)
+    return _SKIP_LINK.fullmatch(text) is not None and not _in_sentence(a)
+
+
+#: the nodes `_links_alone` and `_heading_near` read of an element at most: what they decide is checked again on
+#: each element of a nested chain, so an unbounded read was quadratic (3,000 nested div#toc: 25 s; review)
+_NEAR_NODES = 1000
+#: the elements a sentence is written in: a skip link in one is quoted, not one to follow
+_SENTENCE_TAGS = frozenset({"p", "li", "td", "th", "dd", "dt", "blockquote", "figcaption", "caption", "label",
+                            *HEADINGS})
+
+
+def _bounded(tag: Tag) -> Iterator[PageElement] | None:
+    """The nodes under ``tag`` in document order, or None when there are more than `_NEAR_NODES`."""
+    out: list[PageElement] = []
+    stack = list(reversed(tag.contents))
+    while stack:
+        node = stack.pop()
+        out.append(node)
+        if len(out) > _NEAR_NODES:
+            return None
+        if isinstance(node, Tag):
+            stack.extend(reversed(node.contents))
+    return iter(out)
 
 
 def _links_alone(tag: Tag) -> bool:
-    """Whether an element holds links within the page and no other text than, at most, one heading's: a table
-    of contents, not a section about one."""
-    links = [a for a in tag.find_all("a", href=True) if str(a["href"]).startswith("#")]
-    headings = tag.find_all(HEADINGS, limit=2)
-    if not links or len(headings) > 1:
+    """Whether an element holds links and no other letters than, at most, one heading's (numbers and marks
+    aside): a table of contents, not a section about one. One of over `_NEAR_NODES` nodes is kept as text."""
+    nodes = _bounded(tag)
+    if nodes is None:
         return False
-    linked = sum(len(_collapse(a.get_text())) for a in links) + sum(len(_collapse(h.get_text())) for h in headings)
-    return len(_collapse(tag.get_text()).replace(" ", "")) <= linked
+    links = headings = other = 0
+    for node in nodes:
+        if isinstance(node, Tag):
+            if node.name == "a" and node.get("href"):
+                links += 1
+            elif node.name in _HEADING_SET:
+                headings += 1
+        elif _is_text(node) and any(ch.isalpha() for ch in str(node)) and \
+                not any(p.name == "a" or p.name in _HEADING_SET for p in itertools.takewhile(
+                    lambda up: up is not tag, node.parents)):
+            other += 1
+    return links > 0 and headings <= 1 and other == 0
+
+
+def _heading_near(tag: Tag) -> bool:
+    """Whether a heading is among the first `_NEAR_NODES` nodes under ``tag`` (or it has more: kept as text)."""
+    nodes = _bounded(tag)
+    return nodes is None or any(isinstance(n, Tag) and n.name in _HEADING_SET for n in nodes)
+
+
+def _in_sentence(a: Tag) -> bool:
+    """Whether a link stands in a paragraph, list item, cell or heading (up to a few inline elements up): a
+    sentence quotes it. A skip link stands in the body or a layout <div> (WordPress: div#page, beside the header)."""
+    for up in itertools.islice(a.parents, 8):
+        if up.name in _SENTENCE_TAGS:
+            return True
+        if up.name in _BREAKING or up.name in _ROOTS:
+            return False
+    return False
 
 
 def _breadcrumb(tag: Tag, classes: list[str]) -> bool:
@@ -1564,18 +1614,22 @@ def _simple_fragment_text(html: str) -> str | None:
     class, id, role or other attribute `_dropped` reads, no entity but the usual, no comment), read as `_inline`
     reads their tree, without a parse (a BeautifulSoup per block had cost a file of 70,000 `<p>x` blocks 8.5 s,
     found by review); None for any other fragment. Tested equal to the parse's reading."""
+    if _UNSAFE_CHARACTERS.search(html):
+        return None  # control characters, a byte-order mark: lxml's to read
     buf = _Text()
     pos = 0
     open_tags: list[str] = []  # well nested, a block only inside blocks other than <p>: as lxml builds the tree
     for m in _SIMPLE_TAG.finditer(html):
         text = html[pos:m.start()]
         pos = m.end()
-        if "<" in text or ">" in text or not _SIMPLE_ENTITIES.fullmatch(text):
+        if not _plain_text(text):
             return None
         buf.add(unescape(text))
         name, attrs = m.group(2).lower(), m.group(3)
-        if name not in _SIMPLE_TAGS or any(a.lower() not in _SIMPLE_ATTRS for a in _ATTR_NAME.findall(attrs)) \
-                or (name == "a" and _IN_PAGE_HREF.search(attrs)):
+        if name not in _SIMPLE_TAGS or attrs.count('"') % 2 or attrs.count("'") % 2 \
+                or any(a.lower() not in _SIMPLE_ATTRS for a in _ATTR_NAME.findall(attrs)) \
+                or (name == "a" and _IN_PAGE_HREF.search(attrs)) \
+                or (name not in _VOID_TAGS and attrs.rstrip().endswith("/")):  # <div/>: lxml's reading
             return None
         if m.group(1):  # an end tag: the innermost open element's, or the reading is lxml's to make
             if not open_tags or open_tags.pop() != name:
@@ -1589,10 +1643,18 @@ def _simple_fragment_text(html: str) -> str | None:
         elif name in _BREAKING:
             buf.newline(2 if name in _PARAGRAPH_BREAK else 1)  # at its start and its end, as `_inline`
     text = html[pos:]
-    if "<" in text or ">" in text or not _SIMPLE_ENTITIES.fullmatch(text):
+    if not _plain_text(text):
         return None
     buf.add(unescape(text))
     return buf.value()
+
+
+def _plain_text(text: str) -> bool:
+    """Text between plain tags that `unescape` reads as lxml does: no `<` or `>`, entities with their `;`, a
+    numeric one only of a printable character."""
+    if "<" in text or ">" in text or not _SIMPLE_ENTITIES.fullmatch(text):
+        return False
+    return all((shown := unescape(e)) and shown.isprintable() for e in _NUMERIC_ENTITY.findall(text))
 
 
 #: `_simple_fragment_text`'s tags: text-level ones and the plain blocks a README wraps text in
@@ -1603,7 +1665,10 @@ _SIMPLE_BLOCKS = frozenset({"div", "center"})  # what a block may open inside, i
 #: attributes no reading depends on
 _SIMPLE_ATTRS = frozenset("align valign width height src srcset sizes alt href target rel media type loading "
                           "color size face".split())
-_SIMPLE_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)((?:\s+[^<>]*?)?)\s*/?>")  # (a `<` in a value: not one)
+#: a tag (one pass: `[^<>]*` stops at the next `<`; a quoted `>` leaves its quotes unmatched, which is refused)
+_SIMPLE_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)([^<>]*)>")
+_NUMERIC_ENTITY = re.compile(r"&#[0-9xX][0-9A-Fa-f]*;")
+_UNSAFE_CHARACTERS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff]")
 _ATTR_NAME = re.compile(r"""([^\s=/"']+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?""")
 _SIMPLE_ENTITIES = re.compile(r"(?:[^&]|&(?:[A-Za-z]{2,8}|#[0-9]{1,7}|#[xX][0-9A-Fa-f]{1,6});)*", re.DOTALL)
 

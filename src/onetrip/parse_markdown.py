@@ -23,6 +23,7 @@ else:  # pragma: no cover - the same module, from PyPI
     import tomli as tomllib
 
 from markdown_it import MarkdownIt
+from markdown_it.common.utils import normalizeReference
 from markdown_it.rules_core import inline as _inline_rule
 from markdown_it.rules_core.state_core import StateCore
 from markdown_it.token import Token
@@ -626,6 +627,7 @@ def _without_inline_comments(body: str, block: list[Token]) -> str:
 
 _DEFINITION = re.compile(r" {0,3}\[((?:[^\]\\]|\\.){1,999})\]:")
 #: a bracketed text, a link's or a reference's label ([text][label], [label][], [label])
+_LABEL_START = re.compile(r" {0,3}\[")
 _BRACKETED = re.compile(r"\[((?:[^\[\]\\]|\\.){1,999})\]")
 
 
@@ -639,9 +641,12 @@ def _referenced_definitions(blocks: list[Block], definitions: set[int]) -> tuple
     unseen: set[int] = set()
     start = 0
     for end in [*(i for i, b in enumerate(blocks) if isinstance(b, HeadingBlock)), len(blocks)]:
-        own = [b for b in blocks[start:end] if isinstance(b, ContentBlock) and id(b) not in definitions]
-        # every bracketed text of the section, once (a search of its text per definition had been quadratic)
-        labels = {" ".join(m.split()).casefold() for b in own for m in _BRACKETED.findall(b.text)}
+        own = [b.text for b in blocks[start:end] if isinstance(b, ContentBlock) and id(b) not in definitions]
+        if start and isinstance(heading := blocks[start - 1], HeadingBlock):
+            own.append(heading.raw)  # a reference in the heading (`# [Docs][d]`)
+        # every bracketed text of the section, once (a search of its text per definition had been quadratic),
+        # as markdown-it matches labels (its case folding: [ı] is [I])
+        labels = {normalizeReference(m) for text in own for m in _BRACKETED.findall(text)}
         for b in blocks[start:end + 1]:  # the section's blocks, then the heading that ends it
             if id(b) not in definitions:
                 out.append(b)
@@ -650,9 +655,11 @@ def _referenced_definitions(blocks: list[Block], definitions: set[int]) -> tuple
             keep = False
             for line in b.text.split("\n"):  # a definition's title may follow on its next line
                 if (m := _DEFINITION.match(line)) is not None:
-                    label = " ".join(m.group(1).split()).casefold()
+                    label = normalizeReference(m.group(1))
                     # a footnote ([^1]: https://..., which CommonMark reads as a definition) is text where it is
                     keep = label.startswith("^") or label in labels
+                elif _LABEL_START.match(line) is not None:  # a label over lines ([Foo\nbar]: /url): kept, unread
+                    keep = True
                 if keep:
                     kept.append(line)
             if kept:

@@ -155,6 +155,7 @@ def init_schema(conn: psycopg.Connection, layout: Layout = Layout()) -> Layout:
         _check_index_names(conn, layout)
     existing = read_layout(conn, schema=layout.schema, prefix=layout.prefix)
     _check_existing(existing, layout)  # another init may have created it in between
+    existing = replace(existing, hnsw_m=layout.hnsw_m, hnsw_ef_construction=layout.hnsw_ef_construction)
     built = {(m, ef) for _, m, ef in hnsw_build_options(conn, existing)}
     if len(built) == 1:  # the index's own options, not the ones asked for (reported as given, found by review)
         (m, ef), = built

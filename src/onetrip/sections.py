@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 25
+SECTIONING = 26
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -178,7 +178,15 @@ otherwise than ``TOC`` / ``Table of Contents1`` is dropped only when it holds in
 besides (docutils' section#table-of-contents about toctree had been lost); two <code> blocks in a <pre> are cut
 apart only with nothing between them and no space ending the first. Markdown: ``<- back`` in a raw HTML block is
 text (the tags-alone test had read it as a tag). No page or file checked above is cut otherwise than under 24 but
-for npm's 93 pages, whose tables of contents are dropped as under 22."""
+for npm's 93 pages, whose tables of contents are dropped as under 22;
+26: (2026-12-07, from the second review of 21-25) HTML: a skip link is dropped unless it stands in a sentence
+(a paragraph, list item, cell or heading: WordPress's, beside its header in div#page, had been kept); a copy
+button by a class that names a copy control (copy-button, btn-copy, md-clipboard; not copyright-notice or
+body-copy); a short lead before a <header>/<hgroup> holding the section's heading goes after it too; a table of
+contents by a loose id is one of links (to any page) with no other letters than one heading's, read within 1,000
+nodes, as a menu's or toolbar's heading is looked for (larger ones are text: every nested one had been read
+whole, quadratic). Markdown: definitions' labels match as markdown-it folds them, the heading's references count,
+a label over two lines is kept. One npm page of the 648 checked differs from 25 (its 1,000-node contents kept)."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
