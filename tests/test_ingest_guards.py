@@ -593,7 +593,15 @@ def test_an_undeclared_legacy_html_page_is_read_as_windows_1252_with_a_warning(t
                             "read such a page; declare its charset if that is wrong",)
     (tmp_path / "broken.html").write_bytes("<h1>Café</h1><p>bad \xff byte</p>".encode("utf-8").replace(b"\xc3\xbf", b"\xff"))
     (tmp_path / "legacy.md").write_bytes("# Caf\xe9\n\nText.\n".encode("latin-1"))
-    for name in ("broken.html", "legacy.md"):
+    # (third review) a French page whose "é »" happens to form a UTF-8 pair is still legacy: most of its
+    # non-ASCII bytes are not UTF-8; a charset named past the first 4 kB, or an .xhtml file, is not guessed at
+    (tmp_path / "fr.html").write_bytes("<h1>Caf\xe9</h1><p>Le caf\xe9 est tr\xe8s bon \xe0 Paris, o\xf9 l'\xe9t\xe9 "
+                                       "est chaud\xa0\xbb.</p>".encode("latin-1"))
+    assert "est chaud \xbb." in parse_file(tmp_path / "fr.html").sections[0].content
+    (tmp_path / "late.html").write_bytes(b"<!--" + b"x" * 5000 + b'--><meta charset="koi8-r"><p>'
+                                         + "привет".encode("koi8-r") + b"</p>")
+    (tmp_path / "page.xhtml").write_bytes("<h1>Caf\xe9</h1>".encode("latin-1"))
+    for name in ("broken.html", "legacy.md", "late.html", "page.xhtml"):
         with pytest.raises(InputDocumentError, match="invalid UTF-8 at byte offset"):
             parse_file(tmp_path / name)
 

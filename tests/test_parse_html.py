@@ -1592,5 +1592,10 @@ def test_second_review_of_the_page_chrome_rules() -> None:
     toc = ("<h1>T</h1><div id=toc><ol><li>1. <a href=#a>Alpha</a></li><li>2. <a href=other.html>Beta</a></li></ol>"
            "</div><h2 id=a>Alpha</h2><p>x</p>")
     assert [(s[2], s[3]) for s in _tree_of(toc)] == [(("T",), ""), (("T", "Alpha"), "x")]
-    for html in ("<div/>x</div>y", "a&#11;b", "a&#1;b", "a\x00b", "\ufeffx", '<img alt=">" srcset=<b>x</b>'):
+    for html in ("<div/>x</div>y", "a&#11;b", "a&#1;b", "a\x00b", "\ufeffx", '<img alt=">" srcset=<b>x</b>',
+                 "a<div=>b", "a<p\xa0align=center>b</p>c", 'a<div"">b</div>c'):  # (the last three: third review)
         assert ph._simple_fragment_text(html) is None, html
+    # (third review) a menu is dropped whole unless a heading opens it (within 200 nodes): nested menus are not
+    # each read again
+    assert _tree_of("<h1>T</h1><div role=menu>" + "<span>m</span>" * 150 + "<div role=menu><h2>Deep</h2></div>"
+                    "</div><p>x</p>") == [("t", None, ("T",), "x")]

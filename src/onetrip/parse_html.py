@@ -336,19 +336,20 @@ def _in_page_control(a: Tag) -> bool:
 #: the nodes `_links_alone` and `_heading_near` read of an element at most: what they decide is checked again on
 #: each element of a nested chain, so an unbounded read was quadratic (3,000 nested div#toc: 25 s; review)
 _NEAR_NODES = 1000
+_HEADING_NODES = 200
 #: the elements a sentence is written in: a skip link in one is quoted, not one to follow
 _SENTENCE_TAGS = frozenset({"p", "li", "td", "th", "dd", "dt", "blockquote", "figcaption", "caption", "label",
                             *HEADINGS})
 
 
-def _bounded(tag: Tag) -> Iterator[PageElement] | None:
-    """The nodes under ``tag`` in document order, or None when there are more than `_NEAR_NODES`."""
+def _bounded(tag: Tag, most: int = _NEAR_NODES) -> Iterator[PageElement] | None:
+    """The nodes under ``tag`` in document order, or None when there are more than ``most``."""
     out: list[PageElement] = []
     stack = list(reversed(tag.contents))
     while stack:
         node = stack.pop()
         out.append(node)
-        if len(out) > _NEAR_NODES:
+        if len(out) > most:
             return None
         if isinstance(node, Tag):
             stack.extend(reversed(node.contents))
@@ -376,9 +377,20 @@ def _links_alone(tag: Tag) -> bool:
 
 
 def _heading_near(tag: Tag) -> bool:
-    """Whether a heading is among the first `_NEAR_NODES` nodes under ``tag`` (or it has more: kept as text)."""
-    nodes = _bounded(tag)
-    return nodes is None or any(isinstance(n, Tag) and n.name in _HEADING_SET for n in nodes)
+    """Whether a heading is among the first `_HEADING_NODES` nodes under ``tag``, in document order: a toolbar
+    that opens with its title, a <header> holding its section's. Only so far: each of a nested chain had been
+    read 1,000 nodes deep (review: 20,000 nested menus, 5.8 s); a menu with no heading near its start is
+    dropped whole, and nothing in it is read again."""
+    stack = list(reversed(tag.contents))
+    for _ in range(_HEADING_NODES):
+        if not stack:
+            return False
+        node = stack.pop()
+        if isinstance(node, Tag):
+            if node.name in _HEADING_SET:
+                return True
+            stack.extend(reversed(node.contents))
+    return False
 
 
 def _in_sentence(a: Tag) -> bool:
@@ -1666,7 +1678,7 @@ _SIMPLE_BLOCKS = frozenset({"div", "center"})  # what a block may open inside, i
 _SIMPLE_ATTRS = frozenset("align valign width height src srcset sizes alt href target rel media type loading "
                           "color size face".split())
 #: a tag (one pass: `[^<>]*` stops at the next `<`; a quoted `>` leaves its quotes unmatched, which is refused)
-_SIMPLE_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)([^<>]*)>")
+_SIMPLE_TAG = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9]*)(?=[\t\n\f\r />])([^<>]*)>")  # (`<div=>`: not a div)
 _NUMERIC_ENTITY = re.compile(r"&#[0-9xX][0-9A-Fa-f]*;")
 _UNSAFE_CHARACTERS = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\x7f\ufeff]")
 _ATTR_NAME = re.compile(r"""([^\s=/"']+)(?:\s*=\s*(?:"[^"]*"|'[^']*'|[^\s"'>]+))?""")

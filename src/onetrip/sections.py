@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 26
+SECTIONING = 27
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -186,7 +186,10 @@ body-copy); a short lead before a <header>/<hgroup> holding the section's headin
 contents by a loose id is one of links (to any page) with no other letters than one heading's, read within 1,000
 nodes, as a menu's or toolbar's heading is looked for (larger ones are text: every nested one had been read
 whole, quadratic). Markdown: definitions' labels match as markdown-it folds them, the heading's references count,
-a label over two lines is kept. One npm page of the 648 checked differs from 25 (its 1,000-node contents kept)."""
+a label over two lines is kept. One npm page of the 648 checked differs from 25 (its 1,000-node contents kept);
+27: (2026-12-07, from the third review) HTML: a menu or toolbar is kept only when a heading opens it (within its
+first 200 nodes), so a nested one is not read again; the plain-fragment reading takes a tag only where its name
+ends at a space, `/` or `>` (`<div=>` is lxml's to read). No page checked above is cut otherwise than under 26."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
@@ -785,9 +788,10 @@ TEXT_SUFFIXES = {".txt", ".text"}
 
 def _read_text(path: Path, data: bytes | None = None, notes: list[str] | None = None) -> str:
     """Read a document as UTF-8, or an HTML page in the charset its ``<meta>`` or XML declaration names (from
-    ``data``, its bytes, when given), rejecting what cannot be a text document. An HTML page that declares none
-    and is not UTF-8, with no UTF-8 sequence in it at all, is read as windows-1252, as browsers read such a
-    legacy page (a Latin-1 libxslt page had been refused); ``notes`` gets a warning saying so."""
+    ``data``, its bytes, when given), rejecting what cannot be a text document. An .html or .htm page that names
+    no charset anywhere and is not UTF-8, most of its non-ASCII bytes in no UTF-8 sequence, is read as
+    windows-1252, as browsers read such a legacy page (a Latin-1 libxslt page had been refused); ``notes`` gets
+    a warning saying so."""
     shown = str(path)
     if data is None:
         if not path.exists():
@@ -829,8 +833,8 @@ def _read_text(path: Path, data: bytes | None = None, notes: list[str] | None = 
                     why = why or f"; its declared charset {label!r} is not one Python knows"
                 except UnicodeDecodeError:
                     why = f"; its declared charset {named} does not decode it either"
-        if text is None and not declared and not why and path.suffix.lower() in HTML_SUFFIXES \
-                and not _UTF8_SEQUENCE.search(data):
+        if text is None and not declared and not why and path.suffix.lower() in (".html", ".htm") \
+                and not _CHARSET_NAMED.search(data) and _mostly_not_utf8(data):
             text = data.decode("cp1252", errors="onetrip-whatwg-c1")
             if notes is not None:
                 notes.append(f"not UTF-8 (byte offset {exc.start}) and no charset declared: read as windows-1252, "
@@ -857,8 +861,19 @@ def _invisible(text: str) -> bool:
                                   for ch in rest)
 
 
-#: a multi-byte UTF-8 sequence: a page holding one is UTF-8 with an error in it, not a legacy one to guess at
+#: a multi-byte UTF-8 sequence
 _UTF8_SEQUENCE = re.compile(rb"[\xc2-\xdf][\x80-\xbf]|[\xe0-\xef][\x80-\xbf]{2}|[\xf0-\xf4][\x80-\xbf]{3}")
+#: a charset or encoding named anywhere (a <meta> past the first 4 kB that `_declared_html_charset` reads): the
+#: page says what it is, so no guess is made
+_CHARSET_NAMED = re.compile(rb"(?i)charset|encoding\s*=")
+
+
+def _mostly_not_utf8(data: bytes) -> bool:
+    """Whether more of a page's non-ASCII bytes are not UTF-8 than are: a legacy page whose letters now and then
+    form a UTF-8 pair ("café »" holds one), not a UTF-8 page with a bad byte (review)."""
+    valid = sum(len(m) for m in _UTF8_SEQUENCE.findall(data))
+    high = sum(1 for b in data if b >= 0x80)
+    return high - valid > valid
 _META_CHARSET = re.compile(rb"""<meta[^>]+charset\s*=\s*["']?\s*([A-Za-z0-9_.:-]+)""", re.IGNORECASE)
 #: an XHTML file's encoding, in its XML declaration (read when no <meta> names one)
 _XML_ENCODING = re.compile(rb"""\A(?:\xef\xbb\xbf)?\s*<\?xml[^>]*?encoding\s*=\s*["']([A-Za-z0-9_.:-]+)""")
