@@ -333,8 +333,8 @@ def _in_page_control(a: Tag) -> bool:
     return _SKIP_LINK.fullmatch(text) is not None and not _in_sentence(a)
 
 
-#: the nodes `_links_alone` and `_heading_near` read of an element at most: what they decide is checked again on
-#: each element of a nested chain, so an unbounded read was quadratic (3,000 nested div#toc: 25 s; review)
+#: the nodes `_links_alone` (`_bounded`) and `_heading_near` read of an element at most: what they decide is
+#: checked again on each element of a nested chain, so an unbounded read was quadratic (3,000 nested div#toc: 25 s)
 _NEAR_NODES = 1000
 _HEADING_NODES = 200
 #: the elements a sentence is written in: a skip link in one is quoted, not one to follow
@@ -342,14 +342,14 @@ _SENTENCE_TAGS = frozenset({"p", "li", "td", "th", "dd", "dt", "blockquote", "fi
                             *HEADINGS})
 
 
-def _bounded(tag: Tag, most: int = _NEAR_NODES) -> Iterator[PageElement] | None:
-    """The nodes under ``tag`` in document order, or None when there are more than ``most``."""
+def _bounded(tag: Tag) -> Iterator[PageElement] | None:
+    """The nodes under ``tag`` in document order, or None when there are more than `_NEAR_NODES`."""
     out: list[PageElement] = []
     stack = list(reversed(tag.contents))
     while stack:
         node = stack.pop()
         out.append(node)
-        if len(out) > most:
+        if len(out) > _NEAR_NODES:
             return None
         if isinstance(node, Tag):
             stack.extend(reversed(node.contents))

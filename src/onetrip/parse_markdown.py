@@ -625,9 +625,10 @@ def _without_inline_comments(body: str, block: list[Token]) -> str:
     return "".join(out)
 
 
+#: a link reference definition's line, and a line that starts one whose label goes on over lines
 _DEFINITION = re.compile(r" {0,3}\[((?:[^\]\\]|\\.){1,999})\]:")
-#: a bracketed text, a link's or a reference's label ([text][label], [label][], [label])
 _LABEL_START = re.compile(r" {0,3}\[")
+#: a bracketed text, a link's or a reference's label ([text][label], [label][], [label])
 _BRACKETED = re.compile(r"\[((?:[^\[\]\\]|\\.){1,999})\]")
 
 
