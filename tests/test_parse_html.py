@@ -1599,3 +1599,16 @@ def test_second_review_of_the_page_chrome_rules() -> None:
     # each read again
     assert _tree_of("<h1>T</h1><div role=menu>" + "<span>m</span>" * 150 + "<div role=menu><h2>Deep</h2></div>"
                     "</div><p>x</p>") == [("t", None, ("T",), "x")]
+
+
+def test_links_to_the_source_code_are_not_text() -> None:
+    """rustdoc's "Source" beside each item (every item's text had opened with it) and Sphinx's viewcode
+    "[source]" / "[docs]" links are controls, not text; a link named Source in a sentence, or without the class,
+    stays."""
+    rustdoc = ("<h1>Struct Drain</h1><section id=method.a><span class=rightside><span class=since>1.46.0</span> · "
+               "<a class=src href='../src/a.rs.html#5'>Source</a></span><h4>fn a()</h4></section><p>Does a. See the "
+               "<a href=src.html>Source</a>.</p><dl><dt id=m.f><span class=sig-name>f</span><a class='reference "
+               "internal' href='_modules/m.html#f'><span class=viewcode-link><span class=pre>[source]</span></span>"
+               "</a></dt><dd><p>Does f.</p></dd></dl>")
+    assert [(s[2], s[3]) for s in _tree_of(rustdoc)] == [
+        (("Struct Drain",), ""), (("Struct Drain", "fn a()"), "1.46.0 ·\n\nDoes a. See the Source.\n\nf\nDoes f.")]

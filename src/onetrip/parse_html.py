@@ -142,7 +142,9 @@ DROP_CLASSES = frozenset({"navheader", "navfooter", "toc", "Contents_element", "
                           "navbar", "topNav", "bottomNav", "subNav", "toc-macro", "MsoTocHeading",
                           *(f"MsoToc{n}" for n in range(1, 10)), "page-metadata",
                           # rustdoc: an open <details>' summary its style hides ("Expand description")
-                          "hideme"})
+                          "hideme",
+                          # Sphinx's viewcode links beside an API entry ("[source]") and back ("[docs]")
+                          "viewcode-link", "viewcode-back"})
 #: a breadcrumb trail's class or id (Bootstrap's ol.breadcrumb; Confluence's div#breadcrumb-section around
 #: ol#breadcrumbs; many CMSs'), lowercased
 _CRUMB_NAMES = frozenset({"breadcrumb", "breadcrumbs", "breadcrumb-section", "rustdoc-breadcrumbs"})
@@ -265,6 +267,8 @@ def _dropped(tag: Tag) -> bool:
         return True
     if tag.name == "a" and str(tag.get("href", "")).startswith("#") and _in_page_control(tag):
         return True
+    if tag.name == "a" and "src" in classes and tag.get_text().strip() == "Source":  # rustdoc's link to the code,
+        return True  # beside each item's heading: "Source" had opened every item's text
     if tag.name == "button" and (any(_COPY_BUTTON.match(str(tag.get(a, ""))) for a in ("title", "aria-label"))
                                  or any(_COPY_CLASS.fullmatch(c) for c in classes)):
         return True

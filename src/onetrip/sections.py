@@ -56,7 +56,7 @@ from onetrip.tokens import DEFAULT_MAX_TOKENS, SPECIAL_TOKENS, TokenCounter, cou
 
 DEFAULT_MIN_TOKENS = 20
 
-SECTIONING = 27
+SECTIONING = 28
 """How files are cut into sections (the parsers and `build_sections`), as a number that
 `ingest_paths` stores with each document (metadata key ``onetrip_sectioning``). Raised whenever
 the same file would be cut or labelled differently, so that the next ingest re-cuts the
@@ -189,7 +189,10 @@ whole, quadratic). Markdown: definitions' labels match as markdown-it folds them
 a label over two lines is kept. One npm page of the 648 checked differs from 25 (its 1,000-node contents kept);
 27: (2026-12-07, from the third review) HTML: a menu or toolbar is kept only when a heading opens it (within its
 first 200 nodes), so a nested one is not read again; the plain-fragment reading takes a tag only where its name
-ends at a space, `/` or `>` (`<div=>` is lxml's to read). No page checked above is cut otherwise than under 26."""
+ends at a space, `/` or `>` (`<div=>` is lxml's to read). No page checked above is cut otherwise than under 26;
+28: (2026-12-07) HTML: links to the source code are not text: rustdoc's "Source" beside each item (class src),
+Sphinx's viewcode "[source]" and "[docs]". 218 of the 250 rustdoc pages checked are cut differently, no other page
+checked above, and the PostgreSQL manual as under 27."""
 
 BLOCK_KINDS = ("paragraph", "code", "table", "list", "quote", "other")
 
