@@ -306,17 +306,12 @@ def _short_lead(children: list[PageElement]) -> int | None:
                 return i if i > 0 and not later else None
             if child.name in _HTML5_SECTIONS or child.name in _HEADING_HOLDERS:
                 return None
-            stack: list[PageElement] = [child]  # (not bs4's .descendants, which first walks to the subtree's end)
-            while stack:
-                node = stack.pop()
+            # (text of what is dropped in it counts: a lead less)
+            for node in itertools.chain((child,), _first_nodes(child, _LEAD_NODES + 1)):
                 nodes += 1
-                if nodes > _LEAD_NODES:
+                if nodes > _LEAD_NODES or (isinstance(node, Tag) and node.name in _HEADING_SET):
                     return None
-                if isinstance(node, Tag):
-                    if node.name in _HEADING_SET:
-                        return None
-                    stack.extend(reversed(node.contents))  # (text of what is dropped in it counts: a lead less)
-                elif _is_text(node):
+                if not isinstance(node, Tag) and _is_text(node):
                     chars += len(str(node).strip())
         elif _is_text(child):
             chars += len(str(child).strip())
@@ -337,7 +332,7 @@ def _in_page_control(a: Tag) -> bool:
     return _SKIP_LINK.fullmatch(text) is not None and not _in_sentence(a)
 
 
-#: the nodes `_links_alone` (`_bounded`) and `_heading_near` read of an element at most: what they decide is
+#: the nodes `_links_alone` and `_heading_near` read of an element at most: what they decide is
 #: checked again on each element of a nested chain, so an unbounded read was quadratic (3,000 nested div#toc: 25 s)
 _NEAR_NODES = 1000
 _HEADING_NODES = 200
@@ -346,25 +341,24 @@ _SENTENCE_TAGS = frozenset({"p", "li", "td", "th", "dd", "dt", "blockquote", "fi
                             *HEADINGS})
 
 
-def _bounded(tag: Tag) -> Iterator[PageElement] | None:
-    """The nodes under ``tag`` in document order, or None when there are more than `_NEAR_NODES`."""
-    out: list[PageElement] = []
+def _first_nodes(tag: Tag, most: int) -> Iterator[PageElement]:
+    """The first ``most`` nodes under ``tag``, in document order (an explicit stack: bs4's .descendants first
+    walks to the subtree's end, which made every bounded read as long as the subtree)."""
     stack = list(reversed(tag.contents))
-    while stack:
+    for _ in range(most):
+        if not stack:
+            return
         node = stack.pop()
-        out.append(node)
-        if len(out) > _NEAR_NODES:
-            return None
+        yield node
         if isinstance(node, Tag):
             stack.extend(reversed(node.contents))
-    return iter(out)
 
 
 def _links_alone(tag: Tag) -> bool:
     """Whether an element holds links and no other letters than, at most, one heading's (numbers and marks
     aside): a table of contents, not a section about one. One of over `_NEAR_NODES` nodes is kept as text."""
-    nodes = _bounded(tag)
-    if nodes is None:
+    nodes = list(_first_nodes(tag, _NEAR_NODES + 1))
+    if len(nodes) > _NEAR_NODES:
         return False
     links = headings = other = 0
     for node in nodes:
@@ -385,16 +379,7 @@ def _heading_near(tag: Tag) -> bool:
     that opens with its title, a <header> holding its section's. Only so far: each of a nested chain had been
     read 1,000 nodes deep (review: 20,000 nested menus, 5.8 s); a menu with no heading near its start is
     dropped whole, and nothing in it is read again."""
-    stack = list(reversed(tag.contents))
-    for _ in range(_HEADING_NODES):
-        if not stack:
-            return False
-        node = stack.pop()
-        if isinstance(node, Tag):
-            if node.name in _HEADING_SET:
-                return True
-            stack.extend(reversed(node.contents))
-    return False
+    return any(isinstance(n, Tag) and n.name in _HEADING_SET for n in _first_nodes(tag, _HEADING_NODES))
 
 
 def _in_sentence(a: Tag) -> bool:

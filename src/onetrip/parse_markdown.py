@@ -471,14 +471,16 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
     first_h1 = ""
 
     definitions: set[int] = set()  # blocks of link reference definitions alone, by id: kept where referenced
+    read_tail: tuple[int, int] | None = None  # the lines after a block already parsed as definitions alone
 
     def gap(start: int, end: int) -> None:
         """Source lines no token claims (link reference definitions) stay as content, where referenced."""
         chunk = without_data_payloads("\n".join(lines[start:end]).strip("\n").rstrip())
         if chunk.strip():
             blocks.append(block := ContentBlock("other", chunk))
-            if not _parser(front_matter=False).parse(chunk):  # what markdown-it reads as definitions alone (not
-                # `_tokens`, whose one cached parse is the document's, which `truncation_warning` reads again)
+            # what markdown-it reads as definitions alone (not `_tokens`, whose one cached parse is the document's,
+            # which `truncation_warning` reads again); a block's tail was parsed so already
+            if (start, end) == read_tail or not _parser(front_matter=False).parse(chunk):
                 definitions.add(id(block))
 
     covered = 0
@@ -493,6 +495,7 @@ def parse_markdown(text: str, *, mdx: bool = False) -> tuple[str, list[Block], d
         if tok.type != "heading_open" and tail.strip() and not _parser(front_matter=False).parse(tail):
             # link reference definitions after the block, which its text had carried (hundreds at a Node.js API
             # page's end, in its last section's text): the next `gap` takes them, as a block of their own
+            read_tail = (end, next_start)
             next_start = end
         if tok.type == "front_matter":
             metadata, fm_title = _front_matter(tok.content)  # metadata None: `_tokens` parsed without the plugin

@@ -485,8 +485,8 @@ def _check_tree(doc_id: str, sections: Sequence[SectionLike]) -> None:
     if sorted(s.sequence_index for s in sections) != list(range(len(sections))):
         raise ValueError(f"{doc_id}: sequence_index must be contiguous from 0")
     parents = {s.section_id: s.parent_section_id for s in sections}
-    depth = {s.section_id: len(s.heading_path) for s in sections}
     paths = {s.section_id: tuple(s.heading_path) for s in sections}
+    depth = {sid: len(path) for sid, path in paths.items()}
     for s in sections:
         if s.parent_section_id is not None and s.parent_section_id not in parents:
             raise ValueError(f"{doc_id}: section {s.section_id} has unknown parent {s.parent_section_id}")
